@@ -1,0 +1,2 @@
+//! lineage-bus (skeleton: filled in by later issues).
+#![deny(missing_docs)]

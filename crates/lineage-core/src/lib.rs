@@ -1,0 +1,42 @@
+//! `lineage-core`: the sans-IO heart of lineage.
+//!
+//! Every rule of the subagent-lineage design lives here as a pure function or a state machine
+//! that takes inputs and returns actions as data. There is no tokio, no NATS, no clock and no
+//! randomness: time and fresh ids are passed in. The host executes the actions; the registry's
+//! state machine calls the same rules at apply time, so no node can bypass them.
+//!
+//! Module map (requirement ids from `shared/spec/requirements.md`):
+//!
+//! | module | what | ids |
+//! |---|---|---|
+//! | [`ids`] | `SessionId`, `RunId`, `NodeId`, `RequestId`: safe NATS subject tokens | N1 |
+//! | [`depth`] | delegation depth, max depth validation, `SubagentDepthError` | D1–D4 |
+//! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
+//! | [`policy`] | delegated policy snapshot and its log events | C2, C3 |
+//! | [`composition`] | the child's creation-window composition | C1 |
+//! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
+//! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
+//! | [`log`] | the append-only session event log | L1, P1, C3 |
+//! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
+//! | [`drain`] | the leaves-first drain planner | X1, H2 |
+//! | [`authority`] | the interrupt authority check | M4, R3 |
+//! | [`index`] | `index_subagent_descendants` | I1 |
+//! | [`error`] | [`CoreError`], the crate's one error enum | |
+
+#![deny(missing_docs)]
+
+pub mod activation;
+pub mod authority;
+pub mod composition;
+pub mod depth;
+pub mod descriptor;
+pub mod drain;
+pub mod error;
+pub mod header;
+pub mod ids;
+pub mod index;
+pub mod log;
+pub mod messages;
+pub mod policy;
+
+pub use error::CoreError;

@@ -1,0 +1,2 @@
+//! lineage-node (skeleton: filled in by later issues).
+#![deny(missing_docs)]

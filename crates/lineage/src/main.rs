@@ -1,0 +1,4 @@
+//! The `lineage` command line.
+fn main() {
+    println!("lineage: see `lineage --help`");
+}
