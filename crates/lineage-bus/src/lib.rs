@@ -1,2 +1,40 @@
-//! lineage-bus (skeleton: filled in by later issues).
+//! `lineage-bus`: everything lineage puts on NATS.
+//!
+//! Module map:
+//!
+//! | module | what | ids |
+//! |---|---|---|
+//! | [`subjects`] | the subject and stream names (the wire contract) | N1 |
+//! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
+//! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
+//! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
+//! | [`control`] | the `lineage` NATS micro service's requests and replies | N3 |
+//! | [`error`] | [`BusError`], the crate's one error enum | |
+//!
+//! Payloads are the versioned JSON types of `lineage_core::messages`; this crate adds subjects,
+//! headers (`Nats-Msg-Id`, `traceparent`) and JetStream plumbing, and decides nothing.
+
 #![deny(missing_docs)]
+
+pub mod control;
+pub mod error;
+pub mod events;
+pub mod inbox;
+pub mod lifecycle;
+pub mod subjects;
+
+pub use error::BusError;
+pub use subjects::Subjects;
+
+/// Connects to NATS with the name lineage components use, so `nats server report connections`
+/// tells them apart.
+pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, BusError> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .connect(url)
+        .await
+        .map_err(|e| BusError::Connect {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })
+}

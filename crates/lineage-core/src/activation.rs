@@ -1,1 +1,665 @@
-//! (being written)
+//! The activation of one continuable child: `running -> waiting -> settled` (X2, seed §3.2, §7.2).
+//!
+//! An [`Activation`] is a pure state machine. The host feeds it what happened
+//! ([`ActivationEvent`]) and executes what it returns ([`ActivationAction`]), in order. It holds
+//! only ids and counters, never the agent itself, and it never reads a clock.
+//!
+//! The rules:
+//!
+//! - **running -> waiting**: the agent loop is idle, the inbox is empty, no accepted turn is
+//!   pending, but owned children remain. The machine emits [`ActivationAction::EnterWaiting`].
+//! - **waiting -> settled**: the last owned child is disposed.
+//! - **running -> settled**: the loop is idle with nothing pending and no owned children.
+//! - **waiting -> running**: a message arrives; the machine emits [`ActivationAction::StartTurn`].
+//! - Settling emits, in exactly this order: [`ActivationAction::CaptureResult`],
+//!   [`ActivationAction::MarkTerminal`], [`ActivationAction::DisposeHandle`],
+//!   [`ActivationAction::SettleObservers`], [`ActivationAction::DeliverSettlement`] (to the
+//!   durable direct parent, which may live on another node, R2).
+//!
+//! The machine drives turns: the host's loop starts a turn only when told
+//! ([`ActivationAction::StartTurn`]); from then until the loop reports
+//! [`ActivationEvent::TurnFinished`] or [`ActivationEvent::Idle`] the activation counts as busy,
+//! so a turn is never requested twice.
+//!
+//! Settlement is decided only when the loop reports that it is idle (`TurnFinished`, `Idle`),
+//! when the last owned child of a waiting activation goes (`ChildDisposed`), or on `Stop`. A
+//! freshly materialized activation, idle before its first message, therefore never settles by
+//! accident.
+//!
+//! Duplicates and late events never panic. Each event documents its outcome after settlement:
+//! an empty action list is the explicit idempotent outcome ("nothing to do"); an event that
+//! would lose work (a message, a new child) is refused with [`CoreError::IllegalTransition`]
+//! so the host cold-resumes a fresh activation instead.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::ids::SessionId;
+
+/// The three states of an activation (X2). Wire names: `running`, `waiting`, `settled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationState {
+    /// A turn runs, or input is pending, or the activation was just materialized.
+    Running,
+    /// Idle with nothing pending, but owned children remain.
+    Waiting,
+    /// Terminal: the result was captured and the settlement sent to the parent.
+    Settled,
+}
+
+impl ActivationState {
+    /// The wire name: `running`, `waiting` or `settled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActivationState::Running => "running",
+            ActivationState::Waiting => "waiting",
+            ActivationState::Settled => "settled",
+        }
+    }
+}
+
+/// What happened to the child, as reported by the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationEvent {
+    /// A message (followup, report or settlement from a grandchild) entered the child's inbox.
+    ///
+    /// Idle: starts a turn (and a waiting activation runs again). Busy: only queued. Stopping:
+    /// only counted; no turn starts, the message stays in the durable inbox for a later resume.
+    /// Settled: refused, because the message would be lost; cold-resume a new activation (M3).
+    MessageQueued,
+    /// The agent loop took one message out of the inbox for a turn. A message admitted
+    /// directly, without passing the inbox, is fine too. Settled: refused.
+    MessageAccepted,
+    /// The agent loop started a turn. Waiting: running again. Stopping: the turn is cancelled
+    /// at once (again on a duplicate; cancelling is idempotent for the host). Already busy:
+    /// no-op. Settled: refused (a settled child runs no turns).
+    TurnStarted,
+    /// The current turn ended; `stop_reason` is the agent's stop reason, kept for the result
+    /// capture (`end_turn`, `cancelled`, `error`, ...). Settled: idempotent no-op (duplicate).
+    TurnFinished {
+        /// The stop reason of the turn, if the driver reported one.
+        stop_reason: Option<String>,
+    },
+    /// The agent loop reports it is idle (no turn runs), e.g. after a cold resume with nothing
+    /// to do. Settled: idempotent no-op.
+    Idle,
+    /// A child was materialized with this activation as its live owner. Already owned: no-op.
+    /// Refused when settled, when stopping (admission is closed, X1) and for the child itself.
+    ChildAdopted(SessionId),
+    /// An owned child was disposed. Unknown child (never owned, already removed, or after
+    /// settlement): idempotent no-op.
+    ChildDisposed(SessionId),
+    /// Interrupt (M4; authority is checked before, in [`crate::authority`]): cancels the
+    /// current turn. Nothing running or settled: idempotent no-op.
+    Cancel,
+    /// Drain (X1): no more turns. Cancels the current turn if any; settles as soon as the loop
+    /// is idle and all owned children are disposed, whatever is left in the inbox. Already
+    /// stopping or settled: idempotent no-op.
+    Stop,
+}
+
+impl ActivationEvent {
+    /// The event's snake_case name, used in errors and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ActivationEvent::MessageQueued => "message_queued",
+            ActivationEvent::MessageAccepted => "message_accepted",
+            ActivationEvent::TurnStarted => "turn_started",
+            ActivationEvent::TurnFinished { .. } => "turn_finished",
+            ActivationEvent::Idle => "idle",
+            ActivationEvent::ChildAdopted(_) => "child_adopted",
+            ActivationEvent::ChildDisposed(_) => "child_disposed",
+            ActivationEvent::Cancel => "cancel",
+            ActivationEvent::Stop => "stop",
+        }
+    }
+}
+
+/// What the host must do, in the order returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationAction {
+    /// Start one agent turn on the pending input. If the activation was waiting, it is running
+    /// again: record the new state.
+    StartTurn,
+    /// Cancel the running turn; the loop then reports [`ActivationEvent::TurnFinished`].
+    CancelTurn,
+    /// The activation is now waiting on its owned children: record the state.
+    EnterWaiting,
+    /// Settling, step 1: capture the child's result (last assistant message, stop reason).
+    CaptureResult {
+        /// The stop reason of the last finished turn, if any.
+        stop_reason: Option<String>,
+    },
+    /// Settling, step 2: commit the terminal state (`settled`) in the registry.
+    MarkTerminal,
+    /// Settling, step 3: dispose the agent handle.
+    DisposeHandle,
+    /// Settling, step 4: settle the observers (emit `subagent/end`, E1).
+    SettleObservers,
+    /// Settling, step 5: send the `subagent-settled` notice to the durable parent's inbox (M2).
+    DeliverSettlement {
+        /// The durable direct parent, wherever it runs.
+        parent_session: SessionId,
+        /// The settled child.
+        child: SessionId,
+    },
+}
+
+/// One continuable child's activation (X2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activation {
+    child_id: SessionId,
+    parent_session: SessionId,
+    state: ActivationState,
+    owned_children: BTreeSet<SessionId>,
+    inbox_len: u64,
+    accepted: u64,
+    busy: bool,
+    stopping: bool,
+    last_stop_reason: Option<String>,
+}
+
+impl Activation {
+    /// A freshly materialized activation: running, idle, nothing pending, no owned children.
+    /// `parent_session` is the durable direct parent from the frozen header (settlement target).
+    pub fn new(child_id: SessionId, parent_session: SessionId) -> Self {
+        Activation {
+            child_id,
+            parent_session,
+            state: ActivationState::Running,
+            owned_children: BTreeSet::new(),
+            inbox_len: 0,
+            accepted: 0,
+            busy: false,
+            stopping: false,
+            last_stop_reason: None,
+        }
+    }
+
+    /// The child's session id.
+    pub fn child_id(&self) -> &SessionId {
+        &self.child_id
+    }
+    /// The durable direct parent, the target of the settlement.
+    pub fn parent_session(&self) -> &SessionId {
+        &self.parent_session
+    }
+    /// The current state.
+    pub fn state(&self) -> ActivationState {
+        self.state
+    }
+    /// The live children this activation owns, sorted.
+    pub fn owned_children(&self) -> &BTreeSet<SessionId> {
+        &self.owned_children
+    }
+    /// Messages queued in the inbox and not yet accepted.
+    pub fn inbox_len(&self) -> u64 {
+        self.inbox_len
+    }
+    /// Turns accepted and not yet finished.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+    /// True while a turn is requested or running.
+    pub fn is_busy(&self) -> bool {
+        self.busy
+    }
+    /// True after [`ActivationEvent::Stop`].
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+    /// The stop reason of the last finished turn.
+    pub fn last_stop_reason(&self) -> Option<&str> {
+        self.last_stop_reason.as_deref()
+    }
+
+    /// Applies one event and returns the actions to execute, in order. Never panics; see each
+    /// [`ActivationEvent`] variant for its outcome when it does not apply.
+    pub fn handle(&mut self, event: ActivationEvent) -> Result<Vec<ActivationAction>, CoreError> {
+        let settled = self.state == ActivationState::Settled;
+        match event {
+            ActivationEvent::MessageQueued => {
+                if settled {
+                    return Err(self.illegal("message_queued"));
+                }
+                self.inbox_len = self.inbox_len.saturating_add(1);
+                Ok(self.start_turn_if_idle())
+            }
+            ActivationEvent::MessageAccepted => {
+                if settled {
+                    return Err(self.illegal("message_accepted"));
+                }
+                self.inbox_len = self.inbox_len.saturating_sub(1);
+                self.accepted = self.accepted.saturating_add(1);
+                Ok(Vec::new())
+            }
+            ActivationEvent::TurnStarted => {
+                if settled {
+                    return Err(self.illegal("turn_started"));
+                }
+                self.busy = true;
+                self.state = ActivationState::Running;
+                if self.stopping {
+                    return Ok(vec![ActivationAction::CancelTurn]);
+                }
+                Ok(Vec::new())
+            }
+            ActivationEvent::TurnFinished { stop_reason } => {
+                if settled {
+                    return Ok(Vec::new());
+                }
+                self.busy = false;
+                self.accepted = self.accepted.saturating_sub(1);
+                if stop_reason.is_some() {
+                    self.last_stop_reason = stop_reason;
+                }
+                Ok(self.after_idle())
+            }
+            ActivationEvent::Idle => {
+                if settled {
+                    return Ok(Vec::new());
+                }
+                self.busy = false;
+                Ok(self.after_idle())
+            }
+            ActivationEvent::ChildAdopted(child) => {
+                if settled {
+                    return Err(self.illegal("child_adopted"));
+                }
+                if self.stopping {
+                    return Err(self.illegal("child_adopted"));
+                }
+                if child == self.child_id {
+                    return Err(self.illegal("child_adopted(self)"));
+                }
+                self.owned_children.insert(child);
+                Ok(Vec::new())
+            }
+            ActivationEvent::ChildDisposed(child) => {
+                if !self.owned_children.remove(&child) {
+                    return Ok(Vec::new());
+                }
+                match self.state {
+                    ActivationState::Waiting if self.owned_children.is_empty() => Ok(self.settle()),
+                    ActivationState::Waiting
+                    | ActivationState::Running
+                    | ActivationState::Settled => Ok(Vec::new()),
+                }
+            }
+            ActivationEvent::Cancel => {
+                if settled || !self.busy {
+                    return Ok(Vec::new());
+                }
+                Ok(vec![ActivationAction::CancelTurn])
+            }
+            ActivationEvent::Stop => {
+                if settled || self.stopping {
+                    return Ok(Vec::new());
+                }
+                self.stopping = true;
+                if self.busy {
+                    return Ok(vec![ActivationAction::CancelTurn]);
+                }
+                Ok(self.after_idle())
+            }
+        }
+    }
+
+    /// The refusal for an event that does not apply in the current state.
+    fn illegal(&self, event: &'static str) -> CoreError {
+        let state = match self.state {
+            ActivationState::Running | ActivationState::Waiting if self.stopping => "stopping",
+            ActivationState::Running | ActivationState::Waiting | ActivationState::Settled => {
+                self.state.as_str()
+            }
+        };
+        CoreError::IllegalTransition {
+            session: self.child_id.to_string(),
+            state,
+            event,
+        }
+    }
+
+    /// True when input waits for a turn (ignored while stopping).
+    fn has_pending_input(&self) -> bool {
+        !self.stopping && (self.inbox_len > 0 || self.accepted > 0)
+    }
+
+    /// After a message: asks for a turn if the loop is idle (waiting -> running).
+    fn start_turn_if_idle(&mut self) -> Vec<ActivationAction> {
+        if self.busy || !self.has_pending_input() {
+            return Vec::new();
+        }
+        self.busy = true;
+        self.state = ActivationState::Running;
+        vec![ActivationAction::StartTurn]
+    }
+
+    /// The loop is idle: continue with pending input, or wait for owned children, or settle.
+    fn after_idle(&mut self) -> Vec<ActivationAction> {
+        if self.has_pending_input() {
+            return self.start_turn_if_idle();
+        }
+        if self.owned_children.is_empty() {
+            return self.settle();
+        }
+        match self.state {
+            ActivationState::Running => {
+                self.state = ActivationState::Waiting;
+                vec![ActivationAction::EnterWaiting]
+            }
+            ActivationState::Waiting | ActivationState::Settled => Vec::new(),
+        }
+    }
+
+    /// Settles: the five steps in their fixed order.
+    fn settle(&mut self) -> Vec<ActivationAction> {
+        self.state = ActivationState::Settled;
+        self.busy = false;
+        vec![
+            ActivationAction::CaptureResult {
+                stop_reason: self.last_stop_reason.clone(),
+            },
+            ActivationAction::MarkTerminal,
+            ActivationAction::DisposeHandle,
+            ActivationAction::SettleObservers,
+            ActivationAction::DeliverSettlement {
+                parent_session: self.parent_session.clone(),
+                child: self.child_id.clone(),
+            },
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ActivationAction as A;
+    use ActivationEvent as E;
+
+    fn sid(n: u32) -> SessionId {
+        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+    }
+
+    fn settle_actions(stop_reason: Option<&str>) -> Vec<ActivationAction> {
+        vec![
+            A::CaptureResult {
+                stop_reason: stop_reason.map(str::to_owned),
+            },
+            A::MarkTerminal,
+            A::DisposeHandle,
+            A::SettleObservers,
+            A::DeliverSettlement {
+                parent_session: sid(1),
+                child: sid(2),
+            },
+        ]
+    }
+
+    fn finished(reason: &str) -> ActivationEvent {
+        E::TurnFinished {
+            stop_reason: Some(reason.to_owned()),
+        }
+    }
+
+    /// A child with one message delivered and its turn running.
+    fn running_turn() -> Activation {
+        let mut a = Activation::new(sid(2), sid(1));
+        assert_eq!(a.handle(E::MessageQueued).unwrap(), vec![A::StartTurn]);
+        assert_eq!(a.handle(E::MessageAccepted).unwrap(), vec![]);
+        assert_eq!(a.handle(E::TurnStarted).unwrap(), vec![]);
+        a
+    }
+
+    /// A child that ran one turn, owns `children`, and is now waiting.
+    fn waiting_with(children: &[u32]) -> Activation {
+        let mut a = running_turn();
+        for c in children {
+            assert_eq!(a.handle(E::ChildAdopted(sid(*c))).unwrap(), vec![]);
+        }
+        assert_eq!(
+            a.handle(finished("end_turn")).unwrap(),
+            vec![A::EnterWaiting]
+        );
+        assert_eq!(a.state(), ActivationState::Waiting);
+        a
+    }
+
+    #[test]
+    fn x2_state_wire_names_are_snake_case() {
+        for (s, name) in [
+            (ActivationState::Running, "running"),
+            (ActivationState::Waiting, "waiting"),
+            (ActivationState::Settled, "settled"),
+        ] {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{name}\""));
+            assert_eq!(s.as_str(), name);
+        }
+    }
+
+    #[test]
+    fn x2_running_settles_directly_when_idle_with_nothing_pending_and_no_children() {
+        let mut a = running_turn();
+        assert_eq!(
+            a.handle(finished("end_turn")).unwrap(),
+            settle_actions(Some("end_turn"))
+        );
+        assert_eq!(a.state(), ActivationState::Settled);
+        assert!(!a.is_busy());
+    }
+
+    #[test]
+    fn x2_running_goes_waiting_when_idle_but_owned_children_remain() {
+        let a = waiting_with(&[3, 4]);
+        assert_eq!(a.owned_children().len(), 2);
+        assert_eq!(a.inbox_len(), 0);
+        assert_eq!(a.accepted(), 0);
+    }
+
+    #[test]
+    fn x2_waiting_settles_when_last_owned_child_disposed() {
+        let mut a = waiting_with(&[3, 4]);
+        assert_eq!(a.handle(E::ChildDisposed(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.state(), ActivationState::Waiting);
+        assert_eq!(
+            a.handle(E::ChildDisposed(sid(4))).unwrap(),
+            settle_actions(Some("end_turn"))
+        );
+        assert_eq!(a.state(), ActivationState::Settled);
+    }
+
+    #[test]
+    fn x2_message_while_waiting_starts_a_turn_and_runs_again() {
+        let mut a = waiting_with(&[3]);
+        assert_eq!(a.handle(E::MessageQueued).unwrap(), vec![A::StartTurn]);
+        assert_eq!(a.state(), ActivationState::Running);
+        // A second message while the turn is requested only queues.
+        assert_eq!(a.handle(E::MessageQueued).unwrap(), vec![]);
+        assert_eq!(a.inbox_len(), 2);
+        // The child disposing mid-turn does not settle a running activation.
+        assert_eq!(a.handle(E::MessageAccepted).unwrap(), vec![]);
+        assert_eq!(a.handle(E::TurnStarted).unwrap(), vec![]);
+        assert_eq!(a.handle(E::ChildDisposed(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.state(), ActivationState::Running);
+        // The queued message gets its own turn, then the child settles.
+        assert_eq!(a.handle(finished("end_turn")).unwrap(), vec![A::StartTurn]);
+        assert_eq!(a.handle(E::MessageAccepted).unwrap(), vec![]);
+        assert_eq!(a.handle(E::TurnStarted).unwrap(), vec![]);
+        assert_eq!(
+            a.handle(finished("max_tokens")).unwrap(),
+            settle_actions(Some("max_tokens"))
+        );
+    }
+
+    #[test]
+    fn x2_accepted_turn_not_finished_keeps_the_activation_running() {
+        let mut a = running_turn();
+        // A second message accepted while the first turn runs: one more turn is owed.
+        assert_eq!(a.handle(E::MessageAccepted).unwrap(), vec![]);
+        assert_eq!(a.accepted(), 2);
+        assert_eq!(a.handle(finished("end_turn")).unwrap(), vec![A::StartTurn]);
+        assert_eq!(a.state(), ActivationState::Running);
+        assert_eq!(a.handle(E::TurnStarted).unwrap(), vec![]);
+        assert_eq!(
+            a.handle(finished("end_turn")).unwrap(),
+            settle_actions(Some("end_turn"))
+        );
+    }
+
+    #[test]
+    fn x2_fresh_activation_does_not_settle_before_its_first_turn() {
+        let mut a = Activation::new(sid(2), sid(1));
+        assert_eq!(a.handle(E::ChildAdopted(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.handle(E::ChildDisposed(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.state(), ActivationState::Running);
+        // A cold resume with nothing to do settles when the loop reports idle.
+        assert_eq!(a.handle(E::Idle).unwrap(), settle_actions(None));
+    }
+
+    #[test]
+    fn x2_settled_refuses_work_that_would_be_lost() {
+        let mut a = running_turn();
+        a.handle(finished("end_turn")).unwrap();
+        for event in [
+            E::MessageQueued,
+            E::MessageAccepted,
+            E::TurnStarted,
+            E::ChildAdopted(sid(9)),
+        ] {
+            let name = event.name();
+            let err = a.handle(event).unwrap_err();
+            assert_eq!(
+                err,
+                CoreError::IllegalTransition {
+                    session: sid(2).to_string(),
+                    state: "settled",
+                    event: name,
+                }
+            );
+            assert!(!err.to_string().contains('\n'));
+        }
+        assert_eq!(a.state(), ActivationState::Settled);
+    }
+
+    #[test]
+    fn x2_settled_is_idempotent_for_duplicates_and_late_events() {
+        let mut a = running_turn();
+        a.handle(finished("end_turn")).unwrap();
+        let before = a.clone();
+        for event in [
+            finished("end_turn"),
+            E::Idle,
+            E::ChildDisposed(sid(7)),
+            E::Cancel,
+            E::Stop,
+        ] {
+            assert_eq!(a.handle(event).unwrap(), vec![]);
+        }
+        assert_eq!(a, before);
+    }
+
+    #[test]
+    fn x2_child_disposed_for_unknown_child_is_a_no_op() {
+        let mut a = waiting_with(&[3]);
+        assert_eq!(a.handle(E::ChildDisposed(sid(8))).unwrap(), vec![]);
+        assert_eq!(a.state(), ActivationState::Waiting);
+        // Disposing the same child twice settles once.
+        assert_eq!(a.handle(E::ChildDisposed(sid(3))).unwrap().len(), 5);
+        assert_eq!(a.handle(E::ChildDisposed(sid(3))).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn x2_child_adopted_twice_is_a_no_op_and_self_adoption_is_refused() {
+        let mut a = running_turn();
+        assert_eq!(a.handle(E::ChildAdopted(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.handle(E::ChildAdopted(sid(3))).unwrap(), vec![]);
+        assert_eq!(a.owned_children().len(), 1);
+        let err = a.handle(E::ChildAdopted(sid(2))).unwrap_err();
+        assert!(err.to_string().contains("child_adopted(self)"), "{err}");
+    }
+
+    #[test]
+    fn m4_cancel_stops_the_running_turn_only() {
+        let mut a = running_turn();
+        assert_eq!(a.handle(E::MessageQueued).unwrap(), vec![]);
+        assert_eq!(a.handle(E::Cancel).unwrap(), vec![A::CancelTurn]);
+        // The queued message still gets a turn after the cancelled one.
+        assert_eq!(a.handle(finished("cancelled")).unwrap(), vec![A::StartTurn]);
+        assert_eq!(a.last_stop_reason(), Some("cancelled"));
+        // Nothing running: cancel is a no-op.
+        let mut idle = waiting_with(&[3]);
+        assert_eq!(idle.handle(E::Cancel).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn x1_stop_cancels_the_turn_then_settles_ignoring_the_inbox() {
+        let mut a = running_turn();
+        a.handle(E::MessageQueued).unwrap();
+        assert_eq!(a.handle(E::Stop).unwrap(), vec![A::CancelTurn]);
+        assert_eq!(a.handle(E::Stop).unwrap(), vec![]);
+        // A settlement from a grandchild arrives during drain: counted, no turn.
+        assert_eq!(a.handle(E::MessageQueued).unwrap(), vec![]);
+        assert_eq!(a.inbox_len(), 2);
+        assert_eq!(
+            a.handle(finished("cancelled")).unwrap(),
+            settle_actions(Some("cancelled"))
+        );
+    }
+
+    #[test]
+    fn x1_stop_while_owning_children_waits_for_them_then_settles() {
+        let mut a = running_turn();
+        a.handle(E::ChildAdopted(sid(3))).unwrap();
+        assert_eq!(a.handle(E::Stop).unwrap(), vec![A::CancelTurn]);
+        let err = a.handle(E::ChildAdopted(sid(4))).unwrap_err().to_string();
+        assert!(err.contains("while stopping"), "{err}");
+        assert_eq!(
+            a.handle(finished("cancelled")).unwrap(),
+            vec![A::EnterWaiting]
+        );
+        // A turn the loop starts anyway during drain is cancelled at once.
+        assert_eq!(a.handle(E::TurnStarted).unwrap(), vec![A::CancelTurn]);
+        assert_eq!(
+            a.handle(finished("cancelled")).unwrap(),
+            vec![A::EnterWaiting]
+        );
+        assert_eq!(
+            a.handle(E::ChildDisposed(sid(3))).unwrap(),
+            settle_actions(Some("cancelled"))
+        );
+    }
+
+    #[test]
+    fn x1_stop_on_idle_activation_settles_or_waits_at_once() {
+        let mut fresh = Activation::new(sid(2), sid(1));
+        assert_eq!(fresh.handle(E::Stop).unwrap(), settle_actions(None));
+        let mut waiting = waiting_with(&[3]);
+        assert_eq!(waiting.handle(E::Stop).unwrap(), vec![]);
+        assert_eq!(waiting.handle(E::MessageQueued).unwrap(), vec![]);
+        assert_eq!(waiting.state(), ActivationState::Waiting);
+        assert_eq!(
+            waiting.handle(E::ChildDisposed(sid(3))).unwrap(),
+            settle_actions(Some("end_turn"))
+        );
+    }
+
+    #[test]
+    fn x2_events_and_actions_have_stable_json() {
+        assert_eq!(
+            serde_json::to_string(&E::ChildDisposed(sid(3))).unwrap(),
+            format!("{{\"child_disposed\":\"{}\"}}", sid(3))
+        );
+        assert_eq!(
+            serde_json::to_string(&A::StartTurn).unwrap(),
+            "\"start_turn\""
+        );
+        let back: ActivationEvent =
+            serde_json::from_str(r#"{"turn_finished":{"stop_reason":"end_turn"}}"#).unwrap();
+        assert_eq!(back, finished("end_turn"));
+    }
+}

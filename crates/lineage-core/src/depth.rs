@@ -34,6 +34,11 @@ impl MaxDepth {
         check_safe("max_depth", value).map(Self)
     }
 
+    /// A max depth from a `u32`, which is always a safe integer (for defaults in code).
+    pub const fn from_u32(value: u32) -> Self {
+        Self(value as u64)
+    }
+
     /// The cap as a number.
     pub fn get(self) -> u64 {
         self.0
@@ -79,9 +84,9 @@ pub fn safe_integer_from_json(field: &str, value: &serde_json::Value) -> Result<
                 }
                 Some(f) if f.fract() != 0.0 => Err(refuse(format!("{f} is not a whole number"))),
                 Some(f) if f < 0.0 => Err(refuse(format!("{f} is negative"))),
-                Some(f) if f.is_finite() && f <= MAX_SAFE_INTEGER as f64 => {
-                    Err(refuse(format!("{f} is written as a float; write it as an integer")))
-                }
+                Some(f) if f.is_finite() && f <= MAX_SAFE_INTEGER as f64 => Err(refuse(format!(
+                    "{f} is written as a float; write it as an integer"
+                ))),
                 Some(f) => Err(refuse(format!("{f} is larger than 2^53-1"))),
                 None => Err(refuse(format!("{n} is not a number we can read"))),
             }
@@ -111,7 +116,10 @@ pub fn delegation_depth_of(header: &SessionHeader, runtime_override: Option<u64>
 
 /// The depth of a new child of a parent at `parent_depth` (D3): parent + 1, refused past
 /// 2^53-1 ([`CoreError::DepthOverflow`]) or above `max_depth` ([`SubagentDepthError`]).
-pub fn resolve_child_depth(parent_depth: u64, max_depth: Option<MaxDepth>) -> Result<u64, CoreError> {
+pub fn resolve_child_depth(
+    parent_depth: u64,
+    max_depth: Option<MaxDepth>,
+) -> Result<u64, CoreError> {
     let child_depth = parent_depth
         .checked_add(1)
         .filter(|d| *d <= MAX_SAFE_INTEGER)
@@ -190,9 +198,14 @@ mod tests {
         );
         assert_eq!(
             resolve_child_depth(u64::MAX, None),
-            Err(CoreError::DepthOverflow { parent_depth: u64::MAX })
+            Err(CoreError::DepthOverflow {
+                parent_depth: u64::MAX
+            })
         );
-        assert_eq!(resolve_child_depth(MAX_SAFE_INTEGER - 1, None).unwrap(), MAX_SAFE_INTEGER);
+        assert_eq!(
+            resolve_child_depth(MAX_SAFE_INTEGER - 1, None).unwrap(),
+            MAX_SAFE_INTEGER
+        );
     }
 
     #[test]
@@ -233,7 +246,9 @@ mod tests {
     fn d4_max_depth_deserializes_only_valid_values() {
         assert_eq!(serde_json::from_str::<MaxDepth>("4").unwrap().get(), 4);
         for bad in ["-1", "-0", "1.5", "\"2\"", "9007199254740992"] {
-            let err = serde_json::from_str::<MaxDepth>(bad).unwrap_err().to_string();
+            let err = serde_json::from_str::<MaxDepth>(bad)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("max_depth"), "{bad}: {err}");
         }
     }

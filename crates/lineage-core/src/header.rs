@@ -100,20 +100,21 @@ impl TryFrom<RawHeader> for SessionHeader {
                 })
             }
         };
-        let number = |field: &'static str, v: Option<serde_json::Value>| match v {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(v) => safe_integer_from_json(field, &v).map(Some).map_err(|e| {
-                CoreError::InvalidHeader {
-                    field,
-                    reason: match e {
-                        CoreError::InvalidNumber { reason, .. } => {
-                            format!("{reason}; it must be a non-negative safe integer")
-                        }
-                        other => other.to_string(),
-                    },
-                }
-            }),
-        };
+        let number =
+            |field: &'static str, v: Option<serde_json::Value>| match v {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => safe_integer_from_json(field, &v).map(Some).map_err(|e| {
+                    CoreError::InvalidHeader {
+                        field,
+                        reason: match e {
+                            CoreError::InvalidNumber { reason, .. } => {
+                                format!("{reason}; it must be a non-negative safe integer")
+                            }
+                            other => other.to_string(),
+                        },
+                    }
+                }),
+            };
         let header = SessionHeader {
             root_session: raw.root_session.unwrap_or_else(|| raw.id.clone()),
             id: raw.id,
@@ -131,7 +132,11 @@ impl TryFrom<RawHeader> for SessionHeader {
 
 impl SessionHeader {
     /// A top-level session: depth 0, no parent, no origin, its own root.
-    pub fn top_level(id: SessionId, cwd: Option<String>, agent_preset: Option<AgentPreset>) -> Self {
+    pub fn top_level(
+        id: SessionId,
+        cwd: Option<String>,
+        agent_preset: Option<AgentPreset>,
+    ) -> Self {
         SessionHeader {
             root_session: id.clone(),
             id,
@@ -157,7 +162,10 @@ impl SessionHeader {
             ("seed_length", self.seed_length),
         ] {
             if value.is_some_and(|v| v > MAX_SAFE_INTEGER) {
-                return bad(field, "must be a non-negative safe integer (at most 2^53-1)");
+                return bad(
+                    field,
+                    "must be a non-negative safe integer (at most 2^53-1)",
+                );
             }
         }
         if self.seed_length == Some(0) {
@@ -171,7 +179,7 @@ impl SessionHeader {
                 if self.root_session == self.id {
                     return bad("root_session", "a child cannot be the root of its own tree");
                 }
-                if !self.delegation_depth.is_some_and(|d| d >= 1) {
+                if self.delegation_depth.is_none_or(|d| d < 1) {
                     return bad("delegation_depth", "a subagent must have depth 1 or more");
                 }
             }
@@ -328,7 +336,11 @@ mod tests {
             ("delegation_depth", json!(-1), "delegation_depth"),
             ("delegation_depth", json!(1.5), "delegation_depth"),
             ("delegation_depth", json!("1"), "delegation_depth"),
-            ("delegation_depth", json!(9007199254740992u64), "delegation_depth"),
+            (
+                "delegation_depth",
+                json!(9007199254740992u64),
+                "delegation_depth",
+            ),
             ("delegation_depth", json!(0), "delegation_depth"),
             ("seed_length", json!(-3), "seed_length"),
             ("seed_length", json!(0), "seed_length"),

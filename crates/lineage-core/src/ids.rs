@@ -33,7 +33,9 @@ fn check_token(kind: &'static str, input: &str) -> Result<(), CoreError> {
         return Err(invalid("it is longer than 64 characters"));
     }
     if input.contains('.') || input.contains('*') || input.contains('>') {
-        return Err(invalid("'.', '*' and '>' are not allowed in a NATS subject token"));
+        return Err(invalid(
+            "'.', '*' and '>' are not allowed in a NATS subject token",
+        ));
     }
     if input.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid("whitespace and control characters are not allowed"));
@@ -42,7 +44,9 @@ fn check_token(kind: &'static str, input: &str) -> Result<(), CoreError> {
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(invalid("only ASCII letters, digits, '-' and '_' are allowed"));
+        return Err(invalid(
+            "only ASCII letters, digits, '-' and '_' are allowed",
+        ));
     }
     Ok(())
 }

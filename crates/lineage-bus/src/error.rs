@@ -1,0 +1,74 @@
+//! [`BusError`]: the one error enum of `lineage-bus`.
+
+/// What can go wrong on the bus. Messages are one line and say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// The NATS server could not be reached.
+    #[error("cannot connect to NATS at {url}: {reason}; start nats-server or pass --nats URL")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// The client's reason.
+        reason: String,
+    },
+    /// A cluster name is not a safe subject token.
+    #[error("invalid cluster name {name:?}: {reason}; use letters, digits, '-' and '_'")]
+    InvalidCluster {
+        /// The refused name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A JetStream operation failed (stream, consumer, publish ack).
+    #[error("JetStream {op} failed: {reason}; check that nats-server runs with JetStream (-js)")]
+    JetStream {
+        /// The operation, e.g. `publish to the parent inbox`.
+        op: &'static str,
+        /// The server's or client's reason.
+        reason: String,
+    },
+    /// A core NATS publish or request failed.
+    #[error("NATS {op} failed: {reason}")]
+    Nats {
+        /// The operation.
+        op: &'static str,
+        /// The reason.
+        reason: String,
+    },
+    /// Another writer appended to a session log first (optimistic concurrency on the log).
+    #[error("session log of {session} moved on (expected last sequence {expected}); another node owns it now, reload and reclaim")]
+    LogConflict {
+        /// The session whose log it is.
+        session: String,
+        /// The sequence this writer expected to be last.
+        expected: u64,
+    },
+    /// A payload could not be decoded or violates a core rule.
+    #[error(transparent)]
+    Core(#[from] lineage_core::CoreError),
+    /// A payload is not valid JSON for its type.
+    #[error("malformed {what} JSON: {reason}")]
+    Json {
+        /// What was being decoded.
+        what: &'static str,
+        /// serde's reason.
+        reason: String,
+    },
+    /// An operation did not finish within its deadline.
+    #[error("{op} timed out after {millis} ms; the server or the peer is overloaded or gone")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// The deadline.
+        millis: u64,
+    },
+}
+
+impl BusError {
+    pub(crate) fn js(op: &'static str, e: impl std::fmt::Display) -> Self {
+        BusError::JetStream {
+            op,
+            reason: e.to_string(),
+        }
+    }
+}

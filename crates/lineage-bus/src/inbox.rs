@@ -1,0 +1,170 @@
+//! The parent inbox (M1, M2, N2): reports and settlements a parent must not lose.
+//!
+//! One JetStream stream per cluster captures `lineage.<cluster>.parent.*.inbox`. A publish
+//! carries `Nats-Msg-Id = <sender_session_id>-<seq>`, so a retried publish inside the stream's
+//! duplicate window is dropped by the server. Each parent reads through its own durable pull
+//! consumer (`inbox-<parent>`, explicit ack): a parent that is cold, restarting or moving finds
+//! every unacknowledged message when it comes back. The parent acks only after it durably
+//! accepted the message into its own log, and skips a message whose dedup id its log already
+//! holds, so each message takes effect exactly once from the parent's point of view.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use async_nats::HeaderMap;
+use futures::StreamExt;
+use lineage_core::ids::SessionId;
+use lineage_core::messages::InboxMessage;
+
+use crate::error::BusError;
+use crate::subjects::Subjects;
+
+/// How long the server remembers message ids for duplicate suppression.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+
+/// The outcome of a publish into a parent inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The stream sequence.
+    pub sequence: u64,
+    /// True when the server recognised the message id and dropped this copy.
+    pub duplicate: bool,
+}
+
+/// Publishes to and reads from parent inboxes.
+#[derive(Clone)]
+pub struct ParentInbox {
+    js: jetstream::Context,
+    subjects: Subjects,
+}
+
+impl ParentInbox {
+    /// Binds to the inbox stream of a cluster, creating it if it does not exist.
+    pub async fn open(client: async_nats::Client, subjects: Subjects) -> Result<Self, BusError> {
+        let js = jetstream::new(client);
+        js.get_or_create_stream(stream::Config {
+            name: subjects.inbox_stream(),
+            subjects: vec![subjects.all_inboxes()],
+            storage: stream::StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            description: Some("lineage parent inboxes: subagent reports and settlements".into()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BusError::js("create the parent inbox stream", e))?;
+        Ok(ParentInbox { js, subjects })
+    }
+
+    /// Publishes a report or settlement to its parent's inbox and waits for the stream's ack.
+    /// Safe to retry: the dedup id makes a second copy a no-op.
+    pub async fn publish(
+        &self,
+        message: &InboxMessage,
+        traceparent: Option<&str>,
+    ) -> Result<Published, BusError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, message.dedup_id().as_str());
+        if let Some(tp) = traceparent {
+            headers.insert("traceparent", tp);
+        }
+        let subject = self.subjects.parent_inbox(message.parent_session_id());
+        let ack = self
+            .js
+            .publish_with_headers(subject, headers, message.encode().into())
+            .await
+            .map_err(|e| BusError::js("publish to the parent inbox", e))?
+            .await
+            .map_err(|e| BusError::js("acknowledge a parent inbox publish", e))?;
+        Ok(Published {
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
+    }
+
+    /// Opens (or re-opens after a restart) the durable consumer of one parent's inbox.
+    pub async fn consumer(&self, parent: &SessionId) -> Result<InboxConsumer, BusError> {
+        let stream = self
+            .js
+            .get_stream(self.subjects.inbox_stream())
+            .await
+            .map_err(|e| BusError::js("open the parent inbox stream", e))?;
+        let name = self.subjects.inbox_consumer(parent);
+        let consumer = stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: self.subjects.parent_inbox(parent),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(30),
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| BusError::js("create the parent inbox consumer", e))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| BusError::js("read the parent inbox", e))?;
+        Ok(InboxConsumer { messages })
+    }
+
+    /// Deletes a parent's durable consumer once the parent is disposed.
+    pub async fn delete_consumer(&self, parent: &SessionId) -> Result<(), BusError> {
+        let stream = self
+            .js
+            .get_stream(self.subjects.inbox_stream())
+            .await
+            .map_err(|e| BusError::js("open the parent inbox stream", e))?;
+        match stream.delete_consumer(&self.subjects.inbox_consumer(parent)).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("not found") => Ok(()),
+            Err(e) => Err(BusError::js("delete the parent inbox consumer", e)),
+        }
+    }
+}
+
+/// One parent's inbox, in order. Messages stay until [`InboxDelivery::ack`].
+pub struct InboxConsumer {
+    messages: consumer::pull::Stream,
+}
+
+/// A delivered inbox message; ack it after the parent durably accepted it.
+pub struct InboxDelivery {
+    /// The decoded message; `Err` when the payload is malformed (ack it to drop it: it can
+    /// never become valid, and it must not block the inbox).
+    pub message: Result<InboxMessage, BusError>,
+    raw: jetstream::Message,
+}
+
+impl InboxDelivery {
+    /// Acknowledges the message: the server will not deliver it again.
+    pub async fn ack(&self) -> Result<(), BusError> {
+        self.raw
+            .ack()
+            .await
+            .map_err(|e| BusError::js("acknowledge an inbox message", e))
+    }
+
+    /// W3C trace context carried by the publisher, if any.
+    pub fn traceparent(&self) -> Option<String> {
+        self.raw
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("traceparent"))
+            .map(|v| v.to_string())
+    }
+}
+
+impl InboxConsumer {
+    /// Waits for the next message; `None` when the consumer is gone.
+    pub async fn next(&mut self) -> Option<Result<InboxDelivery, BusError>> {
+        let raw = match self.messages.next().await? {
+            Ok(raw) => raw,
+            Err(e) => return Some(Err(BusError::js("receive from the parent inbox", e))),
+        };
+        let message = InboxMessage::decode(&raw.payload).map_err(BusError::from);
+        Some(Ok(InboxDelivery { message, raw }))
+    }
+}

@@ -1,0 +1,64 @@
+//! `subagent/start` and `subagent/end` on core NATS (E1, E2).
+//!
+//! Each event goes to its *parent's* subject, so a subscriber on one parent sees exactly that
+//! parent's direct children, never grandchildren.
+
+use futures::StreamExt;
+use lineage_core::ids::SessionId;
+use lineage_core::messages::LifecycleEvent;
+
+use crate::error::BusError;
+use crate::subjects::Subjects;
+
+/// Publishes a lifecycle event on its parent's `start` or `end` subject.
+pub async fn publish(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    event: &LifecycleEvent,
+) -> Result<(), BusError> {
+    let subject = match event {
+        LifecycleEvent::Start(info) => subjects.parent_start(&info.parent_session_id),
+        LifecycleEvent::End(info) => subjects.parent_end(&info.parent_session_id),
+    };
+    client
+        .publish(subject, event.encode().into())
+        .await
+        .map_err(|e| BusError::Nats {
+            op: "publish a lifecycle event",
+            reason: e.to_string(),
+        })
+}
+
+/// A live feed of one parent's children's lifecycle events.
+pub struct LifecycleWatch {
+    start: async_nats::Subscriber,
+    end: async_nats::Subscriber,
+}
+
+impl LifecycleWatch {
+    /// Subscribes to `<parent>`'s start and end subjects.
+    pub async fn subscribe(
+        client: &async_nats::Client,
+        subjects: &Subjects,
+        parent: &SessionId,
+    ) -> Result<Self, BusError> {
+        let sub = |s: String| async move {
+            client.subscribe(s).await.map_err(|e| BusError::Nats {
+                op: "subscribe to lifecycle events",
+                reason: e.to_string(),
+            })
+        };
+        let start = sub(subjects.parent_start(parent)).await?;
+        let end = sub(subjects.parent_end(parent)).await?;
+        Ok(LifecycleWatch { start, end })
+    }
+
+    /// The next event, from either subject; `None` when both subscriptions closed.
+    pub async fn next(&mut self) -> Option<Result<LifecycleEvent, BusError>> {
+        let msg = tokio::select! {
+            m = self.start.next() => m,
+            m = self.end.next() => m,
+        }?;
+        Some(LifecycleEvent::decode(&msg.payload).map_err(BusError::from))
+    }
+}

@@ -1,0 +1,141 @@
+//! Subject and stream names: the wire contract users script against with `nats sub` (N1).
+//!
+//! | subject | what | kind |
+//! |---|---|---|
+//! | `lineage.<cluster>.parent.<parent>.start` / `.end` | lifecycle of `<parent>`'s direct children | core NATS |
+//! | `lineage.<cluster>.parent.<parent>.inbox` | reports and settlements for `<parent>` | JetStream `LINEAGE_<CLUSTER>_INBOX` |
+//! | `lineage.<cluster>.session.<id>.events` | the session's event log | JetStream `LINEAGE_<CLUSTER>_EVENTS` |
+//! | `lineage.<cluster>.ctl.<op>` | control ops any node may serve (queue group) | service `lineage` |
+//! | `lineage.<cluster>.node.<node>.<op>` | control ops one node must serve | service `lineage` |
+//! | `lineage.<cluster>.raft.<raft_id>.<rpc>` | Raft RPC between registry voters | request/reply |
+
+use lineage_core::ids::{NodeId, SessionId};
+
+use crate::error::BusError;
+
+/// Builds every subject of one lineage cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    cluster: String,
+}
+
+impl Subjects {
+    /// Validates the cluster name (a safe subject token: letters, digits, `-`, `_`; at most 32).
+    pub fn new(cluster: &str) -> Result<Self, BusError> {
+        let refuse = |reason| BusError::InvalidCluster {
+            name: cluster.chars().take(80).collect(),
+            reason,
+        };
+        if cluster.is_empty() {
+            return Err(refuse("it is empty"));
+        }
+        if cluster.len() > 32 {
+            return Err(refuse("it is longer than 32 characters"));
+        }
+        if !cluster
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(refuse("it has a character that is not a letter, digit, '-' or '_'"));
+        }
+        Ok(Subjects {
+            cluster: cluster.to_owned(),
+        })
+    }
+
+    /// The cluster name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// `lineage.<cluster>.parent.<parent>.start`: `subagent/start` of `<parent>`'s children.
+    pub fn parent_start(&self, parent: &SessionId) -> String {
+        format!("lineage.{}.parent.{parent}.start", self.cluster)
+    }
+
+    /// `lineage.<cluster>.parent.<parent>.end`: `subagent/end` of `<parent>`'s children.
+    pub fn parent_end(&self, parent: &SessionId) -> String {
+        format!("lineage.{}.parent.{parent}.end", self.cluster)
+    }
+
+    /// `lineage.<cluster>.parent.<parent>.inbox`: reports and settlements for `<parent>`.
+    pub fn parent_inbox(&self, parent: &SessionId) -> String {
+        format!("lineage.{}.parent.{parent}.inbox", self.cluster)
+    }
+
+    /// `lineage.<cluster>.parent.*.inbox`: what the inbox stream captures.
+    pub fn all_inboxes(&self) -> String {
+        format!("lineage.{}.parent.*.inbox", self.cluster)
+    }
+
+    /// `lineage.<cluster>.session.<id>.events`: the session's event log.
+    pub fn session_events(&self, session: &SessionId) -> String {
+        format!("lineage.{}.session.{session}.events", self.cluster)
+    }
+
+    /// `lineage.<cluster>.session.*.events`: what the events stream captures.
+    pub fn all_session_events(&self) -> String {
+        format!("lineage.{}.session.*.events", self.cluster)
+    }
+
+    /// `lineage.<cluster>.ctl.<op>`: a control op any node may serve.
+    pub fn control(&self, op: &str) -> String {
+        format!("lineage.{}.ctl.{op}", self.cluster)
+    }
+
+    /// `lineage.<cluster>.node.<node>.<op>`: a control op one node must serve.
+    pub fn node_control(&self, node: &NodeId, op: &str) -> String {
+        format!("lineage.{}.node.{node}.{op}", self.cluster)
+    }
+
+    /// `LINEAGE_<CLUSTER>_INBOX`: the JetStream stream of parent inboxes.
+    pub fn inbox_stream(&self) -> String {
+        format!("LINEAGE_{}_INBOX", self.stream_token())
+    }
+
+    /// `LINEAGE_<CLUSTER>_EVENTS`: the JetStream stream of session event logs.
+    pub fn events_stream(&self) -> String {
+        format!("LINEAGE_{}_EVENTS", self.stream_token())
+    }
+
+    /// The durable consumer name of a parent's inbox.
+    pub fn inbox_consumer(&self, parent: &SessionId) -> String {
+        format!("inbox-{parent}")
+    }
+
+    fn stream_token(&self) -> String {
+        self.cluster.to_ascii_uppercase().replace('-', "_")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sid() -> SessionId {
+        SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap()
+    }
+
+    #[test]
+    fn n1_subjects_are_pinned() {
+        let s = Subjects::new("dev").unwrap();
+        let p = sid();
+        assert_eq!(s.parent_start(&p), format!("lineage.dev.parent.{p}.start"));
+        assert_eq!(s.parent_end(&p), format!("lineage.dev.parent.{p}.end"));
+        assert_eq!(s.parent_inbox(&p), format!("lineage.dev.parent.{p}.inbox"));
+        assert_eq!(s.session_events(&p), format!("lineage.dev.session.{p}.events"));
+        assert_eq!(s.control("spawn"), "lineage.dev.ctl.spawn");
+        let n = NodeId::parse("node-1").unwrap();
+        assert_eq!(s.node_control(&n, "start"), "lineage.dev.node.node-1.start");
+        assert_eq!(s.inbox_stream(), "LINEAGE_DEV_INBOX");
+        assert_eq!(Subjects::new("my-c").unwrap().events_stream(), "LINEAGE_MY_C_EVENTS");
+    }
+
+    #[test]
+    fn n1_cluster_names_must_be_subject_tokens() {
+        for bad in ["", "a.b", "a*", "a>", "a b", &"x".repeat(33)] {
+            let err = Subjects::new(bad).unwrap_err().to_string();
+            assert!(err.starts_with("invalid cluster name"), "{err}");
+        }
+    }
+}

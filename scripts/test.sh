@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs every lineage test: installs nats-server if missing, then the whole workspace.
+# Tests that need the bus start their own nats-server on a free port (lineage-testkit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+export PATH="$PATH:$HOME/go/bin"
+export RUST_BACKTRACE=1
+cargo build --workspace --bins
+exec cargo test --workspace -- --test-threads="${LINEAGE_TEST_THREADS:-2}"
