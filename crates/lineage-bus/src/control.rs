@@ -70,6 +70,7 @@ impl ControlError {
 
 /// The reply envelope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct Reply<T> {
     /// Always [`CONTROL_VERSION`].
     pub v: u64,
@@ -96,10 +97,8 @@ pub fn encode_reply<T: Serialize>(outcome: &Result<T, ControlError>) -> Vec<u8> 
         }),
     };
     body.unwrap_or_else(|e| {
-        format!(
-            r#"{{"v":1,"error":{{"code":"internal","message":"cannot encode reply: {e}"}}}}"#
-        )
-        .into_bytes()
+        format!(r#"{{"v":1,"error":{{"code":"internal","message":"cannot encode reply: {e}"}}}}"#)
+            .into_bytes()
     })
 }
 
@@ -146,7 +145,10 @@ pub async fn request<Req: Serialize, Res: DeserializeOwned>(
             )
         })?;
     let envelope: Reply<Res> = serde_json::from_slice(&reply.payload).map_err(|e| {
-        ControlError::new(ErrorCode::Internal, format!("malformed reply on {subject}: {e}"))
+        ControlError::new(
+            ErrorCode::Internal,
+            format!("malformed reply on {subject}: {e}"),
+        )
     })?;
     match (envelope.result, envelope.error) {
         (_, Some(error)) => Err(error),
@@ -182,8 +184,10 @@ mod tests {
     fn n3_reply_envelopes_are_pinned() {
         let ok: Result<u32, ControlError> = Ok(7);
         assert_eq!(encode_reply(&ok), br#"{"v":1,"result":7}"#);
-        let err: Result<u32, ControlError> =
-            Err(ControlError::new(ErrorCode::Refused, "admission closed\nunder X"));
+        let err: Result<u32, ControlError> = Err(ControlError::new(
+            ErrorCode::Refused,
+            "admission closed\nunder X",
+        ));
         assert_eq!(
             String::from_utf8(encode_reply(&err)).unwrap(),
             r#"{"v":1,"error":{"code":"refused","message":"admission closed under X"}}"#

@@ -69,7 +69,11 @@ impl EventLogStore {
         }
         let ack = self
             .js
-            .publish_with_headers(self.subjects.session_events(session), headers, payload.into())
+            .publish_with_headers(
+                self.subjects.session_events(session),
+                headers,
+                payload.into(),
+            )
             .await
             .map_err(|e| BusError::js("append to a session log", e))?
             .await;
@@ -86,7 +90,10 @@ impl EventLogStore {
     }
 
     /// Reads a session's whole log, in order, with the cursor to append after it.
-    pub async fn read(&self, session: &SessionId) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
+    pub async fn read(
+        &self,
+        session: &SessionId,
+    ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
         let stream = self
             .js
             .get_stream(self.subjects.events_stream())
@@ -123,7 +130,9 @@ impl EventLogStore {
                 })?;
             let Some(msg) = next else { break };
             let msg = msg.map_err(|e| BusError::js("read a session log", e))?;
-            let info = msg.info().map_err(|e| BusError::js("read a session log", e))?;
+            let info = msg
+                .info()
+                .map_err(|e| BusError::js("read a session log", e))?;
             cursor.last_stream_seq = info.stream_sequence;
             let event: SessionEvent =
                 serde_json::from_slice(&msg.payload).map_err(|e| BusError::Json {

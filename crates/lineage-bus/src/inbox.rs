@@ -63,7 +63,10 @@ impl ParentInbox {
         traceparent: Option<&str>,
     ) -> Result<Published, BusError> {
         let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, message.dedup_id().as_str());
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            message.dedup_id().as_str(),
+        );
         if let Some(tp) = traceparent {
             headers.insert("traceparent", tp);
         }
@@ -117,7 +120,10 @@ impl ParentInbox {
             .get_stream(self.subjects.inbox_stream())
             .await
             .map_err(|e| BusError::js("open the parent inbox stream", e))?;
-        match stream.delete_consumer(&self.subjects.inbox_consumer(parent)).await {
+        match stream
+            .delete_consumer(&self.subjects.inbox_consumer(parent))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.to_string().contains("not found") => Ok(()),
             Err(e) => Err(BusError::js("delete the parent inbox consumer", e)),

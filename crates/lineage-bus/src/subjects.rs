@@ -36,7 +36,9 @@ impl Subjects {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            return Err(refuse("it has a character that is not a letter, digit, '-' or '_'"));
+            return Err(refuse(
+                "it has a character that is not a letter, digit, '-' or '_'",
+            ));
         }
         Ok(Subjects {
             cluster: cluster.to_owned(),
@@ -123,12 +125,18 @@ mod tests {
         assert_eq!(s.parent_start(&p), format!("lineage.dev.parent.{p}.start"));
         assert_eq!(s.parent_end(&p), format!("lineage.dev.parent.{p}.end"));
         assert_eq!(s.parent_inbox(&p), format!("lineage.dev.parent.{p}.inbox"));
-        assert_eq!(s.session_events(&p), format!("lineage.dev.session.{p}.events"));
+        assert_eq!(
+            s.session_events(&p),
+            format!("lineage.dev.session.{p}.events")
+        );
         assert_eq!(s.control("spawn"), "lineage.dev.ctl.spawn");
         let n = NodeId::parse("node-1").unwrap();
         assert_eq!(s.node_control(&n, "start"), "lineage.dev.node.node-1.start");
         assert_eq!(s.inbox_stream(), "LINEAGE_DEV_INBOX");
-        assert_eq!(Subjects::new("my-c").unwrap().events_stream(), "LINEAGE_MY_C_EVENTS");
+        assert_eq!(
+            Subjects::new("my-c").unwrap().events_stream(),
+            "LINEAGE_MY_C_EVENTS"
+        );
     }
 
     #[test]

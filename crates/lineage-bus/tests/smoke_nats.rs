@@ -7,7 +7,10 @@ use lineage_testkit::NatsServer;
 async fn n1_smoke_publish_and_receive_through_a_real_nats_server() {
     let server = NatsServer::start().expect("start nats-server");
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let mut sub = client.subscribe("lineage.smoke.>").await.expect("subscribe");
+    let mut sub = client
+        .subscribe("lineage.smoke.>")
+        .await
+        .expect("subscribe");
     client
         .publish("lineage.smoke.hello", "hi".into())
         .await

@@ -25,7 +25,11 @@ pub fn nats_server_binary() -> io::Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("nats-server")).collect())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("nats-server"))
+                .collect()
+        })
         .unwrap_or_default();
     if let Some(home) = std::env::var_os("HOME") {
         candidates.push(Path::new(&home).join("go/bin/nats-server"));
@@ -84,7 +88,10 @@ impl NatsServer {
             if Instant::now() > deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("nats-server did not accept connections on port {} within {limit:?}", self.port),
+                    format!(
+                        "nats-server did not accept connections on port {} within {limit:?}",
+                        self.port
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));

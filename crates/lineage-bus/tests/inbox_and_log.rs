@@ -1,0 +1,193 @@
+//! The parent inbox and the session event log against a real nats-server with JetStream.
+
+use std::time::Duration;
+
+use lineage_bus::events::{EventLogStore, LogCursor};
+use lineage_bus::inbox::ParentInbox;
+use lineage_bus::{BusError, Subjects};
+use lineage_core::ids::SessionId;
+use lineage_core::log::SessionEvent;
+use lineage_core::messages::{Delivery, InboxMessage, StopReason, SubagentReport, SubagentSettled};
+use lineage_testkit::NatsServer;
+
+fn sid(n: u32) -> SessionId {
+    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+}
+
+fn report(seq: u64, content: &str) -> InboxMessage {
+    InboxMessage::Report(SubagentReport {
+        sender_session_id: sid(2),
+        parent_session_id: sid(1),
+        seq,
+        content: content.into(),
+        delivery: Delivery::Quiet,
+        at_ms: 1,
+    })
+}
+
+async fn next(
+    consumer: &mut lineage_bus::inbox::InboxConsumer,
+) -> lineage_bus::inbox::InboxDelivery {
+    tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .expect("a message within 5 s")
+        .expect("consumer open")
+        .expect("delivered")
+}
+
+#[tokio::test]
+async fn n2_retried_publish_is_dropped_by_message_id() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let inbox = ParentInbox::open(client, Subjects::new("t").unwrap())
+        .await
+        .unwrap();
+    let first = inbox.publish(&report(1, "a"), None).await.unwrap();
+    let retry = inbox.publish(&report(1, "a"), None).await.unwrap();
+    assert!(!first.duplicate);
+    assert!(retry.duplicate, "the retried publish must be suppressed");
+    let second = inbox.publish(&report(2, "b"), None).await.unwrap();
+    assert!(!second.duplicate);
+    let mut consumer = inbox.consumer(&sid(1)).await.unwrap();
+    let one = next(&mut consumer).await;
+    assert_eq!(
+        one.message.as_ref().unwrap().dedup_id(),
+        format!("{}-1", sid(2))
+    );
+    one.ack().await.unwrap();
+    let two = next(&mut consumer).await;
+    assert_eq!(
+        two.message.as_ref().unwrap().dedup_id(),
+        format!("{}-2", sid(2))
+    );
+    two.ack().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), consumer.next())
+            .await
+            .is_err(),
+        "no third message"
+    );
+}
+
+#[tokio::test]
+async fn n2_cold_parent_gets_unacked_messages_when_it_comes_back() {
+    let server = NatsServer::start().unwrap();
+    let subjects = Subjects::new("t").unwrap();
+    {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let inbox = ParentInbox::open(client.clone(), subjects.clone())
+            .await
+            .unwrap();
+        let mut consumer = inbox.consumer(&sid(1)).await.unwrap();
+        inbox.publish(&report(1, "seen"), None).await.unwrap();
+        next(&mut consumer).await.ack().await.unwrap();
+        // The parent goes cold: this one arrives while it is down, and one is delivered but
+        // never acked (the parent crashed before accepting it).
+        inbox.publish(&report(2, "unacked"), None).await.unwrap();
+        let _unacked = next(&mut consumer).await;
+        inbox
+            .publish(
+                &InboxMessage::Settled(SubagentSettled::new(
+                    sid(2),
+                    sid(1),
+                    3,
+                    "child done",
+                    StopReason::Completed,
+                    None,
+                    2,
+                )),
+                None,
+            )
+            .await
+            .unwrap();
+        drop(consumer);
+        client.flush().await.unwrap();
+    }
+    // A new process (new connection) re-opens the durable consumer.
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let inbox = ParentInbox::open(client, subjects).await.unwrap();
+    let mut consumer = inbox.consumer(&sid(1)).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        // The unacked one comes back after ack_wait at the latest; allow for it.
+        let d = tokio::time::timeout(Duration::from_secs(40), consumer.next())
+            .await
+            .expect("redelivery")
+            .unwrap()
+            .unwrap();
+        got.push(d.message.as_ref().unwrap().dedup_id());
+        d.ack().await.unwrap();
+    }
+    got.sort();
+    assert_eq!(got, vec![format!("{}-2", sid(2)), format!("{}-3", sid(2))]);
+}
+
+#[tokio::test]
+async fn n2_malformed_inbox_payload_is_reported_not_panicked() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let subjects = Subjects::new("t").unwrap();
+    let inbox = ParentInbox::open(client.clone(), subjects.clone())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.publish(subjects.parent_inbox(&sid(1)), "{not json".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut consumer = inbox.consumer(&sid(1)).await.unwrap();
+    let d = next(&mut consumer).await;
+    let err = d.message.as_ref().err().expect("decode error").to_string();
+    assert!(err.contains("invalid"), "{err}");
+    d.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn k1_session_log_reads_back_in_order_and_refuses_a_second_writer() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let store = EventLogStore::open(client, Subjects::new("t").unwrap())
+        .await
+        .unwrap();
+    let (empty, cursor) = store.read(&sid(7)).await.unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(cursor, LogCursor::default());
+    let mut cursor = Some(cursor);
+    for seq in 1..=100u64 {
+        let event = SessionEvent {
+            seq,
+            kind: "turn/user".into(),
+            data: serde_json::json!({"n": seq}),
+            at_ms: seq,
+        };
+        cursor = Some(store.append(&sid(7), &event, cursor).await.unwrap());
+    }
+    // Another session's log does not mix in.
+    let other = SessionEvent {
+        seq: 1,
+        kind: "x".into(),
+        data: serde_json::json!(null),
+        at_ms: 0,
+    };
+    store.append(&sid(8), &other, None).await.unwrap();
+    let (events, read_cursor) = store.read(&sid(7)).await.unwrap();
+    assert_eq!(events.len(), 100);
+    assert!(events
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == i as u64 + 1));
+    assert_eq!(Some(read_cursor), cursor);
+    // A writer holding a stale cursor loses.
+    let stale = LogCursor { last_stream_seq: 1 };
+    let event = SessionEvent {
+        seq: 101,
+        kind: "turn/user".into(),
+        data: serde_json::json!(1),
+        at_ms: 0,
+    };
+    match store.append(&sid(7), &event, Some(stale)).await {
+        Err(BusError::LogConflict { .. }) => {}
+        other => panic!("expected a log conflict, got {other:?}"),
+    }
+}
