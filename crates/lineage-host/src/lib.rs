@@ -1,2 +1,54 @@
-//! lineage-host (skeleton: filled in by later issues).
+//! `lineage-host`: everything a node does to host agents (H1, H2), as a library that the node
+//! process (`lineage-node`) assembles.
+//!
+//! Build a [`Host`] with [`Host::start`] (node id, cluster subjects, NATS client, a
+//! [`RegistryPort`], a [`Clock`], a [`DriverFactory`], a shutdown token), then serve it on NATS
+//! with [`service::serve`]. The node process owns config, tracing and process shutdown.
+//!
+//! Module map (requirement ids from `shared/spec/requirements.md`):
+//!
+//! | module | what | ids |
+//! |---|---|---|
+//! | [`driver`] | the `AgentDriver` trait and `DriverAction` data | H1 |
+//! | [`script`] | the deterministic scripted driver | H1 |
+//! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio | H1 |
+//! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
+//! | [`clock`] | injected time ([`Clock`]) and id minting | |
+//! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
+//! | `agent` | one live agent: a task with driver, log, activation, queues | X2 |
+//! | [`spawn`] | birth: depth, policy snapshot, header, register, creation window, start event | S1–S3, D2–D4, L1, C1–C3, P1, E1 |
+//! | [`settle`] | settlement: commit, end event, notice to the parent inbox | X2, M2, E1 |
+//! | [`report`] | reports and the durable inbox consumer | M1, N2 |
+//! | [`followup`] | next user message, cold-resuming first | M3 |
+//! | [`interrupt`] | authority-checked turn cancellation | M4, R3 |
+//! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
+//! | [`drain`] | close admission, stop, dispose leaves first | X1, H2 |
+//! | [`control`] | request/reply bodies of the `lineage` service | N3 |
+//! | [`service`] | the `lineage` NATS micro service | N3, O3 |
+//! | [`error`] | [`HostError`], the crate's one error enum | |
+
 #![deny(missing_docs)]
+
+pub mod acp;
+mod agent;
+pub mod clock;
+pub mod control;
+pub mod drain;
+pub mod driver;
+pub mod error;
+pub mod followup;
+pub mod host;
+pub mod interrupt;
+pub mod registry;
+pub mod report;
+pub mod resume;
+pub mod script;
+pub mod service;
+pub mod settle;
+pub mod spawn;
+
+pub use agent::{AgentRecord, AGENT_EVENT};
+pub use clock::{Clock, IdMint, ManualClock, SystemClock};
+pub use error::HostError;
+pub use host::{DriverFactory, Host, HostConfig, HostDeps, ScriptDrivers};
+pub use registry::{MemoryRegistry, RegistryPort};

@@ -1,2 +1,43 @@
-//! lineage-registry (skeleton: filled in by later issues).
+//! `lineage-registry`: the durable record of who descends from whom (G1–G3).
+//!
+//! An openraft group of 1, 3 or 5 voters; each member stores its log, vote and snapshots in one
+//! redb file and talks Raft over NATS request/reply. The state machine enforces the lineage
+//! rules at apply time, so no node can bypass them. Any process reaches it through a
+//! [`RegistryClient`] built from a NATS connection and a cluster name.
+//!
+//! Module map:
+//!
+//! | module | what | ids |
+//! |---|---|---|
+//! | [`types`] | `SessionRecord`, `NodeRecord`, `Command`, `CommandResponse`, `RegistryRefusal` | G1 |
+//! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
+//! | [`storage`] | redb log store and state machine (openraft storage v2) | G3 |
+//! | [`raft_types`] | the openraft type configuration | G1 |
+//! | [`subjects`] | NATS subject names | N3 |
+//! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
+//! | [`network`] | Raft RPCs over NATS (append, vote, chunked snapshots) | G1 |
+//! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
+//! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
+//! | [`error`] | [`RegistryError`], the crate's one error enum | |
+
 #![deny(missing_docs)]
+
+pub mod client;
+pub mod error;
+pub mod network;
+pub mod node;
+pub mod raft_types;
+pub mod state;
+pub mod storage;
+pub mod subjects;
+pub mod types;
+pub mod wire;
+
+pub use client::{Consistency, RegistryClient};
+pub use error::RegistryError;
+pub use node::{RegistryNode, RegistryNodeConfig};
+pub use state::RegistryState;
+pub use types::{
+    Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
+    SessionRecord, SessionState,
+};

@@ -1,4 +1,39 @@
 //! The `lineage` command line.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`cli`] | clap definitions: global flags and verbs, each `--help` with an example |
+//! | [`commands`] | one function per verb |
+//! | [`dev`] | `lineage dev`: a local cluster of real processes |
+//! | [`demo`] | the demo workload `lineage dev` runs |
+//! | [`bench`] | `lineage bench`: statistics, baseline, workers |
+//! | [`scenarios`] | the benchmark scenarios |
+//! | [`telemetry`] | logging setup |
+//! | [`output`] | human and `--json` output, one-line errors, exit codes |
+
+mod bench;
+mod cli;
+mod commands;
+mod demo;
+mod dev;
+mod output;
+mod scenarios;
+mod telemetry;
+
+use clap::Parser;
+
 fn main() {
-    println!("lineage: see `lineage --help`");
+    let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(commands::run(cli));
+    std::process::exit(code);
 }

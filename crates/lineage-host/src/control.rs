@@ -1,0 +1,346 @@
+//! Request and reply bodies of the `lineage` control service (N3), as the host defines them.
+//!
+//! The envelope (`{"v":1,"result":...}` / `{"v":1,"error":{"code","message"}}`), the error codes
+//! and the request helper live in `lineage_bus::control`; this module is the bodies. Cluster-wide
+//! ops (`lineage.<cluster>.ctl.<op>`, any node may serve): [`SpawnRequest`], [`FollowupRequest`],
+//! [`InterruptRequest`], [`DrainRequest`], [`ResumeRequest`], [`StatusRequest`]. Per-node ops
+//! (`lineage.<cluster>.node.<node>.<op>`, that node must serve): [`StartRequest`] (`start`), and
+//! the same followup / interrupt / resume / status bodies plus [`StopRequest`] (`stop`) and
+//! [`ReleaseRequest`] (`release`), which the drain executor sends to hosting nodes.
+
+use lineage_core::authority::InterruptAuthority;
+use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
+use lineage_core::header::{AgentPreset, SessionHeader};
+use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+use lineage_core::messages::StopReason;
+use lineage_core::policy::{DelegatedPolicyOverrides, ParentPolicyView};
+use serde::{Deserialize, Serialize};
+
+use crate::driver::AgentSpec;
+
+/// Op names: the last token of the control subjects.
+pub mod ops {
+    /// Spawn a top-level session or a child of a live session.
+    pub const SPAWN: &str = "spawn";
+    /// Next user message to a session (cold-resumes it first when needed).
+    pub const FOLLOWUP: &str = "followup";
+    /// Cancel a live session's current turn, with authority.
+    pub const INTERRUPT: &str = "interrupt";
+    /// Drain subtrees leaves first.
+    pub const DRAIN: &str = "drain";
+    /// Cold-resume a session on the serving node.
+    pub const RESUME: &str = "resume";
+    /// What the serving node hosts.
+    pub const STATUS: &str = "status";
+    /// Per node: host a registered child here.
+    pub const START: &str = "start";
+    /// Per node: stop turns of live sessions (drain step 2).
+    pub const STOP: &str = "stop";
+    /// Per node: release (settle and drop) live sessions (drain waves).
+    pub const RELEASE: &str = "release";
+    /// Every cluster-wide op.
+    pub const CLUSTER: [&str; 6] = [SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS];
+    /// Every per-node op.
+    pub const NODE: [&str; 9] = [
+        SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS, START, STOP, RELEASE,
+    ];
+}
+
+/// `spawn`: a new top-level session (no `parent`), or a child of a live `parent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequest {
+    /// The parent; absent for a top-level session.
+    #[serde(default)]
+    pub parent: Option<SessionId>,
+    /// Shape of a child (`one-shot` or `continuable`); ignored for a top-level session.
+    #[serde(default)]
+    pub shape: Option<SubagentShape>,
+    /// The agent to run.
+    pub agent: AgentSpec,
+    /// The first user message.
+    #[serde(default)]
+    pub prompt: String,
+    /// The node to host it; the serving node when absent.
+    #[serde(default)]
+    pub node: Option<NodeId>,
+    /// A label (children).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Persona (C1, children).
+    #[serde(default)]
+    pub persona: Option<String>,
+    /// Tool filter (C1, children).
+    #[serde(default)]
+    pub tool_filter: Option<Vec<String>>,
+    /// Max depth for this subtree (D4): validated, a non-negative safe integer.
+    #[serde(default)]
+    pub max_depth: Option<serde_json::Value>,
+    /// Idempotency key: a retried spawn with the same id returns the same session.
+    #[serde(default)]
+    pub request_id: Option<RequestId>,
+    /// Top-level only: the working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Top-level only: the composed preset the session runs with.
+    #[serde(default)]
+    pub preset: Option<AgentPreset>,
+    /// Top-level only: its policy (what its children inherit, C2).
+    #[serde(default)]
+    pub policy: Option<ParentPolicyView>,
+    /// Set by a node that forwarded the request; a forwarded request is never forwarded again.
+    #[serde(default)]
+    pub forwarded: bool,
+}
+
+/// The result of a one-shot run (S1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OneShotResult {
+    /// The child's last assistant message.
+    pub output: Option<String>,
+    /// Structured output, when the agent produced one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<serde_json::Value>,
+    /// Why the run ended; the run settles on success or failure alike.
+    pub stop_reason: StopReason,
+}
+
+/// `spawn` and `start` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnReply {
+    /// The new session.
+    pub session: SessionId,
+    /// Its run (children).
+    pub run: Option<RunId>,
+    /// The node hosting it.
+    pub node: NodeId,
+    /// Its delegation depth.
+    pub depth: u64,
+    /// One-shot children: the result (the run is settled and disposed when this returns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<OneShotResult>,
+}
+
+/// Per-node `start`: host a session registered by the spawning node (the creation window runs
+/// here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// The frozen header, as registered.
+    pub header: SessionHeader,
+    /// Children: the descriptor (P1).
+    #[serde(default)]
+    pub descriptor: Option<SubagentDescriptor>,
+    /// The agent.
+    pub agent: AgentSpec,
+    /// The first user message.
+    #[serde(default)]
+    pub prompt: String,
+    /// Children: the run.
+    #[serde(default)]
+    pub run: Option<RunId>,
+    /// Children: the delegated policy snapshot (C2), taken before the first await.
+    #[serde(default)]
+    pub policy: DelegatedPolicyOverrides,
+    /// Top-level sessions: their own policy view.
+    #[serde(default)]
+    pub policy_view: Option<ParentPolicyView>,
+    /// The node of the live parent (for the `local` flag and the runtime owner).
+    #[serde(default)]
+    pub parent_node: Option<NodeId>,
+}
+
+/// `followup` (M3): the next user message to a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FollowupRequest {
+    /// The session (usually a continuable child).
+    pub session: SessionId,
+    /// The text.
+    pub content: String,
+    /// Set by a forwarding node.
+    #[serde(default)]
+    pub forwarded: bool,
+}
+
+/// How a followup was delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowupOutcome {
+    /// The session was live; the message is in its log and queued for a turn.
+    Delivered,
+    /// The session was cold; it was resumed here first, then the message was delivered.
+    ResumedAndDelivered,
+}
+
+/// `followup` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowupReply {
+    /// The session.
+    pub session: SessionId,
+    /// The node hosting it now.
+    pub node: NodeId,
+    /// What happened.
+    pub outcome: FollowupOutcome,
+}
+
+/// `interrupt` (M4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptRequest {
+    /// The session whose turn to cancel.
+    pub target: SessionId,
+    /// `{"kind":"user","parent_session_id":..}` or `{"kind":"ancestor","session":..}`.
+    pub authority: InterruptAuthority,
+    /// Set by a forwarding node.
+    #[serde(default)]
+    pub forwarded: bool,
+}
+
+/// What an allowed interrupt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptOutcome {
+    /// A turn was running and is cancelled.
+    Cancelled,
+    /// The session is live but idle: nothing to cancel.
+    NothingRunning,
+    /// The session is not live anywhere (cold or settled): nothing to cancel.
+    NotLive,
+}
+
+/// `interrupt` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterruptReply {
+    /// The target.
+    pub target: SessionId,
+    /// The node that hosts it, when live.
+    pub node: Option<NodeId>,
+    /// What happened.
+    pub outcome: InterruptOutcome,
+}
+
+/// `drain` (X1, H2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// The parents whose subtrees to drain (they are disposed too, last).
+    pub roots: Vec<SessionId>,
+}
+
+/// How one session was disposed by a drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisposalKind {
+    /// Live on a node: released there (turn cancelled, settled), then disposed in the registry.
+    Released,
+    /// Cold, or its node is dead (lease expired): disposed straight from the registry.
+    RegistryOnly,
+    /// It was already disposed (idempotent outcome).
+    AlreadyDisposed,
+}
+
+/// One disposal of a drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disposal {
+    /// The session.
+    pub session: SessionId,
+    /// The node that hosted it, if it was live.
+    pub node: Option<NodeId>,
+    /// How.
+    pub kind: DisposalKind,
+}
+
+/// What a drain did, wave by wave (leaves first).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DrainReport {
+    /// Sessions whose admission was closed.
+    pub closed: Vec<SessionId>,
+    /// Disposal waves; wave 0 holds the leaves.
+    pub waves: Vec<Vec<Disposal>>,
+    /// Problems that did not stop the drain (an unreachable node: its sessions were disposed
+    /// from the registry), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// `resume` (K1): host a cold session on the serving node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// The session.
+    pub session: SessionId,
+}
+
+/// What a resume did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeOutcome {
+    /// Claimed and rebuilt here.
+    Resumed,
+    /// Already live here: nothing to do.
+    AlreadyLive,
+}
+
+/// `resume` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeReply {
+    /// The session.
+    pub session: SessionId,
+    /// The node hosting it now.
+    pub node: NodeId,
+    /// What happened.
+    pub outcome: ResumeOutcome,
+    /// The placement epoch now held.
+    pub epoch: u64,
+}
+
+/// `status`: no fields.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {}
+
+/// One live agent in a status reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAgent {
+    /// The session.
+    pub session: SessionId,
+    /// Its durable parent.
+    pub parent: Option<SessionId>,
+    /// Its runtime owner: the parent, when live on this node (R1, R2).
+    pub owner: Option<SessionId>,
+    /// Shape, for children.
+    pub shape: Option<SubagentShape>,
+    /// Delegation depth.
+    pub depth: u64,
+}
+
+/// `status` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// The serving node.
+    pub node: NodeId,
+    /// The cluster.
+    pub cluster: String,
+    /// What it hosts, sorted by session id.
+    pub live: Vec<LiveAgent>,
+}
+
+/// Per-node `stop` and `release`: the sessions to act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StopRequest {
+    /// The sessions.
+    pub sessions: Vec<SessionId>,
+}
+
+/// Per-node `release` body (same shape as [`StopRequest`]).
+pub type ReleaseRequest = StopRequest;
+
+/// Per-node `stop` / `release` reply: which of the sessions were live here.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StopReply {
+    /// Sessions that were live here and were acted on.
+    pub done: Vec<SessionId>,
+    /// Sessions that were not live here.
+    pub not_live: Vec<SessionId>,
+}

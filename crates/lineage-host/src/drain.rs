@@ -1,0 +1,252 @@
+//! Drain (X1, H2): close admission, stop live descendants, dispose leaves first.
+//!
+//! 1. Read the subtrees of the roots from the registry; a session counts as hosted on its
+//!    placement node only when it is running or waiting and that node's lease is current (a
+//!    dead node's sessions, and settled ones, are cold).
+//! 2. Plan with `lineage_core::drain::plan_drain`.
+//! 3. Close admission on the roots' subtrees in one registry write: no child slips in.
+//! 4. Stop the live strict descendants on their nodes (per-node `stop`: the turn is cancelled
+//!    and no new turn starts).
+//! 5. Dispose in waves, leaves first: a hosted session is released on its node first (per-node
+//!    `release`: it settles with stop reason `disposed` and leaves), then disposed in the
+//!    registry; a cold one is disposed straight from the registry. The registry refuses to
+//!    dispose a session whose children are not disposed, so the order is enforced twice and
+//!    checkable afterwards.
+
+use std::sync::Arc;
+
+use lineage_core::drain::{plan_drain, DrainInput, DrainSession, DrainSessionState};
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_registry::types::{Command, CommandResponse, SessionState};
+
+use crate::agent::AgentCmd;
+use crate::control::{ops, Disposal, DisposalKind, DrainReport, StopReply, StopRequest};
+use crate::error::HostError;
+use crate::host::{Host, Shared};
+
+impl Shared {
+    pub(crate) async fn drain(
+        self: &Arc<Self>,
+        roots: Vec<SessionId>,
+    ) -> Result<DrainReport, HostError> {
+        if roots.is_empty() {
+            return Err(HostError::BadRequest(
+                "drain needs at least one root session".to_owned(),
+            ));
+        }
+        // 1. Snapshot.
+        let mut sessions: Vec<DrainSession> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut alive: std::collections::BTreeMap<NodeId, bool> = std::collections::BTreeMap::new();
+        for root in &roots {
+            let subtree = self.registry.subtree(root.clone()).await?;
+            if subtree.is_empty() {
+                return Err(HostError::UnknownSession(root.to_string()));
+            }
+            for record in subtree {
+                if !seen.insert(record.id().clone()) {
+                    continue;
+                }
+                let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
+                let node = match (&record.placement, active) {
+                    (Some(p), true) => {
+                        let ok = match alive.get(&p.node) {
+                            Some(ok) => *ok,
+                            None => {
+                                let ok = self.node_alive(&p.node).await?;
+                                alive.insert(p.node.clone(), ok);
+                                ok
+                            }
+                        };
+                        ok.then(|| p.node.clone())
+                    }
+                    (Some(_), false) | (None, _) => None,
+                };
+                // A settled session may still be live here for a moment: release it too.
+                let node =
+                    node.or_else(|| self.is_live(record.id()).then(|| self.cfg.node.clone()));
+                sessions.push(DrainSession {
+                    id: record.id().clone(),
+                    parent: record.header.parent_session().cloned(),
+                    node,
+                    state: if record.state == SessionState::Disposed {
+                        DrainSessionState::Disposed
+                    } else {
+                        DrainSessionState::Live
+                    },
+                });
+            }
+        }
+        // 2. Plan.
+        let plan = plan_drain(&DrainInput {
+            roots: roots.clone(),
+            sessions,
+        })?;
+        let mut report = DrainReport::default();
+        // 3. Close admission, one write.
+        let closed = self
+            .write(|request_id, at_ms| Command::CloseAdmission {
+                request_id,
+                at_ms,
+                roots: roots.clone(),
+            })
+            .await?;
+        report.closed = match closed {
+            CommandResponse::AdmissionClosed { sessions } => sessions,
+            _ => plan.close_admission.clone(),
+        };
+        // 4. Stop live descendants where they run.
+        for (node, ids) in &plan.cancel {
+            if let Err(e) = self.on_node(node, ops::STOP, ids).await {
+                report
+                    .warnings
+                    .push(format!("stop on node {node} failed: {e}"));
+            }
+        }
+        // 5. Waves, leaves first.
+        for wave in &plan.waves {
+            let mut disposals = Vec::new();
+            for (node, ids) in &wave.by_node {
+                // Released there (or already gone after its stop settled it), unless the node
+                // could not be reached: then straight from the registry.
+                let reached = match self.on_node(node, ops::RELEASE, ids).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        report.warnings.push(format!(
+                            "release on node {node} failed: {e}; disposing from the registry"
+                        ));
+                        false
+                    }
+                };
+                for id in ids {
+                    let hosted = reached;
+                    let kind = self.dispose(id).await?;
+                    disposals.push(Disposal {
+                        session: id.clone(),
+                        node: hosted.then(|| node.clone()),
+                        kind: match kind {
+                            DisposalKind::AlreadyDisposed => DisposalKind::AlreadyDisposed,
+                            DisposalKind::Released | DisposalKind::RegistryOnly if hosted => {
+                                DisposalKind::Released
+                            }
+                            DisposalKind::Released | DisposalKind::RegistryOnly => {
+                                DisposalKind::RegistryOnly
+                            }
+                        },
+                    });
+                }
+            }
+            for id in &wave.unplaced {
+                let kind = self.dispose(id).await?;
+                disposals.push(Disposal {
+                    session: id.clone(),
+                    node: None,
+                    kind,
+                });
+            }
+            report.waves.push(disposals);
+        }
+        Ok(report)
+    }
+
+    /// One registry dispose (plus the inbox consumer, which nobody will read again).
+    async fn dispose(&self, session: &SessionId) -> Result<DisposalKind, HostError> {
+        let response = self
+            .write(|request_id, at_ms| Command::Dispose {
+                request_id,
+                at_ms,
+                session: session.clone(),
+            })
+            .await?;
+        let _ = self.inbox.delete_consumer(session).await;
+        Ok(match response {
+            CommandResponse::Disposed { already: true, .. } => DisposalKind::AlreadyDisposed,
+            _ => DisposalKind::RegistryOnly,
+        })
+    }
+
+    /// Per-node `stop` or `release`, here or on `node`.
+    async fn on_node(
+        self: &Arc<Self>,
+        node: &NodeId,
+        op: &str,
+        ids: &[SessionId],
+    ) -> Result<StopReply, HostError> {
+        let request = StopRequest {
+            sessions: ids.to_vec(),
+        };
+        if node == &self.cfg.node {
+            return Ok(match op {
+                ops::RELEASE => self.release_local(request).await,
+                _ => self.stop_local(request).await,
+            });
+        }
+        self.node_request(node, op, &request, self.cfg.request_timeout)
+            .await
+    }
+
+    /// Per-node `stop`: cancel the current turn, take no new turns.
+    pub(crate) async fn stop_local(&self, request: StopRequest) -> StopReply {
+        let mut reply = StopReply::default();
+        for id in request.sessions {
+            if let Some(handle) = self.handle(&id) {
+                if let Ok(slot) = handle.turn.lock() {
+                    if let Some(token) = slot.as_ref() {
+                        token.cancel();
+                    }
+                }
+            }
+            match self.ask(&id, |reply| AgentCmd::Stop { reply }).await {
+                Ok(()) => reply.done.push(id),
+                Err(_) => reply.not_live.push(id),
+            }
+        }
+        reply
+    }
+
+    /// Per-node `release`: settle (stop reason `disposed`) and leave; waits until gone.
+    pub(crate) async fn release_local(&self, request: StopRequest) -> StopReply {
+        let mut reply = StopReply::default();
+        for id in request.sessions {
+            if let Some(handle) = self.handle(&id) {
+                if let Ok(slot) = handle.turn.lock() {
+                    if let Some(token) = slot.as_ref() {
+                        token.cancel();
+                    }
+                }
+            }
+            match self.ask(&id, |reply| AgentCmd::Release { reply }).await {
+                Ok(()) => {
+                    // Wait until the task has left the table.
+                    for _ in 0..200 {
+                        if !self.is_live(&id) {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                    reply.done.push(id)
+                }
+                Err(_) => reply.not_live.push(id),
+            }
+        }
+        reply
+    }
+}
+
+impl Host {
+    /// `drain` (X1, H2): see the module documentation.
+    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    pub async fn drain(&self, roots: Vec<SessionId>) -> Result<DrainReport, HostError> {
+        self.shared.drain(roots).await
+    }
+
+    /// Per-node `stop` (drain step 4).
+    pub async fn stop_sessions(&self, request: StopRequest) -> StopReply {
+        self.shared.stop_local(request).await
+    }
+
+    /// Per-node `release` (drain waves).
+    pub async fn release_sessions(&self, request: StopRequest) -> StopReply {
+        self.shared.release_local(request).await
+    }
+}

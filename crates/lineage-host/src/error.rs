@@ -1,0 +1,154 @@
+//! [`HostError`]: the one error enum of `lineage-host`.
+//!
+//! Every message is one line that says what was wrong and what to do next; the control service
+//! turns each variant into an error code with [`HostError::code`].
+
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_bus::BusError;
+use lineage_core::CoreError;
+use lineage_registry::types::RegistryRefusal;
+
+/// Everything hosting an agent can fail with. Returned, never panicked.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The request or an input (script, spec, id) is invalid; nothing was changed.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// A lineage rule of the core refused it (depth, header, log, activation, authority).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The registry refused the command (a rule enforced at apply time); nothing changed.
+    #[error("registry refused: {0}")]
+    Refused(RegistryRefusal),
+    /// The registry could not be reached or did not answer in time.
+    #[error("registry unavailable: {0}; check that a registry quorum is up, then retry")]
+    RegistryUnavailable(String),
+    /// A NATS or JetStream operation failed.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    /// A named session is not registered.
+    #[error("session {0} is not registered; check the id")]
+    UnknownSession(String),
+    /// The session is registered but not hosted (live) on this node.
+    #[error("session {session} is not live on node {node}; resume it first or ask the node that hosts it")]
+    NotLive {
+        /// The session.
+        session: String,
+        /// This node.
+        node: String,
+    },
+    /// The session is disposed: it can take no message, no turn and no child any more.
+    #[error("session {0} is disposed; start a new session instead")]
+    Disposed(String),
+    /// Another node won the placement claim of this session (K1): it hosts it now.
+    #[error("session {session} was claimed by node {node} first; send the request to that node")]
+    ClaimLost {
+        /// The session.
+        session: String,
+        /// The winner, if known.
+        node: String,
+    },
+    /// The caller has no authority over the target (M4); nothing was changed.
+    #[error("not authorized: {0}")]
+    NotAuthorized(String),
+    /// The agent driver failed (start, turn or shutdown).
+    #[error("agent {session} failed: {reason}")]
+    Driver {
+        /// The hosted session.
+        session: String,
+        /// What the driver reported.
+        reason: String,
+    },
+    /// A driver kind is not available on this node (for example ACP without a command runner).
+    #[error(
+        "driver {0} is not available on this node; configure it or place the child on another node"
+    )]
+    DriverUnavailable(String),
+    /// Another node answered a control request with an error.
+    #[error("node replied: {0}")]
+    Remote(ControlError),
+    /// A peer node did not answer, or the operation did not finish in time.
+    #[error("unavailable: {0}; check that the node runs and retry")]
+    Unavailable(String),
+    /// The host is shutting down and takes no new work.
+    #[error("host on node {0} is shutting down; send the request to another node")]
+    ShuttingDown(String),
+    /// An invariant of the host broke (a bug); the message says which.
+    #[error("internal error: {0}; this is a bug, please report it")]
+    Internal(String),
+}
+
+impl HostError {
+    /// The control-service error code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            HostError::BadRequest(_) => ErrorCode::BadRequest,
+            HostError::Core(core) => match core {
+                CoreError::InvalidId { .. }
+                | CoreError::InvalidNumber { .. }
+                | CoreError::InvalidPayload { .. }
+                | CoreError::UnsupportedVersion { .. }
+                | CoreError::InvalidHeader { .. } => ErrorCode::BadRequest,
+                CoreError::DepthOverflow { .. }
+                | CoreError::Depth(_)
+                | CoreError::IllegalTransition { .. }
+                | CoreError::NotAuthorized { .. } => ErrorCode::Refused,
+                CoreError::InvalidLog { .. } | CoreError::InvalidTree { .. } => ErrorCode::Internal,
+            },
+            HostError::Refused(refusal) => match refusal {
+                RegistryRefusal::UnknownSession { .. } | RegistryRefusal::ParentMissing { .. } => {
+                    ErrorCode::NotFound
+                }
+                RegistryRefusal::Malformed { .. } | RegistryRefusal::InvalidHeader { .. } => {
+                    ErrorCode::BadRequest
+                }
+                RegistryRefusal::DuplicateSession { .. }
+                | RegistryRefusal::ParentDisposed { .. }
+                | RegistryRefusal::RootMismatch { .. }
+                | RegistryRefusal::DepthMismatch { .. }
+                | RegistryRefusal::DepthExceeded { .. }
+                | RegistryRefusal::DepthOverflow { .. }
+                | RegistryRefusal::AdmissionClosed { .. }
+                | RegistryRefusal::SessionDisposed { .. }
+                | RegistryRefusal::EpochMismatch { .. }
+                | RegistryRefusal::UndisposedChildren { .. }
+                | RegistryRefusal::UseDispose { .. }
+                | RegistryRefusal::RequestIdReused { .. } => ErrorCode::Refused,
+            },
+            HostError::RegistryUnavailable(_)
+            | HostError::Unavailable(_)
+            | HostError::ShuttingDown(_)
+            | HostError::DriverUnavailable(_) => ErrorCode::Unavailable,
+            HostError::Bus(bus) => match bus {
+                BusError::Connect { .. }
+                | BusError::Timeout { .. }
+                | BusError::JetStream { .. }
+                | BusError::Nats { .. } => ErrorCode::Unavailable,
+                BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
+                    ErrorCode::BadRequest
+                }
+                BusError::LogConflict { .. } => ErrorCode::Refused,
+            },
+            HostError::UnknownSession(_) | HostError::NotLive { .. } => ErrorCode::NotFound,
+            HostError::Disposed(_) | HostError::ClaimLost { .. } | HostError::NotAuthorized(_) => {
+                ErrorCode::Refused
+            }
+            HostError::Driver { .. } | HostError::Internal(_) => ErrorCode::Internal,
+            HostError::Remote(e) => e.code,
+        }
+    }
+
+    /// The error as a control-service error (code plus one line).
+    pub fn to_control(&self) -> ControlError {
+        match self {
+            HostError::Remote(e) => e.clone(),
+            other => ControlError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<ControlError> for HostError {
+    fn from(e: ControlError) -> Self {
+        HostError::Remote(e)
+    }
+}

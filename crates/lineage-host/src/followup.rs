@@ -1,0 +1,104 @@
+//! Followup (M3): the next user message to a session; a cold session is cold-resumed first.
+//!
+//! Live here: the message is accepted into the agent's log and queued. Live on another node
+//! (its lease is current and it is running or waiting): the request is forwarded once to that
+//! node. Otherwise (its node is dead, or it settled/was passivated) it is cold: resumed here
+//! ([`crate::resume`]) and then given the message.
+
+use std::sync::Arc;
+
+use lineage_core::descriptor::SubagentShape;
+use lineage_registry::types::SessionState;
+
+use crate::agent::{AgentCmd, Incoming};
+use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest};
+use crate::error::HostError;
+use crate::host::{Host, Shared};
+
+impl Shared {
+    async fn deliver_user(self: &Arc<Self>, request: &FollowupRequest) -> Result<(), HostError> {
+        self.ask(&request.session, |reply| AgentCmd::Deliver {
+            incoming: Incoming::User(request.content.clone()),
+            reply,
+        })
+        .await?
+    }
+
+    pub(crate) async fn followup(
+        self: &Arc<Self>,
+        request: FollowupRequest,
+    ) -> Result<FollowupReply, HostError> {
+        self.check_running()?;
+        let session = request.session.clone();
+        if let Some(handle) = self.handle(&session) {
+            if handle.shape == Some(SubagentShape::OneShot) {
+                return Err(one_shot(&session));
+            }
+            if self.deliver_user(&request).await.is_ok() {
+                return Ok(FollowupReply {
+                    session,
+                    node: self.cfg.node.clone(),
+                    outcome: FollowupOutcome::Delivered,
+                });
+            }
+            // It settled between the lookup and the delivery: it is cold now.
+        }
+        let record = self
+            .registry
+            .session(session.clone())
+            .await?
+            .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+        if record.state == SessionState::Disposed {
+            return Err(HostError::Disposed(session.to_string()));
+        }
+        let is_one_shot = record
+            .descriptor
+            .as_ref()
+            .and_then(|d| d.get("mode"))
+            .and_then(|m| m.as_str())
+            == Some(SubagentShape::OneShot.as_str());
+        if is_one_shot {
+            return Err(one_shot(&session));
+        }
+        let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
+        if let Some(p) = &record.placement {
+            if active
+                && !request.forwarded
+                && p.node != self.cfg.node
+                && self.node_alive(&p.node).await?
+            {
+                let mut forwarded = request.clone();
+                forwarded.forwarded = true;
+                return self
+                    .node_request(
+                        &p.node,
+                        crate::control::ops::FOLLOWUP,
+                        &forwarded,
+                        self.cfg.request_timeout,
+                    )
+                    .await;
+            }
+        }
+        self.resume_local(session.clone()).await?;
+        self.deliver_user(&request).await?;
+        Ok(FollowupReply {
+            session,
+            node: self.cfg.node.clone(),
+            outcome: FollowupOutcome::ResumedAndDelivered,
+        })
+    }
+}
+
+fn one_shot(session: &lineage_core::ids::SessionId) -> HostError {
+    HostError::BadRequest(format!(
+        "session {session} is a one-shot child; it takes no followup (spawn a continuable child instead)"
+    ))
+}
+
+impl Host {
+    /// `followup` (M3).
+    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    pub async fn followup(&self, request: FollowupRequest) -> Result<FollowupReply, HostError> {
+        self.shared.followup(request).await
+    }
+}

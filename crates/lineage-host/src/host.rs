@@ -1,0 +1,445 @@
+//! [`Host`]: the live agents of one node, and the node lease.
+//!
+//! The node process builds one [`Host`] with [`Host::start`] from a [`HostConfig`] (node id,
+//! cluster, lease), a [`HostDeps`] (NATS client, [`RegistryPort`], [`Clock`], [`DriverFactory`])
+//! and a shutdown [`CancellationToken`]. Each live agent is a tokio task ([`crate::agent`]) with
+//! its driver, its activation, its runtime owner and a durable inbox consumer. The lifecycle
+//! operations live one per file: [`crate::spawn`], [`crate::settle`], [`crate::report`],
+//! [`crate::followup`], [`crate::interrupt`], [`crate::resume`], [`crate::drain`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lineage_bus::control::ControlError;
+use lineage_bus::events::EventLogStore;
+use lineage_bus::inbox::ParentInbox;
+use lineage_bus::Subjects;
+use lineage_core::authority::LocalAncestry;
+use lineage_core::depth::MaxDepth;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::header::SessionHeader;
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_registry::types::{Command, SessionState};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::AgentCmd;
+use crate::clock::{Clock, IdMint};
+use crate::control::{LiveAgent, StatusReply};
+use crate::driver::{AgentDriver, AgentSpec};
+use crate::error::HostError;
+use crate::registry::RegistryPort;
+use crate::script::{ScriptDriver, SCRIPT_PROVIDER};
+
+/// Provider name of ACP agents in descriptors (P1).
+pub const ACP_PROVIDER: &str = "acp";
+
+/// Makes drivers for agent specs. The node supplies one that knows every driver it can run.
+pub trait DriverFactory: Send + Sync + 'static {
+    /// Builds a driver for `spec`, or says why this node cannot run it.
+    fn make(&self, spec: &AgentSpec) -> Result<Box<dyn AgentDriver>, HostError>;
+}
+
+/// The provider name (descriptor `provider`) of an agent spec.
+pub fn provider_of(spec: &AgentSpec) -> &'static str {
+    match spec {
+        AgentSpec::Script { .. } => SCRIPT_PROVIDER,
+        AgentSpec::Acp { .. } => ACP_PROVIDER,
+    }
+}
+
+/// A factory that runs scripted agents only (ACP specs are refused as unavailable).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScriptDrivers;
+
+impl DriverFactory for ScriptDrivers {
+    fn make(&self, spec: &AgentSpec) -> Result<Box<dyn AgentDriver>, HostError> {
+        match spec {
+            AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
+            AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
+        }
+    }
+}
+
+/// Static settings of a host.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// This node.
+    pub node: NodeId,
+    /// The cluster's subjects.
+    pub subjects: Subjects,
+    /// Lease length written with each heartbeat.
+    pub lease: Duration,
+    /// How often to heartbeat (well under `lease`).
+    pub heartbeat_every: Duration,
+    /// The default max depth (D4) when a request gives none.
+    pub max_depth: Option<MaxDepth>,
+    /// Deadline of a request to another node (start of a continuable child, release, ...).
+    pub request_timeout: Duration,
+    /// Deadline of a one-shot run started on another node.
+    pub one_shot_timeout: Duration,
+    /// How many times a registry write is tried before giving up (settlement commit).
+    pub registry_attempts: u32,
+}
+
+impl HostConfig {
+    /// Defaults: 10 s lease, heartbeat every 2 s, no max depth, 10 s requests, 5 min one-shots.
+    pub fn new(node: NodeId, subjects: Subjects) -> Self {
+        HostConfig {
+            node,
+            subjects,
+            lease: Duration::from_secs(10),
+            heartbeat_every: Duration::from_secs(2),
+            max_depth: None,
+            request_timeout: Duration::from_secs(10),
+            one_shot_timeout: Duration::from_secs(300),
+            registry_attempts: 5,
+        }
+    }
+}
+
+/// What a host talks to.
+#[derive(Clone)]
+pub struct HostDeps {
+    /// The NATS connection (core NATS and JetStream).
+    pub nats: async_nats::Client,
+    /// The registry.
+    pub registry: Arc<dyn RegistryPort>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Drivers.
+    pub drivers: Arc<dyn DriverFactory>,
+}
+
+/// A live agent as the host sees it (the task owns everything else).
+#[derive(Clone)]
+pub(crate) struct AgentHandle {
+    pub(crate) tx: mpsc::UnboundedSender<AgentCmd>,
+    pub(crate) turn: Arc<Mutex<Option<CancellationToken>>>,
+    pub(crate) header: SessionHeader,
+    pub(crate) owner: Option<SessionId>,
+    pub(crate) shape: Option<SubagentShape>,
+    pub(crate) policy_view: lineage_core::policy::ParentPolicyView,
+    pub(crate) preset: Option<lineage_core::header::AgentPreset>,
+}
+
+/// State shared by the host and its agent tasks.
+pub(crate) struct Shared {
+    pub(crate) cfg: HostConfig,
+    pub(crate) nats: async_nats::Client,
+    pub(crate) registry: Arc<dyn RegistryPort>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) mint: IdMint,
+    pub(crate) drivers: Arc<dyn DriverFactory>,
+    pub(crate) inbox: ParentInbox,
+    pub(crate) events: EventLogStore,
+    pub(crate) agents: Mutex<HashMap<SessionId, AgentHandle>>,
+    pub(crate) ancestry: Mutex<LocalAncestry>,
+    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The live agents of one node. Cheap to clone (all clones are the same host).
+#[derive(Clone)]
+pub struct Host {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("node", &self.shared.cfg.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn node(&self) -> &NodeId {
+        &self.cfg.node
+    }
+
+    pub(crate) fn handle(&self, session: &SessionId) -> Option<AgentHandle> {
+        self.agents
+            .lock()
+            .ok()
+            .and_then(|agents| agents.get(session).cloned())
+    }
+
+    pub(crate) fn is_live(&self, session: &SessionId) -> bool {
+        self.handle(session).is_some()
+    }
+
+    /// Registers a live agent (and its local ancestry). Fails if it is already live here.
+    pub(crate) fn insert(&self, session: SessionId, handle: AgentHandle) -> Result<(), HostError> {
+        let mut agents = self
+            .agents
+            .lock()
+            .map_err(|_| HostError::Internal("agent table mutex poisoned".to_owned()))?;
+        if agents.contains_key(&session) {
+            return Err(HostError::Internal(format!(
+                "session {session} is already live on node {}",
+                self.cfg.node
+            )));
+        }
+        if let Ok(mut ancestry) = self.ancestry.lock() {
+            ancestry.materialize(session.clone(), handle.header.parent_session().cloned())?;
+        }
+        agents.insert(session, handle);
+        Ok(())
+    }
+
+    /// Drops a live agent from the table (its task ends on its own).
+    pub(crate) fn remove(&self, session: &SessionId) {
+        if let Ok(mut agents) = self.agents.lock() {
+            agents.remove(session);
+        }
+        if let Ok(mut ancestry) = self.ancestry.lock() {
+            ancestry.forget(session);
+        }
+    }
+
+    /// Sends a command to a live agent; `NotLive` when it is not hosted here.
+    pub(crate) fn send(&self, session: &SessionId, cmd: AgentCmd) -> Result<(), HostError> {
+        let handle = self.handle(session).ok_or_else(|| self.not_live(session))?;
+        handle.tx.send(cmd).map_err(|_| self.not_live(session))
+    }
+
+    /// Sends a command carrying a reply channel and waits for the reply.
+    pub(crate) async fn ask<T>(
+        &self,
+        session: &SessionId,
+        make: impl FnOnce(oneshot::Sender<T>) -> AgentCmd,
+    ) -> Result<T, HostError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(session, make(tx))?;
+        rx.await.map_err(|_| self.not_live(session))
+    }
+
+    pub(crate) fn not_live(&self, session: &SessionId) -> HostError {
+        HostError::NotLive {
+            session: session.to_string(),
+            node: self.cfg.node.to_string(),
+        }
+    }
+
+    /// A registry write with a fresh request id, retried on unavailability.
+    pub(crate) async fn write(
+        &self,
+        make: impl Fn(lineage_core::ids::RequestId, u64) -> Command,
+    ) -> Result<lineage_registry::types::CommandResponse, HostError> {
+        let request_id = self.mint.request();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self
+                .registry
+                .write(make(request_id.clone(), self.now()))
+                .await
+            {
+                Err(HostError::RegistryUnavailable(reason))
+                    if attempt < self.cfg.registry_attempts.max(1) =>
+                {
+                    tracing::warn!(%reason, attempt, "registry unavailable; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Records an activation state in the registry.
+    pub(crate) async fn set_state(
+        &self,
+        session: &SessionId,
+        state: SessionState,
+    ) -> Result<(), HostError> {
+        self.write(|request_id, at_ms| Command::SetState {
+            request_id,
+            at_ms,
+            session: session.clone(),
+            state,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// True when `node`'s lease is current (this node is always alive to itself).
+    pub(crate) async fn node_alive(&self, node: &NodeId) -> Result<bool, HostError> {
+        if node == &self.cfg.node {
+            return Ok(!self.shutdown.is_cancelled());
+        }
+        let now = self.now();
+        Ok(self
+            .registry
+            .nodes()
+            .await?
+            .iter()
+            .any(|n| &n.node == node && n.lease_expires_at_ms > now))
+    }
+
+    /// A control request to another node's per-node subject.
+    pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        op: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Res, HostError> {
+        let subject = self.cfg.subjects.node_control(node, op);
+        lineage_bus::control::request(&self.nats, subject, body, timeout)
+            .await
+            .map_err(|e: ControlError| match e.code {
+                lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
+                _ => HostError::Remote(e),
+            })
+    }
+
+    pub(crate) fn check_running(&self) -> Result<(), HostError> {
+        if self.shutdown.is_cancelled() {
+            return Err(HostError::ShuttingDown(self.cfg.node.to_string()));
+        }
+        Ok(())
+    }
+}
+
+impl Host {
+    /// Opens the inbox and event streams, writes the first heartbeat, and starts the heartbeat
+    /// task. Everything stops when `shutdown` is cancelled (or [`Host::shutdown`] is called):
+    /// live agents stop without settling, their registry records stay, and any node can
+    /// cold-resume them once this node's lease expires (or this node comes back).
+    pub async fn start(
+        config: HostConfig,
+        deps: HostDeps,
+        shutdown: CancellationToken,
+    ) -> Result<Host, HostError> {
+        let inbox = ParentInbox::open(deps.nats.clone(), config.subjects.clone()).await?;
+        let events = EventLogStore::open(deps.nats.clone(), config.subjects.clone()).await?;
+        let shared = Arc::new(Shared {
+            mint: IdMint::new(deps.clock.clone()),
+            cfg: config,
+            nats: deps.nats,
+            registry: deps.registry,
+            clock: deps.clock,
+            drivers: deps.drivers,
+            inbox,
+            events,
+            agents: Mutex::new(HashMap::new()),
+            ancestry: Mutex::new(LocalAncestry::new()),
+            tasks: Mutex::new(Vec::new()),
+            shutdown,
+        });
+        heartbeat(&shared).await?;
+        let beat = shared.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = beat.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(beat.cfg.heartbeat_every) => {
+                        if let Err(e) = heartbeat(&beat).await {
+                            tracing::warn!(error = %e, "heartbeat failed");
+                        }
+                    }
+                }
+            }
+        });
+        if let Ok(mut tasks) = shared.tasks.lock() {
+            tasks.push(task);
+        }
+        Ok(Host { shared })
+    }
+
+    /// This node.
+    pub fn node(&self) -> &NodeId {
+        &self.shared.cfg.node
+    }
+
+    /// The cluster's subjects.
+    pub fn subjects(&self) -> &Subjects {
+        &self.shared.cfg.subjects
+    }
+
+    /// The NATS connection.
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.shared.nats
+    }
+
+    /// The shutdown signal this host obeys.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// True when `session` is live on this node.
+    pub fn is_live(&self, session: &SessionId) -> bool {
+        self.shared.is_live(session)
+    }
+
+    /// What this node hosts.
+    pub fn status(&self) -> StatusReply {
+        let mut live: Vec<LiveAgent> = self
+            .shared
+            .agents
+            .lock()
+            .map(|agents| {
+                agents
+                    .iter()
+                    .map(|(id, h)| LiveAgent {
+                        session: id.clone(),
+                        parent: h.header.parent_session().cloned(),
+                        owner: h.owner.clone(),
+                        shape: h.shape,
+                        depth: h.header.delegation_depth().unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        live.sort_by(|a, b| a.session.cmp(&b.session));
+        StatusReply {
+            node: self.shared.cfg.node.clone(),
+            cluster: self.shared.cfg.subjects.cluster().to_owned(),
+            live,
+        }
+    }
+
+    /// Stops every agent task and the heartbeat, and waits for them (no settlement, no
+    /// registry change: the sessions stay resumable).
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        let tasks: Vec<_> = self
+            .shared
+            .tasks
+            .lock()
+            .map(|mut t| t.drain(..).collect())
+            .unwrap_or_default();
+        for task in tasks {
+            let _ = task.await;
+        }
+        if let Ok(mut agents) = self.shared.agents.lock() {
+            agents.clear();
+        }
+    }
+}
+
+/// Renews this node's lease.
+async fn heartbeat(shared: &Shared) -> Result<(), HostError> {
+    let lease_ms = u64::try_from(shared.cfg.lease.as_millis()).unwrap_or(u64::MAX);
+    let node = shared.cfg.node.clone();
+    let subject = shared.cfg.subjects.node_control(&node, "status");
+    shared
+        .registry
+        .write(Command::Heartbeat {
+            request_id: shared.mint.request(),
+            at_ms: shared.now(),
+            node,
+            lease_ms,
+            info: Some(subject),
+        })
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,187 @@
+//! [`RegistryPort`]: exactly what the host needs from the registry, behind a narrow object-safe
+//! trait (async methods return [`BoxFuture`]).
+//!
+//! Writes are [`Command`]s (each carries its idempotency key and the caller's clock); a refusal
+//! comes back as [`HostError::Refused`], so callers match on outcomes, not on responses. Reads
+//! are the handful of queries the flows use. Two implementations:
+//!
+//! - `lineage_registry::RegistryClient` (the real, Raft-replicated registry);
+//! - [`MemoryRegistry`], the registry's own pure state machine behind a mutex, for unit tests of
+//!   host logic (same rules, no Raft).
+
+use std::sync::{Arc, Mutex};
+
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
+use lineage_registry::{Consistency, RegistryClient, RegistryError, RegistryState};
+
+use crate::driver::BoxFuture;
+use crate::error::HostError;
+
+/// What the host needs from the registry. Object safe: the host keeps `Arc<dyn RegistryPort>`.
+pub trait RegistryPort: Send + Sync + 'static {
+    /// Applies one command (linearizable). `Refused` becomes [`HostError::Refused`].
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>>;
+    /// One session's record (linearizable read), `None` when not registered.
+    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>>;
+    /// The subtree under `root`, root included, parents before children.
+    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
+    /// True when `ancestor` is a strict ancestor of `descendant` (R3, across nodes).
+    fn is_ancestor(
+        &self,
+        ancestor: SessionId,
+        descendant: SessionId,
+    ) -> BoxFuture<'_, Result<bool, HostError>>;
+    /// Undisposed sessions placed on `node`.
+    fn sessions_on_node(
+        &self,
+        node: NodeId,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
+    /// Every node's lease record.
+    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>>;
+}
+
+/// Maps a registry error to the host's error.
+pub fn registry_error(e: RegistryError) -> HostError {
+    match e {
+        RegistryError::Refused(refusal) => HostError::Refused(refusal),
+        RegistryError::Unavailable { .. }
+        | RegistryError::Timeout { .. }
+        | RegistryError::Shutdown
+        | RegistryError::Nats(_) => HostError::RegistryUnavailable(e.to_string()),
+        RegistryError::Storage(_)
+        | RegistryError::CorruptDataDir { .. }
+        | RegistryError::Codec(_)
+        | RegistryError::Raft(_)
+        | RegistryError::Unexpected(_) => HostError::Internal(e.to_string()),
+    }
+}
+
+/// Turns a `Refused` response into an error.
+fn refused_to_err(response: CommandResponse) -> Result<CommandResponse, HostError> {
+    match response {
+        CommandResponse::Refused(refusal) => Err(HostError::Refused(refusal)),
+        other => Ok(other),
+    }
+}
+
+/// The registry's pure state machine behind a mutex: the same rules as the real registry,
+/// without Raft. For tests and single-process demos.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryRegistry {
+    state: Arc<Mutex<RegistryState>>,
+}
+
+impl MemoryRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut RegistryState) -> T) -> Result<T, HostError> {
+        let mut guard = self
+            .state
+            .lock()
+            .map_err(|_| HostError::Internal("memory registry mutex poisoned".to_owned()))?;
+        Ok(f(&mut guard))
+    }
+}
+
+impl RegistryPort for MemoryRegistry {
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
+        let out = self.with(|s| s.apply(&command)).and_then(refused_to_err);
+        Box::pin(async move { out })
+    }
+
+    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        let out = self.with(|s| s.session(&id).cloned());
+        Box::pin(async move { out })
+    }
+
+    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        let out = self.with(|s| s.subtree(&root));
+        Box::pin(async move { out })
+    }
+
+    fn is_ancestor(
+        &self,
+        ancestor: SessionId,
+        descendant: SessionId,
+    ) -> BoxFuture<'_, Result<bool, HostError>> {
+        let out = self.with(|s| s.is_ancestor(&ancestor, &descendant));
+        Box::pin(async move { out })
+    }
+
+    fn sessions_on_node(
+        &self,
+        node: NodeId,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        let out = self.with(|s| s.sessions_on_node(&node));
+        Box::pin(async move { out })
+    }
+
+    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
+        let out = self.with(|s| s.nodes());
+        Box::pin(async move { out })
+    }
+}
+
+/// The real registry. Writes go to the leader (retried with the same request id); reads are
+/// linearizable, except the node list (lease checks), which may be stale by a heartbeat.
+impl RegistryPort for RegistryClient {
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
+        Box::pin(async move {
+            let response = RegistryClient::write(self, &command)
+                .await
+                .map_err(registry_error)?;
+            refused_to_err(response)
+        })
+    }
+
+    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::session(self, id, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::subtree(self, root, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn is_ancestor(
+        &self,
+        ancestor: SessionId,
+        descendant: SessionId,
+    ) -> BoxFuture<'_, Result<bool, HostError>> {
+        Box::pin(async move {
+            RegistryClient::is_ancestor(self, ancestor, descendant, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn sessions_on_node(
+        &self,
+        node: NodeId,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::sessions_on_node(self, node, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::nodes(self, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+}

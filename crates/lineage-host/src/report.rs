@@ -1,0 +1,138 @@
+//! Reports (M1) and the durable inbox consumer (N2).
+//!
+//! Child side: a report is logged in the child's own log (`outbox/report`, with its outbox
+//! sequence number) and published to the direct parent's inbox subject with `Nats-Msg-Id =
+//! <child>-<seq>`, wherever the parent runs.
+//!
+//! Parent side: every live agent reads its own inbox through a durable consumer. Each message
+//! is handed to the agent task, which accepts it into its log (skipping a dedup id the log
+//! already holds) and only then answers; the consumer acks after that answer. So a parent that
+//! was down finds every queued message when it comes back, and each takes effect exactly once.
+//! `wakeup` starts a parent turn when the parent is idle; `quiet` only queues for the next turn.
+
+use std::sync::Arc;
+
+use lineage_core::ids::SessionId;
+use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentCmd, AgentTask, Incoming, REPORT_SENT_EVENT};
+use crate::error::HostError;
+use crate::host::Shared;
+use crate::settle::publish_with_retry;
+
+impl AgentTask {
+    /// Reports to the direct parent (M1). A top-level session has no parent: refused.
+    pub(crate) async fn report(
+        &mut self,
+        content: String,
+        delivery: Delivery,
+    ) -> Result<(), HostError> {
+        let Some(parent) = self.header.parent_session().cloned() else {
+            return Err(HostError::BadRequest(format!(
+                "session {} is top level and has no parent to report to",
+                self.session
+            )));
+        };
+        self.outbox_seq += 1;
+        let seq = self.outbox_seq;
+        let delivery_text = match delivery {
+            Delivery::Quiet => "quiet",
+            Delivery::Wakeup => "wakeup",
+        };
+        self.append(
+            REPORT_SENT_EVENT,
+            json!({"seq": seq, "content": content, "delivery": delivery_text}),
+        )
+        .await?;
+        let report = SubagentReport {
+            sender_session_id: self.session.clone(),
+            parent_session_id: parent,
+            seq,
+            content,
+            delivery,
+            at_ms: self.shared.now(),
+        };
+        publish_with_retry(&self.shared, &self.session, InboxMessage::Report(report)).await;
+        Ok(())
+    }
+}
+
+/// Reads `session`'s durable inbox until `stop`, handing each message to the agent and acking
+/// it once the agent durably accepted it.
+pub(crate) fn spawn_inbox_consumer(
+    shared: &Arc<Shared>,
+    session: SessionId,
+    agent: mpsc::UnboundedSender<AgentCmd>,
+    stop: CancellationToken,
+) {
+    let inbox = shared.inbox.clone();
+    tokio::spawn(async move {
+        let mut consumer = tokio::select! {
+            c = inbox.consumer(&session) => match c {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(%session, error = %e, "cannot open the inbox consumer");
+                    return;
+                }
+            },
+            _ = stop.cancelled() => return,
+        };
+        loop {
+            let next = tokio::select! {
+                n = consumer.next() => n,
+                _ = stop.cancelled() => return,
+            };
+            let delivery = match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::warn!(%session, error = %e, "inbox receive failed");
+                    continue;
+                }
+                Some(Ok(d)) => d,
+            };
+            let message = match &delivery.message {
+                Ok(m) => m.clone(),
+                Err(e) => {
+                    // Malformed: it can never become valid; drop it so it does not block.
+                    tracing::warn!(%session, error = %e, "dropping a malformed inbox message");
+                    let _ = delivery.ack().await;
+                    continue;
+                }
+            };
+            if message.parent_session_id() != &session {
+                tracing::warn!(%session, "dropping an inbox message addressed to another parent");
+                let _ = delivery.ack().await;
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            if agent
+                .send(AgentCmd::Deliver {
+                    incoming: Incoming::Inbox(message),
+                    reply: tx,
+                })
+                .is_err()
+            {
+                return; // the agent is gone: leave the message for the next host
+            }
+            let accepted = tokio::select! {
+                r = rx => r,
+                _ = stop.cancelled() => return,
+            };
+            match accepted {
+                Ok(Ok(())) => {
+                    if let Err(e) = delivery.ack().await {
+                        tracing::warn!(%session, error = %e, "inbox ack failed; the message will be redelivered and deduplicated");
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,215 @@
+//! Cold resume (K1, R2, L3, P1, C3): host a session that is live nowhere.
+//!
+//! Read the registry record (header, placement) and the session's log (from JetStream, any node
+//! can) -> rebuild the descriptor from the log alone (P1), re-apply the delegated policy from the
+//! log (C3), recompute the composition (C1) -> claim the placement by compare-and-swap on the
+//! epoch (one winner) -> start the driver on the log, with owner = the durable parent only when
+//! that parent is live on this node (R2) -> a new run: `subagent/start` again, paired with the
+//! `subagent/end` of its next settlement. Its reports and settlement still go to the durable
+//! parent's inbox subject, wherever that parent runs. Messages accepted but not consumed before
+//! the session went cold are turned into pending input again; its inbox consumer picks up
+//! whatever arrived meanwhile.
+
+use std::sync::Arc;
+
+use lineage_core::composition::apply_child_composition;
+use lineage_core::descriptor::{descriptor_from_log, SubagentShape};
+use lineage_core::ids::SessionId;
+use lineage_core::log::SessionLog;
+use lineage_core::messages::{LifecycleEvent, SubagentRunInfo};
+use lineage_core::policy::{reapply_delegated_policy, ParentPolicyView};
+use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionState};
+
+use crate::agent::{launch, AgentInit, AgentRecord, AGENT_EVENT};
+use crate::control::{ResumeOutcome, ResumeReply};
+use crate::error::HostError;
+use crate::host::{provider_of, Host, Shared};
+
+impl Shared {
+    /// Resumes `session` on this node.
+    pub(crate) async fn resume_local(
+        self: &Arc<Self>,
+        session: SessionId,
+    ) -> Result<ResumeReply, HostError> {
+        self.check_running()?;
+        let record = self
+            .registry
+            .session(session.clone())
+            .await?
+            .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+        let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
+        if self.is_live(&session) {
+            return Ok(ResumeReply {
+                session,
+                node: self.cfg.node.clone(),
+                outcome: ResumeOutcome::AlreadyLive,
+                epoch,
+            });
+        }
+        if record.state == SessionState::Disposed {
+            return Err(HostError::Disposed(session.to_string()));
+        }
+        // A session that runs on another live node is not cold.
+        if let Some(p) = &record.placement {
+            let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
+            if active && p.node != self.cfg.node && self.node_alive(&p.node).await? {
+                return Err(HostError::ClaimLost {
+                    session: session.to_string(),
+                    node: p.node.to_string(),
+                });
+            }
+        }
+        // Read and check everything before claiming: a log that cannot be resumed is refused
+        // without moving the placement.
+        let header = record.header.clone();
+        let (events, cursor) = self.events.read(&session).await?;
+        let log =
+            SessionLog::from_events(session.clone(), events, header.seed_length().unwrap_or(0))?;
+        let agent: AgentRecord = log
+            .own_events_of_kind(AGENT_EVENT)
+            .next()
+            .and_then(|e| serde_json::from_value(e.data.clone()).ok())
+            .ok_or_else(|| {
+                HostError::Core(lineage_core::CoreError::InvalidLog {
+                    session: session.to_string(),
+                    reason: "it holds no readable host/agent event, so the agent to run is unknown"
+                        .to_owned(),
+                })
+            })?;
+        let (shape, descriptor, preset, policy_view) = if header.is_subagent() {
+            let descriptor = descriptor_from_log(&log)?;
+            if descriptor.mode == SubagentShape::OneShot {
+                return Err(HostError::BadRequest(format!(
+                    "session {session} is a one-shot child; one-shot runs are not resumed (S3)"
+                )));
+            }
+            let policy = reapply_delegated_policy(&log)?;
+            let composed =
+                apply_child_composition(header.agent_preset(), &descriptor.composition());
+            let name = header
+                .agent_preset()
+                .map(|p| p.name.clone())
+                .unwrap_or_else(|| "subagent".to_owned());
+            let view = ParentPolicyView {
+                sandbox_override: policy.sandbox_mode,
+                has_approval_service: policy.approval_policy.is_some(),
+            };
+            (
+                Some(descriptor.mode),
+                Some(descriptor),
+                Some(composed.to_preset(name)),
+                view,
+            )
+        } else {
+            (
+                None,
+                None,
+                header.agent_preset().cloned(),
+                agent.policy_view,
+            )
+        };
+        // K1: one winner.
+        let claimed = self
+            .registry
+            .write(Command::ClaimPlacement {
+                request_id: self.mint.request(),
+                at_ms: self.now(),
+                session: session.clone(),
+                node: self.cfg.node.clone(),
+                expected_epoch: epoch,
+            })
+            .await;
+        let placement = match claimed {
+            Ok(CommandResponse::Placed { placement }) => placement,
+            Ok(other) => {
+                return Err(HostError::Internal(format!(
+                    "registry answered {other:?} to claim_placement"
+                )))
+            }
+            Err(HostError::Refused(RegistryRefusal::EpochMismatch { .. })) => {
+                let now = self.registry.session(session.clone()).await?;
+                return Err(HostError::ClaimLost {
+                    session: session.to_string(),
+                    node: now
+                        .and_then(|r| r.placement)
+                        .map(|p| p.node.to_string())
+                        .unwrap_or_else(|| "unknown".to_owned()),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let parent = header.parent_session().cloned();
+        let owner = parent.clone().filter(|p| self.is_live(p));
+        tracing::info!(%session, epoch = placement.epoch, owner = ?owner, "claimed for cold resume");
+        let run_info = match (&parent, shape) {
+            (Some(parent), Some(shape)) => {
+                let run = self.mint.run();
+                let _ = self
+                    .write(|request_id, at_ms| Command::AppendRun {
+                        request_id,
+                        at_ms,
+                        session: session.clone(),
+                        run: run.clone(),
+                    })
+                    .await;
+                Some(SubagentRunInfo {
+                    run_id: run,
+                    provider: provider_of(&agent.agent).to_owned(),
+                    child_id: session.clone(),
+                    parent_session_id: parent.clone(),
+                    local: owner.is_some(),
+                    shape,
+                    node: self.cfg.node.clone(),
+                    at_ms: self.now(),
+                })
+            }
+            _ => None,
+        };
+        if record.state != SessionState::Running {
+            self.set_state(&session, SessionState::Running).await?;
+        }
+        launch(
+            self,
+            AgentInit {
+                header,
+                shape,
+                descriptor,
+                spec: agent.agent,
+                policy_view,
+                preset,
+                log,
+                cursor,
+                run: run_info.clone(),
+                owner,
+                resumed: true,
+                one_shot: None,
+            },
+        )
+        .await?;
+        if let Some(info) = run_info {
+            if let Err(e) = lineage_bus::lifecycle::publish(
+                &self.nats,
+                &self.cfg.subjects,
+                &LifecycleEvent::Start(info),
+            )
+            .await
+            {
+                tracing::warn!(%session, error = %e, "cannot publish subagent/start");
+            }
+        }
+        Ok(ResumeReply {
+            session,
+            node: self.cfg.node.clone(),
+            outcome: ResumeOutcome::Resumed,
+            epoch: placement.epoch,
+        })
+    }
+}
+
+impl Host {
+    /// `resume` (K1): claims `session` and hosts it here. `AlreadyLive` when it already is.
+    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    pub async fn resume(&self, session: SessionId) -> Result<ResumeReply, HostError> {
+        self.shared.resume_local(session).await
+    }
+}

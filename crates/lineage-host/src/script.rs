@@ -1,0 +1,419 @@
+//! The deterministic scripted agent (H1): for demos, tests and benchmarks.
+//!
+//! A [`Script`] is a list of turns, each a list of [`Step`]s, plus what to do once the turns run
+//! out ([`AfterScript`], by default: reply `"done"`). Interpretation is pure: turn `i` gives the
+//! same [`DriverAction`]s every time ([`Script::actions_for`]), so a cold-resumed scripted agent
+//! continues exactly where it left off (the turn index counts every turn ever taken).
+//!
+//! JSON (TOML is the same shape):
+//!
+//! ```json
+//! {"turns": [
+//!    [{"do": "reply", "text": "starting"},
+//!     {"do": "spawn", "shape": "continuable", "prompt": "dig",
+//!      "agent": {"driver": "script", "script": {"turns": [[{"do": "report", "content": "found it", "delivery": "wakeup"}]]}}},
+//!     {"do": "wait_children"}],
+//!    [{"do": "echo"}]
+//!  ],
+//!  "after": {"do": "reply", "text": "done"}}
+//! ```
+
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::ids::NodeId;
+use lineage_core::messages::Delivery;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::{
+    AgentDriver, AgentSpec, BoxFuture, ChildSpec, DriverAction, DriverStart, TurnInput, TurnMessage,
+};
+use crate::error::HostError;
+
+/// The provider name of scripted agents in descriptors (P1).
+pub const SCRIPT_PROVIDER: &str = "script";
+
+/// A scripted agent: turns of steps, then [`AfterScript`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// Turn `i` runs `turns[i]`.
+    #[serde(default)]
+    pub turns: Vec<Vec<Step>>,
+    /// What every turn past the end does.
+    #[serde(default)]
+    pub after: AfterScript,
+}
+
+/// One step of a scripted turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Reply with this text.
+    Reply {
+        /// The assistant text.
+        text: String,
+    },
+    /// Reply with the text of this turn's input messages, joined by newlines (handy in tests).
+    Echo,
+    /// Report to the direct parent (M1).
+    Report {
+        /// The text.
+        content: String,
+        /// `quiet` (default) or `wakeup`.
+        #[serde(default = "quiet")]
+        delivery: Delivery,
+    },
+    /// Spawn a child.
+    Spawn {
+        /// `one-shot` or `continuable`.
+        shape: SubagentShape,
+        /// The child's agent; a scripted child that replies "done" when absent.
+        #[serde(default)]
+        agent: Option<Box<AgentSpec>>,
+        /// The first user message.
+        #[serde(default)]
+        prompt: String,
+        /// Preferred node.
+        #[serde(default)]
+        node: Option<NodeId>,
+        /// A human label.
+        #[serde(default)]
+        label: Option<String>,
+        /// Persona (C1).
+        #[serde(default)]
+        persona: Option<String>,
+        /// Tool filter (C1).
+        #[serde(default)]
+        tool_filter: Option<Vec<String>>,
+    },
+    /// Do not finish before every owned child settled.
+    WaitChildren,
+    /// Simulated work.
+    Sleep {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// The turn fails.
+    Fail {
+        /// Why.
+        reason: String,
+    },
+}
+
+fn quiet() -> Delivery {
+    Delivery::Quiet
+}
+
+/// What a scripted agent does once its turns are used up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AfterScript {
+    /// Reply with this text (default: `"done"`).
+    Reply {
+        /// The text.
+        text: String,
+    },
+    /// Reply with the input, like [`Step::Echo`].
+    Echo,
+    /// Repeat the last scripted turn (reply `"done"` if there is none).
+    RepeatLast,
+    /// Fail every further turn.
+    Fail {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Default for AfterScript {
+    fn default() -> Self {
+        AfterScript::Reply {
+            text: "done".to_owned(),
+        }
+    }
+}
+
+impl Script {
+    /// A script whose every turn replies `"done"`.
+    pub fn done() -> Self {
+        Script::default()
+    }
+
+    /// Parses a script from JSON, refusing unknown fields with a one-line error.
+    pub fn from_json(text: &str) -> Result<Self, HostError> {
+        serde_json::from_str(text)
+            .map_err(|e| HostError::BadRequest(format!("malformed script: {e}")))
+    }
+
+    /// The actions of one turn: pure, deterministic.
+    pub fn actions_for(&self, input: &TurnInput) -> Vec<DriverAction> {
+        let index = usize::try_from(input.turn_index).unwrap_or(usize::MAX);
+        match self.turns.get(index) {
+            Some(steps) => steps.iter().map(|s| step_action(s, input)).collect(),
+            None => match &self.after {
+                AfterScript::Reply { text } => vec![DriverAction::Reply(text.clone())],
+                AfterScript::Echo => vec![DriverAction::Reply(echo(input))],
+                AfterScript::RepeatLast => match self.turns.last() {
+                    Some(steps) => steps.iter().map(|s| step_action(s, input)).collect(),
+                    None => vec![DriverAction::Reply("done".to_owned())],
+                },
+                AfterScript::Fail { reason } => vec![DriverAction::Fail(reason.clone())],
+            },
+        }
+    }
+}
+
+/// The text of a turn's input, one message a line.
+fn echo(input: &TurnInput) -> String {
+    input
+        .messages
+        .iter()
+        .map(|m| match m {
+            TurnMessage::User { content } => content.clone(),
+            TurnMessage::SubagentReport {
+                sender_session_id,
+                content,
+            } => format!("report from {sender_session_id}: {content}"),
+            TurnMessage::SubagentSettled {
+                sender_session_id,
+                summary,
+            } => format!("settled {sender_session_id}: {summary}"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn step_action(step: &Step, input: &TurnInput) -> DriverAction {
+    match step {
+        Step::Reply { text } => DriverAction::Reply(text.clone()),
+        Step::Echo => DriverAction::Reply(echo(input)),
+        Step::Report { content, delivery } => DriverAction::Report {
+            content: content.clone(),
+            delivery: *delivery,
+        },
+        Step::Spawn {
+            shape,
+            agent,
+            prompt,
+            node,
+            label,
+            persona,
+            tool_filter,
+        } => DriverAction::Spawn(Box::new(ChildSpec {
+            shape: *shape,
+            agent: agent.as_deref().cloned().unwrap_or(AgentSpec::Script {
+                script: Script::done(),
+            }),
+            prompt: prompt.clone(),
+            node: node.clone(),
+            label: label.clone(),
+            persona: persona.clone(),
+            tool_filter: tool_filter.clone(),
+        })),
+        Step::WaitChildren => DriverAction::WaitChildren,
+        Step::Sleep { ms } => DriverAction::SleepMs(*ms),
+        Step::Fail { reason } => DriverAction::Fail(reason.clone()),
+    }
+}
+
+/// The scripted [`AgentDriver`]: interprets a [`Script`].
+#[derive(Debug, Clone)]
+pub struct ScriptDriver {
+    script: Script,
+    started: bool,
+}
+
+impl ScriptDriver {
+    /// A driver for `script`.
+    pub fn new(script: Script) -> Self {
+        ScriptDriver {
+            script,
+            started: false,
+        }
+    }
+}
+
+impl AgentDriver for ScriptDriver {
+    fn start<'a>(&'a mut self, _start: DriverStart) -> BoxFuture<'a, Result<(), HostError>> {
+        self.started = true;
+        Box::pin(async { Ok(()) })
+    }
+
+    fn turn<'a>(
+        &'a mut self,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+        let actions = self.script.actions_for(&input);
+        Box::pin(async move { Ok(actions) })
+    }
+
+    fn cancel<'a>(&'a mut self) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    fn shutdown<'a>(&'a mut self) -> BoxFuture<'a, ()> {
+        self.started = false;
+        Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(turn_index: u64, texts: &[&str]) -> TurnInput {
+        TurnInput {
+            turn_index,
+            messages: texts
+                .iter()
+                .map(|t| TurnMessage::User {
+                    content: (*t).to_owned(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn h1_script_turns_map_to_actions_in_order() {
+        let script = Script::from_json(
+            r#"{"turns": [
+                [{"do": "reply", "text": "a"}, {"do": "report", "content": "r", "delivery": "wakeup"},
+                 {"do": "sleep", "ms": 5}],
+                [{"do": "report", "content": "q"}, {"do": "wait_children"}, {"do": "fail", "reason": "x"}]
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            script.actions_for(&input(0, &[])),
+            vec![
+                DriverAction::Reply("a".into()),
+                DriverAction::Report {
+                    content: "r".into(),
+                    delivery: Delivery::Wakeup
+                },
+                DriverAction::SleepMs(5),
+            ]
+        );
+        assert_eq!(
+            script.actions_for(&input(1, &[])),
+            vec![
+                DriverAction::Report {
+                    content: "q".into(),
+                    delivery: Delivery::Quiet
+                },
+                DriverAction::WaitChildren,
+                DriverAction::Fail("x".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn h1_exhausted_script_replies_done_by_default() {
+        let script = Script::done();
+        assert_eq!(
+            script.actions_for(&input(0, &[])),
+            vec![DriverAction::Reply("done".into())]
+        );
+        assert_eq!(
+            script.actions_for(&input(u64::MAX, &[])),
+            vec![DriverAction::Reply("done".into())]
+        );
+    }
+
+    #[test]
+    fn h1_after_variants() {
+        let mut script = Script {
+            turns: vec![vec![Step::Reply { text: "x".into() }]],
+            after: AfterScript::RepeatLast,
+        };
+        assert_eq!(
+            script.actions_for(&input(3, &[])),
+            vec![DriverAction::Reply("x".into())]
+        );
+        script.after = AfterScript::Echo;
+        assert_eq!(
+            script.actions_for(&input(3, &["one", "two"])),
+            vec![DriverAction::Reply("one\ntwo".into())]
+        );
+        script.after = AfterScript::Fail {
+            reason: "no".into(),
+        };
+        assert_eq!(
+            script.actions_for(&input(1, &[])),
+            vec![DriverAction::Fail("no".into())]
+        );
+    }
+
+    #[test]
+    fn h1_spawn_step_defaults_to_a_done_script_child() {
+        let script = Script::from_json(
+            r#"{"turns": [[{"do": "spawn", "shape": "one-shot", "prompt": "go", "label": "L",
+                 "node": "node-2", "tool_filter": ["read"]}]]}"#,
+        )
+        .unwrap();
+        let actions = script.actions_for(&input(0, &[]));
+        let [DriverAction::Spawn(spec)] = actions.as_slice() else {
+            panic!("one spawn: {actions:?}");
+        };
+        assert_eq!(spec.shape, SubagentShape::OneShot);
+        assert_eq!(spec.prompt, "go");
+        assert_eq!(spec.label.as_deref(), Some("L"));
+        assert_eq!(spec.node.as_ref().map(|n| n.as_str()), Some("node-2"));
+        assert_eq!(spec.tool_filter, Some(vec!["read".to_owned()]));
+        assert_eq!(
+            spec.agent,
+            AgentSpec::Script {
+                script: Script::done()
+            }
+        );
+    }
+
+    #[test]
+    fn h1_nested_script_round_trips() {
+        let text = r#"{"turns":[[{"do":"spawn","shape":"continuable","agent":{"driver":"script","script":{"turns":[[{"do":"echo"}]]}},"prompt":"p"}]]}"#;
+        let script = Script::from_json(text).unwrap();
+        let back = Script::from_json(&serde_json::to_string(&script).unwrap()).unwrap();
+        assert_eq!(back, script);
+    }
+
+    #[test]
+    fn h1_malformed_scripts_are_refused_with_one_line() {
+        for bad in [
+            r#"{"turns": [[{"do": "dance"}]]}"#,
+            r#"{"turns": [[{"do": "sleep", "ms": -1}]]}"#,
+            r#"{"turns": 3}"#,
+            r#"{"turnz": []}"#,
+            r#"{"turns": [[{"do": "report", "content": "x", "delivery": "loud"}]]}"#,
+        ] {
+            let err = Script::from_json(bad).unwrap_err().to_string();
+            assert!(err.starts_with("bad request: malformed script"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn h1_driver_is_deterministic_across_instances() {
+        let script =
+            Script::from_json(r#"{"turns": [[{"do": "echo"}]], "after": {"do": "echo"}}"#).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (a, b) = rt.block_on(async {
+            let mut d1 = ScriptDriver::new(script.clone());
+            let mut d2 = ScriptDriver::new(script.clone());
+            let start = |resumed| DriverStart {
+                session: lineage_core::ids::SessionId::parse(
+                    "01936c1e-7a3b-7cde-8f00-000000000001",
+                )
+                .unwrap(),
+                log: vec![],
+                resumed,
+            };
+            d1.start(start(false)).await.unwrap();
+            d2.start(start(true)).await.unwrap();
+            let a = d1.turn(input(1, &["hi"])).await.unwrap();
+            let b = d2.turn(input(1, &["hi"])).await.unwrap();
+            (a, b)
+        });
+        assert_eq!(a, b);
+        assert_eq!(a, vec![DriverAction::Reply("hi".into())]);
+    }
+}

@@ -1,0 +1,151 @@
+//! Settle (X2, M2, E1): the settlement steps the activation emits, executed in its order:
+//! capture the result, commit `settled` in the registry, dispose the handle, emit
+//! `subagent/end` (paired with `subagent/start` by run id), deliver the notice to the durable
+//! parent's inbox. The notice is never published before the registry commit: if the commit
+//! fails, the agent stops without notifying and stays resumable.
+//!
+//! A one-shot child settles the same way on success or failure alike (S1), but its result goes
+//! back to the spawning caller instead of the parent inbox, and it is then disposed in the
+//! registry (a one-shot run is never resumed).
+
+use std::time::Duration;
+
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::ids::SessionId;
+use lineage_core::messages::{
+    settlement_summary, InboxMessage, LifecycleEvent, StopReason, SubagentSettled,
+};
+use lineage_registry::types::{Command, SessionState};
+use serde_json::json;
+
+use crate::agent::{parse_stop_reason, AgentTask, SETTLED_SENT_EVENT};
+use crate::control::OneShotResult;
+use crate::error::HostError;
+
+impl AgentTask {
+    /// Step 1: capture the result (last assistant message and stop reason).
+    pub(crate) fn capture(&mut self, stop_reason: Option<&str>) {
+        let stop = self
+            .forced_stop
+            .unwrap_or_else(|| parse_stop_reason(stop_reason));
+        self.captured = Some(OneShotResult {
+            output: self.last_assistant.clone(),
+            structured: None,
+            stop_reason: stop,
+        });
+    }
+
+    fn stop_reason(&self) -> StopReason {
+        self.captured
+            .as_ref()
+            .map(|c| c.stop_reason)
+            .unwrap_or(self.last_stop)
+    }
+
+    /// Step 2: commit `settled` in the registry (the truth about whether a child settled).
+    pub(crate) async fn mark_terminal(&mut self) -> Result<(), HostError> {
+        self.shared
+            .set_state(&self.session, SessionState::Settled)
+            .await?;
+        tracing::info!(session = %self.session, stop_reason = self.stop_reason().as_str(), "settled (committed)");
+        Ok(())
+    }
+
+    /// Step 4: `subagent/end` on the parent's end subject (E1), paired by run id.
+    pub(crate) async fn settle_observers(&mut self) {
+        let Some(run) = &self.run else { return };
+        let end = run.ended(
+            self.stop_reason(),
+            self.last_assistant.clone(),
+            self.shared.now(),
+        );
+        if let Err(e) = lineage_bus::lifecycle::publish(
+            &self.shared.nats,
+            &self.shared.cfg.subjects,
+            &LifecycleEvent::End(end),
+        )
+        .await
+        {
+            tracing::warn!(session = %self.session, error = %e, "cannot publish subagent/end");
+        }
+    }
+
+    /// Step 5: the settlement notice to the durable parent's inbox (M2), wherever the parent
+    /// runs (R2); for a one-shot child, the result to the caller and a registry dispose.
+    pub(crate) async fn deliver_settlement(&mut self, parent: SessionId, child: SessionId) {
+        let stop = self.stop_reason();
+        if self.shape == Some(SubagentShape::OneShot) {
+            let result = self.captured.clone().unwrap_or(OneShotResult {
+                output: self.last_assistant.clone(),
+                structured: None,
+                stop_reason: stop,
+            });
+            let disposed = self
+                .shared
+                .write(|request_id, at_ms| Command::Dispose {
+                    request_id,
+                    at_ms,
+                    session: child.clone(),
+                })
+                .await;
+            match disposed {
+                Ok(_) => {
+                    let _ = self.shared.inbox.delete_consumer(&child).await;
+                }
+                Err(e) => {
+                    tracing::warn!(session = %child, error = %e, "one-shot child not disposed")
+                }
+            }
+            // The caller gets the result once the run is settled and disposed.
+            if let Some(tx) = self.one_shot.take() {
+                let _ = tx.send(result);
+            }
+            return;
+        }
+        self.outbox_seq += 1;
+        let label = self
+            .descriptor
+            .as_ref()
+            .and_then(|d| d.label.clone())
+            .unwrap_or_else(|| child.to_string());
+        let output = self.last_assistant.clone();
+        let summary = settlement_summary(&label, stop, output.as_deref());
+        let notice = SubagentSettled::new(
+            child.clone(),
+            parent,
+            self.outbox_seq,
+            &summary,
+            stop,
+            output,
+            self.shared.now(),
+        );
+        let _ = self
+            .append(
+                SETTLED_SENT_EVENT,
+                json!({"seq": self.outbox_seq, "stop_reason": stop.as_str(), "summary": summary}),
+            )
+            .await;
+        publish_with_retry(&self.shared, &self.session, InboxMessage::Settled(notice)).await;
+    }
+}
+
+/// Publishes to a parent inbox, retrying a few times (the dedup id makes retries harmless).
+pub(crate) async fn publish_with_retry(
+    shared: &crate::host::Shared,
+    session: &SessionId,
+    message: InboxMessage,
+) {
+    let attempts = shared.cfg.registry_attempts.max(1);
+    for attempt in 1..=attempts {
+        match shared.inbox.publish(&message, None).await {
+            Ok(_) => return,
+            Err(e) if attempt < attempts => {
+                tracing::warn!(%session, error = %e, attempt, "inbox publish failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            Err(e) => {
+                tracing::error!(%session, error = %e, "inbox publish failed; giving up")
+            }
+        }
+    }
+}

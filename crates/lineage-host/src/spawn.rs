@@ -1,0 +1,518 @@
+//! Spawn (S1, S2, S3, D2–D4, L1, C1–C3, P1, E1): the birth of a session.
+//!
+//! In the seed's order:
+//!
+//! 1. validate the max depth (D4, done where the request is parsed: [`MaxDepth`]);
+//! 2. resolve the child's depth from the parent's frozen header (`delegation_depth_of`, D2, D3);
+//! 3. capture the policy snapshot synchronously, before the first await (C2);
+//! 4. build the child's frozen header with `child_session_meta` (L1);
+//! 5. `RegisterSession` in the registry: the commit is the birth (idempotent by request id;
+//!    refused when admission is closed or the depth is exceeded, G2);
+//! 6. ask the target node to host it (this node, or any other through its per-node `start`);
+//! 7. on the hosting node, the creation window ([`start_local`]): composition (C1), the policy
+//!    events with `source: "delegation"` (C3), the descriptor (P1: continuable after the seed
+//!    and before the first turn; one-shot at its first pre-step), then `subagent/start` on the
+//!    parent's start subject (E1), then the first turn with the prompt.
+//!
+//! A one-shot child's result comes back to the caller (S1); a continuable child's results
+//! reach its parent as settlement notices (S3).
+
+use std::sync::Arc;
+
+use lineage_core::composition::apply_child_composition;
+use lineage_core::depth::{delegation_depth_of, resolve_child_depth, MaxDepth};
+use lineage_core::descriptor::{seed_descriptor_turn, SubagentDescriptor, SubagentShape};
+use lineage_core::header::{child_session_meta, AgentPreset, SessionHeader};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::log::SessionLog;
+use lineage_core::messages::{LifecycleEvent, StopReason, SubagentRunInfo};
+use lineage_core::policy::{
+    append_delegated_policy_overrides, capture_delegated_policy_overrides,
+    DelegatedPolicyOverrides, ParentPolicyView,
+};
+use lineage_registry::types::{Command, CommandResponse};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::agent::{
+    launch, AgentCmd, AgentInit, AgentRecord, AgentTask, Incoming, AGENT_EVENT, RESULT_EVENT,
+    SPAWNED_EVENT, SPAWN_REFUSED_EVENT,
+};
+use crate::control::{OneShotResult, SpawnReply, SpawnRequest, StartRequest};
+use crate::driver::ChildSpec;
+use crate::error::HostError;
+use crate::host::{provider_of, Host, Shared};
+
+/// What a spawn needs from the (live) parent, read synchronously.
+#[derive(Debug, Clone)]
+pub(crate) struct ParentCtx {
+    pub(crate) header: SessionHeader,
+    pub(crate) policy_view: ParentPolicyView,
+    pub(crate) preset: Option<AgentPreset>,
+}
+
+impl Shared {
+    /// Spawns a child of a live parent (steps 1–6). `adopt` sends the adoption to the parent's
+    /// mailbox (spawn requested from outside the parent's own turn).
+    pub(crate) async fn spawn_child(
+        self: &Arc<Self>,
+        parent: ParentCtx,
+        spec: ChildSpec,
+        request_id: RequestId,
+        max_depth: Option<MaxDepth>,
+        adopt: bool,
+    ) -> Result<SpawnReply, HostError> {
+        self.check_running()?;
+        // 1-3: depth and policy, all synchronous (C2: before the first await).
+        let max_depth = max_depth.or(self.cfg.max_depth);
+        let parent_depth = delegation_depth_of(&parent.header, None);
+        let child_depth = resolve_child_depth(parent_depth, max_depth)?;
+        let policy = capture_delegated_policy_overrides(&parent.policy_view);
+        // 4: the frozen header (L1).
+        let child_id = self.mint.session();
+        let header = child_session_meta(
+            &parent.header,
+            child_id.clone(),
+            child_depth,
+            0,
+            parent.preset.clone(),
+        )?;
+        let descriptor = SubagentDescriptor {
+            provider: provider_of(&spec.agent).to_owned(),
+            label: spec.label.clone(),
+            mode: spec.shape,
+            tool_filter: spec.tool_filter.clone(),
+            persona: spec.persona.clone(),
+        };
+        descriptor.validate()?;
+        let descriptor_json = serde_json::to_value(&descriptor)
+            .map_err(|e| HostError::Internal(format!("cannot encode a descriptor: {e}")))?;
+        let run = self.mint.run();
+        let target = spec.node.clone().unwrap_or_else(|| self.cfg.node.clone());
+        // 5: the commit is the birth.
+        let registered = self
+            .registry
+            .write(Command::RegisterSession {
+                request_id,
+                at_ms: self.now(),
+                header: header.clone(),
+                descriptor: Some(descriptor_json),
+                max_depth,
+                node: Some(target.clone()),
+                run: Some(run.clone()),
+            })
+            .await?;
+        match registered {
+            CommandResponse::Registered { session, depth } if session != child_id => {
+                // A retried request: the first attempt's child is the answer.
+                return Ok(SpawnReply {
+                    session,
+                    run: None,
+                    node: target,
+                    depth,
+                    result: None,
+                });
+            }
+            CommandResponse::Registered { .. } => {}
+            other => {
+                return Err(HostError::Internal(format!(
+                    "registry answered {other:?} to register_session"
+                )))
+            }
+        }
+        tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %target, shape = spec.shape.as_str(), "child registered");
+        if adopt && spec.shape == SubagentShape::Continuable {
+            let _ = self.send(parent.header.id(), AgentCmd::Adopt(child_id.clone()));
+        }
+        // 6: host it.
+        let request = StartRequest {
+            header,
+            descriptor: Some(descriptor),
+            agent: spec.agent,
+            prompt: spec.prompt,
+            run: Some(run),
+            policy,
+            policy_view: None,
+            parent_node: Some(self.cfg.node.clone()),
+        };
+        let started = self.start_on(&target, request, spec.shape).await;
+        if started.is_err() {
+            // Born but never hosted: dispose it so it does not dangle (best effort).
+            let _ = self
+                .write(|request_id, at_ms| Command::Dispose {
+                    request_id,
+                    at_ms,
+                    session: child_id.clone(),
+                })
+                .await;
+        }
+        started
+    }
+
+    /// Starts a registered session on `target` (here or through its per-node `start`).
+    pub(crate) async fn start_on(
+        self: &Arc<Self>,
+        target: &NodeId,
+        request: StartRequest,
+        shape: SubagentShape,
+    ) -> Result<SpawnReply, HostError> {
+        if target == &self.cfg.node {
+            return self.start_local(request).await;
+        }
+        let timeout = match shape {
+            SubagentShape::OneShot => self.cfg.one_shot_timeout,
+            SubagentShape::Continuable => self.cfg.request_timeout,
+        };
+        self.node_request(target, crate::control::ops::START, &request, timeout)
+            .await
+    }
+
+    /// Step 7, on the hosting node: the creation window, `subagent/start`, the first turn.
+    /// Boxed (and `Send`): an agent's turn may spawn, which starts another agent task.
+    pub(crate) fn start_local(
+        self: &Arc<Self>,
+        request: StartRequest,
+    ) -> crate::driver::BoxFuture<'static, Result<SpawnReply, HostError>> {
+        let this = self.clone();
+        Box::pin(async move { this.start_local_inner(request).await })
+    }
+
+    async fn start_local_inner(
+        self: &Arc<Self>,
+        request: StartRequest,
+    ) -> Result<SpawnReply, HostError> {
+        self.check_running()?;
+        let header = request.header;
+        header.validate()?;
+        let session = header.id().clone();
+        let depth = header.delegation_depth().unwrap_or(0);
+        if self.is_live(&session) {
+            return Ok(SpawnReply {
+                session,
+                run: request.run,
+                node: self.cfg.node.clone(),
+                depth,
+                result: None,
+            });
+        }
+        let now = self.now();
+        let (log, shape, preset, policy_view, descriptor) = match header.parent_session() {
+            Some(_) => {
+                let descriptor = request.descriptor.ok_or_else(|| {
+                    HostError::BadRequest(format!(
+                        "start of child {session} carries no descriptor; every child has one (P1)"
+                    ))
+                })?;
+                let shape = descriptor.mode;
+                let mut log = match shape {
+                    // Continuable: the descriptor right after the (empty) seed (P1).
+                    SubagentShape::Continuable => {
+                        seed_descriptor_turn(session.clone(), vec![], &descriptor, now)?
+                    }
+                    // One-shot: the descriptor comes at the first pre-step.
+                    SubagentShape::OneShot => SessionLog::create(session.clone(), vec![]),
+                };
+                // C3: the snapshot into the child's log, `source: "delegation"`.
+                append_delegated_policy_overrides(&mut log, &request.policy, now);
+                // C1: the composition the child runs with; its children join it.
+                let composed =
+                    apply_child_composition(header.agent_preset(), &descriptor.composition());
+                let name = header
+                    .agent_preset()
+                    .map(|p| p.name.clone())
+                    .unwrap_or_else(|| "subagent".to_owned());
+                let preset = Some(composed.to_preset(name));
+                let view = child_policy_view(&request.policy);
+                (log, Some(shape), preset, view, Some(descriptor))
+            }
+            None => (
+                SessionLog::create(session.clone(), vec![]),
+                None,
+                header.agent_preset().cloned(),
+                request.policy_view.unwrap_or_default(),
+                None,
+            ),
+        };
+        let mut log = log;
+        let record = AgentRecord {
+            agent: request.agent.clone(),
+            policy_view,
+        };
+        let record = serde_json::to_value(&record)
+            .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
+        log.append(AGENT_EVENT, record, now);
+        // Durable before anything else sees the child.
+        let mut cursor = lineage_bus::events::LogCursor::default();
+        for event in log.events() {
+            cursor = self.events.append(&session, event, Some(cursor)).await?;
+        }
+        let parent = header.parent_session().cloned();
+        let owner = parent.clone().filter(|p| self.is_live(p));
+        let run_info = match (&parent, &request.run, shape) {
+            (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
+                run_id: run.clone(),
+                provider: provider_of(&request.agent).to_owned(),
+                child_id: session.clone(),
+                parent_session_id: parent.clone(),
+                local: request.parent_node.as_ref() == Some(&self.cfg.node),
+                shape,
+                node: self.cfg.node.clone(),
+                at_ms: now,
+            }),
+            _ => None,
+        };
+        let (result_tx, result_rx) = match shape {
+            Some(SubagentShape::OneShot) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Some(SubagentShape::Continuable) | None => (None, None),
+        };
+        launch(
+            self,
+            AgentInit {
+                header: header.clone(),
+                shape,
+                descriptor,
+                spec: request.agent,
+                policy_view,
+                preset,
+                log,
+                cursor,
+                run: run_info.clone(),
+                owner,
+                resumed: false,
+                one_shot: result_tx,
+            },
+        )
+        .await?;
+        // E1: the child is ready.
+        if let Some(info) = run_info {
+            if let Err(e) = lineage_bus::lifecycle::publish(
+                &self.nats,
+                &self.cfg.subjects,
+                &LifecycleEvent::Start(info),
+            )
+            .await
+            {
+                tracing::warn!(%session, error = %e, "cannot publish subagent/start");
+            }
+        }
+        // The first turn, with the prompt.
+        let delivered = self
+            .ask(&session, |reply| AgentCmd::Deliver {
+                incoming: Incoming::User(request.prompt),
+                reply,
+            })
+            .await;
+        match delivered {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => return Err(e),
+        }
+        let result = match result_rx {
+            Some(rx) => Some(rx.await.unwrap_or(OneShotResult {
+                output: None,
+                structured: None,
+                stop_reason: StopReason::Disposed,
+            })),
+            None => None,
+        };
+        Ok(SpawnReply {
+            session,
+            run: request.run,
+            node: self.cfg.node.clone(),
+            depth,
+            result,
+        })
+    }
+
+    /// Registers and starts a new top-level session.
+    pub(crate) async fn spawn_root(
+        self: &Arc<Self>,
+        request: SpawnRequest,
+        max_depth: Option<MaxDepth>,
+    ) -> Result<SpawnReply, HostError> {
+        self.check_running()?;
+        let session = self.mint.session();
+        let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset);
+        let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
+        let registered = self
+            .registry
+            .write(Command::RegisterSession {
+                request_id: request.request_id.unwrap_or_else(|| self.mint.request()),
+                at_ms: self.now(),
+                header: header.clone(),
+                descriptor: None,
+                max_depth: max_depth.or(self.cfg.max_depth),
+                node: Some(target.clone()),
+                run: None,
+            })
+            .await?;
+        if let CommandResponse::Registered {
+            session: first,
+            depth,
+        } = &registered
+        {
+            if first != &session {
+                return Ok(SpawnReply {
+                    session: first.clone(),
+                    run: None,
+                    node: target,
+                    depth: *depth,
+                    result: None,
+                });
+            }
+        }
+        let start = StartRequest {
+            header,
+            descriptor: None,
+            agent: request.agent,
+            prompt: request.prompt,
+            run: None,
+            policy: DelegatedPolicyOverrides::default(),
+            policy_view: Some(request.policy.unwrap_or_default()),
+            parent_node: None,
+        };
+        self.start_on(&target, start, SubagentShape::Continuable)
+            .await
+    }
+}
+
+/// A child's own policy view: its delegated sandbox mode, and "has an approval service" when
+/// its approval policy is `never`, so its children inherit `never` too (C2).
+fn child_policy_view(policy: &DelegatedPolicyOverrides) -> ParentPolicyView {
+    ParentPolicyView {
+        sandbox_override: policy.sandbox_mode,
+        has_approval_service: policy.approval_policy.is_some(),
+    }
+}
+
+impl AgentTask {
+    /// A `Spawn` action from this agent's own turn.
+    pub(crate) async fn spawn_from_turn(&mut self, spec: ChildSpec) {
+        let parent = ParentCtx {
+            header: self.header.clone(),
+            policy_view: self.policy_view,
+            preset: self.preset.clone(),
+        };
+        let shape = spec.shape;
+        let request_id = self.shared.mint.request();
+        let outcome = self
+            .shared
+            .clone()
+            .spawn_child(parent, spec, request_id, None, false)
+            .await;
+        match outcome {
+            Ok(reply) => {
+                if shape == SubagentShape::Continuable {
+                    self.feed(lineage_core::activation::ActivationEvent::ChildAdopted(
+                        reply.session.clone(),
+                    ))
+                    .await;
+                }
+                let _ = self
+                    .append(
+                        SPAWNED_EVENT,
+                        json!({"child": reply.session, "shape": shape.as_str(), "node": reply.node, "run": reply.run}),
+                    )
+                    .await;
+                if let Some(result) = reply.result {
+                    let _ = self
+                        .append(
+                            RESULT_EVENT,
+                            json!({"child": reply.session, "result": result}),
+                        )
+                        .await;
+                }
+            }
+            Err(e) => {
+                tracing::info!(session = %self.session, error = %e, "spawn refused");
+                let _ = self
+                    .append(SPAWN_REFUSED_EVENT, json!({"error": e.to_string()}))
+                    .await;
+            }
+        }
+    }
+}
+
+impl Host {
+    /// `spawn`: a new top-level session (no parent), or a child of `request.parent`, which must
+    /// be live on this node (the service forwards to the node that hosts it).
+    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnReply, HostError> {
+        let max_depth = match &request.max_depth {
+            Some(v) => Some(lineage_core::depth::validate_max_depth(v)?),
+            None => None,
+        };
+        let Some(parent) = request.parent.clone() else {
+            return self.shared.spawn_root(request, max_depth).await;
+        };
+        let handle = self.shared.handle(&parent);
+        let Some(handle) = handle else {
+            return self.spawn_elsewhere(parent, request).await;
+        };
+        let shape = request.shape.ok_or_else(|| {
+            HostError::BadRequest("a child spawn needs a shape: one-shot or continuable".to_owned())
+        })?;
+        let ctx = ParentCtx {
+            header: handle.header.clone(),
+            policy_view: handle.policy_view,
+            preset: handle.preset.clone(),
+        };
+        let spec = ChildSpec {
+            shape,
+            agent: request.agent,
+            prompt: request.prompt,
+            node: request.node,
+            label: request.label,
+            persona: request.persona,
+            tool_filter: request.tool_filter,
+        };
+        let request_id = request
+            .request_id
+            .unwrap_or_else(|| self.shared.mint.request());
+        self.shared
+            .spawn_child(ctx, spec, request_id, max_depth, true)
+            .await
+    }
+
+    /// The parent is not live here: forward to the node that hosts it, once.
+    async fn spawn_elsewhere(
+        &self,
+        parent: SessionId,
+        mut request: SpawnRequest,
+    ) -> Result<SpawnReply, HostError> {
+        let record = self
+            .shared
+            .registry
+            .session(parent.clone())
+            .await?
+            .ok_or_else(|| HostError::UnknownSession(parent.to_string()))?;
+        let node = record.placement.map(|p| p.node);
+        match node {
+            Some(node) if !request.forwarded && node != self.shared.cfg.node => {
+                if !self.shared.node_alive(&node).await? {
+                    return Err(HostError::NotLive {
+                        session: parent.to_string(),
+                        node: node.to_string(),
+                    });
+                }
+                request.forwarded = true;
+                let timeout = match request.shape {
+                    Some(SubagentShape::OneShot) => self.shared.cfg.one_shot_timeout,
+                    Some(SubagentShape::Continuable) | None => self.shared.cfg.request_timeout,
+                };
+                self.shared
+                    .node_request(&node, crate::control::ops::SPAWN, &request, timeout)
+                    .await
+            }
+            Some(_) | None => Err(self.shared.not_live(&parent)),
+        }
+    }
+
+    /// Per-node `start`: hosts a session registered by the spawning node.
+    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    pub async fn start_hosted(&self, request: StartRequest) -> Result<SpawnReply, HostError> {
+        self.shared.start_local(request).await
+    }
+}

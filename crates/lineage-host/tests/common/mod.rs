@@ -1,0 +1,175 @@
+//! Shared fixture: a real nats-server, a real one-voter registry, hosts on named nodes.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lineage_bus::Subjects;
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::log::SessionEvent;
+use lineage_host::control::SpawnRequest;
+use lineage_host::driver::AgentSpec;
+use lineage_host::script::Script;
+use lineage_host::{Host, HostConfig, HostDeps, RegistryPort, ScriptDrivers, SystemClock};
+use lineage_registry::{RegistryClient, RegistryNode, RegistryNodeConfig};
+use lineage_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+pub const CLUSTER: &str = "t";
+
+pub struct Cluster {
+    pub nats: NatsServer,
+    pub registry_node: Option<RegistryNode>,
+    pub registry: RegistryClient,
+    pub client: async_nats::Client,
+    _dir: tempfile::TempDir,
+}
+
+pub fn node(name: &str) -> NodeId {
+    NodeId::parse(name).unwrap()
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let nats = NatsServer::start().expect("nats-server");
+        let client = async_nats::connect(nats.url()).await.expect("connect");
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RegistryNodeConfig::new(CLUSTER, 1, node("reg-1"), dir.path().join("r1")).fast();
+        let reg = RegistryNode::start(cfg, client.clone())
+            .await
+            .expect("registry");
+        reg.initialize(BTreeMap::from([(1, node("reg-1"))]))
+            .await
+            .expect("initialize");
+        let registry = reg.client();
+        Cluster {
+            nats,
+            registry_node: Some(reg),
+            registry,
+            client,
+            _dir: dir,
+        }
+    }
+
+    pub async fn host(&self, name: &str) -> Host {
+        let nats = async_nats::connect(self.nats.url()).await.expect("connect");
+        let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
+        cfg.lease = Duration::from_secs(3);
+        cfg.heartbeat_every = Duration::from_millis(500);
+        cfg.request_timeout = Duration::from_secs(10);
+        cfg.one_shot_timeout = Duration::from_secs(30);
+        let host = Host::start(
+            cfg,
+            HostDeps {
+                nats,
+                registry: Arc::new(self.registry.clone()) as Arc<dyn RegistryPort>,
+                clock: Arc::new(SystemClock),
+                drivers: Arc::new(ScriptDrivers),
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .expect("host");
+        lineage_host::service::serve(host.clone())
+            .await
+            .expect("service");
+        host
+    }
+
+    pub async fn log(&self, session: &SessionId) -> Vec<SessionEvent> {
+        let store = lineage_bus::events::EventLogStore::open(
+            self.client.clone(),
+            Subjects::new(CLUSTER).unwrap(),
+        )
+        .await
+        .unwrap();
+        store.read(session).await.unwrap().0
+    }
+
+    pub async fn record(&self, session: &SessionId) -> lineage_registry::SessionRecord {
+        self.registry
+            .session(session.clone(), lineage_registry::Consistency::Linearizable)
+            .await
+            .unwrap()
+            .expect("registered")
+    }
+}
+
+pub fn script(json: &str) -> AgentSpec {
+    AgentSpec::Script {
+        script: Script::from_json(json).unwrap(),
+    }
+}
+
+pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
+    SpawnRequest {
+        parent: None,
+        shape: None,
+        agent,
+        prompt: prompt.to_owned(),
+        node: None,
+        label: None,
+        persona: None,
+        tool_filter: None,
+        max_depth: None,
+        request_id: None,
+        cwd: Some("/work".into()),
+        preset: None,
+        policy: Some(lineage_core::policy::ParentPolicyView {
+            sandbox_override: Some(lineage_core::policy::SandboxMode::WorkspaceWrite),
+            has_approval_service: true,
+        }),
+        forwarded: false,
+    }
+}
+
+pub fn child_request(
+    parent: &SessionId,
+    shape: lineage_core::descriptor::SubagentShape,
+    agent: AgentSpec,
+    prompt: &str,
+) -> SpawnRequest {
+    SpawnRequest {
+        parent: Some(parent.clone()),
+        shape: Some(shape),
+        agent,
+        prompt: prompt.to_owned(),
+        node: None,
+        label: Some("worker".into()),
+        persona: None,
+        tool_filter: None,
+        max_depth: None,
+        request_id: None,
+        cwd: None,
+        preset: None,
+        policy: None,
+        forwarded: false,
+    }
+}
+
+/// Polls `check` every 50 ms until it returns true or `secs` pass.
+pub async fn wait_for<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn kinds(log: &[SessionEvent]) -> Vec<String> {
+    log.iter().map(|e| e.kind.clone()).collect()
+}
+
+pub fn count_kind(log: &[SessionEvent], kind: &str) -> usize {
+    log.iter().filter(|e| e.kind == kind).count()
+}

@@ -1,0 +1,203 @@
+//! Spawn both shapes against a real nats-server and a real registry (S1–S3, C1–C3, P1, E1, X2, M2).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::messages::{InboxMessage, LifecycleEvent, StopReason};
+use lineage_registry::SessionState;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s1_one_shot_returns_its_result_and_is_settled_then_disposed() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(script(r#"{"turns": []}"#), "hi"))
+        .await
+        .expect("root");
+    let subjects = lineage_bus::Subjects::new(CLUSTER).unwrap();
+    let mut watch = lineage_bus::lifecycle::LifecycleWatch::subscribe(
+        &cluster.client,
+        &subjects,
+        &root.session,
+    )
+    .await
+    .unwrap();
+    let reply = host
+        .spawn(child_request(
+            &root.session,
+            SubagentShape::OneShot,
+            script(r#"{"turns": [[{"do": "reply", "text": "the answer"}]]}"#),
+            "compute",
+        ))
+        .await
+        .expect("one-shot");
+    let result = reply.result.expect("a one-shot returns its result");
+    assert_eq!(result.output.as_deref(), Some("the answer"));
+    assert_eq!(result.stop_reason, StopReason::Completed);
+    assert_eq!(reply.depth, 1);
+    let record = cluster.record(&reply.session).await;
+    assert_eq!(record.state, SessionState::Disposed);
+    assert_eq!(record.header.parent_session(), Some(&root.session));
+
+    // E1: one start and one end, paired by run id, on the parent's subjects (the watch reads
+    // two subjects, so arrival order between them is not defined).
+    let mut starts = Vec::new();
+    let mut ends = Vec::new();
+    for _ in 0..2 {
+        let event = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        match event {
+            LifecycleEvent::Start(s) => starts.push(s),
+            LifecycleEvent::End(e) => ends.push(e),
+        }
+    }
+    let (Some(s), Some(e)) = (starts.pop(), ends.pop()) else {
+        panic!("one start and one end");
+    };
+    assert_eq!(s.run_id, e.run_id);
+    assert_eq!(s.child_id, reply.session);
+    assert!(s.local);
+    assert_eq!(e.last_assistant_message.as_deref(), Some("the answer"));
+
+    // C3 + P1 (one-shot: descriptor at the first pre-step, after the turn started).
+    let log = cluster.log(&reply.session).await;
+    let k = kinds(&log);
+    let pos = |kind: &str| {
+        k.iter()
+            .position(|x| x == kind)
+            .unwrap_or_else(|| panic!("{kind} in {k:?}"))
+    };
+    assert!(pos("sandbox/mode") < pos("turn/start"));
+    assert!(pos("approval/policy") < pos("turn/start"));
+    assert!(pos("turn/start") < pos("subagent/descriptor"));
+    assert_eq!(count_kind(&log, "subagent/descriptor"), 1);
+    let approval = &log[pos("approval/policy")].data;
+    assert_eq!(approval["policy"], "never");
+    assert_eq!(approval["source"], "delegation");
+    let sandbox = &log[pos("sandbox/mode")].data;
+    assert_eq!(sandbox["mode"], "workspace-write");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn x2_continuable_settlement_is_delivered_after_the_commit() {
+    let cluster = Cluster::start().await;
+    let a = cluster.host("node-a").await;
+    let b = cluster.host("node-b").await;
+    let root = a
+        .spawn(root_request(
+            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
+            "hi",
+        ))
+        .await
+        .expect("root");
+    let subjects = lineage_bus::Subjects::new(CLUSTER).unwrap();
+    // Watch the parent's inbox subject (JetStream publishes are visible to core subscribers).
+    let mut inbox = cluster
+        .client
+        .subscribe(subjects.parent_inbox(&root.session))
+        .await
+        .unwrap();
+    let mut req = child_request(
+        &root.session,
+        SubagentShape::Continuable,
+        script(r#"{"turns": [[{"do": "reply", "text": "child finished"}]]}"#),
+        "work",
+    );
+    req.node = Some(node("node-b"));
+    let child = a.spawn(req).await.expect("continuable");
+    assert_eq!(child.node, node("node-b"));
+    assert!(child.result.is_none());
+
+    let msg = tokio::time::timeout(Duration::from_secs(10), inbox.next())
+        .await
+        .expect("a settlement notice")
+        .unwrap();
+    // The notice is published only after `settled` was committed.
+    let state = cluster.record(&child.session).await.state;
+    assert_eq!(state, SessionState::Settled, "notice before commit");
+    let InboxMessage::Settled(notice) = InboxMessage::decode(&msg.payload).unwrap() else {
+        panic!("a settlement");
+    };
+    assert_eq!(notice.sender_session_id, child.session);
+    assert_eq!(notice.stop_reason, StopReason::Completed);
+    assert!(
+        notice.summary.as_str().contains("worker completed"),
+        "{}",
+        notice.summary
+    );
+
+    // The parent accepted it and took a turn on it.
+    wait_for(10, "the parent to echo the notice", || async {
+        let log = cluster.log(&root.session).await;
+        log.iter().any(|e| {
+            e.kind == "turn/assistant"
+                && e.data["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("settled"))
+        })
+    })
+    .await;
+    // P1: continuable descriptor right after the (empty) seed, before the first turn.
+    let log = cluster.log(&child.session).await;
+    assert_eq!(log[0].kind, "subagent/descriptor");
+    assert!(
+        !b.is_live(&child.session),
+        "settled child handle is disposed"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn e2_a_parent_scoped_listener_sees_direct_children_only() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(script(r#"{"turns": []}"#), "hi"))
+        .await
+        .unwrap();
+    let subjects = lineage_bus::Subjects::new(CLUSTER).unwrap();
+    let mut watch = lineage_bus::lifecycle::LifecycleWatch::subscribe(
+        &cluster.client,
+        &subjects,
+        &root.session,
+    )
+    .await
+    .unwrap();
+    // The child spawns a one-shot grandchild from its own turn, then waits.
+    let child = host
+        .spawn(child_request(
+            &root.session,
+            SubagentShape::Continuable,
+            script(
+                r#"{"turns": [[{"do": "spawn", "shape": "one-shot", "prompt": "deep"},
+                               {"do": "sleep", "ms": 60000}]]}"#,
+            ),
+            "c",
+        ))
+        .await
+        .unwrap();
+    wait_for(10, "the grandchild's result in the child's log", || async {
+        count_kind(&cluster.log(&child.session).await, "subagent/result") == 1
+    })
+    .await;
+    let first = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.child_id(), &child.session);
+    assert!(matches!(first, LifecycleEvent::Start(_)));
+    // Nothing about the grandchild (its start and end went to the child's subjects).
+    let more = tokio::time::timeout(Duration::from_millis(500), watch.next()).await;
+    assert!(more.is_err(), "unexpected event: {more:?}");
+    host.shutdown().await;
+}

@@ -1,0 +1,496 @@
+//! Node configuration (O1): defaults, then a TOML file, then `LINEAGE_` environment variables
+//! (`__` separates nesting: `LINEAGE_NODE__ID=node-2`), then command-line flags.
+//!
+//! Validation happens before anything starts: an unknown key, a wrong type, a max depth that is
+//! not a non-negative safe integer, or a voter set that is not 1, 3 or 5 stops start-up with
+//! one line naming the key and where its value came from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use lineage_core::depth::MaxDepth;
+use lineage_core::ids::NodeId;
+use serde::{Deserialize, Serialize};
+
+use crate::error::NodeError;
+
+/// Whether this node votes in the registry's Raft group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistryRole {
+    /// A voter: stores the registry on disk and takes part in elections.
+    Voter,
+    /// A client: hosts agents and talks to the voters over NATS.
+    Client,
+}
+
+/// The effective configuration of one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Cluster name: the second token of every subject (`lineage.<cluster>...`).
+    pub cluster: String,
+    /// NATS server URL.
+    pub nats_url: String,
+    /// This node.
+    pub node: NodeSection,
+    /// The registry.
+    pub registry: RegistrySection,
+    /// Delegation limits.
+    pub limits: LimitsSection,
+    /// Node leases.
+    pub lease: LeaseSection,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// Node id (letters, digits, `-`, `_`).
+    pub id: String,
+    /// Where the registry (voters) and local state live.
+    pub data_dir: PathBuf,
+    /// HTTP listen address for `/metrics`, `/healthz`, `/readyz`; empty disables it.
+    pub http_addr: String,
+}
+
+/// `[registry]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySection {
+    /// `voter` or `client`.
+    pub role: RegistryRole,
+    /// This node's Raft id (voters only; 1-based, unique).
+    pub raft_id: u64,
+    /// The voters: Raft id -> node id. Exactly 1, 3 or 5 entries.
+    pub voters: BTreeMap<String, String>,
+    /// Initialize the group if this node's data dir is new (set on exactly one voter).
+    pub bootstrap: bool,
+    /// Raft heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Raft election timeout, lower bound.
+    pub election_min_ms: u64,
+    /// Raft election timeout, upper bound.
+    pub election_max_ms: u64,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Default max delegation depth for trees started on this cluster (D4).
+    pub max_depth: MaxDepth,
+}
+
+/// `[lease]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseSection {
+    /// How long a node's lease lasts without a heartbeat.
+    pub lease_ms: u64,
+    /// How often a node renews its lease.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            cluster: "dev".into(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            node: NodeSection {
+                id: "node-1".into(),
+                data_dir: PathBuf::from("./lineage-data/node-1"),
+                http_addr: "127.0.0.1:9464".into(),
+            },
+            registry: RegistrySection {
+                role: RegistryRole::Voter,
+                raft_id: 1,
+                voters: BTreeMap::from([("1".to_owned(), "node-1".to_owned())]),
+                bootstrap: true,
+                heartbeat_ms: 100,
+                election_min_ms: 400,
+                election_max_ms: 800,
+            },
+            limits: LimitsSection {
+                max_depth: MaxDepth::from_u32(8),
+            },
+            lease: LeaseSection {
+                lease_ms: 3000,
+                heartbeat_ms: 500,
+            },
+        }
+    }
+}
+
+/// Overrides from command-line flags (highest precedence).
+#[derive(Debug, Clone, Default)]
+pub struct FlagOverrides {
+    /// `--nats`.
+    pub nats_url: Option<String>,
+    /// `--cluster`.
+    pub cluster: Option<String>,
+}
+
+/// The merged sources, kept so `lineage config show` can say where each value came from.
+pub struct LoadedConfig {
+    /// The validated config.
+    pub config: NodeConfig,
+    figment: Figment,
+}
+
+impl LoadedConfig {
+    /// Each leaf key with its value and the source it came from, in key order.
+    pub fn with_sources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        let dict = match Serialized::defaults(&self.config).data() {
+            Ok(mut profiles) => profiles
+                .remove(&figment::Profile::Default)
+                .unwrap_or_default(),
+            Err(_) => Dict::new(),
+        };
+        flatten("", &dict, &mut out);
+        out.into_iter()
+            .map(|(key, value)| {
+                let source = self
+                    .figment
+                    .find_metadata(&key)
+                    .map(|m| match &m.source {
+                        Some(src) => format!("{} ({src})", m.name),
+                        None => m.name.to_string(),
+                    })
+                    .unwrap_or_else(|| "default".into());
+                (key, value, source)
+            })
+            .collect()
+    }
+}
+
+fn flatten(prefix: &str, dict: &Dict, out: &mut Vec<(String, String)>) {
+    for (k, v) in dict {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Value::Dict(_, inner) if !key.ends_with("voters") => flatten(&key, inner, out),
+            other => out.push((key, value_text(other))),
+        }
+    }
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(_, s) => format!("{s:?}"),
+        Value::Dict(_, d) => {
+            let inner: Vec<String> = d
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", value_text(v)))
+                .collect();
+            format!("{{ {} }}", inner.join(", "))
+        }
+        other => match other.to_i128() {
+            Some(n) => n.to_string(),
+            None => other
+                .to_bool()
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| format!("{other:?}")),
+        },
+    }
+}
+
+/// One top-level string set by a command-line flag, named after the flag for `config show`.
+struct Flag {
+    key: &'static str,
+    value: String,
+    name: &'static str,
+}
+
+impl Flag {
+    fn new(key: &'static str, value: &str, name: &'static str) -> Self {
+        Flag {
+            key,
+            value: value.to_owned(),
+            name,
+        }
+    }
+}
+
+impl Provider for Flag {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut dict = Dict::new();
+        dict.insert(self.key.to_owned(), Value::from(self.value.clone()));
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// Loads the config: defaults, then `file` (if given; it must exist), then `LINEAGE_` env, then
+/// flags; then validates it.
+pub fn load(file: Option<&Path>, flags: &FlagOverrides) -> Result<LoadedConfig, NodeError> {
+    load_with_env(file, flags, Env::prefixed("LINEAGE_").split("__"))
+}
+
+/// [`load`] with an explicit environment provider (tests use `Env::prefixed` over a jail).
+pub fn load_with_env(
+    file: Option<&Path>,
+    flags: &FlagOverrides,
+    env: Env,
+) -> Result<LoadedConfig, NodeError> {
+    let mut figment = Figment::from(Serialized::defaults(NodeConfig::default()));
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(NodeError::Config(format!(
+                "config file {} does not exist; pass an existing file to --config",
+                path.display()
+            )));
+        }
+        figment = figment.merge(Toml::file(path));
+    }
+    figment = figment.merge(env.ignore(&["test_threads"]));
+    if let Some(url) = &flags.nats_url {
+        figment = figment.merge(Flag::new("nats_url", url, "--nats flag"));
+    }
+    if let Some(cluster) = &flags.cluster {
+        figment = figment.merge(Flag::new("cluster", cluster, "--cluster flag"));
+    }
+    let config: NodeConfig = figment.extract().map_err(|e| config_error(&figment, e))?;
+    validate(&config, &figment)?;
+    Ok(LoadedConfig { config, figment })
+}
+
+fn config_error(figment: &Figment, e: figment::Error) -> NodeError {
+    let mut lines = Vec::new();
+    for err in e {
+        let key = if err.path.is_empty() {
+            String::new()
+        } else {
+            err.path.join(".")
+        };
+        let source = err
+            .metadata
+            .as_ref()
+            .map(|m| match &m.source {
+                Some(src) => format!("{} ({src})", m.name),
+                None => m.name.to_string(),
+            })
+            .or_else(|| figment.find_metadata(&key).map(|m| m.name.to_string()))
+            .unwrap_or_else(|| "defaults".into());
+        let what = err.kind.to_string();
+        if key.is_empty() {
+            lines.push(format!("invalid config: {what} (from {source})"));
+        } else {
+            lines.push(format!("invalid config key {key}: {what} (from {source})"));
+        }
+    }
+    NodeError::Config(lines.join("; "))
+}
+
+fn source_of(figment: &Figment, key: &str) -> String {
+    figment
+        .find_metadata(key)
+        .map(|m| match &m.source {
+            Some(src) => format!("{} ({src})", m.name),
+            None => m.name.to_string(),
+        })
+        .unwrap_or_else(|| "defaults".into())
+}
+
+fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
+    let fail = |key: &str, what: String| {
+        Err(NodeError::Config(format!(
+            "invalid config key {key}: {what} (from {})",
+            source_of(figment, key)
+        )))
+    };
+    if let Err(e) = lineage_bus::Subjects::new(&config.cluster) {
+        return fail("cluster", e.to_string());
+    }
+    if let Err(e) = NodeId::parse(&config.node.id) {
+        return fail("node.id", e.to_string());
+    }
+    let voters = config.registry.voters.len();
+    if ![1, 3, 5].contains(&voters) {
+        return fail(
+            "registry.voters",
+            format!("{voters} voters given; a registry needs 1, 3 or 5 voters"),
+        );
+    }
+    for (raft_id, node) in &config.registry.voters {
+        match raft_id.parse::<u64>() {
+            Ok(id) if id >= 1 => {}
+            _ => {
+                return fail(
+                    "registry.voters",
+                    format!("raft id {raft_id:?} is not a positive integer"),
+                )
+            }
+        }
+        if let Err(e) = NodeId::parse(node) {
+            return fail("registry.voters", e.to_string());
+        }
+    }
+    if config.registry.role == RegistryRole::Voter
+        && !config
+            .registry
+            .voters
+            .contains_key(&config.registry.raft_id.to_string())
+    {
+        return fail(
+            "registry.raft_id",
+            format!(
+                "this node is a voter with raft id {} but registry.voters does not list it",
+                config.registry.raft_id
+            ),
+        );
+    }
+    if config.registry.election_min_ms >= config.registry.election_max_ms
+        || config.registry.heartbeat_ms >= config.registry.election_min_ms
+    {
+        return fail(
+            "registry.election_min_ms",
+            "need heartbeat_ms < election_min_ms < election_max_ms".into(),
+        );
+    }
+    if config.lease.heartbeat_ms == 0 || config.lease.heartbeat_ms >= config.lease.lease_ms {
+        return fail(
+            "lease.heartbeat_ms",
+            "need 0 < lease.heartbeat_ms < lease.lease_ms".into(),
+        );
+    }
+    Ok(())
+}
+
+impl NodeConfig {
+    /// The validated node id.
+    pub fn node_id(&self) -> Result<NodeId, NodeError> {
+        NodeId::parse(&self.node.id).map_err(|e| NodeError::Config(e.to_string()))
+    }
+
+    /// The voters as (raft id, node id), validated.
+    pub fn voter_map(&self) -> Result<BTreeMap<u64, NodeId>, NodeError> {
+        self.registry
+            .voters
+            .iter()
+            .map(|(k, v)| {
+                let id = k.parse::<u64>().map_err(|_| {
+                    NodeError::Config(format!("invalid config key registry.voters: raft id {k:?}"))
+                })?;
+                Ok((
+                    id,
+                    NodeId::parse(v).map_err(|e| NodeError::Config(e.to_string()))?,
+                ))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_toml(text: &str) -> Result<LoadedConfig, NodeError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lineage.toml");
+        std::fs::write(&path, text).unwrap();
+        load_with_env(
+            Some(&path),
+            &FlagOverrides::default(),
+            Env::prefixed("LINEAGE_TEST_NEVER_SET_").split("__"),
+        )
+    }
+
+    #[test]
+    fn o1_defaults_are_valid() {
+        let c = load_toml("").unwrap().config;
+        assert_eq!(c, NodeConfig::default());
+        assert_eq!(c.limits.max_depth.get(), 8);
+    }
+
+    #[test]
+    fn o1_file_overrides_defaults_and_flags_override_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.toml");
+        std::fs::write(
+            &path,
+            "cluster = \"prod\"\nnats_url = \"nats://a:1\"\n[limits]\nmax_depth = 3\n",
+        )
+        .unwrap();
+        let flags = FlagOverrides {
+            nats_url: Some("nats://b:2".into()),
+            cluster: None,
+        };
+        let loaded = load_with_env(
+            Some(&path),
+            &flags,
+            Env::prefixed("LINEAGE_TEST_NEVER_SET_"),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.cluster, "prod");
+        assert_eq!(loaded.config.nats_url, "nats://b:2");
+        assert_eq!(loaded.config.limits.max_depth.get(), 3);
+        let sources = loaded.with_sources();
+        let src = |k: &str| {
+            sources
+                .iter()
+                .find(|(key, _, _)| key == k)
+                .map(|(_, _, s)| s.clone())
+                .unwrap()
+        };
+        assert!(src("cluster").contains("TOML"), "{}", src("cluster"));
+        assert!(src("nats_url").contains("--nats"), "{}", src("nats_url"));
+        assert!(
+            src("lease.lease_ms").contains("default")
+                || src("lease.lease_ms").contains("Serialized"),
+            "{}",
+            src("lease.lease_ms")
+        );
+    }
+
+    #[test]
+    fn d4_o1_invalid_config_names_key_and_source() {
+        let cases = [
+            ("[limits]\nmax_depth = -1\n", "limits.max_depth"),
+            ("[limits]\nmax_depth = 1.5\n", "limits.max_depth"),
+            ("[limits]\nmax_depth = \"3\"\n", "limits.max_depth"),
+            ("bogus = 1\n", "bogus"),
+            ("[lease]\nlease_ms = \"soon\"\n", "lease.lease_ms"),
+            (
+                "[registry]\nvoters = { 1 = \"node-1\", 2 = \"node-2\" }\n",
+                "registry.voters",
+            ),
+            ("cluster = \"a.b\"\n", "cluster"),
+            ("[node]\nid = \"bad id\"\n", "node.id"),
+        ];
+        for (text, key) in cases {
+            let err = match load_toml(text) {
+                Ok(_) => panic!("accepted {text:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(key), "{text:?}: {err}");
+            assert!(
+                err.contains("TOML") || err.contains("lineage.toml"),
+                "{text:?}: {err}"
+            );
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn o1_missing_config_file_is_a_clear_error() {
+        let err = load(
+            Some(Path::new("/nonexistent/lineage.toml")),
+            &FlagOverrides::default(),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("does not exist"), "{err}");
+    }
+}

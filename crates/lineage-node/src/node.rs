@@ -1,0 +1,203 @@
+//! [`run`]: one `lineage` node — NATS connection, registry member (voters) or client, agent
+//! host with the `lineage` control service, HTTP probes — until shutdown.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lineage_bus::Subjects;
+use lineage_host::clock::SystemClock;
+use lineage_host::host::{Host, HostConfig, HostDeps};
+use lineage_registry::{Consistency, RegistryClient, RegistryNode, RegistryNodeConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{NodeConfig, RegistryRole};
+use crate::drivers::NodeDrivers;
+use crate::error::NodeError;
+use crate::http::{self, Probe};
+
+/// Runs a node until `shutdown` is cancelled. On shutdown the node stops serving, stops its
+/// agents without settling them (they stay resumable on other nodes once its lease expires),
+/// and closes its registry member cleanly.
+pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
+    let node_id = config.node_id()?;
+    let subjects = Subjects::new(&config.cluster)?;
+    let nats = lineage_bus::connect(&config.nats_url, &format!("lineage-node-{node_id}")).await?;
+    tracing::info!(node = %node_id, cluster = %config.cluster, nats = %config.nats_url, "node starting");
+
+    let registry_node = match config.registry.role {
+        RegistryRole::Voter => {
+            let mut cfg = RegistryNodeConfig::new(
+                config.cluster.clone(),
+                config.registry.raft_id,
+                node_id.clone(),
+                PathBuf::from(&config.node.data_dir).join("registry"),
+            );
+            cfg.heartbeat_interval = Duration::from_millis(config.registry.heartbeat_ms);
+            cfg.election_timeout_min = Duration::from_millis(config.registry.election_min_ms);
+            cfg.election_timeout_max = Duration::from_millis(config.registry.election_max_ms);
+            let member = RegistryNode::start(cfg, nats.clone())
+                .await
+                .map_err(|e| NodeError::Registry(e.to_string()))?;
+            if config.registry.bootstrap {
+                let initialized = member
+                    .initialize(config.voter_map()?)
+                    .await
+                    .map_err(|e| NodeError::Registry(e.to_string()))?;
+                tracing::info!(
+                    initialized,
+                    "registry bootstrap checked (a restarted node never re-initializes)"
+                );
+            }
+            Some(member)
+        }
+        RegistryRole::Client => None,
+    };
+    let registry = RegistryClient::new(nats.clone(), config.cluster.clone());
+    wait_for_registry(&registry, &shutdown).await?;
+
+    let mut host_cfg = HostConfig::new(node_id.clone(), subjects.clone());
+    host_cfg.lease = Duration::from_millis(config.lease.lease_ms);
+    host_cfg.heartbeat_every = Duration::from_millis(config.lease.heartbeat_ms);
+    host_cfg.max_depth = Some(config.limits.max_depth);
+    let host = Host::start(
+        host_cfg,
+        HostDeps {
+            nats: nats.clone(),
+            registry: Arc::new(registry.clone()),
+            clock: Arc::new(SystemClock),
+            drivers: Arc::new(NodeDrivers::new(PathBuf::from(&config.node.data_dir))),
+        },
+        shutdown.child_token(),
+    )
+    .await
+    .map_err(|e| NodeError::Host(e.to_string()))?;
+    let service = lineage_host::service::serve(host.clone())
+        .await
+        .map_err(|e| NodeError::Host(e.to_string()))?;
+
+    let probe = Arc::new(NodeProbe {
+        nats: nats.clone(),
+        registry: registry.clone(),
+        host: host.clone(),
+        member: registry_node.as_ref().map(|m| m.raft().clone()),
+    });
+    if !config.node.http_addr.is_empty() {
+        let addr = http::serve(&config.node.http_addr, probe, shutdown.clone()).await?;
+        tracing::info!(%addr, "http: /metrics /healthz /readyz");
+    }
+    tracing::info!(node = %node_id, "node ready");
+
+    shutdown.cancelled().await;
+    tracing::info!(node = %node_id, "node stopping");
+    service.stop().await;
+    host.shutdown().await;
+    if let Some(member) = registry_node {
+        if let Err(e) = member.shutdown().await {
+            tracing::warn!(error = %e, "registry member did not shut down cleanly");
+        }
+    }
+    let _ = nats.flush().await;
+    Ok(())
+}
+
+/// Waits until the registry answers a linearizable read (a leader exists), or shutdown.
+async fn wait_for_registry(
+    registry: &RegistryClient,
+    shutdown: &CancellationToken,
+) -> Result<(), NodeError> {
+    let mut last = String::new();
+    for attempt in 0..600u32 {
+        if shutdown.is_cancelled() {
+            return Err(NodeError::Registry(
+                "shutdown before the registry was reachable".into(),
+            ));
+        }
+        match registry.status(Consistency::Linearizable).await {
+            Ok(status) if status.leader.is_some() => return Ok(()),
+            Ok(_) => last = "no leader yet".into(),
+            Err(e) => last = e.to_string(),
+        }
+        if attempt % 20 == 19 {
+            tracing::info!(reason = %last, "waiting for the registry");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(NodeError::Registry(format!(
+        "registry unreachable for 60 s ({last}); start the voters listed in registry.voters"
+    )))
+}
+
+struct NodeProbe {
+    nats: async_nats::Client,
+    registry: RegistryClient,
+    host: Host,
+    member: Option<lineage_registry::raft_types::RegistryRaft>,
+}
+
+impl Probe for NodeProbe {
+    fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
+        Box::pin(async move {
+            let mut out = String::new();
+            let status = self.host.status();
+            let node = status.node.to_string();
+            let _ = writeln!(out, "# HELP lineage_live_agents Agents live on this node.");
+            let _ = writeln!(out, "# TYPE lineage_live_agents gauge");
+            let _ = writeln!(
+                out,
+                "lineage_live_agents{{node=\"{node}\"}} {}",
+                status.live.len()
+            );
+            if let Some(raft) = &self.member {
+                let m = raft.metrics().borrow().clone();
+                let leader = m.current_leader.unwrap_or(0);
+                let commit = m.last_applied.map(|l| l.index).unwrap_or(0);
+                let _ = writeln!(out, "# HELP lineage_raft_term Current Raft term.");
+                let _ = writeln!(out, "# TYPE lineage_raft_term gauge");
+                let _ = writeln!(
+                    out,
+                    "lineage_raft_term{{node=\"{node}\"}} {}",
+                    m.current_term
+                );
+                let _ = writeln!(
+                    out,
+                    "# HELP lineage_raft_leader Raft id of the current leader (0: none)."
+                );
+                let _ = writeln!(out, "# TYPE lineage_raft_leader gauge");
+                let _ = writeln!(out, "lineage_raft_leader{{node=\"{node}\"}} {leader}");
+                let _ = writeln!(
+                    out,
+                    "# HELP lineage_raft_applied_index Last applied log index."
+                );
+                let _ = writeln!(out, "# TYPE lineage_raft_applied_index gauge");
+                let _ = writeln!(
+                    out,
+                    "lineage_raft_applied_index{{node=\"{node}\"}} {commit}"
+                );
+            }
+            out
+        })
+    }
+
+    fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            if self.nats.connection_state() != async_nats::connection::State::Connected {
+                return Err("NATS is not connected".into());
+            }
+            match tokio::time::timeout(
+                Duration::from_secs(3),
+                self.registry.status(Consistency::Linearizable),
+            )
+            .await
+            {
+                Ok(Ok(s)) if s.leader.is_some() => Ok(()),
+                Ok(Ok(_)) => Err("registry has no leader".into()),
+                Ok(Err(e)) => Err(format!("registry unreachable: {e}")),
+                Err(_) => Err("registry did not answer within 3 s".into()),
+            }
+        })
+    }
+}

@@ -1,0 +1,512 @@
+//! [`RegistryNode`]: one member (voter or learner) of the registry group.
+//!
+//! Starting opens the redb store (refusing a foreign or corrupt one), builds the openraft
+//! instance and serves three kinds of NATS requests until [`RegistryNode::shutdown`]: Raft RPCs
+//! from peers, writes and reads from [`crate::RegistryClient`]s anywhere.
+//!
+//! Bootstrap happens exactly once: [`RegistryNode::initialize`] is a no-op on a member that
+//! already has a vote or a log (a restarted member never re-initializes).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use bytes::Bytes;
+use futures::StreamExt;
+use lineage_core::ids::NodeId;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::{ChangeMembers, Config, SnapshotPolicy};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::client::RegistryClient;
+use crate::error::RegistryError;
+use crate::network::{chunk_size_for, serve_raft, NatsNetworkFactory};
+use crate::raft_types::{Metrics, RaftMember, RegistryRaft};
+use crate::state::RegistryState;
+use crate::storage::{open_store, SharedState};
+use crate::subjects;
+use crate::types::CommandResponse;
+use crate::wire::{
+    decode_command, Consistency, Query, QueryResult, ReadReply, ReadRequest, RegistryStatus,
+    WriteReply,
+};
+
+/// How to run one registry member.
+#[derive(Debug, Clone)]
+pub struct RegistryNodeConfig {
+    /// The cluster name: one NATS subject token, e.g. `prod`.
+    pub cluster: String,
+    /// This member's Raft id (unique in the group, stable across restarts).
+    pub raft_id: u64,
+    /// The lineage node that hosts this member.
+    pub node: NodeId,
+    /// Where `registry.redb` lives.
+    pub data_dir: PathBuf,
+    /// Leader heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// Lower bound of the randomized election timeout.
+    pub election_timeout_min: Duration,
+    /// Upper bound of the randomized election timeout.
+    pub election_timeout_max: Duration,
+    /// Build a snapshot after this many applied entries since the last one.
+    pub snapshot_logs_since_last: u64,
+    /// Log entries kept behind the last snapshot (older ones are purged).
+    pub max_in_snapshot_log_to_keep: u64,
+    /// Snapshot chunk size in bytes; `None` derives it from the server's `max_payload`.
+    pub snapshot_chunk_bytes: Option<usize>,
+}
+
+impl RegistryNodeConfig {
+    /// Sane defaults for a LAN: heartbeat 250 ms, election 1000–2000 ms, snapshot every 5000
+    /// entries, keep 1000 entries behind it. (openraft uses the heartbeat interval as the
+    /// append-entries deadline, so a short one times out replication under load.)
+    pub fn new(cluster: impl Into<String>, raft_id: u64, node: NodeId, data_dir: PathBuf) -> Self {
+        Self {
+            cluster: cluster.into(),
+            raft_id,
+            node,
+            data_dir,
+            heartbeat_interval: Duration::from_millis(250),
+            election_timeout_min: Duration::from_millis(1000),
+            election_timeout_max: Duration::from_millis(2000),
+            snapshot_logs_since_last: 5000,
+            max_in_snapshot_log_to_keep: 1000,
+            snapshot_chunk_bytes: None,
+        }
+    }
+
+    /// Fast timings for tests on one machine: heartbeat 50 ms, election 150–300 ms.
+    pub fn fast(mut self) -> Self {
+        self.heartbeat_interval = Duration::from_millis(50);
+        self.election_timeout_min = Duration::from_millis(150);
+        self.election_timeout_max = Duration::from_millis(300);
+        self
+    }
+}
+
+/// One running registry member.
+pub struct RegistryNode {
+    config: RegistryNodeConfig,
+    raft: RegistryRaft,
+    state: SharedState,
+    nats: Client,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    db: Option<Arc<redb::Database>>,
+}
+
+fn raft_err<E: std::fmt::Display>(e: E) -> RegistryError {
+    RegistryError::Raft(e.to_string())
+}
+
+impl RegistryNode {
+    /// Opens the store in `config.data_dir` (refusing a foreign or corrupt one), starts Raft and
+    /// serves the member's NATS subjects.
+    pub async fn start(config: RegistryNodeConfig, nats: Client) -> Result<Self, RegistryError> {
+        if !subjects::valid_cluster(&config.cluster) {
+            return Err(RegistryError::Raft(format!(
+                "cluster name {:?} is not one NATS subject token (letters, digits, '-', '_')",
+                config.cluster
+            )));
+        }
+        let (log_store, sm_store) = open_store(&config.data_dir, &config.cluster, config.raft_id)?;
+        let state = sm_store.shared();
+        let db = Some(sm_store.db_handle());
+        let max_payload = nats.server_info().max_payload;
+        let chunk = config
+            .snapshot_chunk_bytes
+            .unwrap_or_else(|| chunk_size_for(max_payload));
+        let raft_config = Config {
+            cluster_name: config.cluster.clone(),
+            heartbeat_interval: config.heartbeat_interval.as_millis() as u64,
+            election_timeout_min: config.election_timeout_min.as_millis() as u64,
+            election_timeout_max: config.election_timeout_max.as_millis() as u64,
+            install_snapshot_timeout: 2000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
+            max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
+            snapshot_max_chunk_size: chunk as u64,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(raft_err)?;
+        let network = NatsNetworkFactory::new(nats.clone(), config.cluster.clone());
+        let raft = RegistryRaft::new(
+            config.raft_id,
+            Arc::new(raft_config),
+            network,
+            log_store,
+            sm_store,
+        )
+        .await
+        .map_err(raft_err)?;
+
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        // Subscribe before returning, so the member is reachable as soon as start() is done.
+        let raft_task = {
+            let (client, cluster, raft, rx) = (
+                nats.clone(),
+                config.cluster.clone(),
+                raft.clone(),
+                stop_rx.clone(),
+            );
+            let id = config.raft_id;
+            tokio::spawn(async move {
+                if let Err(e) = serve_raft(client, cluster, id, raft, rx).await {
+                    tracing::error!(error = %e, "raft rpc service stopped");
+                }
+            })
+        };
+        tasks.push(raft_task);
+        let server = Server {
+            raft: raft.clone(),
+            state: state.clone(),
+            nats: nats.clone(),
+            raft_id: config.raft_id,
+        };
+        for (subject, queue) in [
+            (subjects::write(&config.cluster), true),
+            (
+                subjects::write_direct(&config.cluster, config.raft_id),
+                false,
+            ),
+            (subjects::read(&config.cluster), true),
+            (
+                subjects::read_direct(&config.cluster, config.raft_id),
+                false,
+            ),
+        ] {
+            let sub = if queue {
+                nats.queue_subscribe(subject.clone(), subjects::QUEUE_GROUP.to_owned())
+                    .await
+            } else {
+                nats.subscribe(subject.clone()).await
+            }
+            .map_err(|e| RegistryError::Nats(e.to_string()))?;
+            let is_write = subject.ends_with(".write");
+            tasks.push(tokio::spawn(server.clone().serve(
+                sub,
+                is_write,
+                stop_rx.clone(),
+            )));
+        }
+        // Make sure the subscriptions reached the server before peers or clients call us.
+        nats.flush()
+            .await
+            .map_err(|e| RegistryError::Nats(e.to_string()))?;
+        Ok(Self {
+            config,
+            raft,
+            state,
+            nats,
+            stop,
+            tasks,
+            db,
+        })
+    }
+
+    /// This member's Raft id.
+    pub fn raft_id(&self) -> u64 {
+        self.config.raft_id
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &RegistryNodeConfig {
+        &self.config
+    }
+
+    /// Bootstraps a new group with `members` (Raft id -> hosting node) as voters. Returns
+    /// `Ok(false)` without doing anything when this member already has a vote or a log: a
+    /// restarted or already-joined member never re-initializes.
+    pub async fn initialize(&self, members: BTreeMap<u64, NodeId>) -> Result<bool, RegistryError> {
+        if self.raft.is_initialized().await.map_err(raft_err)? {
+            return Ok(false);
+        }
+        let nodes: BTreeMap<u64, RaftMember> = members
+            .into_iter()
+            .map(|(id, node)| (id, RaftMember::new(node)))
+            .collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(true),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(false),
+            Err(e) => Err(raft_err(e)),
+        }
+    }
+
+    /// Adds a non-voting learner (must be called on the leader). With `blocking`, waits until the
+    /// learner has caught up with the log.
+    pub async fn add_learner(
+        &self,
+        raft_id: u64,
+        node: NodeId,
+        blocking: bool,
+    ) -> Result<(), RegistryError> {
+        self.raft
+            .add_learner(raft_id, RaftMember::new(node), blocking)
+            .await
+            .map_err(raft_err)?;
+        Ok(())
+    }
+
+    /// Sets the voter set (promotes learners, demotes voters; must be called on the leader).
+    /// With `retain`, removed voters stay as learners.
+    pub async fn change_membership(
+        &self,
+        voters: BTreeSet<u64>,
+        retain: bool,
+    ) -> Result<(), RegistryError> {
+        self.raft
+            .change_membership(voters, retain)
+            .await
+            .map_err(raft_err)?;
+        Ok(())
+    }
+
+    /// Removes a member entirely (voter or learner; must be called on the leader).
+    pub async fn remove_member(&self, raft_id: u64) -> Result<(), RegistryError> {
+        let metrics = self.raft_metrics();
+        let membership = metrics.membership_config.membership();
+        if membership.voter_ids().any(|id| id == raft_id) {
+            self.raft
+                .change_membership(
+                    ChangeMembers::RemoveVoters(BTreeSet::from([raft_id])),
+                    false,
+                )
+                .await
+                .map_err(raft_err)?;
+        }
+        let metrics = self.raft_metrics();
+        if metrics
+            .membership_config
+            .membership()
+            .get_node(&raft_id)
+            .is_some()
+        {
+            self.raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([raft_id])), false)
+                .await
+                .map_err(raft_err)?;
+        }
+        Ok(())
+    }
+
+    /// A client over this member's NATS connection.
+    pub fn client(&self) -> RegistryClient {
+        RegistryClient::new(self.nats.clone(), self.config.cluster.clone())
+    }
+
+    /// A copy of the current Raft metrics.
+    pub fn raft_metrics(&self) -> Metrics {
+        self.raft.metrics().borrow().clone()
+    }
+
+    /// The openraft handle, for advanced operations (trigger a snapshot, wait for metrics).
+    pub fn raft(&self) -> &RegistryRaft {
+        &self.raft
+    }
+
+    /// A copy of this member's applied state (stale: no Raft round trip).
+    pub fn local_state(&self) -> Result<RegistryState, RegistryError> {
+        self.state
+            .read()
+            .map(|d| d.state.clone())
+            .map_err(|_| RegistryError::Storage("state machine lock poisoned".into()))
+    }
+
+    /// The digest of this member's applied state (see [`RegistryState::digest`]).
+    pub fn state_digest(&self) -> Result<u64, RegistryError> {
+        self.local_state().map(|s| s.digest())
+    }
+
+    /// Stops serving, shuts Raft down and closes the store (the directory can be reopened).
+    pub async fn shutdown(mut self) -> Result<(), RegistryError> {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        self.raft.shutdown().await.map_err(raft_err)?;
+        // Raft's replication and storage tasks drop their store handles shortly after the core
+        // stops; wait for the file lock to be released so the directory can be reopened.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.db.as_ref().is_some_and(|db| Arc::strong_count(db) > 1) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RegistryError::Storage(
+                    "the store is still in use 10 s after shutdown".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The last handle: dropping it closes the file here, before shutdown returns.
+        if let Some(db) = self.db.take() {
+            tokio::task::spawn_blocking(move || drop(db))
+                .await
+                .map_err(|e| RegistryError::Storage(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RegistryNode {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Serves client writes and reads for one member.
+#[derive(Clone)]
+struct Server {
+    raft: RegistryRaft,
+    state: SharedState,
+    nats: Client,
+    raft_id: u64,
+}
+
+impl Server {
+    async fn serve(
+        self,
+        mut sub: async_nats::Subscriber,
+        is_write: bool,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                msg = sub.next() => {
+                    let Some(msg) = msg else { break };
+                    let Some(reply) = msg.reply.clone() else { continue };
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        let body = if is_write {
+                            serde_json::to_vec(&this.write(&msg.payload).await)
+                        } else {
+                            serde_json::to_vec(&this.read(&msg.payload).await)
+                        };
+                        match body {
+                            Ok(body) => {
+                                if let Err(e) = this.nats.publish(reply, Bytes::from(body)).await {
+                                    tracing::debug!(error = %e, "registry reply failed");
+                                }
+                            }
+                            Err(e) => tracing::error!(error = %e, "registry reply encode failed"),
+                        }
+                    });
+                }
+            }
+        }
+        let _ = sub.unsubscribe().await;
+    }
+
+    async fn write(&self, payload: &[u8]) -> WriteReply {
+        let cmd = match decode_command(payload) {
+            Ok(cmd) => cmd,
+            Err(refusal) => {
+                return WriteReply::Done {
+                    response: CommandResponse::Refused(refusal),
+                }
+            }
+        };
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => WriteReply::Done {
+                response: resp.data,
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                WriteReply::NotLeader {
+                    leader: f.leader_id.filter(|l| *l != self.raft_id),
+                }
+            }
+            Err(e) => WriteReply::Unavailable {
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    async fn read(&self, payload: &[u8]) -> ReadReply {
+        let req: ReadRequest = match serde_json::from_slice(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                return ReadReply::Malformed {
+                    reason: e.to_string(),
+                }
+            }
+        };
+        if req.consistency == Consistency::Linearizable {
+            match self.raft.ensure_linearizable().await {
+                Ok(_) => {}
+                Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                    return ReadReply::NotLeader {
+                        leader: f.leader_id.filter(|l| *l != self.raft_id),
+                    }
+                }
+                Err(e) => {
+                    return ReadReply::Unavailable {
+                        reason: e.to_string(),
+                    }
+                }
+            }
+        }
+        let data = match self.state.read() {
+            Ok(d) => d,
+            Err(_) => {
+                return ReadReply::Unavailable {
+                    reason: "state machine lock poisoned".into(),
+                }
+            }
+        };
+        let s = &data.state;
+        let result = match req.query {
+            Query::Session { session } => {
+                QueryResult::Session(s.session(&session).cloned().map(Box::new))
+            }
+            Query::Subtree { root } => QueryResult::Sessions(s.subtree(&root)),
+            Query::IsAncestor {
+                ancestor,
+                descendant,
+            } => QueryResult::Bool(s.is_ancestor(&ancestor, &descendant)),
+            Query::SessionsOnNode { node } => QueryResult::Sessions(s.sessions_on_node(&node)),
+            Query::Children { session } => QueryResult::Children(s.children(&session)),
+            Query::Nodes => QueryResult::Nodes(s.nodes()),
+            Query::Digest => QueryResult::Digest(s.digest()),
+            Query::SessionCounts => QueryResult::Counts(s.session_counts()),
+            Query::Status => QueryResult::Status(self.status()),
+        };
+        ReadReply::Done { result }
+    }
+
+    fn status(&self) -> RegistryStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        RegistryStatus {
+            responder: self.raft_id,
+            leader: m.current_leader,
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            term: m.current_term,
+            last_applied: m.last_applied.map(|l| l.index),
+            commit_index: quorum_index(&m).or(m.last_applied.map(|l| l.index)),
+            last_log_index: m.last_log_index,
+        }
+    }
+}
+
+/// On the leader: the highest log index stored on a majority of voters (the commit index).
+fn quorum_index(m: &Metrics) -> Option<u64> {
+    let replication = m.replication.as_ref()?;
+    let membership = m.membership_config.membership();
+    let mut matched: Vec<u64> = membership
+        .voter_ids()
+        .map(|id| {
+            replication
+                .get(&id)
+                .and_then(|l| l.as_ref().map(|l| l.index))
+                .unwrap_or(0)
+        })
+        .collect();
+    if matched.is_empty() {
+        return None;
+    }
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    matched.get(matched.len() / 2).copied()
+}

@@ -1,0 +1,747 @@
+//! [`RegistryState`]: the pure, deterministic state machine of the registry (G1, G2).
+//!
+//! `apply(&mut self, &Command) -> CommandResponse` is the only way to change it. It enforces
+//! every lineage rule at apply time, so no node can bypass them:
+//!
+//! - L2: the header is revalidated ([`SessionHeader::validate`]).
+//! - D3: a child's depth is the parent's depth + 1 ([`resolve_child_depth`]) and at most the
+//!   stricter of the command's max depth and the one recorded on the tree.
+//! - lineage integrity: the parent exists, is not disposed, shares the root; an id that exists is
+//!   a duplicate (so no cycle can ever form).
+//! - X1: a child is refused when admission is closed on any ancestor; dispose is refused while
+//!   children are undisposed.
+//! - idempotency: an accepted command's response is stored under its request id; a retry returns
+//!   it unchanged (this table is part of the state, so it survives leader change and restart).
+//!
+//! A refused command returns [`CommandResponse::Refused`] and changes nothing (not even the
+//! idempotency table). The state never reads a clock: time comes in the command.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use lineage_core::depth::{resolve_child_depth, MaxDepth};
+use lineage_core::header::SessionHeader;
+use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+use lineage_core::CoreError;
+use serde::{Deserialize, Serialize};
+
+use crate::types::{
+    Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
+    SessionRecord, SessionState,
+};
+
+/// The stored first result of an accepted command, keyed by request id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestOutcome {
+    /// The command kind it was used for (see [`Command::kind`]).
+    pub kind: String,
+    /// The response returned the first time.
+    pub response: CommandResponse,
+}
+
+/// The registry: sessions, nodes and the idempotency table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryState {
+    sessions: BTreeMap<SessionId, SessionRecord>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    requests: BTreeMap<RequestId, RequestOutcome>,
+}
+
+type Refusal = Result<CommandResponse, RegistryRefusal>;
+
+impl RegistryState {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one command: returns the first stored result for a known request id, else
+    /// evaluates the rules; on acceptance mutates the state and stores the response.
+    pub fn apply(&mut self, cmd: &Command) -> CommandResponse {
+        if let Some(first) = self.requests.get(cmd.request_id()) {
+            if first.kind != cmd.kind() {
+                return CommandResponse::Refused(RegistryRefusal::RequestIdReused {
+                    request_id: cmd.request_id().clone(),
+                    first_kind: first.kind.clone(),
+                });
+            }
+            return first.response.clone();
+        }
+        let result = match cmd {
+            Command::RegisterSession {
+                at_ms,
+                header,
+                descriptor,
+                max_depth,
+                node,
+                run,
+                ..
+            } => self.register(*at_ms, header, descriptor, *max_depth, node, run),
+            Command::ClaimPlacement {
+                at_ms,
+                session,
+                node,
+                expected_epoch,
+                ..
+            } => self.claim(*at_ms, session, node, *expected_epoch),
+            Command::SetState {
+                at_ms,
+                session,
+                state,
+                ..
+            } => self.set_state(*at_ms, session, *state),
+            Command::CloseAdmission { at_ms, roots, .. } => self.close_admission(*at_ms, roots),
+            Command::Dispose { at_ms, session, .. } => self.dispose(*at_ms, session),
+            Command::Heartbeat {
+                at_ms,
+                node,
+                lease_ms,
+                info,
+                ..
+            } => Ok(self.heartbeat(*at_ms, node, *lease_ms, info)),
+            Command::AppendRun {
+                at_ms,
+                session,
+                run,
+                ..
+            } => self.append_run(*at_ms, session, run),
+            Command::SetDescriptor {
+                at_ms,
+                session,
+                descriptor,
+                ..
+            } => self.set_descriptor(*at_ms, session, descriptor),
+        };
+        match result {
+            Ok(response) => {
+                self.requests.insert(
+                    cmd.request_id().clone(),
+                    RequestOutcome {
+                        kind: cmd.kind().to_owned(),
+                        response: response.clone(),
+                    },
+                );
+                response
+            }
+            Err(refusal) => CommandResponse::Refused(refusal),
+        }
+    }
+
+    fn register(
+        &mut self,
+        at_ms: u64,
+        header: &SessionHeader,
+        descriptor: &Option<serde_json::Value>,
+        max_depth: Option<MaxDepth>,
+        node: &Option<NodeId>,
+        run: &Option<RunId>,
+    ) -> Refusal {
+        header.validate().map_err(refusal_from_core)?;
+        let id = header.id().clone();
+        if self.sessions.contains_key(&id) {
+            return Err(RegistryRefusal::DuplicateSession { session: id });
+        }
+        let (depth, effective_max) = match header.parent_session() {
+            None => (0, max_depth.map(MaxDepth::get)),
+            Some(parent_id) => {
+                let parent =
+                    self.sessions
+                        .get(parent_id)
+                        .ok_or_else(|| RegistryRefusal::ParentMissing {
+                            parent: parent_id.clone(),
+                        })?;
+                if parent.state == SessionState::Disposed {
+                    return Err(RegistryRefusal::ParentDisposed {
+                        parent: parent_id.clone(),
+                    });
+                }
+                let parent_root = parent.header.root_session();
+                if header.root_session() != parent_root {
+                    return Err(RegistryRefusal::RootMismatch {
+                        expected: parent_root.clone(),
+                        found: header.root_session().clone(),
+                    });
+                }
+                if let Some(closed_at) = self.closed_ancestor(parent_id) {
+                    return Err(RegistryRefusal::AdmissionClosed {
+                        parent: parent_id.clone(),
+                        closed_at,
+                    });
+                }
+                let recorded = parent.max_depth;
+                let effective = match (max_depth.map(MaxDepth::get), recorded) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let cap = effective.and_then(|m| MaxDepth::new(m).ok());
+                let expected =
+                    resolve_child_depth(parent.depth(), cap).map_err(refusal_from_core)?;
+                let found = header.delegation_depth().unwrap_or(0);
+                if found != expected {
+                    return Err(RegistryRefusal::DepthMismatch { expected, found });
+                }
+                (expected, effective)
+            }
+        };
+        if let Some(parent_id) = header.parent_session() {
+            if let Some(parent) = self.sessions.get_mut(parent_id) {
+                parent.children.insert(id.clone());
+                parent.updated_at_ms = at_ms;
+            }
+        }
+        let record = SessionRecord {
+            header: header.clone(),
+            descriptor: descriptor.clone(),
+            placement: node.as_ref().map(|n| Placement {
+                node: n.clone(),
+                epoch: 1,
+            }),
+            state: SessionState::Running,
+            admission: Admission::Open,
+            children: BTreeSet::new(),
+            runs: run.iter().cloned().collect(),
+            max_depth: effective_max,
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+        };
+        self.sessions.insert(id.clone(), record);
+        Ok(CommandResponse::Registered { session: id, depth })
+    }
+
+    /// The nearest session at or above `id` whose admission is closed.
+    fn closed_ancestor(&self, id: &SessionId) -> Option<SessionId> {
+        let mut cursor = Some(id);
+        // Bounded walk: a corrupt map can never loop forever.
+        let mut steps = 0usize;
+        while let Some(current) = cursor {
+            let record = self.sessions.get(current)?;
+            if record.admission == Admission::Closed {
+                return Some(current.clone());
+            }
+            steps += 1;
+            if steps > self.sessions.len() {
+                return None;
+            }
+            cursor = record.header.parent_session();
+        }
+        None
+    }
+
+    fn live(&mut self, session: &SessionId) -> Result<&mut SessionRecord, RegistryRefusal> {
+        let record =
+            self.sessions
+                .get_mut(session)
+                .ok_or_else(|| RegistryRefusal::UnknownSession {
+                    session: session.clone(),
+                })?;
+        if record.state == SessionState::Disposed {
+            return Err(RegistryRefusal::SessionDisposed {
+                session: session.clone(),
+            });
+        }
+        Ok(record)
+    }
+
+    fn claim(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        node: &NodeId,
+        expected_epoch: u64,
+    ) -> Refusal {
+        let record = self.live(session)?;
+        let current = record.placement.as_ref().map_or(0, |p| p.epoch);
+        if current != expected_epoch {
+            return Err(RegistryRefusal::EpochMismatch {
+                session: session.clone(),
+                expected: expected_epoch,
+                current,
+            });
+        }
+        let placement = Placement {
+            node: node.clone(),
+            epoch: current.saturating_add(1),
+        };
+        record.placement = Some(placement.clone());
+        record.updated_at_ms = at_ms;
+        Ok(CommandResponse::Placed { placement })
+    }
+
+    fn set_state(&mut self, at_ms: u64, session: &SessionId, state: SessionState) -> Refusal {
+        if state == SessionState::Disposed {
+            // Check existence first so the error names the real problem.
+            self.live(session)?;
+            return Err(RegistryRefusal::UseDispose {
+                session: session.clone(),
+            });
+        }
+        let record = self.live(session)?;
+        record.state = state;
+        record.updated_at_ms = at_ms;
+        Ok(CommandResponse::StateSet {
+            session: session.clone(),
+            state,
+        })
+    }
+
+    fn close_admission(&mut self, at_ms: u64, roots: &[SessionId]) -> Refusal {
+        for root in roots {
+            if !self.sessions.contains_key(root) {
+                return Err(RegistryRefusal::UnknownSession {
+                    session: root.clone(),
+                });
+            }
+        }
+        let mut closed = Vec::new();
+        let mut seen = BTreeSet::new();
+        for root in roots {
+            for id in self.subtree_ids(root) {
+                if seen.insert(id.clone()) {
+                    closed.push(id);
+                }
+            }
+        }
+        for id in &closed {
+            if let Some(record) = self.sessions.get_mut(id) {
+                if record.admission != Admission::Closed {
+                    record.admission = Admission::Closed;
+                    record.updated_at_ms = at_ms;
+                }
+            }
+        }
+        Ok(CommandResponse::AdmissionClosed { sessions: closed })
+    }
+
+    fn dispose(&mut self, at_ms: u64, session: &SessionId) -> Refusal {
+        let record = self
+            .sessions
+            .get(session)
+            .ok_or_else(|| RegistryRefusal::UnknownSession {
+                session: session.clone(),
+            })?;
+        if record.state == SessionState::Disposed {
+            return Ok(CommandResponse::Disposed {
+                session: session.clone(),
+                already: true,
+            });
+        }
+        let undisposed: Vec<&SessionId> = record
+            .children
+            .iter()
+            .filter(|c| {
+                self.sessions
+                    .get(*c)
+                    .is_some_and(|r| r.state != SessionState::Disposed)
+            })
+            .collect();
+        if let Some(first) = undisposed.first() {
+            return Err(RegistryRefusal::UndisposedChildren {
+                session: session.clone(),
+                count: undisposed.len(),
+                example: (*first).clone(),
+            });
+        }
+        if let Some(record) = self.sessions.get_mut(session) {
+            record.state = SessionState::Disposed;
+            record.admission = Admission::Closed;
+            record.updated_at_ms = at_ms;
+        }
+        Ok(CommandResponse::Disposed {
+            session: session.clone(),
+            already: false,
+        })
+    }
+
+    fn heartbeat(
+        &mut self,
+        at_ms: u64,
+        node: &NodeId,
+        lease_ms: u64,
+        info: &Option<String>,
+    ) -> CommandResponse {
+        let lease_expires_at_ms = at_ms.saturating_add(lease_ms);
+        let record = self
+            .nodes
+            .entry(node.clone())
+            .or_insert_with(|| NodeRecord {
+                node: node.clone(),
+                lease_expires_at_ms,
+                last_heartbeat_ms: at_ms,
+                info: None,
+            });
+        // A late, reordered heartbeat never shortens the lease.
+        record.lease_expires_at_ms = record.lease_expires_at_ms.max(lease_expires_at_ms);
+        record.last_heartbeat_ms = record.last_heartbeat_ms.max(at_ms);
+        if info.is_some() {
+            record.info = info.clone();
+        }
+        CommandResponse::LeaseRenewed {
+            node: node.clone(),
+            lease_expires_at_ms: record.lease_expires_at_ms,
+        }
+    }
+
+    fn append_run(&mut self, at_ms: u64, session: &SessionId, run: &RunId) -> Refusal {
+        let record = self.live(session)?;
+        if !record.runs.contains(run) {
+            record.runs.push(run.clone());
+            record.updated_at_ms = at_ms;
+        }
+        Ok(CommandResponse::RunAppended {
+            session: session.clone(),
+            runs: record.runs.len(),
+        })
+    }
+
+    fn set_descriptor(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        descriptor: &serde_json::Value,
+    ) -> Refusal {
+        let record = self.live(session)?;
+        record.descriptor = Some(descriptor.clone());
+        record.updated_at_ms = at_ms;
+        Ok(CommandResponse::DescriptorSet {
+            session: session.clone(),
+        })
+    }
+
+    // ----- queries -----
+
+    /// One session's record.
+    pub fn session(&self, id: &SessionId) -> Option<&SessionRecord> {
+        self.sessions.get(id)
+    }
+
+    /// Every session, by id.
+    pub fn sessions(&self) -> impl Iterator<Item = &SessionRecord> {
+        self.sessions.values()
+    }
+
+    /// How many sessions are in each state (every state listed, zero included).
+    pub fn session_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counts: std::collections::BTreeMap<String, u64> = [
+            SessionState::Running,
+            SessionState::Waiting,
+            SessionState::Settled,
+            SessionState::Disposed,
+        ]
+        .iter()
+        .map(|s| (s.as_str().to_owned(), 0))
+        .collect();
+        for record in self.sessions() {
+            *counts.entry(record.state.as_str().to_owned()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// How many sessions the registry holds.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    fn subtree_ids(&self, root: &SessionId) -> Vec<SessionId> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut queue = VecDeque::from([root.clone()]);
+        while let Some(id) = queue.pop_front() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(record) = self.sessions.get(&id) {
+                queue.extend(record.children.iter().cloned());
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    /// The subtree under `root` (inclusive), parents before children (breadth first).
+    pub fn subtree(&self, root: &SessionId) -> Vec<SessionRecord> {
+        self.subtree_ids(root)
+            .iter()
+            .filter_map(|id| self.sessions.get(id).cloned())
+            .collect()
+    }
+
+    /// True when `ancestor` is a strict ancestor of `descendant` (R3).
+    pub fn is_ancestor(&self, ancestor: &SessionId, descendant: &SessionId) -> bool {
+        let mut cursor = self
+            .sessions
+            .get(descendant)
+            .and_then(|r| r.header.parent_session());
+        let mut steps = 0usize;
+        while let Some(current) = cursor {
+            if current == ancestor {
+                return true;
+            }
+            steps += 1;
+            if steps > self.sessions.len() {
+                return false;
+            }
+            cursor = self
+                .sessions
+                .get(current)
+                .and_then(|r| r.header.parent_session());
+        }
+        false
+    }
+
+    /// Sessions placed on `node` that are not disposed.
+    pub fn sessions_on_node(&self, node: &NodeId) -> Vec<SessionRecord> {
+        self.sessions
+            .values()
+            .filter(|r| r.state != SessionState::Disposed)
+            .filter(|r| r.placement.as_ref().is_some_and(|p| &p.node == node))
+            .cloned()
+            .collect()
+    }
+
+    /// Direct children of `id`, each with counts of its subagent descendants (I1).
+    pub fn children(&self, id: &SessionId) -> Vec<ChildSummary> {
+        let Some(record) = self.sessions.get(id) else {
+            return Vec::new();
+        };
+        record
+            .children
+            .iter()
+            .filter_map(|c| self.sessions.get(c))
+            .map(|child| {
+                let below = self.subtree_ids(child.id());
+                let mut count = 0;
+                let mut running_count = 0;
+                for d in below.iter().skip(1) {
+                    if let Some(r) = self.sessions.get(d) {
+                        if r.header.is_subagent() {
+                            count += 1;
+                            if r.state == SessionState::Running {
+                                running_count += 1;
+                            }
+                        }
+                    }
+                }
+                ChildSummary {
+                    record: child.clone(),
+                    count,
+                    running_count,
+                }
+            })
+            .collect()
+    }
+
+    /// Every node record.
+    pub fn nodes(&self) -> Vec<NodeRecord> {
+        self.nodes.values().cloned().collect()
+    }
+
+    /// The stored first result for a request id, if the command was accepted.
+    pub fn request_outcome(&self, request_id: &RequestId) -> Option<&RequestOutcome> {
+        self.requests.get(request_id)
+    }
+
+    /// A stable 64-bit digest (FNV-1a) of the serialized state: equal states, equal digests.
+    pub fn digest(&self) -> u64 {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        fnv1a(&bytes)
+    }
+}
+
+/// FNV-1a over bytes.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Maps a core rule's error to the refusal naming that rule.
+pub(crate) fn refusal_from_core(err: CoreError) -> RegistryRefusal {
+    match err {
+        CoreError::Depth(e) => RegistryRefusal::DepthExceeded {
+            attempted_depth: e.attempted_depth,
+            max_depth: e.max_depth,
+        },
+        CoreError::DepthOverflow { parent_depth } => {
+            RegistryRefusal::DepthOverflow { parent_depth }
+        }
+        CoreError::InvalidHeader { field, reason } => RegistryRefusal::InvalidHeader {
+            field: field.to_owned(),
+            reason,
+        },
+        other => RegistryRefusal::Malformed {
+            reason: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lineage_core::header::child_session_meta;
+
+    fn sid(n: u32) -> SessionId {
+        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+    }
+    fn rid(s: &str) -> RequestId {
+        RequestId::parse(s).unwrap()
+    }
+    fn root_cmd(n: u32, max: Option<u64>) -> Command {
+        Command::RegisterSession {
+            request_id: rid(&format!("r{n}")),
+            at_ms: 1,
+            header: SessionHeader::top_level(sid(n), None, None),
+            descriptor: None,
+            max_depth: max.map(|m| MaxDepth::new(m).unwrap()),
+            node: Some(NodeId::parse("n1").unwrap()),
+            run: None,
+        }
+    }
+    fn child_cmd(state: &RegistryState, parent: u32, n: u32) -> Command {
+        let p = state.session(&sid(parent)).unwrap();
+        let header = child_session_meta(&p.header, sid(n), p.depth() + 1, 0, None).unwrap();
+        Command::RegisterSession {
+            request_id: rid(&format!("r{n}")),
+            at_ms: 2,
+            header,
+            descriptor: None,
+            max_depth: None,
+            node: None,
+            run: None,
+        }
+    }
+
+    #[test]
+    fn g2_register_root_and_child_links_lineage() {
+        let mut s = RegistryState::new();
+        assert!(matches!(
+            s.apply(&root_cmd(1, Some(2))),
+            CommandResponse::Registered { depth: 0, .. }
+        ));
+        let c = child_cmd(&s, 1, 2);
+        assert!(matches!(
+            s.apply(&c),
+            CommandResponse::Registered { depth: 1, .. }
+        ));
+        assert!(s.session(&sid(1)).unwrap().children.contains(&sid(2)));
+        assert!(s.is_ancestor(&sid(1), &sid(2)));
+        assert!(!s.is_ancestor(&sid(2), &sid(1)));
+        assert_eq!(s.subtree(&sid(1)).len(), 2);
+    }
+
+    #[test]
+    fn g2_depth_over_the_recorded_max_is_refused() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, Some(1)));
+        s.apply(&child_cmd(&s.clone(), 1, 2));
+        let before = s.digest();
+        let r = s.apply(&child_cmd(&s.clone(), 2, 3));
+        assert_eq!(
+            r,
+            CommandResponse::Refused(RegistryRefusal::DepthExceeded {
+                attempted_depth: 2,
+                max_depth: 1
+            })
+        );
+        assert_eq!(s.digest(), before);
+    }
+
+    #[test]
+    fn g2_retry_with_same_request_id_returns_first_result() {
+        let mut s = RegistryState::new();
+        let cmd = root_cmd(1, None);
+        let first = s.apply(&cmd);
+        let digest = s.digest();
+        assert_eq!(s.apply(&cmd), first);
+        assert_eq!(s.digest(), digest);
+    }
+
+    #[test]
+    fn x1_dispose_refused_while_children_live_and_admission_blocks_children() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        s.apply(&child_cmd(&s.clone(), 1, 2));
+        let d = Command::Dispose {
+            request_id: rid("d1"),
+            at_ms: 3,
+            session: sid(1),
+        };
+        assert!(matches!(
+            s.apply(&d),
+            CommandResponse::Refused(RegistryRefusal::UndisposedChildren { count: 1, .. })
+        ));
+        let close = Command::CloseAdmission {
+            request_id: rid("c1"),
+            at_ms: 3,
+            roots: vec![sid(1)],
+        };
+        assert!(
+            matches!(s.apply(&close), CommandResponse::AdmissionClosed { ref sessions } if sessions.len() == 2)
+        );
+        assert!(matches!(
+            s.apply(&child_cmd(&s.clone(), 2, 3)),
+            CommandResponse::Refused(RegistryRefusal::AdmissionClosed { .. })
+        ));
+        let d2 = Command::Dispose {
+            request_id: rid("d2"),
+            at_ms: 4,
+            session: sid(2),
+        };
+        assert!(matches!(
+            s.apply(&d2),
+            CommandResponse::Disposed { already: false, .. }
+        ));
+        let d1b = Command::Dispose {
+            request_id: rid("d1b"),
+            at_ms: 5,
+            session: sid(1),
+        };
+        assert!(matches!(
+            s.apply(&d1b),
+            CommandResponse::Disposed { already: false, .. }
+        ));
+    }
+
+    #[test]
+    fn k1_claim_placement_has_one_winner() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        let claim = |r: &str, node: &str| Command::ClaimPlacement {
+            request_id: rid(r),
+            at_ms: 9,
+            session: sid(1),
+            node: NodeId::parse(node).unwrap(),
+            expected_epoch: 1,
+        };
+        assert!(
+            matches!(s.apply(&claim("a", "n2")), CommandResponse::Placed { placement } if placement.epoch == 2)
+        );
+        assert!(matches!(
+            s.apply(&claim("b", "n3")),
+            CommandResponse::Refused(RegistryRefusal::EpochMismatch { current: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn g2_request_id_reused_for_another_kind_is_refused() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        let d = Command::Dispose {
+            request_id: rid("r1"),
+            at_ms: 3,
+            session: sid(1),
+        };
+        assert!(matches!(
+            s.apply(&d),
+            CommandResponse::Refused(RegistryRefusal::RequestIdReused { .. })
+        ));
+    }
+
+    #[test]
+    fn refusal_messages_are_one_line() {
+        let r = RegistryRefusal::ParentMissing { parent: sid(1) };
+        let m = r.to_string();
+        assert!(m.contains("register the parent first") && !m.contains('\n'));
+    }
+}

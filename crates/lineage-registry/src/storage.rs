@@ -1,0 +1,553 @@
+//! Durable storage of one registry member in one redb file (G3).
+//!
+//! `<data_dir>/registry.redb` holds three tables:
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged`, `snapshot_seq` |
+//! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` |
+//! | `snapshot` | `&str` | `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`) |
+//!
+//! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
+//! openraft is told: a whole batch of appended entries is one transaction, so a batch costs one
+//! fsync (group commit). The committed index is written with `Durability::Eventual`: it is an
+//! optimization (replay on restart), and an older value is still a committed value.
+//!
+//! The state machine lives in memory; it is persisted as snapshots, and on restart it is the
+//! last snapshot plus the committed log entries replayed by openraft.
+//!
+//! Opening refuses a file that is not a redb database, or one that belongs to another cluster or
+//! Raft id, with [`RegistryError::CorruptDataDir`] naming the path. Nothing is ever reset.
+
+// openraft's trait methods fix the error type (`StorageError`, 224 bytes).
+#![allow(clippy::result_large_err)]
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
+use openraft::{
+    AnyError, Entry, EntryPayload, LogState, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
+};
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::error::RegistryError;
+use crate::raft_types::{LogId, RaftMember, TypeConfig};
+use crate::state::RegistryState;
+use crate::types::CommandResponse;
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
+const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot");
+
+/// The on-disk format this build writes and reads.
+const FORMAT: &[u8] = b"lineage-registry/1";
+/// The file name inside the data directory.
+pub const DB_FILE: &str = "registry.redb";
+
+type StoreResult<T> = Result<T, StorageError<u64>>;
+
+fn io_err(
+    kind: fn(AnyError) -> StorageIOError<u64>,
+    e: impl std::fmt::Display,
+) -> StorageError<u64> {
+    StorageError::from(kind(AnyError::error(e.to_string())))
+}
+fn read_err(e: impl std::fmt::Display) -> StorageError<u64> {
+    io_err(StorageIOError::read, e)
+}
+fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
+    io_err(StorageIOError::write, e)
+}
+
+/// The in-memory state machine and what openraft needs to know about it.
+#[derive(Debug, Default)]
+pub(crate) struct SmData {
+    pub(crate) state: RegistryState,
+    pub(crate) last_applied: Option<LogId>,
+    pub(crate) last_membership: StoredMembership<u64, RaftMember>,
+}
+
+/// Shared read access to the applied state (queries read it without going through Raft).
+pub(crate) type SharedState = Arc<RwLock<SmData>>;
+
+/// Opens (or creates) the store of one member; refuses foreign or corrupt stores.
+pub fn open_store(
+    data_dir: &Path,
+    cluster: &str,
+    raft_id: u64,
+) -> Result<(LogStore, StateMachineStore), RegistryError> {
+    let corrupt = |path: &Path, reason: String| RegistryError::CorruptDataDir {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if data_dir.exists() && !data_dir.is_dir() {
+        return Err(corrupt(data_dir, "it is not a directory".into()));
+    }
+    std::fs::create_dir_all(data_dir).map_err(|e| corrupt(data_dir, e.to_string()))?;
+    let path = data_dir.join(DB_FILE);
+    if path.exists() && !path.is_file() {
+        return Err(corrupt(&path, "it is not a regular file".into()));
+    }
+    let db = Database::create(&path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => corrupt(
+            &path,
+            "it is already open (another registry member uses this data directory)".into(),
+        ),
+        other => corrupt(&path, format!("not a readable registry store ({other})")),
+    })?;
+    let db = Arc::new(db);
+    check_identity(&db, &path, cluster, raft_id)?;
+    let data = load_snapshot(&db).map_err(|reason| corrupt(&path, reason))?;
+    let shared: SharedState = Arc::new(RwLock::new(data));
+    Ok((
+        LogStore { db: db.clone() },
+        StateMachineStore {
+            db,
+            data: shared,
+            path,
+        },
+    ))
+}
+
+fn check_identity(
+    db: &Database,
+    path: &Path,
+    cluster: &str,
+    raft_id: u64,
+) -> Result<(), RegistryError> {
+    let corrupt = |reason: String| RegistryError::CorruptDataDir {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let txn = db.begin_write().map_err(|e| corrupt(e.to_string()))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| corrupt(e.to_string()))?;
+        let logs = txn.open_table(LOGS).map_err(|e| corrupt(e.to_string()))?;
+        txn.open_table(SNAPSHOT)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let get = |key: &str| -> Result<Option<Vec<u8>>, RegistryError> {
+            Ok(meta
+                .get(key)
+                .map_err(|e| corrupt(e.to_string()))?
+                .map(|v| v.value().to_vec()))
+        };
+        let format = get("format")?;
+        let stored_cluster = get("cluster")?;
+        let stored_id = get("raft_id")?;
+        match (format, stored_cluster, stored_id) {
+            (None, None, None) => {
+                let empty = logs.is_empty().map_err(|e| corrupt(e.to_string()))?;
+                if !empty || get("vote")?.is_some() {
+                    return Err(corrupt(
+                        "the store has Raft data but no cluster identity".into(),
+                    ));
+                }
+                drop(logs);
+                meta.insert("format", FORMAT)
+                    .map_err(|e| corrupt(e.to_string()))?;
+                meta.insert("cluster", cluster.as_bytes())
+                    .map_err(|e| corrupt(e.to_string()))?;
+                meta.insert("raft_id", raft_id.to_string().as_bytes())
+                    .map_err(|e| corrupt(e.to_string()))?;
+            }
+            (Some(format), Some(c), Some(id)) => {
+                if format != FORMAT {
+                    return Err(corrupt(format!(
+                        "store format {:?} is not {:?}",
+                        String::from_utf8_lossy(&format),
+                        String::from_utf8_lossy(FORMAT)
+                    )));
+                }
+                if c != cluster.as_bytes() {
+                    return Err(corrupt(format!(
+                        "it belongs to cluster {:?}, not {cluster:?}",
+                        String::from_utf8_lossy(&c)
+                    )));
+                }
+                if id != raft_id.to_string().as_bytes() {
+                    return Err(corrupt(format!(
+                        "it belongs to raft id {}, not {raft_id}",
+                        String::from_utf8_lossy(&id)
+                    )));
+                }
+            }
+            _ => return Err(corrupt("the store identity is incomplete".into())),
+        }
+    }
+    txn.commit().map_err(|e| corrupt(e.to_string()))?;
+    Ok(())
+}
+
+fn load_snapshot(db: &Database) -> Result<SmData, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let table = txn.open_table(SNAPSHOT).map_err(|e| e.to_string())?;
+    let meta = table.get("meta").map_err(|e| e.to_string())?;
+    let data = table.get("data").map_err(|e| e.to_string())?;
+    match (meta, data) {
+        (Some(meta), Some(data)) => {
+            let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(meta.value())
+                .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
+            let state: RegistryState = serde_json::from_slice(data.value())
+                .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
+            Ok(SmData {
+                state,
+                last_applied: meta.last_log_id,
+                last_membership: meta.last_membership,
+            })
+        }
+        (None, None) => Ok(SmData::default()),
+        _ => Err("snapshot is half written".into()),
+    }
+}
+
+/// Runs a blocking redb write off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| write_err(format!("storage task failed: {e}")))?
+}
+
+fn get_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> StoreResult<Option<T>> {
+    let txn = db.begin_read().map_err(read_err)?;
+    let table = txn.open_table(META).map_err(read_err)?;
+    match table.get(key).map_err(read_err)? {
+        Some(v) => serde_json::from_slice(v.value())
+            .map(Some)
+            .map_err(read_err),
+        None => Ok(None),
+    }
+}
+
+fn put_meta<T: serde::Serialize>(
+    db: &Database,
+    key: &str,
+    value: &T,
+    durability: Durability,
+) -> StoreResult<()> {
+    let bytes = serde_json::to_vec(value).map_err(write_err)?;
+    let mut txn = db.begin_write().map_err(write_err)?;
+    txn.set_durability(durability);
+    {
+        let mut table = txn.open_table(META).map_err(write_err)?;
+        table.insert(key, bytes.as_slice()).map_err(write_err)?;
+    }
+    txn.commit().map_err(write_err)
+}
+
+/// The Raft log and vote of one member (and its log reader: it is cheap to clone).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StoreResult<Vec<Entry<TypeConfig>>> {
+        let bounds: (Bound<u64>, Bound<u64>) =
+            (range.start_bound().cloned(), range.end_bound().cloned());
+        let txn = self.db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(LOGS).map_err(read_err)?;
+        let mut out = Vec::new();
+        for item in table.range::<u64>(bounds).map_err(read_err)? {
+            let (_, v) = item.map_err(read_err)?;
+            let entry: Entry<TypeConfig> = serde_json::from_slice(v.value()).map_err(read_err)?;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
+        let last_purged: Option<LogId> = get_meta(&self.db, "last_purged")?;
+        let txn = self.db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(LOGS).map_err(read_err)?;
+        let last = match table.last().map_err(read_err)? {
+            Some((_, v)) => {
+                let entry: Entry<TypeConfig> =
+                    serde_json::from_slice(v.value()).map_err(read_err)?;
+                Some(entry.log_id)
+            }
+            None => last_purged,
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> StoreResult<()> {
+        let db = self.db.clone();
+        let vote = *vote;
+        blocking(move || put_meta(&db, "vote", &vote, Durability::Immediate)).await
+    }
+
+    async fn read_vote(&mut self) -> StoreResult<Option<Vote<u64>>> {
+        get_meta(&self.db, "vote")
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> StoreResult<()> {
+        let db = self.db.clone();
+        blocking(move || put_meta(&db, "committed", &committed, Durability::Eventual)).await
+    }
+
+    async fn read_committed(&mut self) -> StoreResult<Option<LogId>> {
+        Ok(get_meta::<Option<LogId>>(&self.db, "committed")?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut encoded = Vec::new();
+        for entry in entries {
+            let bytes = serde_json::to_vec(&entry).map_err(write_err)?;
+            encoded.push((entry.log_id.index, bytes));
+        }
+        let db = self.db.clone();
+        // One transaction, one fsync for the whole batch (group commit).
+        let result = blocking(move || {
+            let mut txn = db.begin_write().map_err(write_err)?;
+            txn.set_durability(Durability::Immediate);
+            {
+                let mut table = txn.open_table(LOGS).map_err(write_err)?;
+                for (index, bytes) in &encoded {
+                    table.insert(*index, bytes.as_slice()).map_err(write_err)?;
+                }
+            }
+            txn.commit().map_err(write_err)
+        })
+        .await;
+        match result {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> StoreResult<()> {
+        let db = self.db.clone();
+        blocking(move || {
+            let mut txn = db.begin_write().map_err(write_err)?;
+            txn.set_durability(Durability::Immediate);
+            {
+                let mut table = txn.open_table(LOGS).map_err(write_err)?;
+                table
+                    .retain_in::<u64, _>(log_id.index.., |_, _| false)
+                    .map_err(write_err)?;
+            }
+            txn.commit().map_err(write_err)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> StoreResult<()> {
+        let db = self.db.clone();
+        blocking(move || {
+            let bytes = serde_json::to_vec(&Some(log_id)).map_err(write_err)?;
+            let mut txn = db.begin_write().map_err(write_err)?;
+            txn.set_durability(Durability::Immediate);
+            {
+                let mut meta = txn.open_table(META).map_err(write_err)?;
+                meta.insert("last_purged", bytes.as_slice())
+                    .map_err(write_err)?;
+                let mut table = txn.open_table(LOGS).map_err(write_err)?;
+                table
+                    .retain_in::<u64, _>(..=log_id.index, |_, _| false)
+                    .map_err(write_err)?;
+            }
+            txn.commit().map_err(write_err)
+        })
+        .await
+    }
+}
+
+/// The state machine of one member: the in-memory [`RegistryState`] plus its snapshots on disk.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    db: Arc<Database>,
+    data: SharedState,
+    path: PathBuf,
+}
+
+impl StateMachineStore {
+    pub(crate) fn shared(&self) -> SharedState {
+        self.data.clone()
+    }
+
+    /// A handle on the database, so the owner can close it last (releasing the file lock).
+    pub(crate) fn db_handle(&self) -> Arc<Database> {
+        self.db.clone()
+    }
+
+    /// The path of the redb file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn persist_snapshot(
+        db: &Database,
+        meta: &SnapshotMeta<u64, RaftMember>,
+        data: &[u8],
+    ) -> StoreResult<()> {
+        let meta_bytes = serde_json::to_vec(meta).map_err(write_err)?;
+        let mut txn = db.begin_write().map_err(write_err)?;
+        txn.set_durability(Durability::Immediate);
+        {
+            let mut table = txn.open_table(SNAPSHOT).map_err(write_err)?;
+            table
+                .insert("meta", meta_bytes.as_slice())
+                .map_err(write_err)?;
+            table.insert("data", data).map_err(write_err)?;
+        }
+        txn.commit().map_err(write_err)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let (bytes, last_applied, last_membership) = {
+            let data = self
+                .data
+                .read()
+                .map_err(|_| read_err("state machine lock poisoned"))?;
+            (
+                serde_json::to_vec(&data.state).map_err(read_err)?,
+                data.last_applied,
+                data.last_membership.clone(),
+            )
+        };
+        let db = self.db.clone();
+        let seq: u64 = get_meta::<u64>(&db, "snapshot_seq")?.unwrap_or(0) + 1;
+        let snapshot_id = match last_applied {
+            Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
+            None => format!("none-{seq}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership,
+            snapshot_id,
+        };
+        let (meta2, bytes2) = (meta.clone(), bytes.clone());
+        blocking(move || {
+            put_meta(&db, "snapshot_seq", &seq, Durability::Immediate)?;
+            Self::persist_snapshot(&db, &meta2, &bytes2)
+        })
+        .await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = StateMachineStore;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StoreResult<(Option<LogId>, StoredMembership<u64, RaftMember>)> {
+        let data = self
+            .data
+            .read()
+            .map_err(|_| read_err("state machine lock poisoned"))?;
+        Ok((data.last_applied, data.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<CommandResponse>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut data = self
+            .data
+            .write()
+            .map_err(|_| write_err("state machine lock poisoned"))?;
+        let mut out = Vec::new();
+        for entry in entries {
+            data.last_applied = Some(entry.log_id);
+            let response = match entry.payload {
+                EntryPayload::Blank => CommandResponse::Noop,
+                EntryPayload::Normal(cmd) => data.state.apply(&cmd),
+                EntryPayload::Membership(m) => {
+                    data.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                    CommandResponse::Noop
+                }
+            };
+            out.push(response);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, RaftMember>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        let bytes = snapshot.into_inner();
+        let state: RegistryState = serde_json::from_slice(&bytes).map_err(|e| {
+            StorageError::from(StorageIOError::read_snapshot(
+                Some(meta.signature()),
+                AnyError::error(e.to_string()),
+            ))
+        })?;
+        let db = self.db.clone();
+        let meta2 = meta.clone();
+        blocking(move || Self::persist_snapshot(&db, &meta2, &bytes)).await?;
+        let mut data = self
+            .data
+            .write()
+            .map_err(|_| write_err("state machine lock poisoned"))?;
+        data.state = state;
+        data.last_applied = meta.last_log_id;
+        data.last_membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        let txn = self.db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(SNAPSHOT).map_err(read_err)?;
+        let meta = table.get("meta").map_err(read_err)?;
+        let data = table.get("data").map_err(read_err)?;
+        match (meta, data) {
+            (Some(meta), Some(data)) => {
+                let meta: SnapshotMeta<u64, RaftMember> =
+                    serde_json::from_slice(meta.value()).map_err(read_err)?;
+                Ok(Some(Snapshot {
+                    meta,
+                    snapshot: Box::new(Cursor::new(data.value().to_vec())),
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! NATS subjects of the registry (all under `lineage.<cluster>.`).
+//!
+//! | subject | who serves | what |
+//! |---|---|---|
+//! | `lineage.<cluster>.raft.<raft_id>.append` | member `<raft_id>` | Raft append-entries (and heartbeats) |
+//! | `lineage.<cluster>.raft.<raft_id>.vote` | member `<raft_id>` | Raft vote |
+//! | `lineage.<cluster>.raft.<raft_id>.snapshot` | member `<raft_id>` | one chunk of an install-snapshot |
+//! | `lineage.<cluster>.registry.write` | every member, queue group `registry` | a [`crate::Command`] from any process |
+//! | `lineage.<cluster>.registry.read` | every member, queue group `registry` | a query from any process |
+//! | `lineage.<cluster>.registry.<raft_id>.write` | member `<raft_id>` | a write sent straight to the known leader |
+//! | `lineage.<cluster>.registry.<raft_id>.read` | member `<raft_id>` | a read sent straight to the known leader |
+
+/// The queue group every member uses for the shared write and read subjects.
+pub const QUEUE_GROUP: &str = "registry";
+
+/// The three Raft RPCs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaftRpc {
+    /// Append entries (and heartbeats).
+    Append,
+    /// Vote.
+    Vote,
+    /// One chunk of a snapshot.
+    Snapshot,
+}
+
+impl RaftRpc {
+    /// The last subject token.
+    pub fn token(self) -> &'static str {
+        match self {
+            RaftRpc::Append => "append",
+            RaftRpc::Vote => "vote",
+            RaftRpc::Snapshot => "snapshot",
+        }
+    }
+
+    /// Parses the last subject token.
+    pub fn from_token(token: &str) -> Option<Self> {
+        match token {
+            "append" => Some(RaftRpc::Append),
+            "vote" => Some(RaftRpc::Vote),
+            "snapshot" => Some(RaftRpc::Snapshot),
+            _ => None,
+        }
+    }
+}
+
+/// `lineage.<cluster>.raft.<raft_id>.<rpc>`
+pub fn raft_rpc(cluster: &str, raft_id: u64, rpc: RaftRpc) -> String {
+    format!("lineage.{cluster}.raft.{raft_id}.{}", rpc.token())
+}
+
+/// `lineage.<cluster>.raft.<raft_id>.*`: everything member `<raft_id>` serves for Raft.
+pub fn raft_rpc_wildcard(cluster: &str, raft_id: u64) -> String {
+    format!("lineage.{cluster}.raft.{raft_id}.*")
+}
+
+/// `lineage.<cluster>.registry.write`
+pub fn write(cluster: &str) -> String {
+    format!("lineage.{cluster}.registry.write")
+}
+
+/// `lineage.<cluster>.registry.read`
+pub fn read(cluster: &str) -> String {
+    format!("lineage.{cluster}.registry.read")
+}
+
+/// `lineage.<cluster>.registry.<raft_id>.write`
+pub fn write_direct(cluster: &str, raft_id: u64) -> String {
+    format!("lineage.{cluster}.registry.{raft_id}.write")
+}
+
+/// `lineage.<cluster>.registry.<raft_id>.read`
+pub fn read_direct(cluster: &str, raft_id: u64) -> String {
+    format!("lineage.{cluster}.registry.{raft_id}.read")
+}
+
+/// True when `cluster` is one safe NATS subject token.
+pub fn valid_cluster(cluster: &str) -> bool {
+    !cluster.is_empty()
+        && cluster.len() <= 64
+        && cluster
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}

@@ -1,0 +1,553 @@
+//! The registry's data model and its command language (G1).
+//!
+//! [`SessionRecord`] and [`NodeRecord`] are what the registry stores; [`Command`] is the only way
+//! to change them (one Raft log entry each); [`CommandResponse`] is what applying a command
+//! returns, including [`RegistryRefusal`] when a rule (G2) refuses it.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use lineage_core::depth::MaxDepth;
+use lineage_core::header::SessionHeader;
+use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+use serde::{Deserialize, Serialize};
+
+/// Which node hosts a session, and the claim epoch (K1). The epoch grows by one with every
+/// successful [`Command::ClaimPlacement`]; only the holder of the newest epoch may host it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The hosting node.
+    pub node: NodeId,
+    /// The claim epoch (registration starts at 1 when a node is given, 0 means never placed).
+    pub epoch: u64,
+}
+
+/// Activation state of a session as recorded in the registry (X2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Taking turns.
+    Running,
+    /// Idle, but owned children remain.
+    Waiting,
+    /// Finished; the settlement was (or will be) delivered to the parent.
+    Settled,
+    /// Gone for good: no host, no new children, never re-registered.
+    Disposed,
+}
+
+impl SessionState {
+    /// The wire name (`running`, `waiting`, `settled`, `disposed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Running => "running",
+            SessionState::Waiting => "waiting",
+            SessionState::Settled => "settled",
+            SessionState::Disposed => "disposed",
+        }
+    }
+}
+
+/// Whether a session accepts new children (X1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Admission {
+    /// New children may be registered below this session.
+    Open,
+    /// A drain began (or the session was disposed): no new children below it.
+    Closed,
+}
+
+/// Everything the registry knows about one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The frozen header (validated, L2).
+    pub header: SessionHeader,
+    /// The persisted subagent descriptor (P1), as JSON.
+    pub descriptor: Option<serde_json::Value>,
+    /// Which node hosts it, with the claim epoch.
+    pub placement: Option<Placement>,
+    /// Activation state.
+    pub state: SessionState,
+    /// Admission flag.
+    pub admission: Admission,
+    /// Direct children (durable lineage).
+    pub children: BTreeSet<SessionId>,
+    /// Runs of this session, oldest first.
+    pub runs: Vec<RunId>,
+    /// The max depth in force for this session's subtree, if one was given.
+    pub max_depth: Option<u64>,
+    /// When it was registered (caller's clock, ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// When it last changed (caller's clock).
+    pub updated_at_ms: u64,
+}
+
+impl SessionRecord {
+    /// The session id.
+    pub fn id(&self) -> &SessionId {
+        self.header.id()
+    }
+
+    /// The delegation depth (0 for a top-level session).
+    pub fn depth(&self) -> u64 {
+        self.header.delegation_depth().unwrap_or(0)
+    }
+}
+
+/// A node's liveness record: its lease is renewed by [`Command::Heartbeat`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The node.
+    pub node: NodeId,
+    /// The lease runs until this time (caller's clock); past it, the node's sessions may be claimed.
+    pub lease_expires_at_ms: u64,
+    /// Time of the last heartbeat.
+    pub last_heartbeat_ms: u64,
+    /// Free-form address or info the node advertises (e.g. its control subject).
+    pub info: Option<String>,
+}
+
+/// One change to the registry: exactly one Raft log entry.
+///
+/// Every command carries a client-chosen `request_id` (a retried command with the same id
+/// returns the first result) and `at_ms`, the caller's clock: the state machine never reads a
+/// clock, so applying the log is deterministic on every voter.
+// Commands live one per log entry and are moved, not stored in bulk: boxing the header would
+// only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// Register a new session: a top-level session, or a child of a registered parent (the
+    /// commit is the birth).
+    RegisterSession {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The frozen header (revalidated at apply time).
+        header: SessionHeader,
+        /// The descriptor, if already known.
+        #[serde(default)]
+        descriptor: Option<serde_json::Value>,
+        /// The max depth the caller enforces; the stricter of this and the tree's recorded max
+        /// depth applies.
+        #[serde(default)]
+        max_depth: Option<MaxDepth>,
+        /// The node that will host it (placement epoch 1), if any.
+        #[serde(default)]
+        node: Option<NodeId>,
+        /// The first run, if any.
+        #[serde(default)]
+        run: Option<RunId>,
+    },
+    /// Claim a session's placement by compare-and-swap on the epoch (K1): one winner.
+    ClaimPlacement {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session to host.
+        session: SessionId,
+        /// The claiming node.
+        node: NodeId,
+        /// The epoch the claimer last saw (0 when never placed).
+        expected_epoch: u64,
+    },
+    /// Record an activation state (`running`, `waiting`, `settled`); use `Dispose` to dispose.
+    SetState {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// The new state.
+        state: SessionState,
+    },
+    /// Close admission on whole subtrees (X1): one entry, so no child slips in halfway.
+    CloseAdmission {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// Roots of the subtrees to close.
+        roots: Vec<SessionId>,
+    },
+    /// Dispose a session; refused while it has undisposed children (X1, child first).
+    Dispose {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+    },
+    /// Renew a node's lease.
+    Heartbeat {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The node.
+        node: NodeId,
+        /// Lease length from `at_ms`.
+        lease_ms: u64,
+        /// Address or info to advertise.
+        #[serde(default)]
+        info: Option<String>,
+    },
+    /// Record a new run of a session.
+    AppendRun {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// The run.
+        run: RunId,
+    },
+    /// Store (or replace) a session's descriptor (P1).
+    SetDescriptor {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// The descriptor as JSON.
+        descriptor: serde_json::Value,
+    },
+}
+
+impl Command {
+    /// The idempotency key.
+    pub fn request_id(&self) -> &RequestId {
+        match self {
+            Command::RegisterSession { request_id, .. }
+            | Command::ClaimPlacement { request_id, .. }
+            | Command::SetState { request_id, .. }
+            | Command::CloseAdmission { request_id, .. }
+            | Command::Dispose { request_id, .. }
+            | Command::Heartbeat { request_id, .. }
+            | Command::AppendRun { request_id, .. }
+            | Command::SetDescriptor { request_id, .. } => request_id,
+        }
+    }
+
+    /// The caller's clock.
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            Command::RegisterSession { at_ms, .. }
+            | Command::ClaimPlacement { at_ms, .. }
+            | Command::SetState { at_ms, .. }
+            | Command::CloseAdmission { at_ms, .. }
+            | Command::Dispose { at_ms, .. }
+            | Command::Heartbeat { at_ms, .. }
+            | Command::AppendRun { at_ms, .. }
+            | Command::SetDescriptor { at_ms, .. } => *at_ms,
+        }
+    }
+
+    /// The command's wire name, e.g. `register_session`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::RegisterSession { .. } => "register_session",
+            Command::ClaimPlacement { .. } => "claim_placement",
+            Command::SetState { .. } => "set_state",
+            Command::CloseAdmission { .. } => "close_admission",
+            Command::Dispose { .. } => "dispose",
+            Command::Heartbeat { .. } => "heartbeat",
+            Command::AppendRun { .. } => "append_run",
+            Command::SetDescriptor { .. } => "set_descriptor",
+        }
+    }
+}
+
+/// The result of applying one log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CommandResponse {
+    /// A Raft-internal entry (blank or membership): nothing for the registry to do.
+    Noop,
+    /// The session was registered.
+    Registered {
+        /// The new session.
+        session: SessionId,
+        /// Its depth.
+        depth: u64,
+    },
+    /// The claim won: this is the new placement.
+    Placed {
+        /// The new placement (epoch bumped).
+        placement: Placement,
+    },
+    /// The state was recorded.
+    StateSet {
+        /// The session.
+        session: SessionId,
+        /// The state now recorded.
+        state: SessionState,
+    },
+    /// Admission is closed on every listed session (roots and all their descendants).
+    AdmissionClosed {
+        /// Every session now closed, parents before children.
+        sessions: Vec<SessionId>,
+    },
+    /// The session is disposed.
+    Disposed {
+        /// The session.
+        session: SessionId,
+        /// True when it was already disposed before this command (idempotent outcome).
+        already: bool,
+    },
+    /// The lease was renewed.
+    LeaseRenewed {
+        /// The node.
+        node: NodeId,
+        /// The new lease end.
+        lease_expires_at_ms: u64,
+    },
+    /// The run was recorded (or already was).
+    RunAppended {
+        /// The session.
+        session: SessionId,
+        /// Number of runs now recorded.
+        runs: usize,
+    },
+    /// The descriptor was stored.
+    DescriptorSet {
+        /// The session.
+        session: SessionId,
+    },
+    /// A rule refused the command; the state is untouched.
+    Refused(RegistryRefusal),
+}
+
+/// Why the state machine refused a command (G2). Each variant is one rule; the message says
+/// what to do next. Refusals leave the state untouched and are not recorded, so a retry is
+/// evaluated again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "refusal", rename_all = "snake_case")]
+pub enum RegistryRefusal {
+    /// The payload could not be decoded as a command.
+    Malformed {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The session header breaks L2 (origin, depth, seed length, lineage shape).
+    InvalidHeader {
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A session with this id is already registered (ids are never reused; no cycles).
+    DuplicateSession {
+        /// The id.
+        session: SessionId,
+    },
+    /// The parent named by the header is not registered.
+    ParentMissing {
+        /// The missing parent.
+        parent: SessionId,
+    },
+    /// The parent is disposed and cannot take children.
+    ParentDisposed {
+        /// The disposed parent.
+        parent: SessionId,
+    },
+    /// The header's root is not the parent's root.
+    RootMismatch {
+        /// The parent's root.
+        expected: SessionId,
+        /// The header's root.
+        found: SessionId,
+    },
+    /// The header's depth is not the parent's depth plus one (D3).
+    DepthMismatch {
+        /// Parent depth + 1.
+        expected: u64,
+        /// The header's depth.
+        found: u64,
+    },
+    /// The child would be deeper than the max depth (D3).
+    DepthExceeded {
+        /// The depth the child would have had.
+        attempted_depth: u64,
+        /// The cap in force.
+        max_depth: u64,
+    },
+    /// Parent depth + 1 overflows the safe-integer range (D3).
+    DepthOverflow {
+        /// The parent's depth.
+        parent_depth: u64,
+    },
+    /// Admission is closed at this ancestor: a drain began (X1).
+    AdmissionClosed {
+        /// The session that was to get a child.
+        parent: SessionId,
+        /// The nearest closed ancestor (or the parent itself).
+        closed_at: SessionId,
+    },
+    /// No such session.
+    UnknownSession {
+        /// The id.
+        session: SessionId,
+    },
+    /// The session is disposed; it cannot change any more.
+    SessionDisposed {
+        /// The id.
+        session: SessionId,
+    },
+    /// The placement epoch moved on: another node claimed it first (K1).
+    EpochMismatch {
+        /// The session.
+        session: SessionId,
+        /// The epoch the claimer expected.
+        expected: u64,
+        /// The epoch recorded now.
+        current: u64,
+    },
+    /// Dispose refused: children are not all disposed yet (X1, leaves first).
+    UndisposedChildren {
+        /// The session.
+        session: SessionId,
+        /// How many children are not disposed.
+        count: usize,
+        /// One of them.
+        example: SessionId,
+    },
+    /// `SetState` cannot set `disposed`.
+    UseDispose {
+        /// The session.
+        session: SessionId,
+    },
+    /// The request id was already used by a different kind of command.
+    RequestIdReused {
+        /// The request id.
+        request_id: RequestId,
+        /// The kind it was first used for.
+        first_kind: String,
+    },
+}
+
+impl RegistryRefusal {
+    /// A short stable name of the rule, e.g. `parent_missing`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RegistryRefusal::Malformed { .. } => "malformed",
+            RegistryRefusal::InvalidHeader { .. } => "invalid_header",
+            RegistryRefusal::DuplicateSession { .. } => "duplicate_session",
+            RegistryRefusal::ParentMissing { .. } => "parent_missing",
+            RegistryRefusal::ParentDisposed { .. } => "parent_disposed",
+            RegistryRefusal::RootMismatch { .. } => "root_mismatch",
+            RegistryRefusal::DepthMismatch { .. } => "depth_mismatch",
+            RegistryRefusal::DepthExceeded { .. } => "depth_exceeded",
+            RegistryRefusal::DepthOverflow { .. } => "depth_overflow",
+            RegistryRefusal::AdmissionClosed { .. } => "admission_closed",
+            RegistryRefusal::UnknownSession { .. } => "unknown_session",
+            RegistryRefusal::SessionDisposed { .. } => "session_disposed",
+            RegistryRefusal::EpochMismatch { .. } => "epoch_mismatch",
+            RegistryRefusal::UndisposedChildren { .. } => "undisposed_children",
+            RegistryRefusal::UseDispose { .. } => "use_dispose",
+            RegistryRefusal::RequestIdReused { .. } => "request_id_reused",
+        }
+    }
+}
+
+impl fmt::Display for RegistryRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryRefusal::Malformed { reason } => {
+                write!(f, "malformed registry command: {reason}; fix the payload and resend")
+            }
+            RegistryRefusal::InvalidHeader { field, reason } => write!(
+                f,
+                "invalid session header field {field}: {reason}; the header is refused, never stored"
+            ),
+            RegistryRefusal::DuplicateSession { session } => write!(
+                f,
+                "session {session} is already registered; mint a fresh session id (ids are never reused)"
+            ),
+            RegistryRefusal::ParentMissing { parent } => write!(
+                f,
+                "parent session {parent} is not registered; register the parent first"
+            ),
+            RegistryRefusal::ParentDisposed { parent } => write!(
+                f,
+                "parent session {parent} is disposed; a disposed session cannot take children"
+            ),
+            RegistryRefusal::RootMismatch { expected, found } => write!(
+                f,
+                "header root_session {found} differs from the parent's root {expected}; compute the header with child_session_meta"
+            ),
+            RegistryRefusal::DepthMismatch { expected, found } => write!(
+                f,
+                "header delegation_depth {found} is not parent depth + 1 = {expected}; resolve the depth with resolve_child_depth"
+            ),
+            RegistryRefusal::DepthExceeded {
+                attempted_depth,
+                max_depth,
+            } => write!(
+                f,
+                "subagent depth {attempted_depth} exceeds max depth {max_depth}; finish without delegating further or raise max_depth"
+            ),
+            RegistryRefusal::DepthOverflow { parent_depth } => write!(
+                f,
+                "child depth overflows the safe-integer range (parent depth {parent_depth}); the lineage is corrupt or runaway"
+            ),
+            RegistryRefusal::AdmissionClosed { parent, closed_at } => write!(
+                f,
+                "admission is closed at {closed_at} (a drain began), so {parent} cannot take new children; do not spawn during a drain"
+            ),
+            RegistryRefusal::UnknownSession { session } => {
+                write!(f, "session {session} is not registered; check the id")
+            }
+            RegistryRefusal::SessionDisposed { session } => write!(
+                f,
+                "session {session} is disposed and cannot change; start a new session instead"
+            ),
+            RegistryRefusal::EpochMismatch {
+                session,
+                expected,
+                current,
+            } => write!(
+                f,
+                "placement of {session} is at epoch {current}, not {expected}: another node claimed it; read the placement and retry or give up"
+            ),
+            RegistryRefusal::UndisposedChildren {
+                session,
+                count,
+                example,
+            } => write!(
+                f,
+                "session {session} has {count} undisposed children (e.g. {example}); dispose children first (leaves first)"
+            ),
+            RegistryRefusal::UseDispose { session } => write!(
+                f,
+                "set_state cannot dispose {session}; send a dispose command instead"
+            ),
+            RegistryRefusal::RequestIdReused {
+                request_id,
+                first_kind,
+            } => write!(
+                f,
+                "request id {request_id} was already used for {first_kind}; use a fresh request id for a new command"
+            ),
+        }
+    }
+}
+
+/// A direct child with counts of its subagent descendants (I1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSummary {
+    /// The child's record.
+    pub record: SessionRecord,
+    /// Number of subagent descendants of the child (not counting itself).
+    pub count: u64,
+    /// How many of those are `running`.
+    pub running_count: u64,
+}

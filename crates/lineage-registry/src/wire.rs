@@ -1,0 +1,204 @@
+//! Request and reply payloads on the registry subjects (JSON, versioned by shape).
+
+use lineage_core::header::SessionHeader;
+use lineage_core::ids::{NodeId, SessionId};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{
+    ChildSummary, Command, CommandResponse, NodeRecord, RegistryRefusal, SessionRecord,
+};
+
+/// How fresh a read must be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// Served by the leader after confirming leadership with a quorum (read index): sees every
+    /// write acknowledged before the read began.
+    #[default]
+    Linearizable,
+    /// Served from whichever member answers, from its applied state: may lag.
+    Stale,
+}
+
+/// A reply on a write subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum WriteReply {
+    /// Applied (or refused by a rule, inside the response).
+    Done {
+        /// The state machine's response.
+        response: CommandResponse,
+    },
+    /// This member is not the leader; `leader` is its best guess.
+    NotLeader {
+        /// The leader's Raft id, if known.
+        leader: Option<u64>,
+    },
+    /// The member could not serve the request now (shutting down, no quorum).
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "query", rename_all = "snake_case")]
+pub enum Query {
+    /// One session's record.
+    Session {
+        /// The session.
+        session: SessionId,
+    },
+    /// The subtree under `root`, parents before children.
+    Subtree {
+        /// The root of the subtree.
+        root: SessionId,
+    },
+    /// Is `ancestor` a strict ancestor of `descendant`?
+    IsAncestor {
+        /// The candidate ancestor.
+        ancestor: SessionId,
+        /// The candidate descendant.
+        descendant: SessionId,
+    },
+    /// Undisposed sessions placed on a node.
+    SessionsOnNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// Direct children with descendant counts.
+    Children {
+        /// The parent.
+        session: SessionId,
+    },
+    /// Every node record.
+    Nodes,
+    /// The Raft status as seen by the answering member.
+    Status,
+    /// The digest of the answering member's applied state.
+    Digest,
+    /// How many sessions are in each state (`running`, `waiting`, `settled`, `disposed`).
+    SessionCounts,
+}
+
+/// A read request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadRequest {
+    /// Freshness.
+    pub consistency: Consistency,
+    /// What to read.
+    pub query: Query,
+}
+
+/// The Raft status of the group as seen by one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryStatus {
+    /// The member that answered.
+    pub responder: u64,
+    /// The current leader, if known.
+    pub leader: Option<u64>,
+    /// Voters of the effective membership.
+    pub voters: Vec<u64>,
+    /// Learners of the effective membership.
+    pub learners: Vec<u64>,
+    /// The current term.
+    pub term: u64,
+    /// Index of the last applied entry.
+    pub last_applied: Option<u64>,
+    /// Index of the last committed entry known to the responder (leader: quorum-acknowledged).
+    pub commit_index: Option<u64>,
+    /// Index of the last log entry.
+    pub last_log_index: Option<u64>,
+}
+
+/// A query result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", content = "value", rename_all = "snake_case")]
+pub enum QueryResult {
+    /// For [`Query::Session`].
+    Session(Option<Box<SessionRecord>>),
+    /// For [`Query::Subtree`] and [`Query::SessionsOnNode`].
+    Sessions(Vec<SessionRecord>),
+    /// For [`Query::IsAncestor`].
+    Bool(bool),
+    /// For [`Query::Children`].
+    Children(Vec<ChildSummary>),
+    /// For [`Query::Nodes`].
+    Nodes(Vec<NodeRecord>),
+    /// For [`Query::Status`].
+    Status(RegistryStatus),
+    /// For [`Query::Digest`].
+    Digest(u64),
+    /// For [`Query::SessionCounts`]: state name -> count.
+    Counts(std::collections::BTreeMap<String, u64>),
+}
+
+/// A reply on a read subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ReadReply {
+    /// The result.
+    Done {
+        /// The value.
+        result: QueryResult,
+    },
+    /// This member is not the leader (linearizable reads only).
+    NotLeader {
+        /// The leader's Raft id, if known.
+        leader: Option<u64>,
+    },
+    /// Cannot serve now.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The request could not be decoded.
+    Malformed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Decodes a write payload from any process. A payload that is not a valid [`Command`] is
+/// refused with the most specific rule: a bad session header becomes
+/// [`RegistryRefusal::InvalidHeader`] (L2), anything else [`RegistryRefusal::Malformed`].
+pub fn decode_command(payload: &[u8]) -> Result<Command, RegistryRefusal> {
+    match serde_json::from_slice::<Command>(payload) {
+        Ok(cmd) => Ok(cmd),
+        Err(err) => {
+            let header = serde_json::from_slice::<serde_json::Value>(payload)
+                .ok()
+                .and_then(|v| v.get("header").cloned());
+            if let Some(header) = header {
+                if let Err(e) = serde_json::from_value::<SessionHeader>(header) {
+                    return Err(header_refusal(&e.to_string()));
+                }
+            }
+            Err(RegistryRefusal::Malformed {
+                reason: one_line(&err.to_string()),
+            })
+        }
+    }
+}
+
+fn header_refusal(message: &str) -> RegistryRefusal {
+    // Core messages read "invalid session header field <field>: <reason>".
+    const PREFIX: &str = "invalid session header field ";
+    if let Some(rest) = message.strip_prefix(PREFIX) {
+        if let Some((field, reason)) = rest.split_once(": ") {
+            return RegistryRefusal::InvalidHeader {
+                field: field.to_owned(),
+                reason: one_line(reason),
+            };
+        }
+    }
+    RegistryRefusal::InvalidHeader {
+        field: "header".to_owned(),
+        reason: one_line(message),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}

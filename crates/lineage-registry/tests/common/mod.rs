@@ -1,0 +1,110 @@
+//! Shared helpers for the cluster tests: real nats-server, real redb files in temp dirs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use lineage_core::header::{child_session_meta, SessionHeader};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_registry::{RegistryNode, RegistryNodeConfig};
+use lineage_testkit::NatsServer;
+
+pub const CLUSTER: &str = "test";
+
+pub fn sid(n: u32) -> SessionId {
+    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+}
+pub fn rid(s: impl AsRef<str>) -> RequestId {
+    RequestId::parse(s.as_ref()).unwrap()
+}
+pub fn node_id(raft_id: u64) -> NodeId {
+    NodeId::parse(&format!("node-{raft_id}")).unwrap()
+}
+pub fn root_header(n: u32) -> SessionHeader {
+    SessionHeader::top_level(sid(n), None, None)
+}
+pub fn child_header(parent: &SessionHeader, n: u32) -> SessionHeader {
+    let depth = parent.delegation_depth().unwrap_or(0) + 1;
+    child_session_meta(parent, sid(n), depth, 0, None).unwrap()
+}
+
+pub async fn connect(server: &NatsServer) -> async_nats::Client {
+    let mut tries = 0;
+    loop {
+        match async_nats::connect(server.url()).await {
+            Ok(c) => return c,
+            Err(e) if tries < 20 => {
+                tries += 1;
+                eprintln!("connect to {} failed ({e}); retrying", server.url());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot connect to {}: {e}", server.url()),
+        }
+    }
+}
+
+pub fn config(raft_id: u64, dir: &Path) -> RegistryNodeConfig {
+    RegistryNodeConfig::new(CLUSTER, raft_id, node_id(raft_id), dir.to_path_buf()).fast()
+}
+
+pub async fn start(server: &NatsServer, cfg: RegistryNodeConfig) -> RegistryNode {
+    RegistryNode::start(cfg, connect(server).await)
+        .await
+        .unwrap()
+}
+
+pub fn members(ids: &[u64]) -> BTreeMap<u64, NodeId> {
+    ids.iter().map(|id| (*id, node_id(*id))).collect()
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes.
+pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The leader all `nodes` agree on, once they do.
+pub async fn agreed_leader(nodes: &[&RegistryNode], timeout: Duration) -> u64 {
+    let mut leader = None;
+    wait_until("an agreed leader", timeout, || {
+        let seen: Vec<Option<u64>> = nodes
+            .iter()
+            .map(|n| n.raft_metrics().current_leader)
+            .collect();
+        let ok = seen.iter().all(|l| l.is_some() && *l == seen[0])
+            && seen[0].is_some_and(|l| nodes.iter().any(|n| n.raft_id() == l));
+        if ok {
+            leader = seen[0];
+        }
+        ok
+    })
+    .await;
+    leader.unwrap()
+}
+
+/// Waits until every node applied at least `index`.
+pub async fn all_applied(nodes: &[&RegistryNode], index: u64, timeout: Duration) {
+    wait_until(&format!("all nodes applied {index}"), timeout, || {
+        nodes.iter().all(|n| {
+            n.raft_metrics()
+                .last_applied
+                .is_some_and(|l| l.index >= index)
+        })
+    })
+    .await;
+}
+
+pub fn tempdirs(n: usize) -> Vec<tempfile::TempDir> {
+    (0..n).map(|_| tempfile::tempdir().unwrap()).collect()
+}
+
+pub fn path(d: &tempfile::TempDir) -> PathBuf {
+    d.path().join("registry")
+}

@@ -1,0 +1,455 @@
+//! G2: model-based test. Random command sequences go to the real `RegistryState` and to a tiny
+//! reference model written separately here; both must agree on every result (accepted or
+//! refused, and which rule) and on the final state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lineage_core::depth::MaxDepth;
+use lineage_core::header::SessionHeader;
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_registry::{Admission, Command, CommandResponse, RegistryState, SessionState};
+use proptest::prelude::*;
+use serde_json::json;
+
+const IDS: u8 = 6;
+
+fn sid(n: u8) -> SessionId {
+    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{:012}", n)).unwrap()
+}
+fn node(n: u8) -> NodeId {
+    NodeId::parse(&format!("n{n}")).unwrap()
+}
+fn req(n: u8) -> RequestId {
+    RequestId::parse(&format!("q{n}")).unwrap()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Register {
+        req: u8,
+        id: u8,
+        parent: Option<u8>,
+        max: Option<u8>,
+        bump: bool,
+        wrong_root: Option<u8>,
+    },
+    Claim {
+        req: u8,
+        id: u8,
+        node: u8,
+        expected: u8,
+    },
+    SetState {
+        req: u8,
+        id: u8,
+        state: u8,
+    },
+    Close {
+        req: u8,
+        ids: Vec<u8>,
+    },
+    Dispose {
+        req: u8,
+        id: u8,
+    },
+    Heartbeat {
+        req: u8,
+        node: u8,
+        at: u8,
+        lease: u8,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let r = 0u8..14;
+    let id = 0u8..IDS;
+    prop_oneof![
+        4 => (r.clone(), id.clone(), proptest::option::weighted(0.8, 0u8..IDS), proptest::option::of(0u8..4), proptest::bool::weighted(0.15), proptest::option::weighted(0.1, 0u8..IDS))
+            .prop_map(|(req, id, parent, max, bump, wrong_root)| Op::Register { req, id, parent, max, bump, wrong_root }),
+        1 => (r.clone(), id.clone(), 0u8..3, 0u8..4).prop_map(|(req, id, node, expected)| Op::Claim { req, id, node, expected }),
+        1 => (r.clone(), id.clone(), 0u8..4).prop_map(|(req, id, state)| Op::SetState { req, id, state }),
+        1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
+        2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
+        1 => (r, 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
+    ]
+}
+
+// ----- the reference model -----
+
+#[derive(Debug, Clone, PartialEq)]
+struct MSession {
+    parent: Option<u8>,
+    root: u8,
+    depth: u64,
+    max: Option<u64>,
+    state: u8, // 0 running, 1 waiting, 2 settled, 3 disposed
+    closed: bool,
+    placement: Option<(u8, u64)>,
+    children: BTreeSet<u8>,
+}
+
+#[derive(Default)]
+struct Model {
+    sessions: BTreeMap<u8, MSession>,
+    leases: BTreeMap<u8, u64>,
+    requests: BTreeMap<u8, (&'static str, String)>,
+}
+
+impl Model {
+    fn subtree(&self, root: u8) -> BTreeSet<u8> {
+        let mut out = BTreeSet::new();
+        let mut stack = vec![root];
+        while let Some(s) = stack.pop() {
+            if out.insert(s) {
+                if let Some(m) = self.sessions.get(&s) {
+                    stack.extend(m.children.iter().copied());
+                }
+            }
+        }
+        out
+    }
+
+    /// Header (id, parent, root, depth) the test builds for a Register op; None = skip op.
+    fn header_for(
+        &self,
+        id: u8,
+        parent: Option<u8>,
+        bump: bool,
+        wrong_root: Option<u8>,
+    ) -> Option<(u8, u64)> {
+        match parent {
+            None => Some((id, 0)),
+            Some(p) => {
+                if p == id {
+                    return None;
+                }
+                let (proot, pdepth) = self
+                    .sessions
+                    .get(&p)
+                    .map(|m| (m.root, m.depth))
+                    .unwrap_or((p, 0));
+                let root = wrong_root.unwrap_or(proot);
+                if root == id {
+                    return None;
+                }
+                Some((root, pdepth + 1 + u64::from(bump)))
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        kind: &'static str,
+        req: u8,
+        f: impl FnOnce(&mut Model) -> Result<String, &'static str>,
+    ) -> String {
+        if let Some((k, first)) = self.requests.get(&req) {
+            if *k != kind {
+                return "refused:request_id_reused".into();
+            }
+            return first.clone();
+        }
+        match f(self) {
+            Ok(s) => {
+                self.requests.insert(req, (kind, s.clone()));
+                s
+            }
+            Err(r) => format!("refused:{r}"),
+        }
+    }
+
+    fn run(&mut self, op: &Op) -> String {
+        match op.clone() {
+            Op::Register {
+                req,
+                id,
+                parent,
+                max,
+                bump,
+                wrong_root,
+            } => self.apply("register_session", req, |m| {
+                let (root, depth) = m.header_for(id, parent, bump, wrong_root).ok_or("skip")?;
+                if m.sessions.contains_key(&id) {
+                    return Err("duplicate_session");
+                }
+                let mut eff = max.map(u64::from);
+                if let Some(p) = parent {
+                    let ps = m.sessions.get(&p).ok_or("parent_missing")?;
+                    if ps.state == 3 {
+                        return Err("parent_disposed");
+                    }
+                    if ps.root != root {
+                        return Err("root_mismatch");
+                    }
+                    let mut cur = Some(p);
+                    while let Some(c) = cur {
+                        let cs = &m.sessions[&c];
+                        if cs.closed {
+                            return Err("admission_closed");
+                        }
+                        cur = cs.parent;
+                    }
+                    eff = match (eff, ps.max) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let expected = ps.depth + 1;
+                    if eff.is_some_and(|x| expected > x) {
+                        return Err("depth_exceeded");
+                    }
+                    if depth != expected {
+                        return Err("depth_mismatch");
+                    }
+                    m.sessions.get_mut(&p).unwrap().children.insert(id);
+                }
+                m.sessions.insert(
+                    id,
+                    MSession {
+                        parent,
+                        root,
+                        depth,
+                        max: eff,
+                        state: 0,
+                        closed: false,
+                        placement: Some((1, 1)),
+                        children: BTreeSet::new(),
+                    },
+                );
+                Ok(format!("registered:{depth}"))
+            }),
+            Op::Claim {
+                req,
+                id,
+                node,
+                expected,
+            } => self.apply("claim_placement", req, |m| {
+                let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
+                if s.state == 3 {
+                    return Err("session_disposed");
+                }
+                let cur = s.placement.map_or(0, |p| p.1);
+                if cur != u64::from(expected) {
+                    return Err("epoch_mismatch");
+                }
+                s.placement = Some((node, cur + 1));
+                Ok(format!("placed:{node}:{}", cur + 1))
+            }),
+            Op::SetState { req, id, state } => self.apply("set_state", req, |m| {
+                let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
+                if s.state == 3 {
+                    return Err("session_disposed");
+                }
+                if state == 3 {
+                    return Err("use_dispose");
+                }
+                s.state = state;
+                Ok(format!("state:{state}"))
+            }),
+            Op::Close { req, ids } => self.apply("close_admission", req, |m| {
+                if ids.iter().any(|i| !m.sessions.contains_key(i)) {
+                    return Err("unknown_session");
+                }
+                let mut all = BTreeSet::new();
+                for i in &ids {
+                    all.extend(m.subtree(*i));
+                }
+                for i in &all {
+                    m.sessions.get_mut(i).unwrap().closed = true;
+                }
+                Ok(format!("closed:{}", all.len()))
+            }),
+            Op::Dispose { req, id } => self.apply("dispose", req, |m| {
+                let s = m.sessions.get(&id).ok_or("unknown_session")?;
+                if s.state == 3 {
+                    return Ok("disposed:true".into());
+                }
+                if s.children.iter().any(|c| m.sessions[c].state != 3) {
+                    return Err("undisposed_children");
+                }
+                let s = m.sessions.get_mut(&id).unwrap();
+                s.state = 3;
+                s.closed = true;
+                Ok("disposed:false".into())
+            }),
+            Op::Heartbeat {
+                req,
+                node,
+                at,
+                lease,
+            } => self.apply("heartbeat", req, |m| {
+                let end = u64::from(at) + u64::from(lease);
+                let e = m.leases.entry(node).or_insert(end);
+                *e = (*e).max(end);
+                Ok(format!("lease:{e}"))
+            }),
+        }
+    }
+}
+
+// ----- driving the real state machine -----
+
+fn to_command(model: &Model, op: &Op) -> Option<Command> {
+    Some(match op.clone() {
+        Op::Register {
+            req: r,
+            id,
+            parent,
+            max,
+            bump,
+            wrong_root,
+        } => {
+            let (root, depth) = model.header_for(id, parent, bump, wrong_root)?;
+            let header: SessionHeader = match parent {
+                None => SessionHeader::top_level(sid(id), None, None),
+                Some(p) => serde_json::from_value(json!({
+                    "id": sid(id).as_str(), "parent_session": sid(p).as_str(),
+                    "root_session": sid(root).as_str(), "origin": "subagent",
+                    "delegation_depth": depth,
+                }))
+                .ok()?,
+            };
+            Command::RegisterSession {
+                request_id: req(r),
+                at_ms: 1,
+                header,
+                descriptor: None,
+                max_depth: max.map(|m| MaxDepth::new(u64::from(m)).unwrap()),
+                node: Some(node(1)),
+                run: None,
+            }
+        }
+        Op::Claim {
+            req: r,
+            id,
+            node: n,
+            expected,
+        } => Command::ClaimPlacement {
+            request_id: req(r),
+            at_ms: 2,
+            session: sid(id),
+            node: node(n),
+            expected_epoch: u64::from(expected),
+        },
+        Op::SetState { req: r, id, state } => Command::SetState {
+            request_id: req(r),
+            at_ms: 3,
+            session: sid(id),
+            state: [
+                SessionState::Running,
+                SessionState::Waiting,
+                SessionState::Settled,
+                SessionState::Disposed,
+            ][state as usize],
+        },
+        Op::Close { req: r, ids } => Command::CloseAdmission {
+            request_id: req(r),
+            at_ms: 4,
+            roots: ids.iter().map(|i| sid(*i)).collect(),
+        },
+        Op::Dispose { req: r, id } => Command::Dispose {
+            request_id: req(r),
+            at_ms: 5,
+            session: sid(id),
+        },
+        Op::Heartbeat {
+            req: r,
+            node: n,
+            at,
+            lease,
+        } => Command::Heartbeat {
+            request_id: req(r),
+            at_ms: u64::from(at),
+            node: node(n),
+            lease_ms: u64::from(lease),
+            info: None,
+        },
+    })
+}
+
+fn summarize(r: &CommandResponse) -> String {
+    match r {
+        CommandResponse::Noop => "noop".into(),
+        CommandResponse::Registered { depth, .. } => format!("registered:{depth}"),
+        CommandResponse::Placed { placement } => {
+            format!(
+                "placed:{}:{}",
+                &placement.node.as_str()[1..],
+                placement.epoch
+            )
+        }
+        CommandResponse::StateSet { state, .. } => format!(
+            "state:{}",
+            match state {
+                SessionState::Running => 0,
+                SessionState::Waiting => 1,
+                SessionState::Settled => 2,
+                SessionState::Disposed => 3,
+            }
+        ),
+        CommandResponse::AdmissionClosed { sessions } => format!("closed:{}", sessions.len()),
+        CommandResponse::Disposed { already, .. } => format!("disposed:{already}"),
+        CommandResponse::LeaseRenewed {
+            lease_expires_at_ms,
+            ..
+        } => format!("lease:{lease_expires_at_ms}"),
+        CommandResponse::RunAppended { runs, .. } => format!("runs:{runs}"),
+        CommandResponse::DescriptorSet { .. } => "descriptor".into(),
+        CommandResponse::Refused(r) => format!("refused:{}", r.kind()),
+    }
+}
+
+fn index_of(s: &SessionId) -> u8 {
+    (0..IDS).find(|i| &sid(*i) == s).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn g2_model_real_state_machine_agrees_with_reference_model(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut real = RegistryState::new();
+        let mut model = Model::default();
+        for op in &ops {
+            let Some(cmd) = to_command(&model, op) else { continue };
+            // A round trip through JSON, as on the wire.
+            let cmd: Command = serde_json::from_slice(&serde_json::to_vec(&cmd).unwrap()).unwrap();
+            let before = real.digest();
+            let got = summarize(&real.apply(&cmd));
+            let want = model.run(op);
+            prop_assert_eq!(&got, &want, "op {:?}", op);
+            if got.starts_with("refused:") {
+                prop_assert_eq!(real.digest(), before, "a refusal changed the state: {:?}", op);
+            }
+        }
+        // Final states agree.
+        prop_assert_eq!(real.session_count(), model.sessions.len());
+        for rec in real.sessions() {
+            let i = index_of(rec.id());
+            let m = &model.sessions[&i];
+            prop_assert_eq!(rec.header.parent_session().map(index_of), m.parent);
+            prop_assert_eq!(index_of(rec.header.root_session()), m.root);
+            prop_assert_eq!(rec.depth(), m.depth);
+            prop_assert_eq!(rec.max_depth, m.max);
+            prop_assert_eq!(rec.admission == Admission::Closed, m.closed);
+            prop_assert_eq!(rec.state == SessionState::Disposed, m.state == 3);
+            prop_assert_eq!(
+                rec.placement.as_ref().map(|p| (p.node.as_str()[1..].parse::<u8>().unwrap(), p.epoch)),
+                m.placement
+            );
+            let children: BTreeSet<u8> = rec.children.iter().map(index_of).collect();
+            prop_assert_eq!(&children, &m.children);
+        }
+        let leases: BTreeMap<u8, u64> = real.nodes().iter()
+            .map(|n| (n.node.as_str()[1..].parse::<u8>().unwrap(), n.lease_expires_at_ms)).collect();
+        prop_assert_eq!(leases, model.leases.clone());
+        // Lineage invariants: every parent link is mirrored, depth = parent depth + 1 (D3, L4).
+        for rec in real.sessions() {
+            if let Some(p) = rec.header.parent_session() {
+                let parent = real.session(p).unwrap();
+                prop_assert!(parent.children.contains(rec.id()));
+                prop_assert_eq!(rec.depth(), parent.depth() + 1);
+                prop_assert!(real.is_ancestor(rec.header.root_session(), rec.id()));
+            }
+        }
+    }
+}

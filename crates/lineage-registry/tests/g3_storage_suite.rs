@@ -1,0 +1,59 @@
+//! G3: the redb store passes openraft's storage conformance suite, and refuses foreign or
+//! corrupt data directories.
+
+use lineage_registry::raft_types::TypeConfig;
+use lineage_registry::storage::{open_store, LogStore, StateMachineStore, DB_FILE};
+use lineage_registry::RegistryError;
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::StorageError;
+
+struct RedbBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<u64>> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (log, sm) = open_store(dir.path(), "suite", 0).expect("open store");
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn g3_redb_store_passes_openraft_suite() {
+    Suite::test_all(RedbBuilder).expect("openraft storage suite");
+}
+
+#[test]
+fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not a redb database.
+    std::fs::write(
+        dir.path().join(DB_FILE),
+        b"this is not a database at all, not even close",
+    )
+    .unwrap();
+    let err = open_store(dir.path(), "c1", 1).err().expect("refused");
+    let msg = err.to_string();
+    assert!(matches!(err, RegistryError::CorruptDataDir { .. }), "{msg}");
+    assert!(msg.contains(DB_FILE), "{msg}");
+    // The file is left alone: never reset silently.
+    assert_eq!(
+        std::fs::read(dir.path().join(DB_FILE)).unwrap(),
+        b"this is not a database at all, not even close"
+    );
+
+    // A store of another cluster, or another raft id.
+    let dir = tempfile::tempdir().unwrap();
+    drop(open_store(dir.path(), "c1", 1).unwrap());
+    let err = open_store(dir.path(), "c2", 1).err().expect("refused");
+    assert!(err.to_string().contains("cluster"), "{err}");
+    assert!(
+        err.to_string().contains(&dir.path().display().to_string()),
+        "{err}"
+    );
+    let err = open_store(dir.path(), "c1", 2).err().expect("refused");
+    assert!(err.to_string().contains("raft id 1"), "{err}");
+    // The rightful owner still opens it.
+    assert!(open_store(dir.path(), "c1", 1).is_ok());
+}

@@ -1,0 +1,183 @@
+//! clap definitions. Every verb's `--help` ends with an example.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// lineage: a distributed coordinator for agents that spawn child agents.
+#[derive(Debug, Parser)]
+#[command(name = "lineage", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+/// Flags every verb understands.
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// NATS server URL [default: nats://127.0.0.1:4222, or the config's nats_url for `node`].
+    #[arg(long = "nats", env = "NATS_URL", global = true)]
+    pub nats: Option<String>,
+    /// Cluster name, the second token of every subject [default: dev].
+    #[arg(long, env = "LINEAGE_CLUSTER", global = true)]
+    pub cluster: Option<String>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// How long to wait for a reply, in milliseconds.
+    #[arg(long, global = true, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+}
+
+/// The shape of a child (S1, S3).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ShapeArg {
+    /// One turn; the run settles with its result.
+    OneShot,
+    /// Multi-turn; settles with a notice to the parent.
+    Continuable,
+}
+
+/// The verbs.
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Run one node (registry voter or client, plus agent host).
+    #[command(after_help = "Example:\n  lineage node --config config/local-3node/node-1.toml")]
+    Node {
+        /// Config file (TOML); defaults, LINEAGE_ env and flags apply on top.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Start a local cluster (nats-server + 3 nodes) and run the demo workload.
+    #[command(
+        after_help = "Example:\n  lineage dev            # cluster + demo, Ctrl-C to stop\n  lineage dev --no-demo  # just the cluster"
+    )]
+    Dev {
+        /// Number of nodes (all registry voters when 1, 3 or 5).
+        #[arg(long, default_value_t = 3)]
+        nodes: u8,
+        /// Skip the demo workload.
+        #[arg(long)]
+        no_demo: bool,
+        /// Exit after the demo instead of leaving the cluster up.
+        #[arg(long)]
+        exit_after_demo: bool,
+        /// Working directory for data and logs (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// NATS port for the local server (default: a free port).
+        #[arg(long)]
+        nats_port: Option<u16>,
+    },
+    /// Spawn a session: top level, or a child of --parent.
+    #[command(
+        after_help = "Example:\n  lineage spawn --shape continuable --script '{\"turns\":[[{\"reply\":\"hi\"}]]}' --prompt 'start'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
+    )]
+    Spawn(SpawnArgs),
+    /// Send the next user message to a session (followup; cold-resumes a cold child).
+    #[command(after_help = "Example:\n  lineage send 0193...child 'continue with part 2'")]
+    Send {
+        /// The session.
+        session: String,
+        /// The message.
+        content: String,
+    },
+    /// Cancel a live child's current turn.
+    #[command(
+        after_help = "Example:\n  lineage interrupt 0193...child --as-user 0193...parent\n  lineage interrupt 0193...grandchild --as-ancestor 0193...root"
+    )]
+    Interrupt {
+        /// The session to interrupt.
+        target: String,
+        /// Act as the user of this parent session.
+        #[arg(long, conflicts_with = "as_ancestor")]
+        as_user: Option<String>,
+        /// Act as this ancestor session.
+        #[arg(long)]
+        as_ancestor: Option<String>,
+    },
+    /// Show a subtree: session, shape, state, depth, node, owner, age.
+    #[command(
+        after_help = "Example:\n  lineage tree 0193...root\n  lineage tree 0193...root --json | jq ."
+    )]
+    Tree {
+        /// The subtree's root.
+        root: String,
+    },
+    /// Drain subtrees: close admission, stop descendants, dispose leaves first.
+    #[command(after_help = "Example:\n  lineage drain 0193...root")]
+    Drain {
+        /// Roots of the subtrees to drain.
+        #[arg(required = true)]
+        roots: Vec<String>,
+    },
+    /// Stream start/end/report/settled events of a parent's children.
+    #[command(after_help = "Example:\n  lineage watch 0193...parent")]
+    Watch {
+        /// The parent session.
+        parent: String,
+        /// Stop after this many events (default: run until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Cluster status: leader, voters, nodes with lease age, sessions by state.
+    #[command(after_help = "Example:\n  lineage status --nats nats://127.0.0.1:4222")]
+    Status,
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigVerb),
+    /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline).
+    #[command(after_help = "Example:\n  lineage bench registry")]
+    Bench {
+        /// Scenario.
+        scenario: String,
+    },
+}
+
+/// `config` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigVerb {
+    /// Print the effective config with each value's source.
+    #[command(
+        after_help = "Example:\n  LINEAGE_LIMITS__MAX_DEPTH=4 lineage config show --config config/lineage.toml"
+    )]
+    Show {
+        /// Config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+/// `spawn` arguments.
+#[derive(Debug, Args)]
+pub struct SpawnArgs {
+    /// Parent session (omit for a top-level session).
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// Child shape.
+    #[arg(long, value_enum, default_value_t = ShapeArg::Continuable)]
+    pub shape: ShapeArg,
+    /// Script JSON, or @FILE.
+    #[arg(long, conflicts_with = "acp")]
+    pub script: Option<String>,
+    /// Run an ACP agent: the command line (program and arguments), e.g. --acp 'my-agent --stdio'.
+    #[arg(long)]
+    pub acp: Option<String>,
+    /// The first user message.
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    /// Preferred node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Max delegation depth for this tree (D4).
+    #[arg(long)]
+    pub max_depth: Option<String>,
+    /// A label.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Idempotency key: a retried spawn with the same id returns the first result.
+    #[arg(long)]
+    pub request_id: Option<String>,
+}

@@ -1,0 +1,746 @@
+//! One function per verb. Each returns the process exit code.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use lineage_bus::control::{self, ControlError, ErrorCode};
+use lineage_bus::Subjects;
+use lineage_core::authority::InterruptAuthority;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_host::control::{
+    ops, DrainReport, DrainRequest, FollowupReply, FollowupRequest, InterruptReply,
+    InterruptRequest, SpawnReply, SpawnRequest, StatusReply, StatusRequest,
+};
+use lineage_host::driver::AgentSpec;
+use lineage_node::config::{self, FlagOverrides};
+use lineage_registry::{Consistency, RegistryClient, RegistryError, SessionRecord};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{Cli, ConfigVerb, Global, ShapeArg, SpawnArgs, Verb};
+use crate::output::{fail, usage};
+
+/// The default NATS URL when neither `--nats` nor `NATS_URL` is given.
+pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
+/// The default cluster name.
+pub const DEFAULT_CLUSTER: &str = "dev";
+
+/// Runs the verb and returns the exit code.
+pub async fn run(cli: Cli) -> i32 {
+    let g = cli.global.clone();
+    let outcome = match cli.verb {
+        Verb::Node { config } => node(&g, config).await,
+        Verb::Dev {
+            nodes,
+            no_demo,
+            exit_after_demo,
+            dir,
+            nats_port,
+        } => crate::dev::dev(&g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
+        Verb::Spawn(args) => spawn(&g, args).await,
+        Verb::Send { session, content } => send(&g, &session, content).await,
+        Verb::Interrupt {
+            target,
+            as_user,
+            as_ancestor,
+        } => interrupt(&g, &target, as_user, as_ancestor).await,
+        Verb::Tree { root } => tree(&g, &root).await,
+        Verb::Drain { roots } => drain(&g, &roots).await,
+        Verb::Watch { parent, count } => watch(&g, &parent, count).await,
+        Verb::Status => status(&g).await,
+        Verb::Config(ConfigVerb::Show { config }) => config_show(&g, config),
+        Verb::Bench { scenario } => crate::bench::bench(&g, &scenario).await,
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => fail(g.json, &e),
+    }
+}
+
+pub(crate) fn nats_url(g: &Global) -> String {
+    g.nats.clone().unwrap_or_else(|| DEFAULT_NATS.to_owned())
+}
+
+pub(crate) fn cluster(g: &Global) -> String {
+    g.cluster
+        .clone()
+        .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned())
+}
+
+pub(crate) fn subjects(g: &Global) -> Result<Subjects, ControlError> {
+    Subjects::new(&cluster(g)).map_err(|e| usage(e.to_string()))
+}
+
+pub(crate) async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
+    let url = nats_url(g);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        lineage_bus::connect(&url, "lineage-cli"),
+    )
+    .await
+    .map_err(|_| {
+        ControlError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "cannot connect to NATS at {url} within 5 s; start nats-server or pass --nats URL"
+            ),
+        )
+    })?
+    .map_err(ControlError::from)
+}
+
+fn parse_session(what: &str, raw: &str) -> Result<SessionId, ControlError> {
+    SessionId::parse(raw).map_err(|e| usage(format!("{what}: {e}")))
+}
+
+fn registry_error(e: RegistryError) -> ControlError {
+    let text = e.to_string();
+    let code = match &e {
+        RegistryError::Refused(_) => ErrorCode::Refused,
+        _ if text.contains("not found") => ErrorCode::NotFound,
+        _ => ErrorCode::Unavailable,
+    };
+    ControlError::new(code, text)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("error: cannot print JSON: {e}"),
+    }
+}
+
+async fn node(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), ControlError> {
+    let flags = FlagOverrides {
+        nats_url: g.nats.clone(),
+        cluster: g.cluster.clone(),
+    };
+    let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
+    crate::telemetry::init();
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down");
+        signal.cancel();
+    });
+    lineage_node::node::run(loaded.config, shutdown)
+        .await
+        .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()))
+}
+
+pub(crate) async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn config_show(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), ControlError> {
+    let flags = FlagOverrides {
+        nats_url: g.nats.clone(),
+        cluster: g.cluster.clone(),
+    };
+    let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
+    let rows = loaded.with_sources();
+    if g.json {
+        let items: Vec<_> = rows
+            .iter()
+            .map(|(k, v, s)| json!({"key": k, "value": v, "source": s}))
+            .collect();
+        print_json(&items);
+    } else {
+        let width = rows.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+        for (k, v, s) in rows {
+            println!("{k:width$} = {v:30}  # {s}");
+        }
+    }
+    Ok(())
+}
+
+/// Reads `--script`: inline JSON, or `@FILE` (JSON, or TOML when the file ends in `.toml`).
+pub(crate) fn read_script(raw: &str) -> Result<lineage_host::script::Script, ControlError> {
+    let (text, toml) = match raw.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("cannot read script file {path}: {e}")))?,
+            path.ends_with(".toml"),
+        ),
+        None => (raw.to_owned(), false),
+    };
+    if toml {
+        figment::Figment::from(
+            <figment::providers::Toml as figment::providers::Format>::string(&text),
+        )
+        .extract()
+        .map_err(|e| usage(format!("invalid script TOML: {e}")))
+    } else {
+        serde_json::from_str(&text).map_err(|e| {
+            usage(format!(
+                "invalid script JSON: {e}; example: {{\"turns\":[[{{\"do\":\"reply\",\"text\":\"hi\"}}]]}}"
+            ))
+        })
+    }
+}
+
+async fn spawn(g: &Global, args: SpawnArgs) -> Result<(), ControlError> {
+    let agent = match (&args.script, &args.acp) {
+        (Some(script), None) => AgentSpec::Script {
+            script: read_script(script)?,
+        },
+        (None, Some(cmd)) => {
+            let command: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
+            if command.is_empty() {
+                return Err(usage(
+                    "--acp needs a command line, e.g. --acp 'my-agent --stdio'",
+                ));
+            }
+            AgentSpec::Acp { command }
+        }
+        (None, None) => AgentSpec::Script {
+            script: read_script(r#"{"turns":[[{"do":"echo"}]]}"#)?,
+        },
+        (Some(_), Some(_)) => return Err(usage("give either --script or --acp, not both")),
+    };
+    let parent = args
+        .parent
+        .as_deref()
+        .map(|p| parse_session("--parent", p))
+        .transpose()?;
+    let node = args
+        .node
+        .as_deref()
+        .map(|n| NodeId::parse(n).map_err(|e| usage(format!("--node: {e}"))))
+        .transpose()?;
+    let max_depth = match &args.max_depth {
+        None => None,
+        Some(raw) => {
+            let value: serde_json::Value = serde_json::from_str(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(raw.clone()));
+            lineage_core::depth::validate_max_depth(&value)
+                .map_err(|e| usage(format!("--max-depth: {e}")))?;
+            Some(value)
+        }
+    };
+    let request_id = args
+        .request_id
+        .as_deref()
+        .map(|r| RequestId::parse(r).map_err(|e| usage(format!("--request-id: {e}"))))
+        .transpose()?;
+    let request = SpawnRequest {
+        parent,
+        shape: Some(match args.shape {
+            ShapeArg::OneShot => SubagentShape::OneShot,
+            ShapeArg::Continuable => SubagentShape::Continuable,
+        }),
+        agent,
+        prompt: args.prompt,
+        node,
+        label: args.label,
+        persona: None,
+        tool_filter: None,
+        max_depth,
+        request_id,
+        cwd: None,
+        preset: None,
+        policy: None,
+        forwarded: false,
+    };
+    let client = connect(g).await?;
+    let subjects = subjects(g)?;
+    let reply: SpawnReply = control::request(
+        &client,
+        subjects.control(ops::SPAWN),
+        &request,
+        Duration::from_millis(g.timeout_ms),
+    )
+    .await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "spawned {} on {} (depth {}{})",
+            reply.session,
+            reply.node,
+            reply.depth,
+            reply
+                .run
+                .as_ref()
+                .map(|r| format!(", run {r}"))
+                .unwrap_or_default()
+        );
+        if let Some(result) = &reply.result {
+            println!(
+                "result: {} ({})",
+                result.output.as_deref().unwrap_or("-"),
+                result.stop_reason.as_str()
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn send(g: &Global, session: &str, content: String) -> Result<(), ControlError> {
+    let session = parse_session("session", session)?;
+    let client = connect(g).await?;
+    let reply: FollowupReply = control::request(
+        &client,
+        subjects(g)?.control(ops::FOLLOWUP),
+        &FollowupRequest {
+            session,
+            content,
+            forwarded: false,
+        },
+        Duration::from_millis(g.timeout_ms),
+    )
+    .await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "delivered to {} on {} ({:?})",
+            reply.session, reply.node, reply.outcome
+        );
+    }
+    Ok(())
+}
+
+async fn interrupt(
+    g: &Global,
+    target: &str,
+    as_user: Option<String>,
+    as_ancestor: Option<String>,
+) -> Result<(), ControlError> {
+    let target = parse_session("target", target)?;
+    let authority = match (as_user, as_ancestor) {
+        (Some(p), None) => InterruptAuthority::User {
+            parent_session_id: parse_session("--as-user", &p)?,
+        },
+        (None, Some(a)) => InterruptAuthority::Ancestor {
+            session: parse_session("--as-ancestor", &a)?,
+        },
+        _ => {
+            return Err(usage(
+                "say who interrupts: --as-user PARENT_SESSION or --as-ancestor SESSION",
+            ))
+        }
+    };
+    let client = connect(g).await?;
+    let reply: InterruptReply = control::request(
+        &client,
+        subjects(g)?.control(ops::INTERRUPT),
+        &InterruptRequest {
+            target,
+            authority,
+            forwarded: false,
+        },
+        Duration::from_millis(g.timeout_ms),
+    )
+    .await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "{}: {:?}{}",
+            reply.target,
+            reply.outcome,
+            reply.node.map(|n| format!(" on {n}")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Asks every node in `nodes` for its live agents; returns session -> (owner) for live ones.
+async fn live_owners(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    nodes: impl IntoIterator<Item = NodeId>,
+) -> BTreeMap<SessionId, Option<SessionId>> {
+    let mut out = BTreeMap::new();
+    for node in nodes {
+        let reply: Result<StatusReply, _> = control::request(
+            client,
+            subjects.node_control(&node, ops::STATUS),
+            &StatusRequest {},
+            Duration::from_millis(1500),
+        )
+        .await;
+        if let Ok(reply) = reply {
+            for agent in reply.live {
+                out.insert(agent.session, agent.owner);
+            }
+        }
+    }
+    out
+}
+
+fn shape_of(record: &SessionRecord) -> String {
+    record
+        .descriptor
+        .as_ref()
+        .and_then(|d| d.get("mode"))
+        .and_then(|m| m.as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            if record.header.parent_session().is_none() {
+                "root".into()
+            } else {
+                "-".into()
+            }
+        })
+}
+
+fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{}h{}m", s / 3600, (s % 3600) / 60)
+    }
+}
+
+/// Renders a subtree (parents before children) as indented lines.
+pub(crate) fn render_tree(
+    records: &[SessionRecord],
+    owners: &BTreeMap<SessionId, Option<SessionId>>,
+    now: u64,
+) -> Vec<String> {
+    let by_id: BTreeMap<&SessionId, &SessionRecord> =
+        records.iter().map(|r| (r.header.id(), r)).collect();
+    let mut lines = Vec::new();
+    let roots: Vec<&SessionRecord> = records
+        .iter()
+        .filter(|r| {
+            r.header
+                .parent_session()
+                .is_none_or(|p| !by_id.contains_key(p))
+        })
+        .collect();
+    fn walk(
+        r: &SessionRecord,
+        prefix: &str,
+        by_id: &BTreeMap<&SessionId, &SessionRecord>,
+        owners: &BTreeMap<SessionId, Option<SessionId>>,
+        now: u64,
+        lines: &mut Vec<String>,
+    ) {
+        let owner = match owners.get(r.header.id()) {
+            Some(Some(o)) => short(o.as_str()),
+            Some(None) => "-".into(),
+            None => "(cold)".into(),
+        };
+        let node = r
+            .placement
+            .as_ref()
+            .map(|p| format!("{}@{}", p.node, p.epoch))
+            .unwrap_or_else(|| "-".into());
+        lines.push(format!(
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}",
+            r.header.id(),
+            shape_of(r),
+            r.state.as_str(),
+            r.header.delegation_depth().unwrap_or(0),
+            node,
+            owner,
+            age(now.saturating_sub(r.created_at_ms))
+        ));
+        let child_prefix = format!("{}  ", prefix.replace("└─", "  ").replace("├─", "│ "));
+        let kids: Vec<&&SessionRecord> = r.children.iter().filter_map(|c| by_id.get(c)).collect();
+        for (i, kid) in kids.iter().enumerate() {
+            let branch = if i + 1 == kids.len() {
+                "└─ "
+            } else {
+                "├─ "
+            };
+            walk(
+                kid,
+                &format!("{child_prefix}{branch}"),
+                by_id,
+                owners,
+                now,
+                lines,
+            );
+        }
+    }
+    for root in roots {
+        walk(root, "", &by_id, owners, now, &mut lines);
+    }
+    lines
+}
+
+fn short(id: &str) -> String {
+    id.chars()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect()
+}
+
+async fn tree(g: &Global, root: &str) -> Result<(), ControlError> {
+    let root = parse_session("root", root)?;
+    let client = connect(g).await?;
+    let registry = RegistryClient::new(client.clone(), cluster(g));
+    let records = registry
+        .subtree(root.clone(), Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    if records.is_empty() {
+        return Err(ControlError::new(
+            ErrorCode::NotFound,
+            format!("session {root} is not in the registry; check the id with `lineage status`"),
+        ));
+    }
+    let nodes: std::collections::BTreeSet<NodeId> = records
+        .iter()
+        .filter_map(|r| r.placement.as_ref().map(|p| p.node.clone()))
+        .collect();
+    let owners = live_owners(&client, &subjects(g)?, nodes).await;
+    if g.json {
+        let items: Vec<_> = records
+            .iter()
+            .map(|r| {
+                json!({
+                    "session": r.header.id(),
+                    "parent": r.header.parent_session(),
+                    "shape": shape_of(r),
+                    "state": r.state.as_str(),
+                    "depth": r.header.delegation_depth().unwrap_or(0),
+                    "node": r.placement.as_ref().map(|p| p.node.to_string()),
+                    "epoch": r.placement.as_ref().map(|p| p.epoch),
+                    "live": owners.contains_key(r.header.id()),
+                    "owner": owners.get(r.header.id()).cloned().flatten(),
+                    "admission": r.admission,
+                    "created_at_ms": r.created_at_ms,
+                })
+            })
+            .collect();
+        print_json(&items);
+    } else {
+        for line in render_tree(&records, &owners, now_ms()) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+async fn drain(g: &Global, roots: &[String]) -> Result<(), ControlError> {
+    let roots: Vec<SessionId> = roots
+        .iter()
+        .map(|r| parse_session("root", r))
+        .collect::<Result<_, _>>()?;
+    let client = connect(g).await?;
+    let started = std::time::Instant::now();
+    let report: DrainReport = control::request(
+        &client,
+        subjects(g)?.control(ops::DRAIN),
+        &DrainRequest { roots },
+        Duration::from_millis(g.timeout_ms.max(60_000)),
+    )
+    .await?;
+    if g.json {
+        print_json(&report);
+    } else {
+        for (i, wave) in report.waves.iter().enumerate() {
+            let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+            for d in wave {
+                *per_node
+                    .entry(
+                        d.node
+                            .as_ref()
+                            .map(|n| n.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                    )
+                    .or_default() += 1;
+            }
+            let bar = "#".repeat(wave.len().min(40));
+            let nodes: Vec<String> = per_node.iter().map(|(n, c)| format!("{n}:{c}")).collect();
+            println!(
+                "wave {i:>2} [{bar:<40}] {:>5} disposed  {}",
+                wave.len(),
+                nodes.join(" ")
+            );
+        }
+        let total: usize = report.waves.iter().map(Vec::len).sum();
+        println!(
+            "drained {} sessions in {} waves ({} closed to admission) in {:.1?}",
+            total,
+            report.waves.len(),
+            report.closed.len(),
+            started.elapsed()
+        );
+        for w in &report.warnings {
+            println!("warning: {w}");
+        }
+    }
+    Ok(())
+}
+
+async fn watch(g: &Global, parent: &str, count: Option<u64>) -> Result<(), ControlError> {
+    let parent = parse_session("parent", parent)?;
+    let client = connect(g).await?;
+    let subjects = subjects(g)?;
+    let subject = format!("lineage.{}.parent.{parent}.*", subjects.cluster());
+    let mut sub = client.subscribe(subject.clone()).await.map_err(|e| {
+        ControlError::new(
+            ErrorCode::Unavailable,
+            format!("cannot subscribe to {subject}: {e}"),
+        )
+    })?;
+    if !g.json {
+        eprintln!("watching {subject} (Ctrl-C to stop)");
+    }
+    let mut seen = 0u64;
+    loop {
+        let msg = tokio::select! {
+            m = sub.next() => m,
+            _ = wait_for_signal() => None,
+        };
+        let Some(msg) = msg else { break };
+        let kind = msg.subject.rsplit('.').next().unwrap_or("?").to_owned();
+        let body: serde_json::Value = serde_json::from_slice(&msg.payload)
+            .unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&msg.payload)}));
+        if g.json {
+            println!(
+                "{}",
+                json!({"subject": msg.subject.as_str(), "event": body})
+            );
+        } else {
+            let what = body
+                .get("event")
+                .or_else(|| body.get("kind"))
+                .and_then(|v| v.as_str())
+                .unwrap_or(&kind)
+                .to_owned();
+            let who = body
+                .get("child_id")
+                .or_else(|| body.get("sender_session_id"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("-");
+            let detail = body
+                .get("content")
+                .or_else(|| body.get("summary"))
+                .or_else(|| body.get("stop_reason"))
+                .or_else(|| body.get("node"))
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .unwrap_or_default();
+            println!("{what:18} {who}  {detail}");
+        }
+        seen += 1;
+        if count.is_some_and(|c| seen >= c) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn status(g: &Global) -> Result<(), ControlError> {
+    let client = connect(g).await?;
+    let registry = RegistryClient::new(client.clone(), cluster(g));
+    let raft = registry
+        .status(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let nodes = registry
+        .nodes(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let counts = registry
+        .session_counts(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let now = now_ms();
+    let subjects = subjects(g)?;
+    let mut live = BTreeMap::new();
+    for n in &nodes {
+        let reply: Result<StatusReply, _> = control::request(
+            &client,
+            subjects.node_control(&n.node, ops::STATUS),
+            &StatusRequest {},
+            Duration::from_millis(1000),
+        )
+        .await;
+        live.insert(n.node.to_string(), reply.map(|r| r.live.len()).ok());
+    }
+    if g.json {
+        print_json(&json!({
+            "cluster": subjects.cluster(),
+            "registry": raft,
+            "nodes": nodes.iter().map(|n| json!({
+                "node": n.node,
+                "lease_expires_at_ms": n.lease_expires_at_ms,
+                "last_heartbeat_age_ms": now.saturating_sub(n.last_heartbeat_ms),
+                "lease_live": n.lease_expires_at_ms > now,
+                "live_agents": live.get(n.node.as_str()).cloned().flatten(),
+            })).collect::<Vec<_>>(),
+            "sessions": counts,
+        }));
+    } else {
+        println!("cluster   {}", subjects.cluster());
+        println!(
+            "leader    {}   term {}   applied {}",
+            raft.leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "none".into()),
+            raft.term,
+            raft.last_applied
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "-".into())
+        );
+        println!("voters    {:?}", raft.voters);
+        println!("learners  {:?}", raft.learners);
+        println!("nodes");
+        for n in &nodes {
+            let lease = if n.lease_expires_at_ms > now {
+                "live"
+            } else {
+                "expired"
+            };
+            println!(
+                "  {:12} lease {:7}  last heartbeat {:>6} ms ago  live agents {}",
+                n.node.as_str(),
+                lease,
+                now.saturating_sub(n.last_heartbeat_ms),
+                live.get(n.node.as_str())
+                    .cloned()
+                    .flatten()
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "?".into())
+            );
+        }
+        let line: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("sessions  {}", line.join(" "));
+    }
+    Ok(())
+}

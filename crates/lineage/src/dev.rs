@@ -1,0 +1,247 @@
+//! `lineage dev`: a local cluster for a newcomer — nats-server plus N `lineage node` processes
+//! (all registry voters), then the demo workload, then up until Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lineage_bus::control::{ControlError, ErrorCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cli::Global;
+use crate::output::usage;
+
+/// A node process started by `dev`; killed (by pid) when dropped.
+pub struct DevNode {
+    /// Node id.
+    pub id: String,
+    /// Its config file.
+    pub config: PathBuf,
+    /// Its HTTP port.
+    pub http_port: u16,
+    /// Its log file.
+    pub log: PathBuf,
+    /// The process.
+    pub child: Option<Child>,
+}
+
+impl DevNode {
+    /// Starts (or restarts) the process.
+    pub fn start(&mut self, nats_url: &str) -> Result<(), ControlError> {
+        let exe = std::env::current_exe().map_err(|e| {
+            ControlError::new(ErrorCode::Internal, format!("cannot find own binary: {e}"))
+        })?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| usage(format!("cannot open {}: {e}", self.log.display())))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| usage(format!("cannot open {}: {e}", self.log.display())))?;
+        let child = Command::new(exe)
+            .args(["--nats", nats_url, "node", "--config"])
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| {
+                ControlError::new(ErrorCode::Internal, format!("cannot start a node: {e}"))
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL by pid.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// True when `/readyz` answers 200.
+    pub async fn ready(&self) -> bool {
+        let Ok(Ok(mut s)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(("127.0.0.1", self.http_port)),
+        )
+        .await
+        else {
+            return false;
+        };
+        if s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let mut buf = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(4), s.read_to_string(&mut buf)).await;
+        buf.starts_with("HTTP/1.1 200")
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running local cluster.
+pub struct DevCluster {
+    /// The NATS server.
+    pub nats: lineage_testkit::NatsServer,
+    /// The nodes.
+    pub nodes: Vec<DevNode>,
+    /// The working directory.
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl DevCluster {
+    /// Starts nats-server and `n` voter nodes, waits until all are ready.
+    pub async fn start(
+        n: u8,
+        dir: Option<PathBuf>,
+        nats_port: Option<u16>,
+        cluster: &str,
+    ) -> Result<DevCluster, ControlError> {
+        if ![1u8, 3, 5].contains(&n) {
+            return Err(usage(format!(
+                "--nodes {n}: a local cluster has 1, 3 or 5 nodes (all registry voters)"
+            )));
+        }
+        let (dir, temp) = match dir {
+            Some(d) => (d, None),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("lineage-dev-")
+                    .tempdir()
+                    .map_err(|e| usage(format!("cannot create a temp dir: {e}")))?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
+        let port = match nats_port {
+            Some(p) => p,
+            None => {
+                lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?
+            }
+        };
+        let store = tempfile::Builder::new()
+            .prefix("lineage-dev-nats-")
+            .tempdir()
+            .map_err(|e| usage(format!("cannot create a temp dir: {e}")))?;
+        let nats = lineage_testkit::NatsServer::start_on(port, store).map_err(|e| {
+            ControlError::new(
+                ErrorCode::Unavailable,
+                format!("cannot start nats-server: {e}; run scripts/install-deps.sh"),
+            )
+        })?;
+        let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let http_port =
+                lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?;
+            let config = dir.join(format!("node-{i}.toml"));
+            let text = format!(
+                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+                url = nats.url(),
+                data = dir.join(format!("data-{i}")).display(),
+                boot = i == 1,
+                voters = voters.join(", "),
+            );
+            std::fs::write(&config, text)
+                .map_err(|e| usage(format!("cannot write {}: {e}", config.display())))?;
+            nodes.push(DevNode {
+                id: format!("node-{i}"),
+                config,
+                http_port,
+                log: dir.join(format!("node-{i}.log")),
+                child: None,
+            });
+        }
+        let url = nats.url();
+        for node in &mut nodes {
+            node.start(&url)?;
+        }
+        let cluster = DevCluster {
+            nats,
+            nodes,
+            dir,
+            _temp: temp,
+        };
+        cluster.wait_ready(Duration::from_secs(90)).await?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node is ready.
+    pub async fn wait_ready(&self, limit: Duration) -> Result<(), ControlError> {
+        let deadline = Instant::now() + limit;
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            while !node.ready().await {
+                if Instant::now() > deadline {
+                    return Err(ControlError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "{} not ready within {limit:?}; see {}",
+                            node.id,
+                            node.log.display()
+                        ),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `lineage dev`.
+pub async fn dev(
+    g: &Global,
+    nodes: u8,
+    demo: bool,
+    exit_after_demo: bool,
+    dir: Option<PathBuf>,
+    nats_port: Option<u16>,
+) -> Result<(), ControlError> {
+    let cluster_name = crate::commands::cluster(g);
+    println!("starting nats-server and {nodes} lineage nodes ...");
+    let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name).await?;
+    println!(
+        "cluster {cluster_name} up: NATS {} ; data and logs in {}",
+        cluster.nats.url(),
+        cluster.dir.display()
+    );
+    for n in &cluster.nodes {
+        println!(
+            "  {}  http://127.0.0.1:{}/metrics  log {}",
+            n.id,
+            n.http_port,
+            n.log.display()
+        );
+    }
+    let mut g = g.clone();
+    g.nats = Some(cluster.nats.url());
+    g.cluster = Some(cluster_name.clone());
+    if demo {
+        crate::demo::run(&g, &mut cluster).await?;
+    }
+    if exit_after_demo {
+        return Ok(());
+    }
+    println!();
+    println!("the cluster stays up; try:");
+    println!(
+        "  lineage --nats {} --cluster {cluster_name} status",
+        cluster.nats.url()
+    );
+    println!("Ctrl-C stops everything.");
+    crate::commands::wait_for_signal().await;
+    println!("stopping ...");
+    Ok(())
+}
