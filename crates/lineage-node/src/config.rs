@@ -154,14 +154,7 @@ impl LoadedConfig {
         flatten("", &dict, &mut out);
         out.into_iter()
             .map(|(key, value)| {
-                let source = self
-                    .figment
-                    .find_metadata(&key)
-                    .map(|m| match &m.source {
-                        Some(src) => format!("{} ({src})", m.name),
-                        None => m.name.to_string(),
-                    })
-                    .unwrap_or_else(|| "default".into());
+                let source = describe(self.figment.find_metadata(&key));
                 (key, value, source)
             })
             .collect()
@@ -185,6 +178,15 @@ fn flatten(prefix: &str, dict: &Dict, out: &mut Vec<(String, String)>) {
 fn value_text(v: &Value) -> String {
     match v {
         Value::String(_, s) => format!("{s:?}"),
+        Value::Char(_, c) => format!("{c:?}"),
+        Value::Bool(_, b) => b.to_string(),
+        Value::Num(_, n) => n
+            .to_u128()
+            .map(|u| u.to_string())
+            .or_else(|| n.to_i128().map(|i| i.to_string()))
+            .or_else(|| n.to_f64().map(|f| f.to_string()))
+            .unwrap_or_else(|| format!("{n:?}")),
+        Value::Empty(_, _) => "none".into(),
         Value::Dict(_, d) => {
             let inner: Vec<String> = d
                 .iter()
@@ -192,13 +194,10 @@ fn value_text(v: &Value) -> String {
                 .collect();
             format!("{{ {} }}", inner.join(", "))
         }
-        other => match other.to_i128() {
-            Some(n) => n.to_string(),
-            None => other
-                .to_bool()
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| format!("{other:?}")),
-        },
+        Value::Array(_, items) => {
+            let inner: Vec<String> = items.iter().map(value_text).collect();
+            format!("[{}]", inner.join(", "))
+        }
     }
 }
 
@@ -231,10 +230,25 @@ impl Provider for Flag {
     }
 }
 
+/// The top-level config keys; `LINEAGE_*` variables outside them (say `LINEAGE_TEST_THREADS`
+/// of the test script) are someone else's and are not read as config.
+pub const TOP_LEVEL_KEYS: [&str; 6] =
+    ["cluster", "nats_url", "node", "registry", "limits", "lease"];
+
+/// `LINEAGE_` environment variables, `__` for nesting, restricted to [`TOP_LEVEL_KEYS`].
+pub fn lineage_env() -> Env {
+    Env::prefixed("LINEAGE_").split("__").filter(|key| {
+        let key = key.as_str().to_ascii_lowercase();
+        let first = key.split(['.']).next().unwrap_or("");
+        let first = first.split("__").next().unwrap_or("");
+        TOP_LEVEL_KEYS.contains(&first)
+    })
+}
+
 /// Loads the config: defaults, then `file` (if given; it must exist), then `LINEAGE_` env, then
 /// flags; then validates it.
 pub fn load(file: Option<&Path>, flags: &FlagOverrides) -> Result<LoadedConfig, NodeError> {
-    load_with_env(file, flags, Env::prefixed("LINEAGE_").split("__"))
+    load_with_env(file, flags, lineage_env())
 }
 
 /// [`load`] with an explicit environment provider (tests use `Env::prefixed` over a jail).
@@ -253,7 +267,7 @@ pub fn load_with_env(
         }
         figment = figment.merge(Toml::file(path));
     }
-    figment = figment.merge(env.ignore(&["test_threads"]));
+    figment = figment.merge(env);
     if let Some(url) = &flags.nats_url {
         figment = figment.merge(Flag::new("nats_url", url, "--nats flag"));
     }
@@ -273,15 +287,11 @@ fn config_error(figment: &Figment, e: figment::Error) -> NodeError {
         } else {
             err.path.join(".")
         };
-        let source = err
-            .metadata
-            .as_ref()
-            .map(|m| match &m.source {
-                Some(src) => format!("{} ({src})", m.name),
-                None => m.name.to_string(),
-            })
-            .or_else(|| figment.find_metadata(&key).map(|m| m.name.to_string()))
-            .unwrap_or_else(|| "defaults".into());
+        let source = describe(
+            err.metadata
+                .as_ref()
+                .or_else(|| figment.find_metadata(&key)),
+        );
         let what = err.kind.to_string();
         if key.is_empty() {
             lines.push(format!("invalid config: {what} (from {source})"));
@@ -293,13 +303,20 @@ fn config_error(figment: &Figment, e: figment::Error) -> NodeError {
 }
 
 fn source_of(figment: &Figment, key: &str) -> String {
-    figment
-        .find_metadata(key)
-        .map(|m| match &m.source {
+    describe(figment.find_metadata(key))
+}
+
+/// Names a value's source for humans: `default`, `TOML file (path)`, `` `LINEAGE_` environment
+/// variable(s) ``, `--nats flag`.
+fn describe(metadata: Option<&Metadata>) -> String {
+    match metadata {
+        None => "default".into(),
+        Some(m) if m.name.contains("NodeConfig") => "default".into(),
+        Some(m) => match &m.source {
             Some(src) => format!("{} ({src})", m.name),
             None => m.name.to_string(),
-        })
-        .unwrap_or_else(|| "defaults".into())
+        },
+    }
 }
 
 fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
@@ -480,6 +497,43 @@ mod tests {
             );
             assert!(!err.contains('\n'), "one line: {err}");
         }
+    }
+
+    #[test]
+    fn o1_env_overrides_file_and_names_itself_in_errors() {
+        std::env::set_var("LINEAGE_T1_LEASE__LEASE_MS", "9000");
+        std::env::set_var("LINEAGE_T1_NODE__ID", "node-7");
+        let loaded = load_with_env(
+            None,
+            &FlagOverrides::default(),
+            Env::prefixed("LINEAGE_T1_").split("__"),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.lease.lease_ms, 9000);
+        assert_eq!(loaded.config.node.id, "node-7");
+        let sources = loaded.with_sources();
+        let (_, _, src) = sources.iter().find(|(k, _, _)| k == "node.id").unwrap();
+        assert!(src.contains("environment"), "{src}");
+
+        std::env::set_var("LINEAGE_T2_LIMITS__MAX_DEPTH", "-1");
+        let err = load_with_env(
+            None,
+            &FlagOverrides::default(),
+            Env::prefixed("LINEAGE_T2_").split("__"),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.contains("limits.max_depth") && err.contains("environment"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn o1_foreign_lineage_env_vars_are_not_config() {
+        std::env::set_var("LINEAGE_TEST_THREADS", "2");
+        assert!(load(None, &FlagOverrides::default()).is_ok());
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub enum Verb {
     },
     /// Spawn a session: top level, or a child of --parent.
     #[command(
-        after_help = "Example:\n  lineage spawn --shape continuable --script '{\"turns\":[[{\"reply\":\"hi\"}]]}' --prompt 'start'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
+        after_help = "Example:\n  lineage spawn --shape continuable --prompt start --script '{\"turns\":[[{\"do\":\"reply\",\"text\":\"hi\"}]]}'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
     )]
     Spawn(SpawnArgs),
     /// Send the next user message to a session (followup; cold-resumes a cold child).
@@ -171,8 +171,8 @@ pub struct SpawnArgs {
     /// Preferred node.
     #[arg(long)]
     pub node: Option<String>,
-    /// Max delegation depth for this tree (D4).
-    #[arg(long)]
+    /// Max delegation depth for this tree (D4): a non-negative integer.
+    #[arg(long, allow_hyphen_values = true)]
     pub max_depth: Option<String>,
     /// A label.
     #[arg(long)]
