@@ -375,7 +375,7 @@ async fn interrupt(
 }
 
 /// Asks every node in `nodes` for its live agents; returns session -> (owner) for live ones.
-async fn live_owners(
+pub(crate) async fn live_owners(
     client: &async_nats::Client,
     subjects: &Subjects,
     nodes: impl IntoIterator<Item = NodeId>,

@@ -59,7 +59,9 @@ impl NodeProc {
     /// SIGTERM, then wait up to 10 s, then SIGKILL.
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -76,11 +78,18 @@ impl NodeProc {
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.http_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
+        )
+        .ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Some((code, body))
     }
 
@@ -102,13 +111,17 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<NodeProc>,
     pub cluster: String,
+    bus: std::sync::OnceLock<Bus>,
 }
 
 impl Cluster {
     /// Starts nats-server and `n` nodes (1, 3 or 5), and waits until every node is ready.
     pub fn start(n: usize) -> Cluster {
         let nats = NatsServer::start().expect("start nats-server");
-        let dir = tempfile::Builder::new().prefix("lineage-e2e-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("lineage-e2e-")
+            .tempdir()
+            .expect("tempdir");
         let cluster = "e2e".to_owned();
         let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
         let mut nodes = Vec::new();
@@ -135,7 +148,13 @@ impl Cluster {
         for node in &mut nodes {
             node.spawn(&url);
         }
-        let c = Cluster { nats, dir, nodes, cluster };
+        let c = Cluster {
+            nats,
+            dir,
+            nodes,
+            cluster,
+            bus: std::sync::OnceLock::new(),
+        };
         c.wait_ready(Duration::from_secs(60));
         c
     }
@@ -149,7 +168,11 @@ impl Cluster {
                     break;
                 }
                 if Instant::now() > deadline {
-                    panic!("{} not ready within {limit:?}; log:\n{}", node.id, node.log_text());
+                    panic!(
+                        "{} not ready within {limit:?}; log:\n{}",
+                        node.id,
+                        node.log_text()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -181,7 +204,12 @@ impl Cluster {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let (code, out, err) = self.cli(&all);
-        assert_eq!(code, 0, "lineage {args:?} failed: {err}\n{out}\nlogs:\n{}", self.logs());
+        assert_eq!(
+            code,
+            0,
+            "lineage {args:?} failed: {err}\n{out}\nlogs:\n{}",
+            self.logs()
+        );
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
     }
 
@@ -217,4 +245,253 @@ pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A test-side NATS connection (its own tokio runtime): reads session logs from JetStream,
+/// sends raw control requests, subscribes to subjects. Independent of the code under test.
+pub struct Bus {
+    pub rt: tokio::runtime::Runtime,
+    pub client: async_nats::Client,
+}
+
+/// One event of a session log (`lineage.<cluster>.session.<id>.events`).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub kind: String,
+    pub data: serde_json::Value,
+    #[serde(default)]
+    pub at_ms: u64,
+}
+
+impl Bus {
+    fn connect(url: &str) -> Bus {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("test runtime");
+        let client = rt
+            .block_on(async_nats::connect(url))
+            .expect("test NATS connection");
+        Bus { rt, client }
+    }
+}
+
+impl Cluster {
+    /// The test's own NATS connection (made on first use).
+    pub fn bus(&self) -> &Bus {
+        self.bus.get_or_init(|| Bus::connect(&self.nats.url()))
+    }
+
+    /// `LINEAGE_<CLUSTER>_EVENTS`.
+    pub fn events_stream(&self) -> String {
+        format!("LINEAGE_{}_EVENTS", self.cluster.to_ascii_uppercase())
+    }
+
+    /// Reads a session's whole event log straight from JetStream (ordered consumer).
+    pub fn log(&self, session: &str) -> Vec<Event> {
+        use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+        use futures::StreamExt;
+        let bus = self.bus();
+        let subject = format!("lineage.{}.session.{session}.events", self.cluster);
+        let stream_name = self.events_stream();
+        bus.rt.block_on(async {
+            let js = async_nats::jetstream::new(bus.client.clone());
+            let stream = js.get_stream(&stream_name).await.expect("events stream");
+            let mut consumer = stream
+                .create_consumer(OrderedConfig {
+                    filter_subject: subject.clone(),
+                    deliver_policy: DeliverPolicy::All,
+                    ..Default::default()
+                })
+                .await
+                .expect("ordered consumer");
+            let pending = consumer.info().await.expect("consumer info").num_pending;
+            let mut events = Vec::new();
+            if pending == 0 {
+                return events;
+            }
+            let mut messages = consumer.messages().await.expect("messages");
+            while (events.len() as u64) < pending {
+                let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("reading {subject} timed out"));
+                let Some(msg) = next else { break };
+                let msg = msg.expect("log message");
+                let event: Event = serde_json::from_slice(&msg.payload)
+                    .unwrap_or_else(|e| panic!("log event of {session} is not JSON: {e}"));
+                events.push(event);
+                if msg.info().map(|i| i.pending == 0).unwrap_or(false) {
+                    break;
+                }
+            }
+            events
+        })
+    }
+
+    /// A raw NATS request (what `nats req` would send); the reply parsed as JSON.
+    pub fn request(&self, subject: &str, body: &[u8]) -> serde_json::Value {
+        let bus = self.bus();
+        let reply = bus.rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(20),
+                bus.client.request(subject.to_owned(), body.to_vec().into()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("no reply on {subject} within 20 s"))
+            .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"))
+        });
+        serde_json::from_slice(&reply.payload).unwrap_or_else(|e| {
+            panic!(
+                "reply on {subject} is not JSON ({e}): {}",
+                String::from_utf8_lossy(&reply.payload)
+            )
+        })
+    }
+
+    /// A raw request to the cluster-wide control op `lineage.<cluster>.ctl.<op>`.
+    pub fn ctl(&self, op: &str, body: &[u8]) -> serde_json::Value {
+        self.request(&format!("lineage.{}.ctl.{op}", self.cluster), body)
+    }
+
+    /// A raw request to one node's control op `lineage.<cluster>.node.<node>.<op>`.
+    pub fn node_ctl(&self, node: &str, op: &str, body: &[u8]) -> serde_json::Value {
+        self.request(&format!("lineage.{}.node.{node}.{op}", self.cluster), body)
+    }
+
+    /// `lineage --json spawn ARGS` -> the reply object.
+    pub fn spawn(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["spawn"];
+        all.extend_from_slice(args);
+        self.cli_json(&all)
+    }
+
+    /// `lineage spawn` of a top-level session on `node` running `script`; returns its id.
+    pub fn spawn_root(&self, node: &str, script: &serde_json::Value) -> String {
+        let text = script.to_string();
+        let reply = self.spawn(&["--node", node, "--prompt", "go", "--script", &text]);
+        id_of(&reply["session"])
+    }
+
+    /// `lineage --json tree ROOT` -> one object per session.
+    pub fn tree(&self, root: &str) -> Vec<serde_json::Value> {
+        match self.cli_json(&["tree", root]) {
+            serde_json::Value::Array(items) => items,
+            other => panic!("tree --json is not an array: {other}"),
+        }
+    }
+
+    /// The tree row of `session` under `root`.
+    pub fn row(&self, root: &str, session: &str) -> serde_json::Value {
+        self.tree(root)
+            .into_iter()
+            .find(|r| r["session"] == session)
+            .unwrap_or_else(|| panic!("{session} is not in the tree of {root}"))
+    }
+
+    /// Polls the tree of `root` until `session` is in `state`.
+    pub fn wait_state(&self, root: &str, session: &str, state: &str, limit: Duration) {
+        eventually(limit, &format!("{session} to be {state}"), || {
+            let items = self.tree(root);
+            let row = items.iter().find(|r| r["session"] == session)?;
+            (row["state"] == state).then_some(())
+        });
+    }
+
+    /// Direct children of `parent` in a tree listing, in registration order.
+    pub fn children(tree: &[serde_json::Value], parent: &str) -> Vec<String> {
+        let mut kids: Vec<&serde_json::Value> =
+            tree.iter().filter(|r| r["parent"] == parent).collect();
+        kids.sort_by_key(|r| {
+            (
+                r["created_at_ms"].as_u64(),
+                r["session"].as_str().map(str::to_owned),
+            )
+        });
+        kids.iter().map(|r| id_of(&r["session"])).collect()
+    }
+
+    /// Polls `session`'s log until `pred` holds; returns that log.
+    pub fn wait_log(
+        &self,
+        session: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&[Event]) -> bool,
+    ) -> Vec<Event> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let log = self.log(session);
+            if pred(&log) {
+                return log;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for {what} in the log of {session}; log:\n{}\nnode logs:\n{}",
+                    render_log(&log),
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+}
+
+/// A JSON string value as an owned id.
+pub fn id_of(v: &serde_json::Value) -> String {
+    v.as_str()
+        .unwrap_or_else(|| panic!("expected a string id, got {v}"))
+        .to_owned()
+}
+
+/// A log as one line per event, for failure messages.
+pub fn render_log(log: &[Event]) -> String {
+    log.iter()
+        .map(|e| format!("  {:>3} {:<24} {}", e.seq, e.kind, e.data))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Events of one kind.
+pub fn of_kind<'a>(log: &'a [Event], kind: &str) -> Vec<&'a Event> {
+    log.iter().filter(|e| e.kind == kind).collect()
+}
+
+/// `inbox/accepted` events whose message is of `kind` (`subagent-report`, `subagent-settled`,
+/// `user`) and, when given, from `sender`.
+pub fn accepted<'a>(log: &'a [Event], kind: &str, sender: Option<&str>) -> Vec<&'a Event> {
+    log.iter()
+        .filter(|e| e.kind == "inbox/accepted")
+        .filter(|e| e.data["message"]["kind"] == kind)
+        .filter(|e| sender.is_none_or(|s| e.data["message"]["sender_session_id"] == s))
+        .collect()
+}
+
+/// `turn/start` events whose inputs include log sequence `seq`.
+pub fn turns_consuming(log: &[Event], seq: u64) -> Vec<&Event> {
+    log.iter()
+        .filter(|e| e.kind == "turn/start")
+        .filter(|e| {
+            e.data["inputs"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|v| v.as_u64() == Some(seq)))
+        })
+        .collect()
+}
+
+/// A scripted agent spec (`{"driver":"script","script":...}`).
+pub fn agent(script: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"driver": "script", "script": script})
+}
+
+/// A spawn step.
+pub fn spawn_step(
+    shape: &str,
+    node: &str,
+    prompt: &str,
+    script: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({"do": "spawn", "shape": shape, "node": node, "prompt": prompt,
+        "agent": agent(script)})
 }
