@@ -87,15 +87,18 @@ the schema is skipped with --skip-schema-validation). Included by every template
 {{- if not (regexMatch "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$" $full) }}
 {{- fail (printf "the chart's full name %q must be letters, digits and '-' only (no dots): pod names become lineage node ids, which are NATS subject tokens. Set fullnameOverride." $full) }}
 {{- end }}
-{{- if le (int64 .Values.lease.ttlMs) (int64 .Values.lease.heartbeatIntervalMs) }}
-{{- fail (printf "lease.ttlMs (%v) must be greater than lease.heartbeatIntervalMs (%v), or every node loses its lease between heartbeats" (int64 .Values.lease.ttlMs) (int64 .Values.lease.heartbeatIntervalMs)) }}
+{{- $md := .Values.limits.maxDepth }}
+{{- $mdIsNumber := or (kindIs "int" $md) (kindIs "int64" $md) (kindIs "float64" $md) }}
+{{- if or (not $mdIsNumber) (and $mdIsNumber (ne (float64 $md) (float64 (int64 $md)))) (and $mdIsNumber (or (lt (float64 $md) 0.0) (gt (float64 $md) 9007199254740991.0))) }}
+{{- fail (printf "limits.maxDepth must be a non-negative integer of at most 2^53-1 (got %v): it becomes limits.max_depth, which the node requires (there is no \"no cap\")" $md) }}
 {{- end }}
-{{- $raft := .Values.registry.raft }}
-{{- if le (int64 $raft.electionTimeoutMinMs) (int64 $raft.heartbeatIntervalMs) }}
-{{- fail (printf "registry.raft.electionTimeoutMinMs (%v) must be greater than registry.raft.heartbeatIntervalMs (%v)" (int64 $raft.electionTimeoutMinMs) (int64 $raft.heartbeatIntervalMs)) }}
+{{- $lease := .Values.lease }}
+{{- if or (le (int64 $lease.heartbeatMs) 0) (le (int64 $lease.leaseMs) (int64 $lease.heartbeatMs)) }}
+{{- fail (printf "need 0 < lease.heartbeatMs (%v) < lease.leaseMs (%v), or every node loses its lease between heartbeats" (int64 $lease.heartbeatMs) (int64 $lease.leaseMs)) }}
 {{- end }}
-{{- if le (int64 $raft.electionTimeoutMaxMs) (int64 $raft.electionTimeoutMinMs) }}
-{{- fail (printf "registry.raft.electionTimeoutMaxMs (%v) must be greater than registry.raft.electionTimeoutMinMs (%v)" (int64 $raft.electionTimeoutMaxMs) (int64 $raft.electionTimeoutMinMs)) }}
+{{- $r := .Values.registry }}
+{{- if or (le (int64 $r.heartbeatMs) 0) (le (int64 $r.electionMinMs) (int64 $r.heartbeatMs)) (le (int64 $r.electionMaxMs) (int64 $r.electionMinMs)) }}
+{{- fail (printf "need 0 < registry.heartbeatMs (%v) < registry.electionMinMs (%v) < registry.electionMaxMs (%v)" (int64 $r.heartbeatMs) (int64 $r.electionMinMs) (int64 $r.electionMaxMs)) }}
 {{- end }}
 {{- if and .Values.workers.autoscaling.enabled (gt (int .Values.workers.autoscaling.minReplicas) (int .Values.workers.autoscaling.maxReplicas)) }}
 {{- fail "workers.autoscaling.minReplicas must not exceed workers.autoscaling.maxReplicas" }}
@@ -104,73 +107,57 @@ the schema is skipped with --skip-schema-validation). Included by every template
 
 {{/* ------------------------------------------------------------------ config */}}
 
-{{/* Stable DNS name of voter <ordinal>. Usage: include "lineage.voterHost" (list $ ordinal) */}}
-{{- define "lineage.voterHost" -}}
-{{- $ := index . 0 }}
-{{- $ordinal := index . 1 }}
-{{- printf "%s-%d.%s.%s.svc.%s" (include "lineage.voterName" $) (int $ordinal) (include "lineage.voterHeadlessName" $) $.Release.Namespace $.Values.clusterDomain }}
-{{- end }}
-
 {{/*
-lineage.toml. Strings go through toJson: a JSON string is a valid TOML basic string.
-Per-pod settings (node.id, registry.raft_id, registry.bootstrap) come from the environment.
+lineage.toml in the node's documented format (config/lineage.toml in the lineage repository;
+loader crates/lineage-node/src/config.rs). The loader refuses unknown keys, so render exactly its
+keys and nothing else. Strings go through toJson: a JSON string is a valid TOML basic string.
+Per-pod settings (node.id, registry.raft_id, registry.bootstrap, registry.role) come from the
+environment; the file's node.id and raft_id are deliberately invalid placeholders, so a pod
+missing its environment refuses to start instead of posing as another node.
 */}}
 {{- define "lineage.config" -}}
 # lineage.toml rendered by Helm chart {{ include "lineage.chart" . }} (release {{ .Release.Name }}).
-# Per-pod settings come from LINEAGE_* environment variables (figment: `__` nests):
-#   LINEAGE_NODE__ID             = pod name                         (every pod)
-#   LINEAGE_REGISTRY__RAFT_ID    = StatefulSet ordinal + 1          (voters only)
-#   LINEAGE_REGISTRY__BOOTSTRAP  = true                             (voter ordinal 0 only)
-# A node without registry.raft_id is not a voter: it uses the registry through the voters over NATS.
-{{- with .Values.extraConfig }}
+# Format: config/lineage.toml of the lineage repository; unknown keys stop the node.
+# Per-pod settings come from LINEAGE_* environment variables, which override this file
+# (figment: `__` nests; `lineage config show --config <this file>` shows each value's source):
+#   LINEAGE_NODE__ID             = pod name                   (every pod)
+#   LINEAGE_REGISTRY__RAFT_ID    = StatefulSet ordinal + 1    (voters)
+#   LINEAGE_REGISTRY__BOOTSTRAP  = true                       (voter ordinal 0 only)
+#   LINEAGE_REGISTRY__ROLE       = client                     (workers)
+# Logging is not configured here: RUST_LOG filters it and the lines are JSON.
 
-# extraConfig (verbatim; first, so bare keys stay top-level)
-{{ . | trim }}
-{{- end }}
-
-[cluster]
-name = {{ .Values.cluster.name | toJson }}
-
-[nats]
-url = {{ .Values.nats.url | toJson }}
-
-[delegation]
-{{- if kindIs "invalid" .Values.delegation.maxDepth }}
-# max_depth unset: no depth cap
-{{- else }}
-max_depth = {{ int64 .Values.delegation.maxDepth }}
-{{- end }}
-
-[lease]
-heartbeat_interval_ms = {{ int64 .Values.lease.heartbeatIntervalMs }}
-ttl_ms = {{ int64 .Values.lease.ttlMs }}
+cluster = {{ .Values.cluster.name | toJson }}
+nats_url = {{ .Values.nats.url | toJson }}
 
 [node]
+# Placeholder: every pod sets LINEAGE_NODE__ID to its pod name (an empty id is refused).
+id = ""
+# Voters: registry/registry.redb on the PVC; every node: the ACP agents' working directory.
 data_dir = "/var/lib/lineage"
-
-[http]
-listen = {{ printf "0.0.0.0:%d" (int .Values.http.port) | toJson }}
-
-[log]
-level = {{ .Values.log.level | toJson }}
-format = {{ .Values.log.format | toJson }}
+http_addr = {{ printf "0.0.0.0:%d" (int .Values.http.port) | toJson }}
 
 [registry]
+# Workers override this with LINEAGE_REGISTRY__ROLE=client.
+role = "voter"
+# Placeholder: each voter sets LINEAGE_REGISTRY__RAFT_ID (ordinal + 1); 0 is not in `voters`, so
+# a voter without it is refused. Clients ignore raft_id.
+raft_id = 0
+# Raft id -> node id (pod name). Raft RPC travels over NATS subjects keyed by raft id, so no
+# host addresses are needed.
+voters = { {{- range $ordinal := until (int .Values.voters) }}{{ if $ordinal }},{{ end }} {{ add1 $ordinal }} = {{ printf "%s-%d" (include "lineage.voterName" $) $ordinal | toJson }}{{- end }} }
 # Only voter ordinal 0 overrides this (LINEAGE_REGISTRY__BOOTSTRAP=true); it initializes the
-# membership below only when its data dir holds no Raft state, so restarts never re-initialize.
+# group only when its data dir holds no Raft state, so restarts never re-initialize.
 bootstrap = false
+heartbeat_ms = {{ int64 .Values.registry.heartbeatMs }}
+election_min_ms = {{ int64 .Values.registry.electionMinMs }}
+election_max_ms = {{ int64 .Values.registry.electionMaxMs }}
 
-[registry.raft]
-heartbeat_interval_ms = {{ int64 .Values.registry.raft.heartbeatIntervalMs }}
-election_timeout_min_ms = {{ int64 .Values.registry.raft.electionTimeoutMinMs }}
-election_timeout_max_ms = {{ int64 .Values.registry.raft.electionTimeoutMaxMs }}
-{{- range $ordinal := until (int .Values.voters) }}
+[limits]
+max_depth = {{ int64 .Values.limits.maxDepth }}
 
-[[registry.voters]]
-raft_id = {{ add1 $ordinal }}
-node = {{ printf "%s-%d" (include "lineage.voterName" $) $ordinal | toJson }}
-host = {{ include "lineage.voterHost" (list $ $ordinal) | toJson }}
-{{- end }}
+[lease]
+lease_ms = {{ int64 .Values.lease.leaseMs }}
+heartbeat_ms = {{ int64 .Values.lease.heartbeatMs }}
 {{- end }}
 
 {{/* ------------------------------------------------------------------ pod pieces */}}
@@ -189,6 +176,8 @@ host = {{ include "lineage.voterHost" (list $ $ordinal) | toJson }}
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+- name: RUST_LOG
+  value: {{ .Values.log.level | quote }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
