@@ -138,7 +138,7 @@ async fn n2_malformed_inbox_payload_is_reported_not_panicked() {
         .unwrap();
     let mut consumer = inbox.consumer(&sid(1)).await.unwrap();
     let d = next(&mut consumer).await;
-    let err = d.message.as_ref().err().expect("decode error").to_string();
+    let err = d.message.as_ref().expect_err("decode error").to_string();
     assert!(err.contains("invalid"), "{err}");
     d.ack().await.unwrap();
 }

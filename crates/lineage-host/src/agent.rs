@@ -2,9 +2,12 @@
 //!
 //! The task runs turns one at a time. Between turns it takes [`AgentCmd`]s from its mailbox:
 //! messages (followups and inbox deliveries, accepted into the log before they are
-//! acknowledged), adoption of a child spawned on its behalf, drain stop and release. An
-//! interrupt does not wait for the mailbox: it cancels the turn's token directly
-//! ([`crate::interrupt`]).
+//! acknowledged), adoption of a child spawned on its behalf, drain stop and release. What
+//! arrived during a turn is taken as soon as the turn ends, before the activation decides
+//! between another turn, waiting and settling: a followup sent mid-turn is the next turn, not
+//! a settlement and a cold resume. An interrupt does not wait for the mailbox: it cancels the
+//! turn's token directly ([`crate::interrupt`]); a drain queues its stop before cancelling, so
+//! the child settles as `disposed`.
 //!
 //! Continuable and one-shot children are driven by a `lineage_core::activation::Activation`
 //! (the core decides when to take a turn, wait or settle; this task executes its actions). A
@@ -164,6 +167,9 @@ pub(crate) struct AgentTask {
     pub(crate) stop: CancellationToken,
     pub(crate) done: bool,
     pub(crate) recorded_waiting: bool,
+    /// Commands taken off the mailbox at the end of a turn and not yet handled (a drain stop or
+    /// release waits here, in order, behind the messages that arrived before it).
+    pub(crate) backlog: VecDeque<AgentCmd>,
 }
 
 /// One input message as transcript text.
@@ -260,6 +266,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         stop: stop.clone(),
         done: false,
         recorded_waiting: false,
+        backlog: VecDeque::new(),
     };
     if let Some((kind, data)) = task.driver.start_record() {
         task.append(&kind, data).await?;
@@ -463,12 +470,15 @@ impl AgentTask {
             }
             if self.want_turn {
                 self.want_turn = false;
-                self.take_turn().await;
+                self.take_turn(&mut rx).await;
                 continue;
             }
-            let cmd = tokio::select! {
-                cmd = rx.recv() => cmd,
-                _ = self.stop.cancelled() => None,
+            let cmd = match self.backlog.pop_front() {
+                Some(cmd) => Some(cmd),
+                None => tokio::select! {
+                    cmd = rx.recv() => cmd,
+                    _ = self.stop.cancelled() => None,
+                },
             };
             let Some(cmd) = cmd else { break };
             self.handle(cmd).await;
@@ -476,6 +486,19 @@ impl AgentTask {
         self.driver.shutdown().await;
         self.stop.cancel();
         self.shared.remove(&self.session);
+        // Commands left in the backlog: the agent is gone, which is what a stop or release
+        // asked for; a message was not accepted (its sender resumes the session or retries).
+        for cmd in std::mem::take(&mut self.backlog) {
+            match cmd {
+                AgentCmd::Deliver { reply, .. } => {
+                    let _ = reply.send(Err(self.shared.not_live(&self.session)));
+                }
+                AgentCmd::Stop { reply } | AgentCmd::Release { reply } => {
+                    let _ = reply.send(());
+                }
+                AgentCmd::Adopt(_) => {}
+            }
+        }
         // A one-shot caller waiting for a result that never came gets a disposed result.
         if let Some(tx) = self.one_shot.take() {
             let _ = tx.send(self.captured.clone().unwrap_or(OneShotResult {
@@ -584,8 +607,37 @@ impl AgentTask {
         Ok(())
     }
 
+    /// Handles what arrived while a turn ran, before the activation hears that the turn
+    /// finished: a followup or report sent during the turn is pending input, so the child takes
+    /// another turn on it instead of settling with it unread (X2, M3); a drain stop or release
+    /// that cancelled the turn (the drain queues it before cancelling) makes the settlement say
+    /// `disposed`, not `interrupted` (X1). Commands are handled in arrival order; a release and
+    /// whatever follows it wait in the backlog for the main loop, once the turn is over.
+    async fn accept_arrivals(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
+        while let Ok(cmd) = rx.try_recv() {
+            self.backlog.push_back(cmd);
+        }
+        loop {
+            match self.backlog.front() {
+                Some(AgentCmd::Deliver { .. } | AgentCmd::Adopt(_) | AgentCmd::Stop { .. }) => {
+                    if let Some(cmd) = self.backlog.pop_front() {
+                        self.handle(cmd).await;
+                    }
+                }
+                Some(AgentCmd::Release { .. }) => {
+                    self.forced_stop = Some(StopReason::Disposed);
+                    if self.activation.is_some() {
+                        self.feed(ActivationEvent::Stop).await;
+                    }
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+
     /// Runs one turn: one waking message plus every quiet one.
-    async fn take_turn(&mut self) {
+    async fn take_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
         let mut inputs: Vec<(u64, TurnMessage)> = std::mem::take(&mut self.quiet);
         let woke = self.wake.pop_front();
         if let Some(w) = woke.clone() {
@@ -691,6 +743,7 @@ impl AgentTask {
         if self.done || self.stop.is_cancelled() {
             return;
         }
+        self.accept_arrivals(rx).await;
         match self.activation.is_some() {
             true => {
                 self.feed(ActivationEvent::TurnFinished {

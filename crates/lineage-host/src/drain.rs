@@ -189,14 +189,10 @@ impl Shared {
     pub(crate) async fn stop_local(&self, request: StopRequest) -> StopReply {
         let mut reply = StopReply::default();
         for id in request.sessions {
-            if let Some(handle) = self.handle(&id) {
-                if let Ok(slot) = handle.turn.lock() {
-                    if let Some(token) = slot.as_ref() {
-                        token.cancel();
-                    }
-                }
-            }
-            match self.ask(&id, |reply| AgentCmd::Stop { reply }).await {
+            match self
+                .queue_then_cancel(&id, |reply| AgentCmd::Stop { reply })
+                .await
+            {
                 Ok(()) => reply.done.push(id),
                 Err(_) => reply.not_live.push(id),
             }
@@ -208,14 +204,10 @@ impl Shared {
     pub(crate) async fn release_local(&self, request: StopRequest) -> StopReply {
         let mut reply = StopReply::default();
         for id in request.sessions {
-            if let Some(handle) = self.handle(&id) {
-                if let Ok(slot) = handle.turn.lock() {
-                    if let Some(token) = slot.as_ref() {
-                        token.cancel();
-                    }
-                }
-            }
-            match self.ask(&id, |reply| AgentCmd::Release { reply }).await {
+            match self
+                .queue_then_cancel(&id, |reply| AgentCmd::Release { reply })
+                .await
+            {
                 Ok(()) => {
                     // Wait until the task has left the table.
                     for _ in 0..200 {
@@ -230,6 +222,26 @@ impl Shared {
             }
         }
         reply
+    }
+
+    /// Queues a stop or release in the agent's mailbox, then cancels its running turn, then
+    /// waits for the answer. In that order the command is already queued when the cancelled
+    /// turn ends, so the agent settles with stop reason `disposed`, not `interrupted` (X1).
+    async fn queue_then_cancel(
+        &self,
+        id: &SessionId,
+        make: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> AgentCmd,
+    ) -> Result<(), HostError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(id, make(tx))?;
+        if let Some(handle) = self.handle(id) {
+            if let Ok(slot) = handle.turn.lock() {
+                if let Some(token) = slot.as_ref() {
+                    token.cancel();
+                }
+            }
+        }
+        rx.await.map_err(|_| self.not_live(id))
     }
 }
 

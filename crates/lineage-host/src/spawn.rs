@@ -30,7 +30,7 @@ use lineage_core::policy::{
     append_delegated_policy_overrides, capture_delegated_policy_overrides,
     DelegatedPolicyOverrides, ParentPolicyView,
 };
-use lineage_registry::types::{Command, CommandResponse};
+use lineage_registry::types::{Admission, Command, CommandResponse, RegistryRefusal, SessionState};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -477,6 +477,10 @@ impl Host {
     }
 
     /// The parent is not live here: forward to the node that hosts it, once.
+    ///
+    /// The registry record is checked first: a disposed parent, or one whose admission is
+    /// closed (a drain began), is refused here with the registry's own refusal (X1, G2), not
+    /// reported as "not live" (which would suggest resuming it).
     async fn spawn_elsewhere(
         &self,
         parent: SessionId,
@@ -488,6 +492,17 @@ impl Host {
             .session(parent.clone())
             .await?
             .ok_or_else(|| HostError::UnknownSession(parent.to_string()))?;
+        if record.state == SessionState::Disposed {
+            return Err(HostError::Refused(RegistryRefusal::ParentDisposed {
+                parent: parent.clone(),
+            }));
+        }
+        if record.admission == Admission::Closed {
+            return Err(HostError::Refused(RegistryRefusal::AdmissionClosed {
+                parent: parent.clone(),
+                closed_at: parent.clone(),
+            }));
+        }
         let node = record.placement.map(|p| p.node);
         match node {
             Some(node) if !request.forwarded && node != self.shared.cfg.node => {

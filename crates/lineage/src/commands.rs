@@ -539,6 +539,7 @@ async fn tree(g: &Global, root: &str) -> Result<(), ControlError> {
                     "owner": owners.get(r.header.id()).cloned().flatten(),
                     "admission": r.admission,
                     "created_at_ms": r.created_at_ms,
+                    "updated_at_ms": r.updated_at_ms,
                 })
             })
             .collect();

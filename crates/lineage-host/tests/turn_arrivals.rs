@@ -1,0 +1,92 @@
+//! What arrives while a turn runs counts before the activation decides what comes next (X2):
+//! a followup sent mid-turn is the child's next turn, not a settlement followed by a cold
+//! resume (M3); a drain stop that cancels the turn settles the child as `disposed` (X1).
+
+mod common;
+
+use common::*;
+use lineage_core::descriptor::SubagentShape;
+use lineage_host::control::{FollowupOutcome, FollowupRequest};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn m3_followup_during_a_turn_is_the_next_turn() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(
+            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
+            "hi",
+        ))
+        .await
+        .unwrap();
+    let child = host
+        .spawn(child_request(
+            &root.session,
+            SubagentShape::Continuable,
+            script(r#"{"turns": [[{"do": "sleep", "ms": 800}]], "after": {"do": "echo"}}"#),
+            "first",
+        ))
+        .await
+        .unwrap();
+    // Sent while the first turn sleeps: delivered to the live child, not resumed.
+    let reply = host
+        .followup(FollowupRequest {
+            session: child.session.clone(),
+            content: "second".into(),
+            forwarded: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.outcome, FollowupOutcome::Delivered);
+    wait_for(10, "the child to settle after its second turn", || async {
+        count_kind(&cluster.log(&child.session).await, "outbox/settled") == 1
+    })
+    .await;
+    let log = cluster.log(&child.session).await;
+    assert_eq!(count_kind(&log, "turn/start"), 2, "{:?}", kinds(&log));
+    let settled_at = log.iter().position(|e| e.kind == "outbox/settled").unwrap();
+    let second_turn = log.iter().rposition(|e| e.kind == "turn/start").unwrap();
+    assert!(
+        second_turn < settled_at,
+        "no settlement between the turns: {:?}",
+        kinds(&log)
+    );
+    assert!(log
+        .iter()
+        .any(|e| e.kind == "turn/assistant" && e.data["text"] == "second"));
+    let record = cluster.record(&child.session).await;
+    assert_eq!(record.placement.map(|p| p.epoch), Some(1), "never resumed");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn x1_drain_stop_mid_turn_settles_disposed() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(
+            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
+            "hi",
+        ))
+        .await
+        .unwrap();
+    let child = host
+        .spawn(child_request(
+            &root.session,
+            SubagentShape::Continuable,
+            script(r#"{"turns": [[{"do": "sleep", "ms": 60000}]]}"#),
+            "work",
+        ))
+        .await
+        .unwrap();
+    wait_for(10, "the child's turn", || async {
+        count_kind(&cluster.log(&child.session).await, "turn/start") == 1
+    })
+    .await;
+    host.drain(vec![root.session.clone()]).await.unwrap();
+    let log = cluster.log(&child.session).await;
+    let settled: Vec<_> = log.iter().filter(|e| e.kind == "outbox/settled").collect();
+    assert_eq!(settled.len(), 1, "{:?}", kinds(&log));
+    assert_eq!(settled[0].data["stop_reason"], "disposed");
+    host.shutdown().await;
+}

@@ -1,0 +1,284 @@
+//! End to end, node failures: a continuable child whose node is SIGKILLed mid-turn is
+//! cold-resumed elsewhere (K1, R2, L3, S3); a parent whose node was down gets every report
+//! queued meanwhile, exactly once (N2, M1, M2).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Waits until `status --json` says `node`'s lease is live (or not).
+fn wait_lease(c: &Cluster, node: &str, live: bool) {
+    eventually(T, &format!("{node} lease live={live}"), || {
+        let status = c.cli_json(&["status"]);
+        let row = status["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["node"] == node)?
+            .clone();
+        (row["lease_live"] == live).then_some(())
+    });
+}
+
+#[test]
+fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
+    let mut c = Cluster::start(3);
+    // Two continuable children on node-2, each in a long first turn; a followup gives the
+    // second turn, which works a moment (so the resumed agent can be seen live) and replies.
+    let child = json!({"turns": [
+        [{"do": "sleep", "ms": 120000}],
+        [{"do": "sleep", "ms": 4000}, {"do": "echo"}]
+    ]});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[
+            spawn_step("continuable", "node-2", "a", child.clone()),
+            spawn_step("continuable", "node-2", "b", child),
+        ]], "after": {"do": "echo"}}),
+    );
+    let tree = eventually(T, "two children", || {
+        let t = c.tree(&root);
+        (t.len() == 3).then_some(t)
+    });
+    let kids = Cluster::children(&tree, &root);
+    let (a, b) = (kids[0].clone(), kids[1].clone());
+    for id in [&a, &b] {
+        c.wait_log(id, T, "the first turn", |l| {
+            !of_kind(l, "turn/start").is_empty()
+        });
+        let row = c.row(&root, id);
+        assert_eq!(
+            (row["node"].as_str(), row["epoch"].as_u64()),
+            (Some("node-2"), Some(1))
+        );
+    }
+
+    // SIGKILL node-2 mid-turn; wait for its lease (2 s) to expire.
+    c.nodes[1].kill();
+    wait_lease(&c, "node-2", false);
+    for id in [&a, &b] {
+        let row = c.row(&root, id);
+        assert_eq!(
+            (row["state"].as_str(), row["live"].as_bool()),
+            (Some("running"), Some(false)),
+            "{row}"
+        );
+    }
+
+    // `lineage send` resumes A wherever the request lands (node-1 or node-3).
+    let sent = c.cli_json(&["send", &a, "after the crash"]);
+    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    let node = sent["node"].as_str().unwrap().to_owned();
+    assert_ne!(node, "node-2");
+    let row = c.row(&root, &a);
+    assert_eq!(row["node"], node.as_str(), "{row}");
+    assert_eq!(row["epoch"], 2, "{row}");
+    assert_eq!(row["live"], true, "{row}");
+    // The runtime owner is the parent only where the parent is live (node-1); else none (R2).
+    let owner = if node == "node-1" {
+        json!(root)
+    } else {
+        Value::Null
+    };
+    assert_eq!(row["owner"], owner, "{row}");
+
+    // B is resumed on node-3 by a raw per-node followup: the parent lives on node-1, so the
+    // resumed child has no runtime owner; a second claim elsewhere loses (K1, one winner).
+    let body = json!({"session": b, "content": "resume on node-3"});
+    let reply = c.node_ctl("node-3", "followup", body.to_string().as_bytes());
+    assert_eq!(
+        reply["result"]["outcome"], "resumed_and_delivered",
+        "{reply}"
+    );
+    assert_eq!(reply["result"]["node"], "node-3", "{reply}");
+    let row = c.row(&root, &b);
+    assert_eq!(
+        (row["node"].as_str(), row["epoch"].as_u64()),
+        (Some("node-3"), Some(2)),
+        "{row}"
+    );
+    assert_eq!(row["owner"], Value::Null, "{row}");
+    assert_eq!(row["live"], true, "{row}");
+    let lost = c.node_ctl(
+        "node-1",
+        "resume",
+        json!({"session": b}).to_string().as_bytes(),
+    );
+    assert_eq!(lost["error"]["code"], "refused", "{lost}");
+    assert!(
+        lost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("node-3"),
+        "{lost}"
+    );
+
+    // Both finish their resumed turn on the log they left (turn 1, L3) and settle; the
+    // settlements reach the parent on node-1.
+    for (id, text) in [(&a, "after the crash"), (&b, "resume on node-3")] {
+        let log = c.wait_log(id, T, "the resumed turn", |l| {
+            l.iter()
+                .any(|e| e.kind == "turn/assistant" && e.data["text"] == text)
+        });
+        let starts = of_kind(&log, "turn/start");
+        assert_eq!(starts.len(), 2, "{}", render_log(&log));
+        assert_eq!(starts[1].data["index"], 1);
+        c.wait_state(&root, id, "settled", T);
+    }
+    let log = c.wait_log(&root, T, "both settlements, each read by a turn", |l| {
+        [&a, &b].iter().all(|id| {
+            let got = accepted(l, "subagent-settled", Some(id.as_str()));
+            got.len() == 1 && !turns_consuming(l, got[0].seq).is_empty()
+        })
+    });
+    for id in [&a, &b] {
+        let s = accepted(&log, "subagent-settled", Some(id))[0];
+        assert_eq!(s.data["message"]["kind"], "subagent-settled");
+        assert_eq!(
+            turns_consuming(&log, s.seq).len(),
+            1,
+            "{}",
+            render_log(&log)
+        );
+    }
+
+    // node-2 comes back: it hosts nothing, and the resumed children stay where they are.
+    c.restart(1);
+    c.wait_ready(Duration::from_secs(60));
+    wait_lease(&c, "node-2", true);
+    for (id, node) in [(&a, node.as_str()), (&b, "node-3")] {
+        let row = c.row(&root, id);
+        assert_eq!(
+            (row["node"].as_str(), row["epoch"].as_u64()),
+            (Some(node), Some(2)),
+            "{row}"
+        );
+    }
+}
+
+#[test]
+fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
+    let mut c = Cluster::start(3);
+    // The parent P lives on node-3; its children on node-1 and node-2 report (quiet and
+    // wakeup) after 5 s, then settle: by then node-3 is down.
+    let kid = |tag: &str| {
+        json!({"turns": [[
+            {"do": "sleep", "ms": 5000},
+            {"do": "report", "content": format!("{tag}-quiet"), "delivery": "quiet"},
+            {"do": "report", "content": format!("{tag}-wakeup"), "delivery": "wakeup"},
+            {"do": "reply", "text": format!("{tag} done")}
+        ]]})
+    };
+    let p = c.spawn_root(
+        "node-3",
+        &json!({"turns": [[
+            spawn_step("continuable", "node-1", "k1", kid("k1")),
+            spawn_step("continuable", "node-2", "k2", kid("k2")),
+        ]], "after": {"do": "echo"}}),
+    );
+    let tree = eventually(T, "two children", || {
+        let t = c.tree(&p);
+        (t.len() == 3).then_some(t)
+    });
+    c.wait_log(&p, T, "the spawning turn's end", |l| {
+        !of_kind(l, "turn/end").is_empty()
+    });
+    c.nodes[2].terminate();
+    let down_at = now_ms();
+    let before = c.log(&p);
+    let kids = Cluster::children(&tree, &p);
+    for id in &kids {
+        c.wait_state(&p, id, "settled", T);
+        let log = c.log(id);
+        let first = of_kind(&log, "outbox/report")[0].at_ms;
+        assert!(
+            first > down_at,
+            "the scenario needs the reports to come after node-3 stopped"
+        );
+    }
+    // Nothing reached P while its node was down.
+    assert_eq!(c.log(&p).len(), before.len(), "{}", render_log(&c.log(&p)));
+
+    c.restart(2);
+    c.wait_ready(Duration::from_secs(60));
+    wait_lease(&c, "node-3", true);
+    let sent = c.cli_json(&["send", &p, "back"]);
+    assert_eq!(sent["node"], "node-3", "{sent}");
+    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    assert_eq!(c.row(&p, &p)["epoch"], 2);
+
+    // Every queued report and settlement, accepted once, each read by exactly one turn.
+    let expected: Vec<String> = kids
+        .iter()
+        .flat_map(|k| (1..=3).map(move |seq| format!("{k}-{seq}")))
+        .collect();
+    c.wait_log(&p, T, "six inbox messages, all read", |l| {
+        let ids: Vec<&Value> = l
+            .iter()
+            .filter(|e| e.kind == "inbox/accepted" && !e.data["dedup_id"].is_null())
+            .map(|e| &e.data["dedup_id"])
+            .collect();
+        ids.len() >= expected.len()
+            && l.iter()
+                .filter(|e| e.kind == "inbox/accepted")
+                .all(|e| !turns_consuming(l, e.seq).is_empty())
+    });
+    // A second resume and another followup change nothing about the old messages.
+    let resumed = c.node_ctl(
+        "node-3",
+        "resume",
+        json!({"session": p}).to_string().as_bytes(),
+    );
+    assert_eq!(resumed["result"]["outcome"], "already_live", "{resumed}");
+    let again = c.cli_json(&["send", &p, "once more"]);
+    assert_eq!(again["outcome"], "delivered", "{again}");
+    let log = c.wait_log(&p, T, "the last followup read", |l| {
+        l.iter()
+            .any(|e| e.kind == "turn/assistant" && e.data["text"] == "once more")
+    });
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in log.iter().filter(|e| e.kind == "inbox/accepted") {
+        if let Some(id) = e.data["dedup_id"].as_str() {
+            *counts.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+    let want: BTreeMap<String, usize> = expected.iter().map(|id| (id.clone(), 1)).collect();
+    assert_eq!(counts, want, "{}", render_log(&log));
+    for e in log.iter().filter(|e| e.kind == "inbox/accepted") {
+        assert_eq!(
+            turns_consuming(&log, e.seq).len(),
+            1,
+            "seq {} read once:\n{}",
+            e.seq,
+            render_log(&log)
+        );
+    }
+    // The transcript holds each report once.
+    for k in &kids {
+        let reports = of_kind(&c.log(k), "outbox/report")
+            .iter()
+            .map(|e| e.data["content"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>();
+        assert_eq!(reports.len(), 2);
+        for content in reports {
+            let text = format!("report from {k}: {content}");
+            let n = log
+                .iter()
+                .filter(|e| e.kind == "turn/user" && e.data["text"] == text)
+                .count();
+            assert_eq!(n, 1, "{text}:\n{}", render_log(&log));
+        }
+    }
+}
