@@ -25,6 +25,13 @@ use crate::http::{self, Probe};
 pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let node_id = config.node_id()?;
     let subjects = Subjects::new(&config.cluster)?;
+    std::fs::create_dir_all(&config.node.data_dir).map_err(|source| NodeError::Io {
+        what: format!(
+            "cannot create node.data_dir {}; pick a writable directory",
+            config.node.data_dir.display()
+        ),
+        source,
+    })?;
     let nats = lineage_bus::connect(&config.nats_url, &format!("lineage-node-{node_id}")).await?;
     tracing::info!(node = %node_id, cluster = %config.cluster, nats = %config.nats_url, "node starting");
 

@@ -1,0 +1,330 @@
+//! Every CLI verb against the built binary: `config show`, `status`, `watch`, `dev`, `--help`,
+//! plus a non-voting client node hosting an ACP agent (H1, O1, O3).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{eventually, lineage_bin, spawn_step, Cluster};
+use serde_json::json;
+
+fn run(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(lineage_bin());
+    cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run lineage");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn o1_config_show_prints_values_with_sources_and_refuses_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lineage.toml");
+    std::fs::write(&file, "cluster = \"prod\"\n[limits]\nmax_depth = 3\n").unwrap();
+    let path = file.to_str().unwrap();
+    let (code, out, err) = run(
+        &["--json", "config", "show", "--config", path],
+        &[("LINEAGE_LEASE__LEASE_MS", "7000")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let find = |k: &str| rows.iter().find(|r| r["key"] == k).cloned().unwrap();
+    assert_eq!(find("cluster")["value"], "\"prod\"");
+    assert!(find("cluster")["source"].as_str().unwrap().contains("TOML"));
+    assert_eq!(find("lease.lease_ms")["value"], "7000");
+    assert!(find("lease.lease_ms")["source"]
+        .as_str()
+        .unwrap()
+        .contains("environment"));
+    assert_eq!(find("node.id")["source"], "default");
+
+    // Invalid: names the key and the source, one line, exit 2 (usage).
+    for (env, key) in [
+        (("LINEAGE_LIMITS__MAX_DEPTH", "-1"), "limits.max_depth"),
+        (
+            ("LINEAGE_REGISTRY__VOTERS", "{1=\"a\",2=\"b\"}"),
+            "registry.voters",
+        ),
+    ] {
+        let (code, _, err) = run(&["config", "show", "--config", path], &[env]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(key) && err.contains("environment"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    std::fs::write(&file, "[registry]\nvoters = { 1 = \"a\", 2 = \"b\" }\n").unwrap();
+    let (code, _, err) = run(&["node", "--config", path], &[]);
+    assert_eq!(code, 2, "voters 2 must stop start-up: {err}");
+    assert!(
+        err.contains("registry.voters") && err.contains("1, 3 or 5"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["config", "show", "--config", "/nonexistent.toml"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn o3_every_verb_has_help_with_an_example() {
+    for verb in [
+        "node",
+        "dev",
+        "spawn",
+        "send",
+        "interrupt",
+        "tree",
+        "drain",
+        "watch",
+        "status",
+        "bench",
+    ] {
+        let (code, out, err) = run(&[verb, "--help"], &[]);
+        assert_eq!(code, 0, "{verb}: {err}");
+        assert!(
+            out.contains("Example"),
+            "{verb} --help has no example:\n{out}"
+        );
+    }
+    let (code, out, _) = run(&["config", "show", "--help"], &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Example"));
+}
+
+#[test]
+fn o3_status_watch_and_a_client_node_hosting_an_acp_agent() {
+    let cluster = Cluster::start(3);
+
+    // status: leader, voters, nodes with leases, sessions by state.
+    let status = cluster.cli_json(&["status"]);
+    assert!(status["registry"]["leader"].as_u64().is_some(), "{status}");
+    assert_eq!(status["registry"]["voters"], json!([1, 2, 3]));
+    let nodes = status["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{status}");
+    assert!(nodes.iter().all(|n| n["lease_live"] == true), "{status}");
+    assert!(status["sessions"].get("running").is_some(), "{status}");
+    let (code, text, _) = cluster.cli(&["status"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("leader") && text.contains("node-2"), "{text}");
+
+    // watch: a parent's children's start, report, settled and end, live.
+    let root = cluster.spawn_root(
+        "node-1",
+        &json!({"turns": [[{"do": "reply", "text": "idle"}]], "after": {"do": "echo"}}),
+    );
+    let mut watch = Command::new(lineage_bin())
+        .args([
+            "--nats",
+            &cluster.nats.url(),
+            "--cluster",
+            &cluster.cluster,
+            "--json",
+            "watch",
+            &root,
+            "--count",
+            "4",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let child_script = json!({"turns": [[
+        {"do": "report", "content": "half way", "delivery": "quiet"},
+        {"do": "reply", "text": "child done"}
+    ]]});
+    let step = spawn_step("continuable", "node-2", "work", child_script);
+    let body = json!({"parent": root, "shape": "continuable", "node": "node-2", "prompt": "work",
+        "agent": step["agent"]});
+    let reply = cluster.ctl("spawn", body.to_string().as_bytes());
+    assert!(reply.get("result").is_some(), "{reply}");
+    eventually(
+        Duration::from_secs(20),
+        "watch to exit after 4 events",
+        || watch.try_wait().ok().flatten().map(|_| ()),
+    );
+    let collected = reader.join().unwrap();
+    let kinds: Vec<String> = collected
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["event"]["event"]
+                .as_str()
+                .or(v["event"]["kind"].as_str())
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .collect();
+    for want in [
+        "subagent/start",
+        "subagent-report",
+        "subagent/end",
+        "subagent-settled",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "watch missed {want}: {kinds:?}"
+        );
+    }
+}
+
+/// Builds (if needed) and finds the ACP test agent next to the `lineage` binary.
+fn acp_testagent() -> std::path::PathBuf {
+    let path = lineage_bin().with_file_name("lineage-acp-testagent");
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "lineage-acp-testagent"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success());
+    }
+    path
+}
+
+#[test]
+fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
+    let cluster = Cluster::start(1);
+    // A non-voting node: registry client, agent host.
+    let http_port = lineage_testkit::free_port().unwrap();
+    let config = cluster.path().join("node-c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "cluster = \"{}\"\nnats_url = \"{}\"\n[node]\nid = \"node-c\"\ndata_dir = \"{}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n[registry]\nrole = \"client\"\nvoters = {{ 1 = \"node-1\" }}\nbootstrap = false\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+            cluster.cluster,
+            cluster.nats.url(),
+            cluster.path().join("data-c").display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(cluster.path().join("node-c.log")).unwrap();
+    let mut client_node = Command::new(lineage_bin())
+        .args(["node", "--config", config.to_str().unwrap()])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let ready = || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", http_port)).ok()?;
+        use std::io::{Read, Write};
+        s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        text.starts_with("HTTP/1.1 200").then_some(())
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the client node to be ready",
+        ready,
+    );
+    let status = cluster.cli_json(&["status"]);
+    assert_eq!(
+        status["registry"]["voters"],
+        json!([1]),
+        "a client node is not a voter"
+    );
+    assert!(
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["node"] == "node-c"),
+        "{status}"
+    );
+
+    let agent = acp_testagent();
+    let reply = cluster.spawn(&[
+        "--node",
+        "node-c",
+        "--prompt",
+        "hello from lineage",
+        "--acp",
+        agent.to_str().unwrap(),
+    ]);
+    assert_eq!(reply["node"], "node-c", "{reply}");
+    let session = common::id_of(&reply["session"]);
+    let log = eventually(
+        Duration::from_secs(20),
+        "the ACP agent's reply in the log",
+        || {
+            let log = cluster.log(&session);
+            log.iter()
+                .any(|e| {
+                    e.kind == "turn/assistant"
+                        && e.data.to_string().contains("echo: hello from lineage")
+                })
+                .then_some(log)
+        },
+    );
+    assert!(
+        log.iter().any(|e| e.kind == "acp/session"),
+        "the ACP session id is logged for session/load"
+    );
+    let _ = client_node.kill();
+    let _ = client_node.wait();
+}
+
+#[test]
+fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(lineage_bin())
+        .args([
+            "dev",
+            "--exit-after-demo",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
+        text
+    });
+    let status = eventually(
+        Duration::from_secs(180),
+        "lineage dev to finish the demo",
+        || child.try_wait().ok().flatten(),
+    );
+    let out = reader.join().unwrap();
+    assert!(status.success(), "lineage dev failed:\n{out}");
+    for want in [
+        "cluster dev up",
+        "subagent-report",
+        "subagent-settled",
+        "killing node-3",
+        "worker now on node-",
+        "ResumedAndDelivered",
+        "wave 0:",
+        "demo done",
+    ] {
+        assert!(
+            out.contains(want),
+            "missing {want:?} in the demo output:\n{out}"
+        );
+    }
+    // The tree after the drain shows every session disposed.
+    let after = out.split("after the drain").nth(1).unwrap_or("");
+    assert!(
+        after.contains("disposed") && !after.contains(" running "),
+        "{out}"
+    );
+}
