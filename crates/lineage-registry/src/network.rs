@@ -8,7 +8,7 @@
 //! An append-entries request that would exceed `max_payload` is answered with
 //! `PayloadTooLarge`, so openraft retries with fewer entries.
 //!
-//! The receiver side ([`serve_raft`]) answers those subjects for one member.
+//! The receiver side (`serve_raft`) answers those subjects for one member.
 
 use std::time::Duration;
 
@@ -165,15 +165,18 @@ impl RaftNetwork<TypeConfig> for NatsNetwork {
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<u64>> {
         let n = rpc.entries.len() as u64;
-        if n > 1 && self.max_payload > 0 {
-            let size = serde_json::to_vec(&rpc).map(|b| b.len()).unwrap_or(0);
-            if size > self.max_payload {
-                return Err(RPCError::PayloadTooLarge(
-                    PayloadTooLarge::new_entries_hint((n / 2).max(1)),
-                ));
-            }
+        // Encoded once: the size check and the request share it.
+        let body = serde_json::to_vec(&rpc)
+            .map_err(|e| RPCError::Network(NetworkError::new(&WireError(e.to_string()))))?;
+        if n > 1 && self.max_payload > 0 && body.len() > self.max_payload {
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((n / 2).max(1)),
+            ));
         }
-        match self.call(RaftRpc::Append, &rpc, option.hard_ttl()).await? {
+        match self
+            .call_body(RaftRpc::Append, body, option.hard_ttl())
+            .await?
+        {
             Ok(resp) => Ok(resp),
             Err(e) => Err(self.remote(e)),
         }

@@ -6,7 +6,7 @@ use std::io::Cursor;
 use lineage_core::ids::NodeId;
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Command, CommandResponse};
+use crate::types::{BatchResponse, CommandBatch};
 
 /// What a Raft member record carries: the lineage node that hosts the voter (or learner).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,11 +32,11 @@ impl fmt::Display for RaftMember {
 }
 
 openraft::declare_raft_types!(
-    /// The registry's openraft types: log payload [`Command`], response [`CommandResponse`],
-    /// Raft ids `u64`, members [`RaftMember`], snapshots as bytes.
+    /// The registry's openraft types: log payload [`CommandBatch`] (group commit), response
+    /// [`BatchResponse`], Raft ids `u64`, members [`RaftMember`], snapshots as bytes.
     pub TypeConfig:
-        D = Command,
-        R = CommandResponse,
+        D = CommandBatch,
+        R = BatchResponse,
         NodeId = u64,
         Node = RaftMember,
         Entry = openraft::Entry<TypeConfig>,

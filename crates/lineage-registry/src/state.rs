@@ -12,6 +12,7 @@
 //!   children are undisposed.
 //! - idempotency: an accepted command's response is stored under its request id; a retry returns
 //!   it unchanged (this table is part of the state, so it survives leader change and restart).
+//!   The table is bounded by time: see [`REQUEST_RETENTION_MS`].
 //!
 //! A refused command returns [`CommandResponse::Refused`] and changes nothing (not even the
 //! idempotency table). The state never reads a clock: time comes in the command.
@@ -29,21 +30,67 @@ use crate::types::{
     SessionRecord, SessionState,
 };
 
+/// How long an accepted command's first result is kept for retries: 24 hours of the callers'
+/// clock (`at_ms`).
+///
+/// Each time a command is accepted (and its result stored), the stored results whose `at_ms` is
+/// more than this much older than that command's `at_ms` are dropped, oldest first. A retry
+/// returns the first result while it is stored, so always within the window; once a command
+/// more than the window newer has been accepted, a retry is evaluated as a new command (e.g. a
+/// second `register_session` is refused as `duplicate_session`, a second `heartbeat` renews the
+/// lease again, a reused id is no longer refused as `request_id_reused`). The cut-off follows the command being applied, not a running
+/// maximum, so one command with a far-future clock prunes once but cannot keep every later
+/// result from being stored; callers' clocks must still agree to well within the window.
+/// Refused commands and retries change nothing, so they prune nothing.
+pub const REQUEST_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// The stored first result of an accepted command, keyed by request id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestOutcome {
     /// The command kind it was used for (see [`Command::kind`]).
     pub kind: String,
+    /// The command's `at_ms` (caller's clock): the result is kept for [`REQUEST_RETENTION_MS`]
+    /// after it.
+    pub at_ms: u64,
     /// The response returned the first time.
     pub response: CommandResponse,
 }
 
 /// The registry: sessions, nodes and the idempotency table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StateRepr")]
 pub struct RegistryState {
     sessions: BTreeMap<SessionId, SessionRecord>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     requests: BTreeMap<RequestId, RequestOutcome>,
+    /// The idempotency table ordered by age, for pruning: derived from `requests`, so it is not
+    /// serialized (snapshots and digests are unchanged by it) and is rebuilt on load.
+    #[serde(skip)]
+    requests_by_age: BTreeSet<(u64, RequestId)>,
+}
+
+/// The serialized form of [`RegistryState`] (everything but the derived age index).
+#[derive(Deserialize)]
+struct StateRepr {
+    sessions: BTreeMap<SessionId, SessionRecord>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    requests: BTreeMap<RequestId, RequestOutcome>,
+}
+
+impl From<StateRepr> for RegistryState {
+    fn from(repr: StateRepr) -> Self {
+        let requests_by_age = repr
+            .requests
+            .iter()
+            .map(|(id, outcome)| (outcome.at_ms, id.clone()))
+            .collect();
+        Self {
+            sessions: repr.sessions,
+            nodes: repr.nodes,
+            requests: repr.requests,
+            requests_by_age,
+        }
+    }
 }
 
 type Refusal = Result<CommandResponse, RegistryRefusal>;
@@ -113,16 +160,35 @@ impl RegistryState {
         };
         match result {
             Ok(response) => {
+                let at_ms = cmd.at_ms();
+                self.prune_requests(at_ms);
                 self.requests.insert(
                     cmd.request_id().clone(),
                     RequestOutcome {
                         kind: cmd.kind().to_owned(),
+                        at_ms,
                         response: response.clone(),
                     },
                 );
+                self.requests_by_age
+                    .insert((at_ms, cmd.request_id().clone()));
                 response
             }
             Err(refusal) => CommandResponse::Refused(refusal),
+        }
+    }
+
+    /// Drops the stored results older than [`REQUEST_RETENTION_MS`] before `now_ms`, oldest
+    /// first (amortized: each stored result is removed once).
+    fn prune_requests(&mut self, now_ms: u64) {
+        let cutoff = now_ms.saturating_sub(REQUEST_RETENTION_MS);
+        while let Some((at_ms, _)) = self.requests_by_age.first() {
+            if *at_ms >= cutoff {
+                break;
+            }
+            if let Some((_, id)) = self.requests_by_age.pop_first() {
+                self.requests.remove(&id);
+            }
         }
     }
 
@@ -534,9 +600,15 @@ impl RegistryState {
         self.nodes.values().cloned().collect()
     }
 
-    /// The stored first result for a request id, if the command was accepted.
+    /// The stored first result for a request id, if the command was accepted (and its result
+    /// is still within [`REQUEST_RETENTION_MS`]).
     pub fn request_outcome(&self, request_id: &RequestId) -> Option<&RequestOutcome> {
         self.requests.get(request_id)
+    }
+
+    /// How many accepted commands' results are stored for retries.
+    pub fn request_count(&self) -> usize {
+        self.requests.len()
     }
 
     /// A stable 64-bit digest (FNV-1a) of the serialized state: equal states, equal digests.
@@ -655,6 +727,63 @@ mod tests {
         let digest = s.digest();
         assert_eq!(s.apply(&cmd), first);
         assert_eq!(s.digest(), digest);
+    }
+
+    #[test]
+    fn g2_stored_results_are_pruned_after_the_retention_window() {
+        let mut s = RegistryState::new();
+        let heartbeat = |r: &str, at_ms: u64| Command::Heartbeat {
+            request_id: rid(r),
+            at_ms,
+            node: NodeId::parse("n1").unwrap(),
+            lease_ms: 10,
+            info: None,
+        };
+        let root = root_cmd(1, None); // r1 at 1 ms
+        let first = s.apply(&root);
+        assert!(matches!(first, CommandResponse::Registered { .. }));
+        s.apply(&heartbeat("h1", 5));
+        assert_eq!(s.request_count(), 2);
+
+        // Exactly one window later nothing is pruned: a retry still gets the first result.
+        s.apply(&heartbeat("h2", 1 + REQUEST_RETENTION_MS));
+        assert_eq!(s.request_count(), 3);
+        assert_eq!(s.apply(&root), first);
+
+        // A refusal or a retry far in the future prunes nothing (it changes nothing).
+        let digest = s.digest();
+        let late_dispose = Command::Dispose {
+            request_id: rid("d-late"),
+            at_ms: 100 * REQUEST_RETENTION_MS,
+            session: sid(9),
+        };
+        assert!(matches!(
+            s.apply(&late_dispose),
+            CommandResponse::Refused(_)
+        ));
+        assert_eq!(s.digest(), digest);
+
+        // One past the window: r1 is forgotten (h1 at 5 ms is still within it).
+        s.apply(&heartbeat("h3", 2 + REQUEST_RETENTION_MS));
+        assert!(s.request_outcome(&rid("r1")).is_none());
+        assert_eq!(s.request_outcome(&rid("h1")).map(|o| o.at_ms), Some(5));
+        assert_eq!(s.request_count(), 3);
+        // A retry after the window is a new command: the session exists, so it is refused.
+        assert!(matches!(
+            s.apply(&root),
+            CommandResponse::Refused(RegistryRefusal::DuplicateSession { .. })
+        ));
+
+        // The age index is derived: a snapshot round trip restores it, and both copies prune
+        // the same way afterwards.
+        let mut restored: RegistryState =
+            serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+        assert_eq!(restored, s);
+        let later = heartbeat("h4", 10 * REQUEST_RETENTION_MS);
+        assert_eq!(restored.apply(&later), s.apply(&later));
+        assert_eq!(restored, s);
+        assert_eq!(s.request_count(), 1);
+        assert_eq!(restored.digest(), s.digest());
     }
 
     #[test]

@@ -5,13 +5,20 @@
 //! | table | key | value |
 //! |---|---|---|
 //! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged`, `snapshot_seq` |
-//! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` |
+//! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` (payload: a [`crate::types::CommandBatch`]) |
 //! | `snapshot` | `&str` | `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`) |
 //!
 //! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
-//! openraft is told: a whole batch of appended entries is one transaction, so a batch costs one
-//! fsync (group commit). The committed index is written with `Durability::Eventual`: it is an
-//! optimization (replay on restart), and an older value is still a committed value.
+//! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
+//! (openraft 0.9 appends each `client_write` on its own and waits for it, so the leader's group
+//! commit happens one level up: a log entry carries a batch of commands, see
+//! [`crate::types::CommandBatch`].)
+//!
+//! The committed log id costs no I/O of its own: `save_committed` keeps it in memory and the next
+//! log transaction (append, truncate, purge) writes it along. It is only an optimization (the
+//! committed entries are replayed at start), an older value is still a committed value, and
+//! writing it on its own would cost an fsync per commit: redb's `Durability::Eventual` fsyncs
+//! too on Linux.
 //!
 //! The state machine lives in memory; it is persisted as snapshots, and on restart it is the
 //! last snapshot plus the committed log entries replayed by openraft.
@@ -26,7 +33,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::{
@@ -38,14 +45,17 @@ use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefi
 use crate::error::RegistryError;
 use crate::raft_types::{LogId, RaftMember, TypeConfig};
 use crate::state::RegistryState;
-use crate::types::CommandResponse;
+use crate::types::BatchResponse;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot");
 
 /// The on-disk format this build writes and reads.
-const FORMAT: &[u8] = b"lineage-registry/1";
+///
+/// `/2`: log entries carry a [`crate::types::CommandBatch`], stored results carry `at_ms`.
+/// A store of another format is refused (never converted or reset).
+const FORMAT: &[u8] = b"lineage-registry/2";
 /// The file name inside the data directory.
 pub const DB_FILE: &str = "registry.redb";
 
@@ -105,7 +115,10 @@ pub fn open_store(
     let data = load_snapshot(&db).map_err(|reason| corrupt(&path, reason))?;
     let shared: SharedState = Arc::new(RwLock::new(data));
     Ok((
-        LogStore { db: db.clone() },
+        LogStore {
+            db: db.clone(),
+            committed: Arc::new(Mutex::new(None)),
+        },
         StateMachineStore {
             db,
             data: shared,
@@ -245,6 +258,32 @@ fn put_meta<T: serde::Serialize>(
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// The last committed log id openraft reported, not yet written: the next log transaction
+    /// writes it along (see the module docs).
+    committed: Arc<Mutex<Option<LogId>>>,
+}
+
+impl LogStore {
+    /// The committed log id to write along with the next log transaction, if one is pending.
+    fn pending_committed(&self) -> StoreResult<Option<Vec<u8>>> {
+        let committed = *self
+            .committed
+            .lock()
+            .map_err(|_| write_err("committed id lock poisoned"))?;
+        match committed {
+            Some(c) => serde_json::to_vec(&Some(c)).map(Some).map_err(write_err),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Writes a pending committed log id inside a log transaction.
+fn write_committed(txn: &redb::WriteTransaction, committed: Option<&[u8]>) -> StoreResult<()> {
+    if let Some(bytes) = committed {
+        let mut meta = txn.open_table(META).map_err(write_err)?;
+        meta.insert("committed", bytes).map_err(write_err)?;
+    }
+    Ok(())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -302,12 +341,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> StoreResult<()> {
-        let db = self.db.clone();
-        blocking(move || put_meta(&db, "committed", &committed, Durability::Eventual)).await
+        // No I/O here: the next log transaction writes it (see the module docs).
+        let mut pending = self
+            .committed
+            .lock()
+            .map_err(|_| write_err("committed id lock poisoned"))?;
+        if committed.is_some() {
+            *pending = committed;
+        }
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId>> {
-        Ok(get_meta::<Option<LogId>>(&self.db, "committed")?.flatten())
+        let pending = *self
+            .committed
+            .lock()
+            .map_err(|_| read_err("committed id lock poisoned"))?;
+        match pending {
+            Some(c) => Ok(Some(c)),
+            None => Ok(get_meta::<Option<LogId>>(&self.db, "committed")?.flatten()),
+        }
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
@@ -320,8 +373,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = serde_json::to_vec(&entry).map_err(write_err)?;
             encoded.push((entry.log_id.index, bytes));
         }
+        let committed = self.pending_committed()?;
         let db = self.db.clone();
-        // One transaction, one fsync for the whole batch (group commit).
+        // One transaction, one fsync for all the entries of this append.
         let result = blocking(move || {
             let mut txn = db.begin_write().map_err(write_err)?;
             txn.set_durability(Durability::Immediate);
@@ -331,6 +385,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     table.insert(*index, bytes.as_slice()).map_err(write_err)?;
                 }
             }
+            write_committed(&txn, committed.as_deref())?;
             txn.commit().map_err(write_err)
         })
         .await;
@@ -347,6 +402,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> StoreResult<()> {
+        let committed = self.pending_committed()?;
         let db = self.db.clone();
         blocking(move || {
             let mut txn = db.begin_write().map_err(write_err)?;
@@ -357,12 +413,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     .retain_in::<u64, _>(log_id.index.., |_, _| false)
                     .map_err(write_err)?;
             }
+            write_committed(&txn, committed.as_deref())?;
             txn.commit().map_err(write_err)
         })
         .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> StoreResult<()> {
+        let committed = self.pending_committed()?;
         let db = self.db.clone();
         blocking(move || {
             let bytes = serde_json::to_vec(&Some(log_id)).map_err(write_err)?;
@@ -377,6 +435,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     .retain_in::<u64, _>(..=log_id.index, |_, _| false)
                     .map_err(write_err)?;
             }
+            write_committed(&txn, committed.as_deref())?;
             txn.commit().map_err(write_err)
         })
         .await
@@ -475,7 +534,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((data.last_applied, data.last_membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<CommandResponse>>
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<BatchResponse>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -488,11 +547,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         for entry in entries {
             data.last_applied = Some(entry.log_id);
             let response = match entry.payload {
-                EntryPayload::Blank => CommandResponse::Noop,
-                EntryPayload::Normal(cmd) => data.state.apply(&cmd),
+                EntryPayload::Blank => BatchResponse::default(),
+                EntryPayload::Normal(batch) => BatchResponse {
+                    responses: batch
+                        .commands
+                        .iter()
+                        .map(|cmd| data.state.apply(cmd))
+                        .collect(),
+                },
                 EntryPayload::Membership(m) => {
                     data.last_membership = StoredMembership::new(Some(entry.log_id), m);
-                    CommandResponse::Noop
+                    BatchResponse::default()
                 }
             };
             out.push(response);

@@ -1,8 +1,8 @@
 //! The registry's data model and its command language (G1).
 //!
 //! [`SessionRecord`] and [`NodeRecord`] are what the registry stores; [`Command`] is the only way
-//! to change them (one Raft log entry each); [`CommandResponse`] is what applying a command
-//! returns, including [`RegistryRefusal`] when a rule (G2) refuses it.
+//! to change them (a Raft log entry carries a [`CommandBatch`] of them); [`CommandResponse`] is
+//! what applying a command returns, including [`RegistryRefusal`] when a rule (G2) refuses it.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -108,12 +108,13 @@ pub struct NodeRecord {
     pub info: Option<String>,
 }
 
-/// One change to the registry: exactly one Raft log entry.
+/// One change to the registry: applied atomically, in log order (a Raft log entry carries one
+/// or more, see [`CommandBatch`]).
 ///
 /// Every command carries a client-chosen `request_id` (a retried command with the same id
 /// returns the first result) and `at_ms`, the caller's clock: the state machine never reads a
 /// clock, so applying the log is deterministic on every voter.
-// Commands live one per log entry and are moved, not stored in bulk: boxing the header would
+// Commands are moved, not stored in bulk (a batch holds a few): boxing the header would
 // only add an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,11 +267,34 @@ impl Command {
     }
 }
 
-/// The result of applying one log entry.
+/// What one Raft log entry carries: the commands a member received while the previous entries
+/// were being made durable, applied in order as if each were its own entry (group commit).
+///
+/// openraft 0.9 writes (and fsyncs) every `client_write` as its own append before it takes the
+/// next one, so one command per entry would cost one fsync per command on the leader; a batch
+/// costs one for all of its commands. Batching is internal to the members: clients send and
+/// receive single commands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandBatch {
+    /// The commands, in the order they are applied.
+    pub commands: Vec<Command>,
+}
+
+/// The result of applying one log entry: one response per command of its [`CommandBatch`], in
+/// order (empty for Raft-internal entries: blank or membership).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    /// One response per command.
+    pub responses: Vec<CommandResponse>,
+}
+
+/// The result of applying one command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum CommandResponse {
-    /// A Raft-internal entry (blank or membership): nothing for the registry to do.
+    /// Nothing for the registry to do (kept on the wire; Raft-internal entries answer an empty
+    /// [`BatchResponse`]).
     Noop,
     /// The session was registered.
     Registered {

@@ -278,11 +278,14 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
     victim.shutdown().await.unwrap();
     let leader_node = nodes.iter().find(|n| n.raft_id() == leader).unwrap();
     leader_node.remove_member(victim_id).await.unwrap();
-    // Make sure the leader has a snapshot and purged the log behind it.
+    // Make sure the leader has a snapshot of everything and purged the log behind it (the
+    // members batch concurrent writes, so 129 commands take fewer log entries).
+    let applied = leader_node.raft_metrics().last_applied.unwrap().index;
     leader_node.raft().trigger().snapshot().await.unwrap();
     wait_until("leader snapshot and purge", Duration::from_secs(5), || {
         let m = leader_node.raft_metrics();
-        m.snapshot.is_some_and(|s| s.index >= 100) && m.purged.is_some_and(|p| p.index >= 100)
+        m.snapshot.is_some_and(|s| s.index >= applied)
+            && m.purged.is_some_and(|p| p.index >= applied)
     })
     .await;
 
@@ -310,6 +313,89 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
     assert_eq!(fresh.local_state().unwrap().session_count(), 129);
     assert_eq!(m.membership_config.membership().voter_ids().count(), 3);
     fresh.shutdown().await.unwrap();
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
+    use lineage_registry::{Command, CommandResponse, RegistryRefusal};
+
+    let server = NatsServer::start().unwrap();
+    let dirs = tempdirs(3);
+    let nodes = three(&server, &dirs).await;
+    assert!(nodes[0].initialize(members(&[1, 2, 3])).await.unwrap());
+    let refs: Vec<&RegistryNode> = nodes.iter().collect();
+    let leader = agreed_leader(&refs, Duration::from_secs(5)).await;
+    let leader_node = nodes.iter().find(|n| n.raft_id() == leader).unwrap();
+    let client = nodes[0].client();
+    let root = root_header(1);
+    client
+        .register_session(rid("r1"), 1, root.clone(), NewSession::default())
+        .await
+        .unwrap();
+    let before = leader_node.raft_metrics().last_log_index.unwrap();
+
+    // 64 children, each sent twice at once (same request id), plus orphans that are refused.
+    let register = |n: u32, header| Command::RegisterSession {
+        request_id: rid(format!("r{n}")),
+        at_ms: u64::from(n),
+        header,
+        descriptor: None,
+        max_depth: None,
+        node: None,
+        run: None,
+    };
+    let mut tasks = Vec::new();
+    for n in 2..66u32 {
+        let cmd = register(n, child_header(&root, n));
+        for _ in 0..2 {
+            let (client, cmd) = (client.clone(), cmd.clone());
+            tasks.push(tokio::spawn(async move { (n, client.write(&cmd).await) }));
+        }
+    }
+    let orphan_parent = child_header(&root_header(900), 901);
+    for n in 1000..1004u32 {
+        let cmd = register(n, child_header(&orphan_parent, n));
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move { (n, client.write(&cmd).await) }));
+    }
+    for t in tasks {
+        let (n, answer) = t.await.unwrap();
+        let answer = answer.unwrap();
+        if n >= 1000 {
+            assert!(
+                matches!(
+                    answer,
+                    CommandResponse::Refused(RegistryRefusal::ParentMissing { .. })
+                ),
+                "{n}: {answer:?}"
+            );
+        } else {
+            assert_eq!(
+                answer,
+                CommandResponse::Registered {
+                    session: sid(n),
+                    depth: 1
+                },
+                "{n}"
+            );
+        }
+    }
+    // 132 commands, far fewer entries: they were group-committed.
+    let after = leader_node.raft_metrics().last_log_index.unwrap();
+    assert!(
+        after - before < 132,
+        "{} entries for 132 commands",
+        after - before
+    );
+    all_applied(&refs, after, Duration::from_secs(5)).await;
+    let digest = leader_node.state_digest().unwrap();
+    for n in &nodes {
+        assert_eq!(n.state_digest().unwrap(), digest);
+        assert_eq!(n.local_state().unwrap().session_count(), 65);
+    }
     for n in nodes {
         n.shutdown().await.unwrap();
     }

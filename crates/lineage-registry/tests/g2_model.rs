@@ -1,12 +1,15 @@
 //! G2: model-based test. Random command sequences go to the real `RegistryState` and to a tiny
 //! reference model written separately here; both must agree on every result (accepted or
-//! refused, and which rule) and on the final state.
+//! refused, and which rule) and on the final state, idempotency table included. The callers'
+//! clock advances by steps around the retention window, so stored results are pruned and
+//! retries after the window are evaluated as new commands.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use lineage_core::depth::MaxDepth;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_registry::state::REQUEST_RETENTION_MS;
 use lineage_registry::{Admission, Command, CommandResponse, RegistryState, SessionState};
 use proptest::prelude::*;
 use serde_json::json;
@@ -58,7 +61,20 @@ enum Op {
         at: u8,
         lease: u8,
     },
+    /// The callers' clock moves on (no command).
+    Advance {
+        step: u8,
+    },
 }
+
+/// Clock steps: none, 1 ms, half the window, exactly the window, just past it.
+const STEPS: [u64; 5] = [
+    0,
+    1,
+    REQUEST_RETENTION_MS / 2,
+    REQUEST_RETENTION_MS,
+    REQUEST_RETENTION_MS + 1,
+];
 
 fn op() -> impl Strategy<Value = Op> {
     let r = 0u8..14;
@@ -71,6 +87,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
         2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
         1 => (r, 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
+        1 => (0u8..STEPS.len() as u8).prop_map(|step| Op::Advance { step }),
     ]
 }
 
@@ -92,7 +109,25 @@ struct MSession {
 struct Model {
     sessions: BTreeMap<u8, MSession>,
     leases: BTreeMap<u8, u64>,
-    requests: BTreeMap<u8, (&'static str, String)>,
+    /// request -> (kind, first result, at_ms)
+    requests: BTreeMap<u8, (&'static str, String, u64)>,
+    /// The callers' clock (ms).
+    clock: u64,
+}
+
+/// The `at_ms` the test gives each op: the clock plus a per-kind offset (a heartbeat's own
+/// jitter, so heartbeats arrive out of order).
+fn at_ms(clock: u64, op: &Op) -> u64 {
+    clock
+        + match op {
+            Op::Register { .. } => 1,
+            Op::Claim { .. } => 2,
+            Op::SetState { .. } => 3,
+            Op::Close { .. } => 4,
+            Op::Dispose { .. } => 5,
+            Op::Heartbeat { at, .. } => u64::from(*at),
+            Op::Advance { .. } => 0,
+        }
 }
 
 impl Model {
@@ -141,9 +176,10 @@ impl Model {
         &mut self,
         kind: &'static str,
         req: u8,
+        at: u64,
         f: impl FnOnce(&mut Model) -> Result<String, &'static str>,
     ) -> String {
-        if let Some((k, first)) = self.requests.get(&req) {
+        if let Some((k, first, _)) = self.requests.get(&req) {
             if *k != kind {
                 return "refused:request_id_reused".into();
             }
@@ -151,7 +187,10 @@ impl Model {
         }
         match f(self) {
             Ok(s) => {
-                self.requests.insert(req, (kind, s.clone()));
+                // Accepted: results more than the window older than this command are forgotten.
+                self.requests
+                    .retain(|_, (_, _, stored)| *stored + REQUEST_RETENTION_MS >= at);
+                self.requests.insert(req, (kind, s.clone(), at));
                 s
             }
             Err(r) => format!("refused:{r}"),
@@ -159,6 +198,7 @@ impl Model {
     }
 
     fn run(&mut self, op: &Op) -> String {
+        let at = at_ms(self.clock, op);
         match op.clone() {
             Op::Register {
                 req,
@@ -167,7 +207,7 @@ impl Model {
                 max,
                 bump,
                 wrong_root,
-            } => self.apply("register_session", req, |m| {
+            } => self.apply("register_session", req, at, |m| {
                 let (root, depth) = m.header_for(id, parent, bump, wrong_root).ok_or("skip")?;
                 if m.sessions.contains_key(&id) {
                     return Err("duplicate_session");
@@ -222,7 +262,7 @@ impl Model {
                 id,
                 node,
                 expected,
-            } => self.apply("claim_placement", req, |m| {
+            } => self.apply("claim_placement", req, at, |m| {
                 let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
                     return Err("session_disposed");
@@ -234,7 +274,7 @@ impl Model {
                 s.placement = Some((node, cur + 1));
                 Ok(format!("placed:{node}:{}", cur + 1))
             }),
-            Op::SetState { req, id, state } => self.apply("set_state", req, |m| {
+            Op::SetState { req, id, state } => self.apply("set_state", req, at, |m| {
                 let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
                     return Err("session_disposed");
@@ -245,7 +285,7 @@ impl Model {
                 s.state = state;
                 Ok(format!("state:{state}"))
             }),
-            Op::Close { req, ids } => self.apply("close_admission", req, |m| {
+            Op::Close { req, ids } => self.apply("close_admission", req, at, |m| {
                 if ids.iter().any(|i| !m.sessions.contains_key(i)) {
                     return Err("unknown_session");
                 }
@@ -258,7 +298,7 @@ impl Model {
                 }
                 Ok(format!("closed:{}", all.len()))
             }),
-            Op::Dispose { req, id } => self.apply("dispose", req, |m| {
+            Op::Dispose { req, id } => self.apply("dispose", req, at, |m| {
                 let s = m.sessions.get(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
                     return Ok("disposed:true".into());
@@ -272,16 +312,17 @@ impl Model {
                 Ok("disposed:false".into())
             }),
             Op::Heartbeat {
-                req,
-                node,
-                at,
-                lease,
-            } => self.apply("heartbeat", req, |m| {
-                let end = u64::from(at) + u64::from(lease);
+                req, node, lease, ..
+            } => self.apply("heartbeat", req, at, |m| {
+                let end = at + u64::from(lease);
                 let e = m.leases.entry(node).or_insert(end);
                 *e = (*e).max(end);
                 Ok(format!("lease:{e}"))
             }),
+            Op::Advance { step } => {
+                self.clock += STEPS[usize::from(step)];
+                "advanced".into()
+            }
         }
     }
 }
@@ -289,6 +330,7 @@ impl Model {
 // ----- driving the real state machine -----
 
 fn to_command(model: &Model, op: &Op) -> Option<Command> {
+    let at = at_ms(model.clock, op);
     Some(match op.clone() {
         Op::Register {
             req: r,
@@ -310,7 +352,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             };
             Command::RegisterSession {
                 request_id: req(r),
-                at_ms: 1,
+                at_ms: at,
                 header,
                 descriptor: None,
                 max_depth: max.map(|m| MaxDepth::new(u64::from(m)).unwrap()),
@@ -325,14 +367,14 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             expected,
         } => Command::ClaimPlacement {
             request_id: req(r),
-            at_ms: 2,
+            at_ms: at,
             session: sid(id),
             node: node(n),
             expected_epoch: u64::from(expected),
         },
         Op::SetState { req: r, id, state } => Command::SetState {
             request_id: req(r),
-            at_ms: 3,
+            at_ms: at,
             session: sid(id),
             state: [
                 SessionState::Running,
@@ -343,26 +385,27 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
         },
         Op::Close { req: r, ids } => Command::CloseAdmission {
             request_id: req(r),
-            at_ms: 4,
+            at_ms: at,
             roots: ids.iter().map(|i| sid(*i)).collect(),
         },
         Op::Dispose { req: r, id } => Command::Dispose {
             request_id: req(r),
-            at_ms: 5,
+            at_ms: at,
             session: sid(id),
         },
         Op::Heartbeat {
             req: r,
             node: n,
-            at,
             lease,
+            ..
         } => Command::Heartbeat {
             request_id: req(r),
-            at_ms: u64::from(at),
+            at_ms: at,
             node: node(n),
             lease_ms: u64::from(lease),
             info: None,
         },
+        Op::Advance { .. } => return None,
     })
 }
 
@@ -410,6 +453,10 @@ proptest! {
         let mut real = RegistryState::new();
         let mut model = Model::default();
         for op in &ops {
+            if let Op::Advance { .. } = op {
+                model.run(op);
+                continue;
+            }
             let Some(cmd) = to_command(&model, op) else { continue };
             // A round trip through JSON, as on the wire.
             let cmd: Command = serde_json::from_slice(&serde_json::to_vec(&cmd).unwrap()).unwrap();
@@ -442,6 +489,21 @@ proptest! {
         let leases: BTreeMap<u8, u64> = real.nodes().iter()
             .map(|n| (n.node.as_str()[1..].parse::<u8>().unwrap(), n.lease_expires_at_ms)).collect();
         prop_assert_eq!(leases, model.leases.clone());
+        // The idempotency tables agree: same request ids, kinds, times and first results.
+        prop_assert_eq!(real.request_count(), model.requests.len());
+        for r in 0u8..14 {
+            let got = real
+                .request_outcome(&req(r))
+                .map(|o| (o.kind.clone(), summarize(&o.response), o.at_ms));
+            let want = model
+                .requests
+                .get(&r)
+                .map(|(k, first, at)| ((*k).to_owned(), first.clone(), *at));
+            prop_assert_eq!(got, want, "request q{}", r);
+        }
+        // A snapshot round trip keeps the state, the derived age index included.
+        let restored: RegistryState = serde_json::from_slice(&serde_json::to_vec(&real).unwrap()).unwrap();
+        prop_assert_eq!(&restored, &real);
         // Lineage invariants: every parent link is mirrored, depth = parent depth + 1 (D3, L4).
         for rec in real.sessions() {
             if let Some(p) = rec.header.parent_session() {

@@ -57,3 +57,32 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
     // The rightful owner still opens it.
     assert!(open_store(dir.path(), "c1", 1).is_ok());
 }
+
+#[tokio::test]
+async fn g3_committed_id_is_written_with_the_next_log_transaction() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+    let id = |index: u64| LogId::new(CommittedLeaderId::new(1, 1), index);
+    let blank = |index: u64| Entry::<TypeConfig> {
+        log_id: id(index),
+        payload: EntryPayload::Blank,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
+    log.blocking_append([blank(1), blank(2)]).await.unwrap();
+    log.save_committed(Some(id(2))).await.unwrap();
+    // Seen at once by this process...
+    assert_eq!(log.read_committed().await.unwrap(), Some(id(2)));
+    drop((log, sm));
+    // ...but saving it costs no transaction (no fsync) of its own: not on disk yet, which is
+    // allowed (an older committed id is still a committed id).
+    let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), None);
+    log.save_committed(Some(id(2))).await.unwrap();
+    // The next log transaction writes it along.
+    log.blocking_append([blank(3)]).await.unwrap();
+    drop((log, sm));
+    let (mut log, _sm) = open_store(dir.path(), "c1", 1).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(id(2)));
+}
