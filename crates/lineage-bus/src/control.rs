@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BusError;
+use crate::trace::TraceContext;
 
 /// The service name every node registers (`nats micro ls`).
 pub const SERVICE_NAME: &str = "lineage";
@@ -117,17 +118,41 @@ pub fn decode_request<T: DeserializeOwned>(op: &str, body: &[u8]) -> Result<T, C
     })
 }
 
-/// Sends a control request and decodes the reply envelope.
+/// Sends a control request and decodes the reply envelope. The trace context of the operation
+/// this task serves ([`crate::trace::current`]), if any, goes along as the `traceparent` header.
 pub async fn request<Req: Serialize, Res: DeserializeOwned>(
     client: &async_nats::Client,
     subject: String,
     body: &Req,
     timeout: Duration,
 ) -> Result<Res, ControlError> {
+    request_traced(client, subject, body, timeout, crate::trace::current()).await
+}
+
+/// [`request`] with an explicit trace context (`None`: no `traceparent` header).
+pub async fn request_traced<Req: Serialize, Res: DeserializeOwned>(
+    client: &async_nats::Client,
+    subject: String,
+    body: &Req,
+    timeout: Duration,
+    trace: Option<TraceContext>,
+) -> Result<Res, ControlError> {
     let payload = serde_json::to_vec(body).map_err(|e| {
         ControlError::new(ErrorCode::BadRequest, format!("cannot encode request: {e}"))
     })?;
-    let reply = tokio::time::timeout(timeout, client.request(subject.clone(), payload.into()))
+    let send = async {
+        match trace {
+            Some(ctx) => {
+                let mut headers = async_nats::HeaderMap::new();
+                ctx.inject(&mut headers);
+                client
+                    .request_with_headers(subject.clone(), headers, payload.into())
+                    .await
+            }
+            None => client.request(subject.clone(), payload.into()).await,
+        }
+    };
+    let reply = tokio::time::timeout(timeout, send)
         .await
         .map_err(|_| {
             ControlError::new(

@@ -56,7 +56,8 @@ impl ParentInbox {
     }
 
     /// Publishes a report or settlement to its parent's inbox and waits for the stream's ack.
-    /// Safe to retry: the dedup id makes a second copy a no-op.
+    /// Safe to retry: the dedup id makes a second copy a no-op. `traceparent` (a W3C value, see
+    /// [`crate::trace`]) goes along as a header so the parent's span joins the sender's trace.
     pub async fn publish(
         &self,
         message: &InboxMessage,
@@ -68,7 +69,7 @@ impl ParentInbox {
             message.dedup_id().as_str(),
         );
         if let Some(tp) = traceparent {
-            headers.insert("traceparent", tp);
+            headers.insert(crate::trace::TRACEPARENT, tp);
         }
         let subject = self.subjects.parent_inbox(message.parent_session_id());
         let ack = self
@@ -153,13 +154,18 @@ impl InboxDelivery {
             .map_err(|e| BusError::js("acknowledge an inbox message", e))
     }
 
-    /// W3C trace context carried by the publisher, if any.
+    /// W3C trace context carried by the publisher, if any (the raw header value).
     pub fn traceparent(&self) -> Option<String> {
         self.raw
             .headers
             .as_ref()
-            .and_then(|h| h.get("traceparent"))
+            .and_then(|h| h.get(crate::trace::TRACEPARENT))
             .map(|v| v.to_string())
+    }
+
+    /// The publisher's trace context, when the header is present and valid.
+    pub fn trace_context(&self) -> Option<crate::trace::TraceContext> {
+        crate::trace::TraceContext::from_headers(self.raw.headers.as_ref())
     }
 }
 

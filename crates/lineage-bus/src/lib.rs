@@ -9,6 +9,7 @@
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
 //! | [`control`] | the `lineage` NATS micro service's requests and replies | N3 |
+//! | [`trace`] | W3C `traceparent`: format, strict parse, the task-local current context | O2 |
 //! | [`error`] | [`BusError`], the crate's one error enum | |
 //!
 //! Payloads are the versioned JSON types of `lineage_core::messages`; this crate adds subjects,
@@ -22,6 +23,7 @@ pub mod events;
 pub mod inbox;
 pub mod lifecycle;
 pub mod subjects;
+pub mod trace;
 
 pub use error::BusError;
 pub use subjects::Subjects;

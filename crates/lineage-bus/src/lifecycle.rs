@@ -10,7 +10,8 @@ use lineage_core::messages::LifecycleEvent;
 use crate::error::BusError;
 use crate::subjects::Subjects;
 
-/// Publishes a lifecycle event on its parent's `start` or `end` subject.
+/// Publishes a lifecycle event on its parent's `start` or `end` subject, with the current trace
+/// context ([`crate::trace::current`]) as its `traceparent` header.
 pub async fn publish(
     client: &async_nats::Client,
     subjects: &Subjects,
@@ -20,13 +21,20 @@ pub async fn publish(
         LifecycleEvent::Start(info) => subjects.parent_start(&info.parent_session_id),
         LifecycleEvent::End(info) => subjects.parent_end(&info.parent_session_id),
     };
-    client
-        .publish(subject, event.encode().into())
-        .await
-        .map_err(|e| BusError::Nats {
-            op: "publish a lifecycle event",
-            reason: e.to_string(),
-        })
+    let sent = match crate::trace::current() {
+        Some(ctx) => {
+            let mut headers = async_nats::HeaderMap::new();
+            ctx.inject(&mut headers);
+            client
+                .publish_with_headers(subject, headers, event.encode().into())
+                .await
+        }
+        None => client.publish(subject, event.encode().into()).await,
+    };
+    sent.map_err(|e| BusError::Nats {
+        op: "publish a lifecycle event",
+        reason: e.to_string(),
+    })
 }
 
 /// A live feed of one parent's children's lifecycle events.

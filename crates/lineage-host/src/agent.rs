@@ -31,10 +31,11 @@
 //! | `subagent/result` | `{child, result}`: a one-shot child's result |
 //! | `subagent/spawn-refused` | `{error}`: a refused spawn, as feedback for the agent |
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use lineage_bus::events::LogCursor;
+use lineage_bus::trace::TraceContext;
 use lineage_core::activation::{Activation, ActivationAction, ActivationEvent};
 use lineage_core::descriptor::{
     append_descriptor_at_first_pre_step, SubagentDescriptor, SubagentShape,
@@ -54,6 +55,7 @@ use crate::control::OneShotResult;
 use crate::driver::{AgentDriver, AgentSpec, DriverAction, DriverStart, TurnInput, TurnMessage};
 use crate::error::HostError;
 use crate::host::{AgentHandle, Shared};
+use crate::telemetry::op_span;
 
 /// Log event: what to run on cold resume.
 pub const AGENT_EVENT: &str = "host/agent";
@@ -109,16 +111,24 @@ pub(crate) enum Incoming {
 /// A command to a live agent.
 pub(crate) enum AgentCmd {
     /// Accept a message into the log; the reply says it is durable (then the inbox acks it).
+    /// `trace` is the context of the operation that delivers it; the turn it wakes joins it.
     Deliver {
         incoming: Incoming,
         reply: oneshot::Sender<Result<(), HostError>>,
+        trace: Option<TraceContext>,
     },
     /// Adopt a child spawned on this agent's behalf (not from its own turn).
     Adopt(SessionId),
     /// Drain step 2: take no more turns.
-    Stop { reply: oneshot::Sender<()> },
+    Stop {
+        reply: oneshot::Sender<()>,
+        trace: Option<TraceContext>,
+    },
     /// Drain wave: settle (stop reason `disposed`) and leave.
-    Release { reply: oneshot::Sender<()> },
+    Release {
+        reply: oneshot::Sender<()>,
+        trace: Option<TraceContext>,
+    },
 }
 
 /// Everything needed to bring an agent to life (at birth or on cold resume).
@@ -170,6 +180,12 @@ pub(crate) struct AgentTask {
     /// Commands taken off the mailbox at the end of a turn and not yet handled (a drain stop or
     /// release waits here, in order, behind the messages that arrived before it).
     pub(crate) backlog: VecDeque<AgentCmd>,
+    /// The trace context of the current (or last) turn: what a settlement outside any
+    /// operation continues.
+    pub(crate) trace: Option<TraceContext>,
+    /// Trace contexts of queued waking messages, by log sequence: the turn a message wakes
+    /// joins its sender's trace.
+    pub(crate) wake_traces: HashMap<u64, TraceContext>,
 }
 
 /// One input message as transcript text.
@@ -267,6 +283,8 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         done: false,
         recorded_waiting: false,
         backlog: VecDeque::new(),
+        trace: lineage_bus::trace::current(),
+        wake_traces: HashMap::new(),
     };
     if let Some((kind, data)) = task.driver.start_record() {
         task.append(&kind, data).await?;
@@ -403,8 +421,33 @@ impl AgentTask {
         }
     }
 
-    /// Executes activation actions in order (X2).
+    /// Executes activation actions in order (X2). A settlement (the actions from capture to
+    /// delivery) runs in a `settle` span, continuing the current operation or the last turn.
     pub(crate) fn execute(
+        &mut self,
+        actions: Vec<ActivationAction>,
+    ) -> crate::driver::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let settles = actions
+                .iter()
+                .any(|a| matches!(a, ActivationAction::MarkTerminal));
+            if !settles {
+                return self.execute_actions(actions).await;
+            }
+            let parent = lineage_bus::trace::current().or(self.trace);
+            let op = op_span!("settle", self.shared.node(), parent);
+            op.record("session", &self.session)
+                .record_opt("parent", self.header.parent_session())
+                .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
+                .record_opt("shape", self.shape.map(|s| s.as_str()));
+            op.enter(self.execute_actions(actions)).await;
+            if let Some(c) = &self.captured {
+                op.record("stop_reason", c.stop_reason.as_str());
+            }
+        })
+    }
+
+    fn execute_actions(
         &mut self,
         actions: Vec<ActivationAction>,
     ) -> crate::driver::BoxFuture<'_, ()> {
@@ -493,7 +536,7 @@ impl AgentTask {
                 AgentCmd::Deliver { reply, .. } => {
                     let _ = reply.send(Err(self.shared.not_live(&self.session)));
                 }
-                AgentCmd::Stop { reply } | AgentCmd::Release { reply } => {
+                AgentCmd::Stop { reply, .. } | AgentCmd::Release { reply, .. } => {
                     let _ = reply.send(());
                 }
                 AgentCmd::Adopt(_) => {}
@@ -509,14 +552,29 @@ impl AgentTask {
         }
     }
 
+    /// Handles one command, with the sender's trace context current.
     async fn handle(&mut self, cmd: AgentCmd) {
+        let trace = match &cmd {
+            AgentCmd::Deliver { trace, .. }
+            | AgentCmd::Stop { trace, .. }
+            | AgentCmd::Release { trace, .. } => *trace,
+            AgentCmd::Adopt(_) => None,
+        };
+        lineage_bus::trace::maybe_scope(trace, self.handle_inner(cmd)).await
+    }
+
+    async fn handle_inner(&mut self, cmd: AgentCmd) {
         match cmd {
-            AgentCmd::Deliver { incoming, reply } => {
-                let outcome = self.accept(incoming).await;
+            AgentCmd::Deliver {
+                incoming,
+                reply,
+                trace,
+            } => {
+                let outcome = self.accept(incoming, trace).await;
                 let _ = reply.send(outcome);
             }
             AgentCmd::Adopt(child) => self.feed(ActivationEvent::ChildAdopted(child)).await,
-            AgentCmd::Stop { reply } => {
+            AgentCmd::Stop { reply, .. } => {
                 self.cancel_turn();
                 self.forced_stop = Some(StopReason::Disposed);
                 if self.activation.is_some() {
@@ -524,7 +582,7 @@ impl AgentTask {
                 }
                 let _ = reply.send(());
             }
-            AgentCmd::Release { reply } => {
+            AgentCmd::Release { reply, .. } => {
                 self.cancel_turn();
                 self.forced_stop = Some(StopReason::Disposed);
                 if self.activation.is_some() {
@@ -546,14 +604,21 @@ impl AgentTask {
     }
 
     /// Accepts a message durably (log first), queues it for a turn, and tells the activation.
-    async fn accept(&mut self, incoming: Incoming) -> Result<(), HostError> {
+    async fn accept(
+        &mut self,
+        incoming: Incoming,
+        trace: Option<TraceContext>,
+    ) -> Result<(), HostError> {
+        let mut inbox_lag = None;
         let (message, wake, dedup_id, settled_child) = match incoming {
             Incoming::User(content) => (TurnMessage::User { content }, true, None, None),
             Incoming::Inbox(msg) => {
                 let dedup = msg.dedup_id();
                 if self.accepted.contains(&dedup) {
+                    self.shared.metrics.inbox_duplicate();
                     return Ok(()); // already in the log: ack and skip (exactly once)
                 }
+                inbox_lag = Some(self.shared.now().saturating_sub(msg.at_ms()));
                 match msg {
                     InboxMessage::Report(r) => (
                         TurnMessage::SubagentReport {
@@ -595,7 +660,13 @@ impl AgentTask {
         if let Some(id) = dedup_id {
             self.accepted.insert(id);
         }
+        if let Some(lag) = inbox_lag {
+            self.shared.metrics.inbox_accepted(lag);
+        }
         if wake {
+            if let Some(ctx) = trace {
+                self.wake_traces.insert(seq, ctx);
+            }
             self.wake.push_back((seq, message));
             self.queued().await;
         } else {
@@ -636,8 +707,24 @@ impl AgentTask {
         }
     }
 
-    /// Runs one turn: one waking message plus every quiet one.
+    /// Runs one turn in a `turn` span that joins the trace of its waking message.
     async fn take_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
+        let parent = self
+            .wake
+            .front()
+            .and_then(|(seq, _)| self.wake_traces.remove(seq));
+        let op = op_span!("turn", self.shared.node(), parent; index = self.turn_index);
+        op.record("session", &self.session)
+            .record_opt("parent", self.header.parent_session())
+            .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
+            .record_opt("shape", self.shape.map(|s| s.as_str()));
+        self.trace = Some(op.ctx);
+        op.enter(self.take_turn_inner(rx)).await;
+        op.record("stop_reason", self.last_stop.as_str());
+    }
+
+    /// Runs one turn: one waking message plus every quiet one.
+    async fn take_turn_inner(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
         let mut inputs: Vec<(u64, TurnMessage)> = std::mem::take(&mut self.quiet);
         let woke = self.wake.pop_front();
         if let Some(w) = woke.clone() {

@@ -23,6 +23,7 @@ use crate::agent::AgentCmd;
 use crate::control::{ops, Disposal, DisposalKind, DrainReport, StopReply, StopRequest};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
+use crate::telemetry::op_span;
 
 impl Shared {
     pub(crate) async fn drain(
@@ -190,7 +191,10 @@ impl Shared {
         let mut reply = StopReply::default();
         for id in request.sessions {
             match self
-                .queue_then_cancel(&id, |reply| AgentCmd::Stop { reply })
+                .queue_then_cancel(&id, |reply| AgentCmd::Stop {
+                    reply,
+                    trace: lineage_bus::trace::current(),
+                })
                 .await
             {
                 Ok(()) => reply.done.push(id),
@@ -205,7 +209,10 @@ impl Shared {
         let mut reply = StopReply::default();
         for id in request.sessions {
             match self
-                .queue_then_cancel(&id, |reply| AgentCmd::Release { reply })
+                .queue_then_cancel(&id, |reply| AgentCmd::Release {
+                    reply,
+                    trace: lineage_bus::trace::current(),
+                })
                 .await
             {
                 Ok(()) => {
@@ -246,19 +253,36 @@ impl Shared {
 }
 
 impl Host {
-    /// `drain` (X1, H2): see the module documentation.
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    /// `drain` (X1, H2): see the module documentation. Runs in a `drain` span (`session`: the
+    /// roots, comma-separated); counted with its duration in [`crate::HostMetrics`].
     pub async fn drain(&self, roots: Vec<SessionId>) -> Result<DrainReport, HostError> {
-        self.shared.drain(roots).await
+        let op = op_span!("drain", self.node());
+        op.record("session", join(&roots));
+        let started = std::time::Instant::now();
+        let report = op.run(self.shared.drain(roots)).await;
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.shared.metrics.drained(report.is_ok(), ms);
+        report
     }
 
-    /// Per-node `stop` (drain step 4).
+    /// Per-node `stop` (drain step 4), in a `stop` span.
     pub async fn stop_sessions(&self, request: StopRequest) -> StopReply {
-        self.shared.stop_local(request).await
+        let op = op_span!("stop", self.node());
+        op.record("session", join(&request.sessions));
+        op.enter(self.shared.stop_local(request)).await
     }
 
-    /// Per-node `release` (drain waves).
+    /// Per-node `release` (drain waves), in a `release` span.
     pub async fn release_sessions(&self, request: StopRequest) -> StopReply {
-        self.shared.release_local(request).await
+        let op = op_span!("release", self.node());
+        op.record("session", join(&request.sessions));
+        op.enter(self.shared.release_local(request)).await
     }
+}
+
+fn join(ids: &[SessionId]) -> String {
+    ids.iter()
+        .map(SessionId::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
 }

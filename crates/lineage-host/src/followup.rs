@@ -14,12 +14,14 @@ use crate::agent::{AgentCmd, Incoming};
 use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
+use crate::telemetry::op_span;
 
 impl Shared {
     async fn deliver_user(self: &Arc<Self>, request: &FollowupRequest) -> Result<(), HostError> {
         self.ask(&request.session, |reply| AgentCmd::Deliver {
             incoming: Incoming::User(request.content.clone()),
             reply,
+            trace: lineage_bus::trace::current(),
         })
         .await?
     }
@@ -96,9 +98,10 @@ fn one_shot(session: &lineage_core::ids::SessionId) -> HostError {
 }
 
 impl Host {
-    /// `followup` (M3).
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    /// `followup` (M3), in a `followup` span.
     pub async fn followup(&self, request: FollowupRequest) -> Result<FollowupReply, HostError> {
-        self.shared.followup(request).await
+        let op = op_span!("followup", self.node());
+        op.record("session", &request.session);
+        op.run(self.shared.followup(request)).await
     }
 }

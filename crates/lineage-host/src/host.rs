@@ -33,6 +33,7 @@ use crate::driver::{AgentDriver, AgentSpec};
 use crate::error::HostError;
 use crate::registry::RegistryPort;
 use crate::script::{ScriptDriver, SCRIPT_PROVIDER};
+use crate::telemetry::HostMetrics;
 
 /// Provider name of ACP agents in descriptors (P1).
 pub const ACP_PROVIDER: &str = "acp";
@@ -140,6 +141,7 @@ pub(crate) struct Shared {
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) metrics: HostMetrics,
 }
 
 /// The live agents of one node. Cheap to clone (all clones are the same host).
@@ -284,7 +286,8 @@ impl Shared {
             .any(|n| &n.node == node && n.lease_expires_at_ms > now))
     }
 
-    /// A control request to another node's per-node subject.
+    /// A control request to another node's per-node subject (with the current trace context as
+    /// its `traceparent`).
     pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(
         &self,
         node: &NodeId,
@@ -334,6 +337,7 @@ impl Host {
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
             shutdown,
+            metrics: HostMetrics::default(),
         });
         heartbeat(&shared).await?;
         let beat = shared.clone();
@@ -373,6 +377,11 @@ impl Host {
     /// The shutdown signal this host obeys.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shared.shutdown.clone()
+    }
+
+    /// This host's counters (spawns, settlements, resumes, reports, inbox, drains).
+    pub fn metrics(&self) -> &HostMetrics {
+        &self.shared.metrics
     }
 
     /// True when `session` is live on this node.

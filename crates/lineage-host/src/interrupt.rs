@@ -17,6 +17,7 @@ use lineage_registry::types::SessionState;
 use crate::control::{InterruptOutcome, InterruptReply, InterruptRequest};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
+use crate::telemetry::op_span;
 
 /// Ancestry facts fetched from the registry for one check.
 #[derive(Default)]
@@ -133,8 +134,10 @@ impl Shared {
 
 impl Host {
     /// `interrupt` (M4): refused (`NotAuthorized`, nothing changes) unless the authority holds.
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    /// Runs in an `interrupt` span (`session`: the target).
     pub async fn interrupt(&self, request: InterruptRequest) -> Result<InterruptReply, HostError> {
-        self.shared.interrupt(request).await
+        let op = op_span!("interrupt", self.node());
+        op.record("session", &request.target);
+        op.run(self.shared.interrupt(request)).await
     }
 }

@@ -25,6 +25,7 @@
 //! | [`drain`] | close admission, stop, dispose leaves first | X1, H2 |
 //! | [`control`] | request/reply bodies of the `lineage` service | N3 |
 //! | [`service`] | the `lineage` NATS micro service | N3, O3 |
+//! | [`telemetry`] | operation spans with W3C trace context; [`HostMetrics`] counters | O2 |
 //! | [`error`] | [`HostError`], the crate's one error enum | |
 
 #![deny(missing_docs)]
@@ -46,9 +47,11 @@ pub mod script;
 pub mod service;
 pub mod settle;
 pub mod spawn;
+pub mod telemetry;
 
 pub use agent::{AgentRecord, AGENT_EVENT};
 pub use clock::{Clock, IdMint, ManualClock, SystemClock};
 pub use error::HostError;
 pub use host::{DriverFactory, Host, HostConfig, HostDeps, ScriptDrivers};
 pub use registry::{MemoryRegistry, RegistryPort};
+pub use telemetry::{HostMetrics, HostMetricsSnapshot};

@@ -22,14 +22,24 @@ use crate::agent::{AgentCmd, AgentTask, Incoming, REPORT_SENT_EVENT};
 use crate::error::HostError;
 use crate::host::Shared;
 use crate::settle::publish_with_retry;
+use crate::telemetry::op_span;
 
 impl AgentTask {
-    /// Reports to the direct parent (M1). A top-level session has no parent: refused.
+    /// Reports to the direct parent (M1), in a `report` span. A top-level session has no
+    /// parent: refused.
     pub(crate) async fn report(
         &mut self,
         content: String,
         delivery: Delivery,
     ) -> Result<(), HostError> {
+        let op = op_span!("report", self.shared.node());
+        op.record("session", &self.session)
+            .record_opt("parent", self.header.parent_session())
+            .record_opt("run", self.run.as_ref().map(|r| &r.run_id));
+        op.run(self.report_inner(content, delivery)).await
+    }
+
+    async fn report_inner(&mut self, content: String, delivery: Delivery) -> Result<(), HostError> {
         let Some(parent) = self.header.parent_session().cloned() else {
             return Err(HostError::BadRequest(format!(
                 "session {} is top level and has no parent to report to",
@@ -55,7 +65,9 @@ impl AgentTask {
             delivery,
             at_ms: self.shared.now(),
         };
-        publish_with_retry(&self.shared, &self.session, InboxMessage::Report(report)).await;
+        if publish_with_retry(&self.shared, &self.session, InboxMessage::Report(report)).await {
+            self.shared.metrics.reported();
+        }
         Ok(())
     }
 }
@@ -69,6 +81,7 @@ pub(crate) fn spawn_inbox_consumer(
     stop: CancellationToken,
 ) {
     let inbox = shared.inbox.clone();
+    let node = shared.node().clone();
     tokio::spawn(async move {
         let mut consumer = tokio::select! {
             c = inbox.consumer(&session) => match c {
@@ -107,20 +120,33 @@ pub(crate) fn spawn_inbox_consumer(
                 let _ = delivery.ack().await;
                 continue;
             }
+            // The delivery joins the sender's trace (its `traceparent` header).
+            let kind = match &message {
+                InboxMessage::Report(_) => "subagent-report",
+                InboxMessage::Settled(_) => "subagent-settled",
+            };
+            let op = op_span!("inbox", node, delivery.trace_context(); sender = %message.sender_session_id(), kind = kind);
+            op.record("session", &session);
             let (tx, rx) = oneshot::channel();
             if agent
                 .send(AgentCmd::Deliver {
                     incoming: Incoming::Inbox(message),
                     reply: tx,
+                    trace: Some(op.ctx),
                 })
                 .is_err()
             {
                 return; // the agent is gone: leave the message for the next host
             }
-            let accepted = tokio::select! {
-                r = rx => r,
-                _ = stop.cancelled() => return,
-            };
+            let accepted = op
+                .enter(async {
+                    tokio::select! {
+                        r = rx => Some(r),
+                        _ = stop.cancelled() => None,
+                    }
+                })
+                .await;
+            let Some(accepted) = accepted else { return };
             match accepted {
                 Ok(Ok(())) => {
                     if let Err(e) = delivery.ack().await {
@@ -128,6 +154,7 @@ pub(crate) fn spawn_inbox_consumer(
                     }
                 }
                 Ok(Err(e)) => {
+                    op.record("error", &e);
                     tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
                     return;
                 }

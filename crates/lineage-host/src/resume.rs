@@ -24,13 +24,20 @@ use crate::agent::{launch, AgentInit, AgentRecord, AGENT_EVENT};
 use crate::control::{ResumeOutcome, ResumeReply};
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
+use crate::telemetry::op_span;
 
 impl Shared {
-    /// Resumes `session` on this node.
+    /// Resumes `session` on this node, in a `resume` span.
     pub(crate) async fn resume_local(
         self: &Arc<Self>,
         session: SessionId,
     ) -> Result<ResumeReply, HostError> {
+        let op = op_span!("resume", self.node());
+        op.record("session", &session);
+        op.run(self.resume_inner(session)).await
+    }
+
+    async fn resume_inner(self: &Arc<Self>, session: SessionId) -> Result<ResumeReply, HostError> {
         self.check_running()?;
         let record = self
             .registry
@@ -140,10 +147,18 @@ impl Shared {
         };
         let parent = header.parent_session().cloned();
         let owner = parent.clone().filter(|p| self.is_live(p));
+        let span = tracing::Span::current();
+        if let Some(p) = &parent {
+            span.record("parent", tracing::field::display(p));
+        }
+        if let Some(s) = shape {
+            span.record("shape", s.as_str());
+        }
         tracing::info!(%session, epoch = placement.epoch, owner = ?owner, "claimed for cold resume");
         let run_info = match (&parent, shape) {
             (Some(parent), Some(shape)) => {
                 let run = self.mint.run();
+                span.record("run", tracing::field::display(&run));
                 let _ = self
                     .write(|request_id, at_ms| Command::AppendRun {
                         request_id,
@@ -186,6 +201,7 @@ impl Shared {
             },
         )
         .await?;
+        self.metrics.resumed();
         if let Some(info) = run_info {
             if let Err(e) = lineage_bus::lifecycle::publish(
                 &self.nats,
@@ -208,7 +224,6 @@ impl Shared {
 
 impl Host {
     /// `resume` (K1): claims `session` and hosts it here. `AlreadyLive` when it already is.
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
     pub async fn resume(&self, session: SessionId) -> Result<ResumeReply, HostError> {
         self.shared.resume_local(session).await
     }

@@ -9,10 +9,12 @@
 //!
 //! Malformed JSON or bad input gets `{"v":1,"error":{"code":"bad_request",...}}` and changes
 //! nothing; no handler panics on input. Each request runs in its own task, so a long one-shot
-//! run does not hold up other requests.
+//! run does not hold up other requests. A valid `traceparent` header on a request becomes the
+//! parent of the operation's span ([`crate::telemetry`]); an invalid one is ignored.
 
 use futures::StreamExt;
 use lineage_bus::control::{decode_request, encode_reply, ControlError, SERVICE_NAME};
+use lineage_bus::trace::TraceContext;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -137,7 +139,13 @@ fn run_endpoint(
             let Some(request) = request else { break };
             let host = host.clone();
             tokio::spawn(async move {
-                let body = handle(&host, op, &request.message.payload).await;
+                // The caller's trace context: the operation's span continues its trace.
+                let remote = TraceContext::from_headers(request.message.headers.as_ref());
+                let body = lineage_bus::trace::maybe_scope(
+                    remote,
+                    Box::pin(handle(&host, op, &request.message.payload)),
+                )
+                .await;
                 if let Err(e) = request.respond(Ok(body.into())).await {
                     tracing::warn!(op, error = %e, "cannot send a control reply");
                 }
@@ -159,7 +167,8 @@ pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
     macro_rules! run {
         ($ty:ty, |$req:ident| $call:expr) => {
             match parse::<$ty>(op, body) {
-                Ok($req) => reply($call.await),
+                // Boxed: the op futures are large, and this match holds one of each.
+                Ok($req) => reply(Box::pin($call).await),
                 Err(e) => encode_reply::<()>(&Err(e)),
             }
         };

@@ -47,7 +47,9 @@ impl AgentTask {
         self.shared
             .set_state(&self.session, SessionState::Settled)
             .await?;
-        tracing::info!(session = %self.session, stop_reason = self.stop_reason().as_str(), "settled (committed)");
+        let stop = self.stop_reason();
+        self.shared.metrics.settled(stop);
+        tracing::info!(session = %self.session, stop_reason = stop.as_str(), "settled (committed)");
         Ok(())
     }
 
@@ -130,15 +132,17 @@ impl AgentTask {
 }
 
 /// Publishes to a parent inbox, retrying a few times (the dedup id makes retries harmless).
+/// The current trace context goes along as the `traceparent` header. True once published.
 pub(crate) async fn publish_with_retry(
     shared: &crate::host::Shared,
     session: &SessionId,
     message: InboxMessage,
-) {
+) -> bool {
+    let traceparent = lineage_bus::trace::current().map(|c| c.traceparent());
     let attempts = shared.cfg.registry_attempts.max(1);
     for attempt in 1..=attempts {
-        match shared.inbox.publish(&message, None).await {
-            Ok(_) => return,
+        match shared.inbox.publish(&message, traceparent.as_deref()).await {
+            Ok(_) => return true,
             Err(e) if attempt < attempts => {
                 tracing::warn!(%session, error = %e, attempt, "inbox publish failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
@@ -148,4 +152,6 @@ pub(crate) async fn publish_with_retry(
             }
         }
     }
+    shared.metrics.inbox_publish_failed();
+    false
 }

@@ -42,6 +42,7 @@ use crate::control::{OneShotResult, SpawnReply, SpawnRequest, StartRequest};
 use crate::driver::ChildSpec;
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
+use crate::telemetry::op_span;
 
 /// What a spawn needs from the (live) parent, read synchronously.
 #[derive(Debug, Clone)]
@@ -120,6 +121,7 @@ impl Shared {
                 )))
             }
         }
+        self.metrics.spawned(Some(spec.shape));
         tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %target, shape = spec.shape.as_str(), "child registered");
         if adopt && spec.shape == SubagentShape::Continuable {
             let _ = self.send(parent.header.id(), AgentCmd::Adopt(child_id.clone()));
@@ -303,6 +305,7 @@ impl Shared {
             .ask(&session, |reply| AgentCmd::Deliver {
                 incoming: Incoming::User(request.prompt),
                 reply,
+                trace: lineage_bus::trace::current(),
             })
             .await;
         match delivered {
@@ -363,6 +366,7 @@ impl Shared {
                 });
             }
         }
+        self.metrics.spawned(None);
         let start = StartRequest {
             header,
             descriptor: None,
@@ -397,11 +401,20 @@ impl AgentTask {
         };
         let shape = spec.shape;
         let request_id = self.shared.mint.request();
-        let outcome = self
-            .shared
-            .clone()
-            .spawn_child(parent, spec, request_id, None, false)
+        let op = op_span!("spawn", self.shared.node());
+        op.record("parent", &self.session)
+            .record("shape", shape.as_str());
+        let outcome = op
+            .run(
+                self.shared
+                    .clone()
+                    .spawn_child(parent, spec, request_id, None, false),
+            )
             .await;
+        if let Ok(reply) = &outcome {
+            op.record("session", &reply.session)
+                .record_opt("run", reply.run.as_ref());
+        }
         match outcome {
             Ok(reply) => {
                 if shape == SubagentShape::Continuable {
@@ -437,9 +450,21 @@ impl AgentTask {
 
 impl Host {
     /// `spawn`: a new top-level session (no parent), or a child of `request.parent`, which must
-    /// be live on this node (the service forwards to the node that hosts it).
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    /// be live on this node (the service forwards to the node that hosts it). Runs in a `spawn`
+    /// span (see [`crate::telemetry`]).
     pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnReply, HostError> {
+        let op = op_span!("spawn", self.node());
+        op.record_opt("parent", request.parent.as_ref())
+            .record_opt("shape", request.shape.map(|s| s.as_str()));
+        let reply = op.run(self.spawn_inner(request)).await;
+        if let Ok(reply) = &reply {
+            op.record("session", &reply.session)
+                .record_opt("run", reply.run.as_ref());
+        }
+        reply
+    }
+
+    async fn spawn_inner(&self, request: SpawnRequest) -> Result<SpawnReply, HostError> {
         let max_depth = match &request.max_depth {
             Some(v) => Some(lineage_core::depth::validate_max_depth(v)?),
             None => None,
@@ -525,9 +550,20 @@ impl Host {
         }
     }
 
-    /// Per-node `start`: hosts a session registered by the spawning node.
-    #[tracing::instrument(level = "info", skip_all, fields(node = %self.node()))]
+    /// Per-node `start`: hosts a session registered by the spawning node, in a `start` span.
     pub async fn start_hosted(&self, request: StartRequest) -> Result<SpawnReply, HostError> {
-        self.shared.start_local(request).await
+        let op = op_span!("start", self.node());
+        op.record("session", request.header.id())
+            .record_opt("parent", request.header.parent_session())
+            .record_opt("run", request.run.as_ref())
+            .record_opt(
+                "shape",
+                request.descriptor.as_ref().map(|d| d.mode.as_str()),
+            );
+        let reply = op.run(self.shared.start_local(request)).await;
+        if let Some(result) = reply.as_ref().ok().and_then(|r| r.result.as_ref()) {
+            op.record("stop_reason", result.stop_reason.as_str());
+        }
+        reply
     }
 }

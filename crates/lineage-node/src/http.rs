@@ -49,17 +49,26 @@ pub async fn serve(
             };
             let probe = probe.clone();
             tokio::spawn(async move {
-                let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    stream.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
+                // Read the whole request head (it may come in several segments): answering
+                // before it is read and closing would reset the connection.
+                let mut buf = Vec::with_capacity(512);
+                let mut chunk = [0u8; 1024];
+                let read_head = async {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
                 };
-                let head = String::from_utf8_lossy(&buf[..n]);
+                if tokio::time::timeout(std::time::Duration::from_secs(5), read_head)
+                    .await
+                    .is_err()
+                    || buf.is_empty()
+                {
+                    return;
+                }
+                let head = String::from_utf8_lossy(&buf);
                 let path = head
                     .lines()
                     .next()

@@ -6,6 +6,8 @@
 //! | [`node`] | [`node::run`]: NATS, registry member or client, host and service, probes | G1, H1, O2 |
 //! | [`drivers`] | the drivers this node runs: script and ACP | H1 |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` | O2 |
+//! | [`metrics`] | the Prometheus text of `/metrics` | O2 |
+//! | [`otlp`] | OTLP/HTTP JSON trace export as a `tracing` layer | O2 |
 //! | [`error`] | [`NodeError`] | |
 
 #![deny(missing_docs)]
@@ -14,6 +16,8 @@ pub mod config;
 pub mod drivers;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod node;
+pub mod otlp;
 
 pub use error::NodeError;

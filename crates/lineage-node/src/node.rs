@@ -1,7 +1,6 @@
 //! [`run`]: one `lineage` node — NATS connection, registry member (voters) or client, agent
 //! host with the `lineage` control service, HTTP probes — until shutdown.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -18,6 +17,7 @@ use crate::config::{NodeConfig, RegistryRole};
 use crate::drivers::NodeDrivers;
 use crate::error::NodeError;
 use crate::http::{self, Probe};
+use crate::metrics::{MetricsPage, RaftView};
 
 /// Runs a node until `shutdown` is cancelled. On shutdown the node stops serving, stops its
 /// agents without settling them (they stay resumable on other nodes once its lease expires),
@@ -148,44 +148,32 @@ struct NodeProbe {
 impl Probe for NodeProbe {
     fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
         Box::pin(async move {
-            let mut out = String::new();
             let status = self.host.status();
-            let node = status.node.to_string();
-            let _ = writeln!(out, "# HELP lineage_live_agents Agents live on this node.");
-            let _ = writeln!(out, "# TYPE lineage_live_agents gauge");
-            let _ = writeln!(
-                out,
-                "lineage_live_agents{{node=\"{node}\"}} {}",
-                status.live.len()
-            );
-            if let Some(raft) = &self.member {
-                let m = raft.metrics().borrow().clone();
-                let leader = m.current_leader.unwrap_or(0);
-                let commit = m.last_applied.map(|l| l.index).unwrap_or(0);
-                let _ = writeln!(out, "# HELP lineage_raft_term Current Raft term.");
-                let _ = writeln!(out, "# TYPE lineage_raft_term gauge");
-                let _ = writeln!(
-                    out,
-                    "lineage_raft_term{{node=\"{node}\"}} {}",
-                    m.current_term
-                );
-                let _ = writeln!(
-                    out,
-                    "# HELP lineage_raft_leader Raft id of the current leader (0: none)."
-                );
-                let _ = writeln!(out, "# TYPE lineage_raft_leader gauge");
-                let _ = writeln!(out, "lineage_raft_leader{{node=\"{node}\"}} {leader}");
-                let _ = writeln!(
-                    out,
-                    "# HELP lineage_raft_applied_index Last applied log index."
-                );
-                let _ = writeln!(out, "# TYPE lineage_raft_applied_index gauge");
-                let _ = writeln!(
-                    out,
-                    "lineage_raft_applied_index{{node=\"{node}\"}} {commit}"
-                );
+            let sessions = match tokio::time::timeout(
+                Duration::from_secs(2),
+                self.registry.session_counts(Consistency::Stale),
+            )
+            .await
+            {
+                Ok(Ok(counts)) => Some(counts),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "metrics: no session counts from the registry");
+                    None
+                }
+                Err(_) => None,
+            };
+            MetricsPage {
+                node: status.node.to_string(),
+                live_agents: status.live.len(),
+                host: self.host.metrics().snapshot(),
+                sessions,
+                raft: self
+                    .member
+                    .as_ref()
+                    .map(|raft| RaftView::from_metrics(&raft.metrics().borrow())),
+                otlp: crate::otlp::global_stats(),
             }
-            out
+            .render()
         })
     }
 

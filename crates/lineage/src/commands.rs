@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use lineage_bus::control::{self, ControlError, ErrorCode};
+use lineage_bus::trace::TraceContext;
 use lineage_bus::Subjects;
 use lineage_core::authority::InterruptAuthority;
 use lineage_core::descriptor::SubagentShape;
@@ -27,35 +28,93 @@ pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
 /// The default cluster name.
 pub const DEFAULT_CLUSTER: &str = "dev";
 
-/// Runs the verb and returns the exit code.
+/// Runs the verb and returns the exit code. Verbs that talk to the cluster run in a `cli`
+/// span that starts a new trace (or continues the caller's, when `TRACEPARENT` holds a W3C
+/// `traceparent`); every control request they send carries it as its `traceparent` header.
 pub async fn run(cli: Cli) -> i32 {
     let g = cli.global.clone();
-    let outcome = match cli.verb {
-        Verb::Node { config } => node(&g, config).await,
+    let command = match &cli.verb {
+        Verb::Spawn(_) => Some("spawn"),
+        Verb::Send { .. } => Some("send"),
+        Verb::Interrupt { .. } => Some("interrupt"),
+        Verb::Tree { .. } => Some("tree"),
+        Verb::Drain { .. } => Some("drain"),
+        Verb::Watch { .. } => Some("watch"),
+        Verb::Status => Some("status"),
+        Verb::Node { .. } | Verb::Dev { .. } | Verb::Config(_) | Verb::Bench { .. } => None,
+    };
+    let outcome = match command {
+        Some(command) => traced(command, run_verb(&g, cli.verb)).await,
+        None => run_verb(&g, cli.verb).await,
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => fail(g.json, &e),
+    }
+}
+
+/// Runs one CLI command in its own trace (see [`run`]).
+async fn traced(
+    command: &'static str,
+    fut: impl std::future::Future<Output = Result<(), ControlError>>,
+) -> Result<(), ControlError> {
+    use tracing::Instrument;
+    let caller = std::env::var("TRACEPARENT")
+        .ok()
+        .and_then(|v| TraceContext::parse(v.trim()).ok());
+    let telemetry = crate::telemetry::init_cli();
+    // Without an exporter the CLI's own span is never seen: the caller's context goes out as
+    // is, so the nodes' spans hang under the caller's span.
+    let ctx = match (caller, telemetry.exporting()) {
+        (Some(c), true) => c.child(),
+        (Some(c), false) => c,
+        (None, _) => TraceContext::new_root(),
+    };
+    let span = tracing::info_span!(
+        "cli",
+        command,
+        error = tracing::field::Empty,
+        trace_id = %ctx.trace_id_hex(),
+        span_id = %ctx.span_id_hex(),
+        parent_span_id = tracing::field::Empty,
+    );
+    if let Some(c) = caller.filter(|c| c.span_id != ctx.span_id) {
+        span.record("parent_span_id", c.span_id_hex().as_str());
+    }
+    let outcome = lineage_bus::trace::scope(ctx, fut)
+        .instrument(span.clone())
+        .await;
+    if let Err(e) = &outcome {
+        span.record("error", e.message.as_str());
+    }
+    drop(span);
+    telemetry.shutdown().await;
+    outcome
+}
+
+async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
+    match verb {
+        Verb::Node { config } => node(g, config).await,
         Verb::Dev {
             nodes,
             no_demo,
             exit_after_demo,
             dir,
             nats_port,
-        } => crate::dev::dev(&g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
-        Verb::Spawn(args) => spawn(&g, args).await,
-        Verb::Send { session, content } => send(&g, &session, content).await,
+        } => crate::dev::dev(g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
+        Verb::Spawn(args) => spawn(g, args).await,
+        Verb::Send { session, content } => send(g, &session, content).await,
         Verb::Interrupt {
             target,
             as_user,
             as_ancestor,
-        } => interrupt(&g, &target, as_user, as_ancestor).await,
-        Verb::Tree { root } => tree(&g, &root).await,
-        Verb::Drain { roots } => drain(&g, &roots).await,
-        Verb::Watch { parent, count } => watch(&g, &parent, count).await,
-        Verb::Status => status(&g).await,
-        Verb::Config(ConfigVerb::Show { config }) => config_show(&g, config),
-        Verb::Bench { scenario } => crate::bench::bench(&g, &scenario).await,
-    };
-    match outcome {
-        Ok(()) => 0,
-        Err(e) => fail(g.json, &e),
+        } => interrupt(g, &target, as_user, as_ancestor).await,
+        Verb::Tree { root } => tree(g, &root).await,
+        Verb::Drain { roots } => drain(g, &roots).await,
+        Verb::Watch { parent, count } => watch(g, &parent, count).await,
+        Verb::Status => status(g).await,
+        Verb::Config(ConfigVerb::Show { config }) => config_show(g, config),
+        Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
     }
 }
 
@@ -125,7 +184,7 @@ async fn node(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), Contro
         cluster: g.cluster.clone(),
     };
     let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
-    crate::telemetry::init();
+    let telemetry = crate::telemetry::init(Some(&loaded.config.node.id));
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -133,9 +192,11 @@ async fn node(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), Contro
         tracing::info!("signal received: shutting down");
         signal.cancel();
     });
-    lineage_node::node::run(loaded.config, shutdown)
+    let outcome = lineage_node::node::run(loaded.config, shutdown)
         .await
-        .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()))
+        .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()));
+    telemetry.shutdown().await;
+    outcome
 }
 
 pub(crate) async fn wait_for_signal() {

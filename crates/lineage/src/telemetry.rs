@@ -1,21 +1,111 @@
-//! Logging (O2): readable lines on a terminal, JSON lines otherwise; `RUST_LOG` filters
-//! (default `info`).
+//! Logging and trace export (O2).
+//!
+//! - Logs: readable lines on a terminal, JSON lines otherwise, on stderr; `RUST_LOG` filters
+//!   (default `info,openraft=warn`). Only `lineage node` logs; other verbs print their result.
+//! - Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is
+//!   set, spans of the lineage crates at `info` and above go to that collector as OTLP/HTTP
+//!   JSON (`lineage_node::otlp`; `http://` only), whatever `RUST_LOG` says.
 
 use std::io::IsTerminal;
+use std::time::Duration;
 
-use tracing_subscriber::EnvFilter;
+use lineage_node::otlp::{self, OtlpConfig, OtlpHandle, OtlpLayer};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
-/// Installs the global subscriber once; later calls are no-ops.
-pub fn init() {
+/// What [`init`] installed; [`Telemetry::shutdown`] flushes the exporter.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    otlp: Option<OtlpHandle>,
+}
+
+impl Telemetry {
+    /// True when spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.otlp.is_some()
+    }
+
+    /// Sends the spans still queued (waits at most 3 s).
+    pub async fn shutdown(self) {
+        if let Some(handle) = self.otlp {
+            handle.shutdown(Duration::from_secs(3)).await;
+        }
+    }
+}
+
+/// The OTLP layer when the environment asks for one; otherwise why not (one line), if it
+/// asked for one that cannot work.
+fn otlp_layer(node: Option<&str>) -> (Option<OtlpLayer>, Option<OtlpHandle>, Option<String>) {
+    let Some(cfg) = OtlpConfig::from_env(node) else {
+        return (None, None, None);
+    };
+    match otlp::start(cfg) {
+        Ok((layer, handle)) => {
+            handle.register_global();
+            (Some(layer), Some(handle), None)
+        }
+        Err(why) => (None, None, Some(why)),
+    }
+}
+
+/// What the exporter sees: the lineage crates' spans at `info` and above.
+fn otlp_filter() -> Targets {
+    Targets::new().with_target("lineage", tracing::Level::INFO)
+}
+
+/// `lineage node`: logs plus, when configured, OTLP export with `lineage.node = node`.
+/// Installs the global subscriber once; later calls install nothing.
+pub fn init(node: Option<&str>) -> Telemetry {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = if std::io::stderr().is_terminal() {
-        builder.compact().try_init()
+    let logs = if std::io::stderr().is_terminal() {
+        tracing_subscriber::fmt::layer()
+            .compact()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.json().with_current_span(true).try_init()
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed()
     };
-    let _ = result;
+    let (layer, handle, warning) = otlp_layer(node);
+    let installed = tracing_subscriber::registry()
+        .with(logs)
+        .with(layer.map(|l| l.with_filter(otlp_filter())))
+        .try_init()
+        .is_ok();
+    if let Some(why) = warning {
+        tracing::warn!("{why}");
+    }
+    if installed && handle.is_some() {
+        tracing::info!("OTLP trace export on");
+    }
+    Telemetry {
+        otlp: handle.filter(|_| installed),
+    }
+}
+
+/// The other verbs: no logs, only the OTLP exporter when configured (so the command's `cli`
+/// span joins the trace its requests start).
+pub fn init_cli() -> Telemetry {
+    let (layer, handle, warning) = otlp_layer(None);
+    if let Some(why) = warning {
+        eprintln!("warning: {why}");
+    }
+    let Some(layer) = layer else {
+        return Telemetry::default();
+    };
+    let installed = tracing_subscriber::registry()
+        .with(layer.with_filter(otlp_filter()))
+        .try_init()
+        .is_ok();
+    Telemetry {
+        otlp: handle.filter(|_| installed),
+    }
 }

@@ -20,6 +20,8 @@ pub struct NodeProc {
     pub config: PathBuf,
     pub http_port: u16,
     pub log: PathBuf,
+    /// Extra environment for the process (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -35,6 +37,7 @@ impl NodeProc {
             .arg(&self.config)
             .env("RUST_LOG", "info,lineage=debug,openraft=warn")
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -78,11 +81,10 @@ impl NodeProc {
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.http_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
-        )
-        .ok()?;
+        // One write: the request head in one segment.
+        let request =
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         let code = text.split_whitespace().nth(1)?.parse().ok()?;
@@ -117,6 +119,11 @@ pub struct Cluster {
 impl Cluster {
     /// Starts nats-server and `n` nodes (1, 3 or 5), and waits until every node is ready.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with_env(n, &[])
+    }
+
+    /// [`Cluster::start`] with extra environment variables for every node process.
+    pub fn start_with_env(n: usize, env: &[(&str, &str)]) -> Cluster {
         let nats = NatsServer::start().expect("start nats-server");
         let dir = tempfile::Builder::new()
             .prefix("lineage-e2e-")
@@ -141,6 +148,10 @@ impl Cluster {
                 config,
                 http_port,
                 log: dir.path().join(format!("node-{i}.log")),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
                 child: None,
             });
         }
@@ -187,9 +198,15 @@ impl Cluster {
 
     /// Runs the CLI against this cluster: (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        self.cli_env(&[], args)
+    }
+
+    /// [`Cluster::cli`] with extra environment variables (e.g. `TRACEPARENT`).
+    pub fn cli_env(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
         let out: Output = Command::new(lineage_bin())
             .args(["--nats", &self.nats.url(), "--cluster", &self.cluster])
             .args(args)
+            .envs(env.iter().copied())
             .output()
             .expect("run lineage");
         (

@@ -1,0 +1,297 @@
+//! Observability of the host (O2): operation spans carrying the W3C trace context, and the
+//! counters behind the node's `/metrics`.
+//!
+//! # Spans
+//!
+//! Every lifecycle operation runs inside one `info` span named after it: `spawn`, `start` (the
+//! hosting node's half of a spawn), `settle`, `resume`, `drain`, `stop`, `release`, `report`,
+//! `followup`, `interrupt`, `turn` and `inbox` (a delivery from the durable inbox). Each has the
+//! same fields, recorded when known: `node`, `session`, `run`, `parent`, `shape`,
+//! `stop_reason`, `error`, and the trace context: `trace_id`, `span_id` and `parent_span_id`.
+//!
+//! The context of an operation is a child of the one it was started from: the `traceparent` of
+//! the control request or inbox message that started it (extracted by the service and the
+//! inbox consumer), or the enclosing operation on this node (`lineage_bus::trace::current`),
+//! or, failing both, a new trace. While the operation runs its context is the task's current
+//! one, so the control requests, inbox publishes and lifecycle events it sends carry it on.
+//! An exporter (the node's OTLP layer) reads the three id fields to give the span its identity.
+//!
+//! # Metrics
+//!
+//! [`HostMetrics`]: plain atomic counters, incremented where things happen; the node renders a
+//! [`HostMetricsSnapshot`] in Prometheus text.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lineage_bus::trace::TraceContext;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::messages::StopReason;
+use tracing::Instrument;
+
+use crate::error::HostError;
+
+/// An operation's trace context and span.
+pub(crate) struct Op {
+    pub(crate) ctx: TraceContext,
+    pub(crate) span: tracing::Span,
+}
+
+/// A context for a new operation: a child of `parent`, or of the task's current one, or a new
+/// trace. Returns (the operation's context, its parent).
+pub(crate) fn op_context(parent: Option<TraceContext>) -> (TraceContext, Option<TraceContext>) {
+    match parent.or_else(lineage_bus::trace::current) {
+        Some(p) => (p.child(), Some(p)),
+        None => (TraceContext::new_root(), None),
+    }
+}
+
+/// `op_span!("name", node)` or `op_span!("name", node, parent_ctx_option)`, optionally followed
+/// by `; extra = field, ...`: an [`Op`] whose span carries the common fields (see the module
+/// documentation).
+macro_rules! op_span {
+    ($name:literal, $node:expr) => {
+        $crate::telemetry::op_span!($name, $node, None)
+    };
+    ($name:literal, $node:expr, $parent:expr $(; $($extra:tt)+)?) => {{
+        let (ctx, parent) = $crate::telemetry::op_context($parent);
+        let span = tracing::info_span!(
+            $name,
+            node = %$node,
+            session = tracing::field::Empty,
+            run = tracing::field::Empty,
+            parent = tracing::field::Empty,
+            shape = tracing::field::Empty,
+            stop_reason = tracing::field::Empty,
+            error = tracing::field::Empty,
+            trace_id = %ctx.trace_id_hex(),
+            span_id = %ctx.span_id_hex(),
+            parent_span_id = tracing::field::Empty,
+            $($($extra)+)?
+        );
+        if let Some(p) = parent {
+            span.record("parent_span_id", p.span_id_hex().as_str());
+        }
+        $crate::telemetry::Op { ctx, span }
+    }};
+}
+pub(crate) use op_span;
+
+impl Op {
+    /// Records a field on the span (display form).
+    pub(crate) fn record(&self, field: &'static str, value: impl std::fmt::Display) -> &Self {
+        self.span.record(field, tracing::field::display(value));
+        self
+    }
+
+    /// Records a field when there is a value.
+    pub(crate) fn record_opt(
+        &self,
+        field: &'static str,
+        value: Option<impl std::fmt::Display>,
+    ) -> &Self {
+        if let Some(v) = value {
+            self.record(field, v);
+        }
+        self
+    }
+
+    /// Runs `fut` inside the span with this operation's context current. The future is boxed:
+    /// operation futures nest (a spawn starts a turn that spawns ...) and would otherwise grow
+    /// every enclosing future, and the stack frames polling them.
+    pub(crate) async fn enter<F: Future>(&self, fut: F) -> F::Output {
+        lineage_bus::trace::scope(self.ctx, Box::pin(fut))
+            .instrument(self.span.clone())
+            .await
+    }
+
+    /// [`Op::enter`] for a fallible operation: an error is recorded as the span's `error`.
+    pub(crate) async fn run<T, F>(&self, fut: F) -> Result<T, HostError>
+    where
+        F: Future<Output = Result<T, HostError>>,
+    {
+        let out = self.enter(fut).await;
+        if let Err(e) = &out {
+            self.record("error", e);
+        }
+        out
+    }
+}
+
+const STOP_REASONS: [StopReason; 5] = [
+    StopReason::Completed,
+    StopReason::Failed,
+    StopReason::Interrupted,
+    StopReason::Disposed,
+    StopReason::MaxTurns,
+];
+
+/// Counters of one host, incremented where things happen. All relaxed atomics: they never
+/// block or fail the operation they count.
+#[derive(Debug, Default)]
+pub struct HostMetrics {
+    spawns_top_level: AtomicU64,
+    spawns_continuable: AtomicU64,
+    spawns_one_shot: AtomicU64,
+    settlements: [AtomicU64; 5],
+    resumes: AtomicU64,
+    reports: AtomicU64,
+    inbox_publish_failures: AtomicU64,
+    inbox_accepted: AtomicU64,
+    inbox_duplicates: AtomicU64,
+    inbox_lag_ms_sum: AtomicU64,
+    inbox_lag_ms_max: AtomicU64,
+    drains: AtomicU64,
+    drain_failures: AtomicU64,
+    drain_ms_sum: AtomicU64,
+}
+
+/// A point-in-time copy of [`HostMetrics`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostMetricsSnapshot {
+    /// Sessions registered by this node, by shape: `top-level`, `continuable`, `one-shot`.
+    pub spawns: Vec<(&'static str, u64)>,
+    /// Settlements committed by this node, by stop reason (every reason listed).
+    pub settlements: Vec<(&'static str, u64)>,
+    /// Cold resumes done here.
+    pub resumes: u64,
+    /// Reports published to a parent inbox.
+    pub reports: u64,
+    /// Inbox publishes (reports, settlement notices) that failed after every retry.
+    pub inbox_publish_failures: u64,
+    /// Inbox messages (reports, settlement notices) accepted into a live parent's log.
+    pub inbox_accepted: u64,
+    /// Inbox messages skipped because the parent's log already held them (exactly once).
+    pub inbox_duplicates: u64,
+    /// Sum of `accepted_at - message.at_ms` over accepted inbox messages, in ms.
+    pub inbox_lag_ms_sum: u64,
+    /// The largest such lag, in ms.
+    pub inbox_lag_ms_max: u64,
+    /// Drains coordinated here that completed.
+    pub drains: u64,
+    /// Drains coordinated here that failed.
+    pub drain_failures: u64,
+    /// Total duration of the completed drains, in ms.
+    pub drain_ms_sum: u64,
+}
+
+impl HostMetrics {
+    pub(crate) fn spawned(&self, shape: Option<SubagentShape>) {
+        let c = match shape {
+            None => &self.spawns_top_level,
+            Some(SubagentShape::Continuable) => &self.spawns_continuable,
+            Some(SubagentShape::OneShot) => &self.spawns_one_shot,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn settled(&self, stop: StopReason) {
+        if let Some(i) = STOP_REASONS.iter().position(|s| *s == stop) {
+            self.settlements[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn resumed(&self) {
+        self.resumes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reported(&self) {
+        self.reports.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn inbox_publish_failed(&self) {
+        self.inbox_publish_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn inbox_accepted(&self, lag_ms: u64) {
+        self.inbox_accepted.fetch_add(1, Ordering::Relaxed);
+        self.inbox_lag_ms_sum.fetch_add(lag_ms, Ordering::Relaxed);
+        self.inbox_lag_ms_max.fetch_max(lag_ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn inbox_duplicate(&self) {
+        self.inbox_duplicates.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn drained(&self, ok: bool, ms: u64) {
+        if ok {
+            self.drains.fetch_add(1, Ordering::Relaxed);
+            self.drain_ms_sum.fetch_add(ms, Ordering::Relaxed);
+        } else {
+            self.drain_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> HostMetricsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        HostMetricsSnapshot {
+            spawns: vec![
+                ("top-level", get(&self.spawns_top_level)),
+                ("continuable", get(&self.spawns_continuable)),
+                ("one-shot", get(&self.spawns_one_shot)),
+            ],
+            settlements: STOP_REASONS
+                .iter()
+                .zip(&self.settlements)
+                .map(|(s, c)| (s.as_str(), get(c)))
+                .collect(),
+            resumes: get(&self.resumes),
+            reports: get(&self.reports),
+            inbox_publish_failures: get(&self.inbox_publish_failures),
+            inbox_accepted: get(&self.inbox_accepted),
+            inbox_duplicates: get(&self.inbox_duplicates),
+            inbox_lag_ms_sum: get(&self.inbox_lag_ms_sum),
+            inbox_lag_ms_max: get(&self.inbox_lag_ms_max),
+            drains: get(&self.drains),
+            drain_failures: get(&self.drain_failures),
+            drain_ms_sum: get(&self.drain_ms_sum),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_land_in_the_snapshot() {
+        let m = HostMetrics::default();
+        m.spawned(Some(SubagentShape::OneShot));
+        m.spawned(None);
+        m.settled(StopReason::MaxTurns);
+        m.inbox_accepted(5);
+        m.inbox_accepted(40);
+        m.drained(true, 12);
+        m.drained(false, 99);
+        let s = m.snapshot();
+        assert_eq!(
+            s.spawns,
+            vec![("top-level", 1), ("continuable", 0), ("one-shot", 1)]
+        );
+        assert_eq!(s.settlements.len(), 5);
+        assert!(s.settlements.contains(&("max_turns", 1)));
+        assert_eq!(
+            (s.inbox_accepted, s.inbox_lag_ms_sum, s.inbox_lag_ms_max),
+            (2, 45, 40)
+        );
+        assert_eq!((s.drains, s.drain_failures, s.drain_ms_sum), (1, 1, 12));
+    }
+
+    #[tokio::test]
+    async fn an_operation_is_a_child_of_the_current_context() {
+        let root = TraceContext::new_root();
+        let op = lineage_bus::trace::scope(root, async { op_span!("spawn", "node-1") }).await;
+        assert_eq!(op.ctx.trace_id, root.trace_id);
+        assert_ne!(op.ctx.span_id, root.span_id);
+        let inner = op
+            .enter(async { lineage_bus::trace::current() })
+            .await
+            .expect("current inside");
+        assert_eq!(inner, op.ctx);
+        let fresh = op_span!("spawn", "node-1");
+        assert_ne!(fresh.ctx.trace_id, root.trace_id);
+        let explicit = op_span!("inbox", "node-1", Some(root); sender = "x");
+        assert_eq!(explicit.ctx.trace_id, root.trace_id);
+    }
+}
