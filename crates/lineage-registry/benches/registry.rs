@@ -3,21 +3,16 @@
 //! request-reply round trip and a raw fsync measured in the same run.
 //!
 //! Run: `cargo bench -p lineage-registry --bench registry` (env `BENCH_WRITES` scales it).
+//! The workload itself is `lineage_registry::bench`, shared with `lineage bench registry`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use lineage_core::header::{child_session_meta, SessionHeader};
-use lineage_core::ids::{NodeId, RequestId, SessionId};
-use lineage_registry::client::NewSession;
+use lineage_core::ids::NodeId;
+use lineage_registry::bench::{self, RegisterBench};
 use lineage_registry::{RegistryClient, RegistryNode, RegistryNodeConfig};
 use lineage_testkit::NatsServer;
-
-fn sid(n: u64) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -62,19 +57,8 @@ async fn run() {
     );
 
     // Raw fsync on the same disk.
-    {
-        let path = base.path().join("fsync-probe");
-        let mut f = std::fs::File::create(&path).unwrap();
-        let mut lat = Vec::new();
-        let start = Instant::now();
-        for _ in 0..200 {
-            let t = Instant::now();
-            f.write_all(&[0u8; 512]).unwrap();
-            f.sync_data().unwrap();
-            lat.push(t.elapsed());
-        }
-        report("raw fsync (512 B append)", lat, start.elapsed());
-    }
+    let b = bench::fsync_probe(base.path(), 200).unwrap();
+    report("raw fsync (512 B append)", b.latencies, b.wall);
 
     // Raw NATS request-reply round trip on the same server.
     {
@@ -133,66 +117,23 @@ async fn run() {
         assert!(Instant::now() < deadline, "no leader");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The client runs in a "hosting node": its own connection.
+    // The client runs in a "hosting node": its own connection. The root and a warm-up of 50
+    // children (leader discovery, connections) come first.
     let client = RegistryClient::new(async_nats::connect(server.url()).await.unwrap(), "bench");
-    let root = SessionHeader::top_level(sid(1), None, None);
-    client
-        .register_session(
-            RequestId::parse("root").unwrap(),
-            0,
-            root.clone(),
-            NewSession::default(),
-        )
+    let workload = RegisterBench::new(client, bench::run_prefix(), 50)
         .await
         .unwrap();
-    let register = |client: RegistryClient, root: SessionHeader, n: u64| async move {
-        let header = child_session_meta(&root, sid(n), 1, 0, None).unwrap();
-        let t = Instant::now();
-        client
-            .register_session(
-                RequestId::parse(&format!("c{n}")).unwrap(),
-                n,
-                header,
-                NewSession::default(),
-            )
-            .await
-            .unwrap();
-        t.elapsed()
-    };
-    // Warm up (leader discovery, connections).
-    for n in 2..52 {
-        register(client.clone(), root.clone(), n).await;
-    }
 
     // 1 client, sequential.
-    let one = (writes / 8).max(200);
-    let mut lat = Vec::new();
-    let start = Instant::now();
-    for n in 0..one {
-        lat.push(register(client.clone(), root.clone(), 1_000 + n).await);
-    }
-    report("register child, 1 client", lat, start.elapsed());
+    let b = workload.run_batch((writes / 8).max(200), 1).await.unwrap();
+    report("register child, 1 client", b.latencies, b.wall);
 
     // 64 clients, each sequential.
-    let per = (writes / 64).max(10);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..64u64 {
-        let client = client.clone();
-        let root = root.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            for i in 0..per {
-                lat.push(register(client.clone(), root.clone(), 1_000_000 + c * 100_000 + i).await);
-            }
-            lat
-        }));
-    }
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    report("register child, 64 clients", lat, start.elapsed());
+    let b = workload
+        .run_batch((writes / 64).max(10) * 64, 64)
+        .await
+        .unwrap();
+    report("register child, 64 clients", b.latencies, b.wall);
 
     for n in nodes {
         n.shutdown().await.unwrap();

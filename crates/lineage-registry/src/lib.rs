@@ -19,9 +19,11 @@
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
 //! | [`error`] | [`RegistryError`], the crate's one error enum | |
+//! | [`bench`] | the register-child benchmark's method (cargo bench and `lineage bench registry`) | G1 |
 
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod client;
 pub mod error;
 pub mod network;

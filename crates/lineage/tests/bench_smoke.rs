@@ -1,0 +1,58 @@
+//! `lineage bench` is covered by a short run of the built binary: the `baseline` scenario with
+//! a scaled-down sample count (starts its own nats-server, no lineage nodes), and a refused
+//! unknown scenario.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn lineage() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lineage"));
+    // The bench must start its own server, not reach for one named in the environment.
+    cmd.env_remove("NATS_URL")
+        .env_remove("LINEAGE_CLUSTER")
+        .env("LINEAGE_BENCH_SCALE", "0.05");
+    cmd
+}
+
+#[test]
+fn bench_baseline_prints_percentiles_against_its_own_server() {
+    let started = Instant::now();
+    let out = lineage()
+        .args(["bench", "baseline"])
+        .output()
+        .expect("run lineage bench baseline");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(stdout.starts_with("machine: "), "{stdout}");
+    assert!(stdout.contains("cores"), "{stdout}");
+    assert!(stdout.contains("== baseline =="), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("nats request-reply (baseline)"))
+        .unwrap_or_else(|| panic!("no baseline line in:\n{stdout}"));
+    for field in ["n=100", "p50=", "p90=", "p99=", "/s", "x baseline"] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn bench_refuses_an_unknown_scenario_with_a_usage_error() {
+    let out = lineage()
+        .args(["bench", "nope"])
+        .output()
+        .expect("run lineage bench nope");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown bench scenario"), "{stderr}");
+    assert!(stderr.contains("baseline"), "{stderr}");
+}
