@@ -140,19 +140,18 @@ pub async fn request_traced<Req: Serialize, Res: DeserializeOwned>(
     let payload = serde_json::to_vec(body).map_err(|e| {
         ControlError::new(ErrorCode::BadRequest, format!("cannot encode request: {e}"))
     })?;
-    let send = async {
-        match trace {
-            Some(ctx) => {
-                let mut headers = async_nats::HeaderMap::new();
-                ctx.inject(&mut headers);
-                client
-                    .request_with_headers(subject.clone(), headers, payload.into())
-                    .await
-            }
-            None => client.request(subject.clone(), payload.into()).await,
-        }
-    };
-    let reply = tokio::time::timeout(timeout, send)
+    // The client's own request timeout (10 s by default) must not cut a longer deadline short:
+    // the request carries `timeout` itself, and the outer timeout is the same deadline.
+    let mut request = async_nats::client::Request::new()
+        .payload(payload.into())
+        .timeout(Some(timeout));
+    if let Some(ctx) = trace {
+        let mut headers = async_nats::HeaderMap::new();
+        ctx.inject(&mut headers);
+        request = request.headers(headers);
+    }
+    let send = client.send_request(subject.clone(), request);
+    let reply = tokio::time::timeout(timeout + Duration::from_millis(250), send)
         .await
         .map_err(|_| {
             ControlError::new(
@@ -164,9 +163,20 @@ pub async fn request_traced<Req: Serialize, Res: DeserializeOwned>(
             )
         })?
         .map_err(|e| {
+            let why = match e.kind() {
+                async_nats::client::RequestErrorKind::TimedOut => {
+                    format!("no reply on {subject} within {} ms", timeout.as_millis())
+                }
+                async_nats::client::RequestErrorKind::NoResponders => {
+                    format!("nobody serves {subject}")
+                }
+                async_nats::client::RequestErrorKind::Other => {
+                    format!("request on {subject} failed: {e}")
+                }
+            };
             ControlError::new(
                 ErrorCode::Unavailable,
-                format!("request on {subject} failed: {e}; is a lineage node running for this cluster?"),
+                format!("{why}; is a lineage node running for this cluster?"),
             )
         })?;
     let envelope: Reply<Res> = serde_json::from_slice(&reply.payload).map_err(|e| {
