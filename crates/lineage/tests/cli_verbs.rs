@@ -109,6 +109,53 @@ fn o3_status_watch_and_a_client_node_hosting_an_acp_agent() {
     assert_eq!(nodes.len(), 3, "{status}");
     assert!(nodes.iter().all(|n| n["lease_live"] == true), "{status}");
     assert!(status["sessions"].get("running").is_some(), "{status}");
+    // `nats micro ls` equivalent: every node answers `$SRV.PING.lineage` as a `lineage`
+    // service instance, and `$SRV.INFO.lineage` lists its endpoints.
+    let bus = cluster.bus();
+    let (pings, info) = bus.rt.block_on(async {
+        use futures::StreamExt;
+        let inbox = bus.client.new_inbox();
+        let mut sub = bus.client.subscribe(inbox.clone()).await.unwrap();
+        bus.client
+            .publish_with_reply("$SRV.PING.lineage", inbox, "".into())
+            .await
+            .unwrap();
+        let mut pings = Vec::new();
+        while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(700), sub.next()).await
+        {
+            pings.push(serde_json::from_slice::<serde_json::Value>(&msg.payload).unwrap());
+        }
+        let info = bus
+            .client
+            .request("$SRV.INFO.lineage", "".into())
+            .await
+            .unwrap();
+        (
+            pings,
+            serde_json::from_slice::<serde_json::Value>(&info.payload).unwrap(),
+        )
+    });
+    assert_eq!(
+        pings.len(),
+        3,
+        "one lineage service instance per node: {pings:?}"
+    );
+    assert!(pings.iter().all(|p| p["name"] == "lineage"), "{pings:?}");
+    let endpoints = info["endpoints"].to_string();
+    for op in [
+        "spawn",
+        "followup",
+        "interrupt",
+        "drain",
+        "resume",
+        "status",
+    ] {
+        assert!(
+            endpoints.contains(&format!("ctl.{op}")),
+            "{op} missing: {endpoints}"
+        );
+    }
+
     let (code, text, _) = cluster.cli(&["status"]);
     assert_eq!(code, 0);
     assert!(text.contains("leader") && text.contains("node-2"), "{text}");
