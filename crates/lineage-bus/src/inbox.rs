@@ -130,7 +130,54 @@ impl ParentInbox {
             Err(e) => Err(BusError::js("delete the parent inbox consumer", e)),
         }
     }
+
+    /// Deletes the durable consumers of many disposed parents: lists the stream's consumers
+    /// once and deletes only the ones that exist (a parent that was never live has none), up
+    /// to [`DELETE_CONCURRENCY`] at a time. Returns how many were deleted; the first failure
+    /// is returned after every deletion was tried.
+    pub async fn delete_consumers(&self, parents: &[SessionId]) -> Result<usize, BusError> {
+        if parents.is_empty() {
+            return Ok(0);
+        }
+        let stream = self
+            .js
+            .get_stream(self.subjects.inbox_stream())
+            .await
+            .map_err(|e| BusError::js("open the parent inbox stream", e))?;
+        let wanted: std::collections::HashSet<String> = parents
+            .iter()
+            .map(|p| self.subjects.inbox_consumer(p))
+            .collect();
+        let mut existing = Vec::new();
+        let mut names = stream.consumer_names();
+        while let Some(name) = names.next().await {
+            let name = name.map_err(|e| BusError::js("list the parent inbox consumers", e))?;
+            if wanted.contains(&name) {
+                existing.push(name);
+            }
+        }
+        let stream = &stream;
+        let results: Vec<Result<(), BusError>> = futures::stream::iter(existing)
+            .map(|name| async move {
+                match stream.delete_consumer(&name).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.to_string().contains("not found") => Ok(()),
+                    Err(e) => Err(BusError::js("delete the parent inbox consumer", e)),
+                }
+            })
+            .buffer_unordered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        let deleted = results.iter().filter(|r| r.is_ok()).count();
+        match results.into_iter().find_map(Result::err) {
+            Some(e) => Err(e),
+            None => Ok(deleted),
+        }
+    }
 }
+
+/// How many consumer deletions [`ParentInbox::delete_consumers`] keeps in flight.
+pub const DELETE_CONCURRENCY: usize = 16;
 
 /// One parent's inbox, in order. Messages stay until [`InboxDelivery::ack`].
 pub struct InboxConsumer {

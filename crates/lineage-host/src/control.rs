@@ -251,16 +251,89 @@ pub struct Disposal {
     pub kind: DisposalKind,
 }
 
+/// The most disposals a [`DrainReport`] lists one by one (and the most closed ids it lists):
+/// past it, the report carries counts only, so the control reply stays far below NATS'
+/// max_payload (1 MiB) whatever the size of the drained trees (1,000 disposals are ~120 KB).
+pub const DRAIN_REPORT_CAP: usize = 1_000;
+
+/// Disposals of a drain (or of one wave), by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DisposalCounts {
+    /// [`DisposalKind::Released`].
+    pub released: u64,
+    /// [`DisposalKind::RegistryOnly`].
+    pub registry_only: u64,
+    /// [`DisposalKind::AlreadyDisposed`].
+    pub already_disposed: u64,
+}
+
+impl DisposalCounts {
+    /// Every disposal counted.
+    pub fn total(&self) -> u64 {
+        self.released + self.registry_only + self.already_disposed
+    }
+
+    /// Counts one disposal.
+    pub fn add(&mut self, kind: DisposalKind) {
+        match kind {
+            DisposalKind::Released => self.released += 1,
+            DisposalKind::RegistryOnly => self.registry_only += 1,
+            DisposalKind::AlreadyDisposed => self.already_disposed += 1,
+        }
+    }
+}
+
+/// One disposal wave of a drain, counted.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WaveSummary {
+    /// The wave's disposals by kind.
+    pub counts: DisposalCounts,
+    /// The wave's sessions per hosting node (released there first); cold ones are not here.
+    pub by_node: std::collections::BTreeMap<NodeId, u64>,
+}
+
 /// What a drain did, wave by wave (leaves first).
+///
+/// Counts are always complete ([`DrainReport::summary`], [`DrainReport::totals`],
+/// [`DrainReport::closed_count`]); the per-session lists ([`DrainReport::closed`],
+/// [`DrainReport::waves`]) stop after [`DRAIN_REPORT_CAP`] entries each, and
+/// [`DrainReport::truncated`] says so.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DrainReport {
-    /// Sessions whose admission was closed.
+    /// Sessions whose admission was closed (sorted; the first [`DRAIN_REPORT_CAP`]).
     pub closed: Vec<SessionId>,
-    /// Disposal waves; wave 0 holds the leaves.
+    /// How many sessions had their admission closed.
+    #[serde(default)]
+    pub closed_count: u64,
+    /// Disposal waves; wave 0 holds the leaves. One list per wave, in disposal order (a wave's
+    /// sessions were disposed concurrently: within a wave the order is the order of
+    /// acknowledgement); in all, at most the first [`DRAIN_REPORT_CAP`] disposals: the lists of
+    /// later waves are cut short or empty when [`DrainReport::truncated`].
     pub waves: Vec<Vec<Disposal>>,
+    /// Per wave (as many as `waves`), complete counts.
+    #[serde(default)]
+    pub summary: Vec<WaveSummary>,
+    /// Every disposal of the drain, by kind.
+    #[serde(default)]
+    pub totals: DisposalCounts,
+    /// True when `closed` or `waves` leave sessions out (counts are still complete).
+    #[serde(default)]
+    pub truncated: bool,
     /// Problems that did not stop the drain (an unreachable node: its sessions were disposed
     /// from the registry), one line each.
     pub warnings: Vec<String>,
+}
+
+impl DrainReport {
+    /// How many sessions the drain disposed (or found disposed), every wave.
+    pub fn disposed(&self) -> u64 {
+        self.totals.total()
+    }
+
+    /// How many disposals `waves` lists one by one.
+    pub fn listed(&self) -> usize {
+        self.waves.iter().map(Vec::len).sum()
+    }
 }
 
 /// `resume` (K1): host a cold session on the serving node.

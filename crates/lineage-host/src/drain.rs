@@ -1,29 +1,45 @@
 //! Drain (X1, H2): close admission, stop live descendants, dispose leaves first.
 //!
-//! 1. Read the subtrees of the roots from the registry; a session counts as hosted on its
+//! 1. Close admission on the roots' subtrees in one registry write, first: no child slips in,
+//!    and every child registered before it is in the snapshot that follows.
+//! 2. Read the subtrees of the roots from the registry; a session counts as hosted on its
 //!    placement node only when it is running or waiting and that node's lease is current (a
 //!    dead node's sessions, and settled ones, are cold).
-//! 2. Plan with `lineage_core::drain::plan_drain`.
-//! 3. Close admission on the roots' subtrees in one registry write: no child slips in.
+//! 3. Plan with `lineage_core::drain::plan_drain`.
 //! 4. Stop the live strict descendants on their nodes (per-node `stop`: the turn is cancelled
 //!    and no new turn starts).
 //! 5. Dispose in waves, leaves first: a hosted session is released on its node first (per-node
 //!    `release`: it settles with stop reason `disposed` and leaves), then disposed in the
 //!    registry; a cold one is disposed straight from the registry. The registry refuses to
 //!    dispose a session whose children are not disposed, so the order is enforced twice and
-//!    checkable afterwards.
+//!    checkable afterwards. Within a wave the releases go to every node at once and the
+//!    disposals run [`DISPOSE_CONCURRENCY`] at a time (each its own registry write; the
+//!    registry commits concurrent writes in one Raft entry); the next wave starts only when
+//!    every write of this one is acknowledged.
+//! 6. Delete the inbox consumers of the disposed sessions (the ones that exist: one listing of
+//!    the inbox stream, then concurrent deletions), before the reply.
+//!
+//! The report counts every wave per kind and per node; it lists sessions one by one only up to
+//! [`DRAIN_REPORT_CAP`], so the reply fits in a NATS message whatever the drain's size.
 
 use std::sync::Arc;
 
-use lineage_core::drain::{plan_drain, DrainInput, DrainSession, DrainSessionState};
+use futures::future::join_all;
+use futures::stream::{self, StreamExt};
+use lineage_core::drain::{plan_drain, DrainInput, DrainSession, DrainSessionState, DrainWave};
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
-use crate::control::{ops, Disposal, DisposalKind, DrainReport, StopReply, StopRequest};
+use crate::control::{
+    ops, Disposal, DisposalKind, DrainReport, StopReply, StopRequest, WaveSummary, DRAIN_REPORT_CAP,
+};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
 use crate::telemetry::op_span;
+
+/// Registry disposals a drain keeps in flight within one wave.
+pub const DISPOSE_CONCURRENCY: usize = 64;
 
 impl Shared {
     pub(crate) async fn drain(
@@ -35,7 +51,28 @@ impl Shared {
                 "drain needs at least one root session".to_owned(),
             ));
         }
-        // 1. Snapshot.
+        let mut report = DrainReport::default();
+        // 1. Close admission on the whole subtrees, one write, before anything is read: a
+        // child registered after this is refused, and every child registered before it is in
+        // the (linearizable) snapshot below, so none escapes the plan.
+        let closed = self
+            .write(|request_id, at_ms| Command::CloseAdmission {
+                request_id,
+                at_ms,
+                roots: roots.clone(),
+            })
+            .await?;
+        let mut closed = match closed {
+            CommandResponse::AdmissionClosed { sessions } => sessions,
+            _ => Vec::new(),
+        };
+        report.closed_count = closed.len() as u64;
+        if closed.len() > DRAIN_REPORT_CAP {
+            closed.truncate(DRAIN_REPORT_CAP);
+            report.truncated = true;
+        }
+        report.closed = closed;
+        // 2. Snapshot.
         let mut sessions: Vec<DrainSession> = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         let mut alive: std::collections::BTreeMap<NodeId, bool> = std::collections::BTreeMap::new();
@@ -78,39 +115,58 @@ impl Shared {
                 });
             }
         }
-        // 2. Plan.
+        // 3. Plan.
         let plan = plan_drain(&DrainInput {
             roots: roots.clone(),
             sessions,
         })?;
-        let mut report = DrainReport::default();
-        // 3. Close admission, one write.
-        let closed = self
-            .write(|request_id, at_ms| Command::CloseAdmission {
-                request_id,
-                at_ms,
-                roots: roots.clone(),
-            })
-            .await?;
-        report.closed = match closed {
-            CommandResponse::AdmissionClosed { sessions } => sessions,
-            _ => plan.close_admission.clone(),
-        };
-        // 4. Stop live descendants where they run.
-        for (node, ids) in &plan.cancel {
-            if let Err(e) = self.on_node(node, ops::STOP, ids).await {
+        // 4. Stop live descendants where they run, every node at once.
+        let stops =
+            join_all(plan.cancel.iter().map(|(node, ids)| async move {
+                (node, self.on_node(node, ops::STOP, ids).await)
+            }))
+            .await;
+        for (node, result) in stops {
+            if let Err(e) = result {
                 report
                     .warnings
                     .push(format!("stop on node {node} failed: {e}"));
             }
         }
-        // 5. Waves, leaves first.
-        for wave in &plan.waves {
-            let mut disposals = Vec::new();
-            for (node, ids) in &wave.by_node {
-                // Released there (or already gone after its stop settled it), unless the node
-                // could not be reached: then straight from the registry.
-                let reached = match self.on_node(node, ops::RELEASE, ids).await {
+        // 5. Waves, leaves first; then the inbox consumers of the disposed sessions (also when
+        // a wave failed), before the reply.
+        let mut disposed: Vec<SessionId> = Vec::new();
+        let outcome = self.waves(&plan.waves, &mut report, &mut disposed).await;
+        if let Err(e) = self.inbox.delete_consumers(&disposed).await {
+            report
+                .warnings
+                .push(format!("deleting inbox consumers failed: {e}"));
+        }
+        outcome.map(|()| report)
+    }
+
+    /// Drain step 5: each wave is released on its nodes (one `release` per node, the nodes at
+    /// once), then disposed in the registry with up to [`DISPOSE_CONCURRENCY`] writes in flight
+    /// (the registry commits concurrent writes together). A wave starts only once every write
+    /// of the previous one is acknowledged, so parents are disposed after their children. Every
+    /// session written (disposed or found disposed) is pushed to `disposed`.
+    async fn waves(
+        self: &Arc<Self>,
+        waves: &[DrainWave],
+        report: &mut DrainReport,
+        disposed: &mut Vec<SessionId>,
+    ) -> Result<(), HostError> {
+        let mut listed = 0usize;
+        for wave in waves {
+            // Released there (or already gone after its stop settled it), unless the node
+            // could not be reached: then straight from the registry.
+            let releases = join_all(wave.by_node.iter().map(|(node, ids)| async move {
+                (node, ids, self.on_node(node, ops::RELEASE, ids).await)
+            }))
+            .await;
+            let mut items: Vec<(SessionId, Option<NodeId>)> = Vec::with_capacity(wave.len());
+            for (node, ids, result) in releases {
+                let reached = match result {
                     Ok(_) => true,
                     Err(e) => {
                         report.warnings.push(format!(
@@ -119,38 +175,65 @@ impl Shared {
                         false
                     }
                 };
-                for id in ids {
-                    let hosted = reached;
-                    let kind = self.dispose(id).await?;
-                    disposals.push(Disposal {
+                items.extend(
+                    ids.iter()
+                        .map(|id| (id.clone(), reached.then(|| node.clone()))),
+                );
+            }
+            items.extend(wave.unplaced.iter().map(|id| (id.clone(), None)));
+            let mut writes = stream::iter(items)
+                .map(|(id, node)| {
+                    let this = Arc::clone(self);
+                    async move {
+                        let kind = this.dispose(&id).await;
+                        (id, node, kind)
+                    }
+                })
+                .buffer_unordered(DISPOSE_CONCURRENCY);
+            let mut list = Vec::new();
+            let mut summary = WaveSummary::default();
+            let mut failed = None;
+            while let Some((id, node, kind)) = writes.next().await {
+                let kind = match kind {
+                    Ok(kind) => kind,
+                    Err(e) => {
+                        // Let the writes in flight finish (so `disposed` is exact), then fail.
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                };
+                disposed.push(id.clone());
+                let kind = match (kind, &node) {
+                    (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
+                    (_, Some(_)) => DisposalKind::Released,
+                    (_, None) => DisposalKind::RegistryOnly,
+                };
+                summary.counts.add(kind);
+                report.totals.add(kind);
+                if let Some(node) = &node {
+                    *summary.by_node.entry(node.clone()).or_default() += 1;
+                }
+                if listed < DRAIN_REPORT_CAP {
+                    listed += 1;
+                    list.push(Disposal {
                         session: id.clone(),
-                        node: hosted.then(|| node.clone()),
-                        kind: match kind {
-                            DisposalKind::AlreadyDisposed => DisposalKind::AlreadyDisposed,
-                            DisposalKind::Released | DisposalKind::RegistryOnly if hosted => {
-                                DisposalKind::Released
-                            }
-                            DisposalKind::Released | DisposalKind::RegistryOnly => {
-                                DisposalKind::RegistryOnly
-                            }
-                        },
+                        node,
+                        kind,
                     });
+                } else {
+                    report.truncated = true;
                 }
             }
-            for id in &wave.unplaced {
-                let kind = self.dispose(id).await?;
-                disposals.push(Disposal {
-                    session: id.clone(),
-                    node: None,
-                    kind,
-                });
+            report.waves.push(list);
+            report.summary.push(summary);
+            if let Some(e) = failed {
+                return Err(e);
             }
-            report.waves.push(disposals);
         }
-        Ok(report)
+        Ok(())
     }
 
-    /// One registry dispose (plus the inbox consumer, which nobody will read again).
+    /// One registry dispose.
     async fn dispose(&self, session: &SessionId) -> Result<DisposalKind, HostError> {
         let response = self
             .write(|request_id, at_ms| Command::Dispose {
@@ -159,7 +242,6 @@ impl Shared {
                 session: session.clone(),
             })
             .await?;
-        let _ = self.inbox.delete_consumer(session).await;
         Ok(match response {
             CommandResponse::Disposed { already: true, .. } => DisposalKind::AlreadyDisposed,
             _ => DisposalKind::RegistryOnly,

@@ -31,6 +31,10 @@ use crate::wire::{Query, QueryResult, ReadReply, ReadRequest, RegistryStatus, Wr
 
 const NO_LEADER: u64 = u64::MAX;
 
+/// Records per page when [`RegistryClient::subtree`] reads a subtree: with records of ~0.5 KB
+/// a page is ~250 KB, well under NATS' max_payload (the server also caps a page's bytes).
+pub const SUBTREE_PAGE: u32 = 500;
+
 /// What a new session needs besides its header (see [`RegistryClient::register_session`]).
 #[derive(Debug, Clone, Default)]
 pub struct NewSession {
@@ -421,14 +425,44 @@ impl RegistryClient {
         }
     }
 
-    /// The subtree under `root` (inclusive), parents before children.
+    /// The subtree under `root` (inclusive), parents before children (breadth first, ids
+    /// sorted within a level), whatever its size: read in pages of [`SUBTREE_PAGE`] records
+    /// ([`Query::SubtreePage`]), so no reply comes near NATS' max_payload. Each page is one read
+    /// at `consistency`; a session registered while the pages are read may be missing (see
+    /// [`crate::state::RegistryState::subtree_page`]).
     pub async fn subtree(
         &self,
         root: SessionId,
         consistency: Consistency,
     ) -> Result<Vec<SessionRecord>, RegistryError> {
-        match self.query(Query::Subtree { root }, consistency).await? {
-            QueryResult::Sessions(r) => Ok(r),
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (page, next) = self
+                .subtree_page(root.clone(), after, SUBTREE_PAGE, consistency)
+                .await?;
+            out.extend(page);
+            match next {
+                Some(cursor) => after = Some(cursor),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// One page of the subtree under `root`: the records after the cursor `after` (`None`: from
+    /// the root), at most `limit`, and the cursor of the next page (`None` on the last page).
+    pub async fn subtree_page(
+        &self,
+        root: SessionId,
+        after: Option<SessionId>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<(Vec<SessionRecord>, Option<SessionId>), RegistryError> {
+        match self
+            .query(Query::SubtreePage { root, after, limit }, consistency)
+            .await?
+        {
+            QueryResult::Page { sessions, next } => Ok((sessions, next)),
             other => Err(unexpected_read(&other)),
         }
     }

@@ -40,7 +40,7 @@ use crate::subjects;
 use crate::types::{Command, CommandBatch, CommandResponse, RegistryRefusal};
 use crate::wire::{
     decode_command, Consistency, Query, QueryResult, ReadReply, ReadRequest, RegistryStatus,
-    WriteReply,
+    WriteReply, SUBTREE_PAGE_BYTES, SUBTREE_PAGE_MAX,
 };
 
 /// Most commands in one log entry.
@@ -626,6 +626,30 @@ impl Server {
                 QueryResult::Session(s.session(&session).cloned().map(Box::new))
             }
             Query::Subtree { root } => QueryResult::Sessions(s.subtree(&root)),
+            Query::SubtreePage { root, after, limit } => {
+                let limit = limit.clamp(1, SUBTREE_PAGE_MAX) as usize;
+                let (mut sessions, mut more) = s.subtree_page(&root, after.as_ref(), limit);
+                // Keep the reply well under max_payload, whatever the records weigh.
+                let mut bytes = 0usize;
+                let mut keep = sessions.len();
+                for (i, record) in sessions.iter().enumerate() {
+                    bytes += serde_json::to_vec(record).map_or(0, |v| v.len() + 1);
+                    if i > 0 && bytes > SUBTREE_PAGE_BYTES {
+                        keep = i;
+                        break;
+                    }
+                }
+                if keep < sessions.len() {
+                    sessions.truncate(keep);
+                    more = true;
+                }
+                let next = if more {
+                    sessions.last().map(|r| r.id().clone())
+                } else {
+                    None
+                };
+                QueryResult::Page { sessions, next }
+            }
             Query::IsAncestor {
                 ancestor,
                 descendant,

@@ -530,6 +530,59 @@ impl RegistryState {
             .collect()
     }
 
+    /// One page of the subtree under `root` (inclusive), in (level below `root`, id) order, so
+    /// parents come before children within a page and across pages. `after` is the cursor:
+    /// the last id of the previous page (`None` for the first page); at most `limit` records
+    /// (at least one) follow it. Returns the records and whether more follow.
+    ///
+    /// The order is stable while the tree grows: sessions are never removed and parent links
+    /// never change, so the cursor stays in the subtree at the same level. A session registered
+    /// between two page reads is included only if it sorts after the cursor. A cursor outside
+    /// the subtree yields an empty last page.
+    pub fn subtree_page(
+        &self,
+        root: &SessionId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> (Vec<SessionRecord>, bool) {
+        let mut ordered: Vec<&SessionId> = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut level: Vec<&SessionId> = match self.sessions.get(root) {
+            Some(record) => vec![record.id()],
+            None => Vec::new(),
+        };
+        while !level.is_empty() {
+            level.sort_unstable();
+            level.retain(|id| seen.insert(*id));
+            let mut next = Vec::new();
+            for id in &level {
+                if let Some(record) = self.sessions.get(*id) {
+                    next.extend(
+                        record
+                            .children
+                            .iter()
+                            .filter(|c| self.sessions.contains_key(*c)),
+                    );
+                }
+            }
+            ordered.append(&mut level);
+            level = next;
+        }
+        let start = match after {
+            None => 0,
+            Some(cursor) => match ordered.iter().position(|id| *id == cursor) {
+                Some(i) => i + 1,
+                None => ordered.len(),
+            },
+        };
+        let end = start.saturating_add(limit.max(1)).min(ordered.len());
+        let page = ordered[start..end]
+            .iter()
+            .filter_map(|id| self.sessions.get(*id).cloned())
+            .collect();
+        (page, end < ordered.len())
+    }
+
     /// True when `ancestor` is a strict ancestor of `descendant` (R3).
     pub fn is_ancestor(&self, ancestor: &SessionId, descendant: &SessionId) -> bool {
         let mut cursor = self
@@ -700,6 +753,38 @@ mod tests {
         assert!(s.is_ancestor(&sid(1), &sid(2)));
         assert!(!s.is_ancestor(&sid(2), &sid(1)));
         assert_eq!(s.subtree(&sid(1)).len(), 2);
+    }
+
+    #[test]
+    fn subtree_pages_cover_the_subtree_parents_first() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        // 1 -> {2, 3}, 2 -> {4, 5}, 3 -> {6}, 6 -> {7}
+        for (parent, child) in [(1, 3), (1, 2), (3, 6), (2, 5), (2, 4), (6, 7)] {
+            let c = child_cmd(&s.clone(), parent, child);
+            assert!(matches!(s.apply(&c), CommandResponse::Registered { .. }));
+        }
+        for limit in 1..=8 {
+            let mut all = Vec::new();
+            let mut after: Option<SessionId> = None;
+            loop {
+                let (page, more) = s.subtree_page(&sid(1), after.as_ref(), limit);
+                assert!(page.len() <= limit);
+                after = page.last().map(|r| r.id().clone());
+                all.extend(page.into_iter().map(|r| r.id().clone()));
+                if !more {
+                    break;
+                }
+            }
+            let expected: Vec<SessionId> = [1, 2, 3, 4, 5, 6, 7].into_iter().map(sid).collect();
+            assert_eq!(all, expected, "limit {limit}");
+        }
+        let (page, more) = s.subtree_page(&sid(3), None, 10);
+        assert_eq!(page.len(), 3);
+        assert!(!more);
+        // A cursor outside the subtree, or an unknown root: an empty last page.
+        assert_eq!(s.subtree_page(&sid(3), Some(&sid(2)), 10), (vec![], false));
+        assert_eq!(s.subtree_page(&sid(99), None, 10), (vec![], false));
     }
 
     #[test]

@@ -41,6 +41,13 @@ pub enum WriteReply {
     },
 }
 
+/// The most records a [`Query::SubtreePage`] answers with.
+pub const SUBTREE_PAGE_MAX: u32 = 1_000;
+
+/// A [`Query::SubtreePage`] reply stops adding records once they would exceed this many bytes of
+/// JSON (at least one record is always sent): far below NATS' default max_payload of 1 MiB.
+pub const SUBTREE_PAGE_BYTES: usize = 512 * 1024;
+
 /// One query.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "query", rename_all = "snake_case")]
@@ -50,10 +57,24 @@ pub enum Query {
         /// The session.
         session: SessionId,
     },
-    /// The subtree under `root`, parents before children.
+    /// The subtree under `root`, parents before children, in one reply: past ~2,000 sessions
+    /// the reply exceeds NATS' max_payload; prefer [`Query::SubtreePage`] (which
+    /// `RegistryClient::subtree` uses).
     Subtree {
         /// The root of the subtree.
         root: SessionId,
+    },
+    /// One page of the subtree under `root`, in (level below `root`, id) order: parents before
+    /// children across pages. Answered with [`QueryResult::Page`].
+    SubtreePage {
+        /// The root of the subtree.
+        root: SessionId,
+        /// The last id of the previous page; `None` for the first page.
+        #[serde(default)]
+        after: Option<SessionId>,
+        /// At most this many records (clamped to 1..=[`SUBTREE_PAGE_MAX`]; a page also stops
+        /// before [`SUBTREE_PAGE_BYTES`] of records).
+        limit: u32,
     },
     /// Is `ancestor` a strict ancestor of `descendant`?
     IsAncestor {
@@ -120,6 +141,13 @@ pub enum QueryResult {
     Session(Option<Box<SessionRecord>>),
     /// For [`Query::Subtree`] and [`Query::SessionsOnNode`].
     Sessions(Vec<SessionRecord>),
+    /// For [`Query::SubtreePage`].
+    Page {
+        /// The records of this page, in order.
+        sessions: Vec<SessionRecord>,
+        /// The cursor of the next page (this page's last id); `None` on the last page.
+        next: Option<SessionId>,
+    },
     /// For [`Query::IsAncestor`].
     Bool(bool),
     /// For [`Query::Children`].

@@ -105,6 +105,27 @@ async fn g1_g3_three_voters_failover_loses_no_acknowledged_write_and_retry_appli
             .len(),
         21
     );
+    // Read in small pages: the same sessions, in the same order, parents first.
+    let whole = client
+        .subtree(sid(1), Consistency::Linearizable)
+        .await
+        .unwrap();
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = client
+            .subtree_page(sid(1), after, 4, Consistency::Linearizable)
+            .await
+            .unwrap();
+        assert!(!page.is_empty() && page.len() <= 4);
+        paged.extend(page);
+        match next {
+            Some(cursor) => after = Some(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole);
+    assert_eq!(paged[0].id(), &sid(1));
     // The retried claim (same request id) returns the first result: applied once, epoch stays 2.
     assert_eq!(claim().await.unwrap().epoch, 2);
     let rec = client

@@ -514,7 +514,7 @@ pub(crate) fn render_tree(
         let owner = match owners.get(r.header.id()) {
             Some(Some(o)) => short(o.as_str()),
             Some(None) => "-".into(),
-            None => "(cold)".into(),
+            None => "-".into(),
         };
         let node = r
             .placement
@@ -630,34 +630,38 @@ async fn drain(g: &Global, roots: &[String]) -> Result<(), ControlError> {
     if g.json {
         print_json(&report);
     } else {
-        for (i, wave) in report.waves.iter().enumerate() {
-            let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
-            for d in wave {
-                *per_node
-                    .entry(
-                        d.node
-                            .as_ref()
-                            .map(|n| n.to_string())
-                            .unwrap_or_else(|| "-".into()),
-                    )
-                    .or_default() += 1;
+        // Per-wave counts come from the summary: they are complete even when the per-session
+        // lists are capped (`truncated`).
+        for (i, wave) in report.summary.iter().enumerate() {
+            let total = wave.counts.total();
+            let hosted: u64 = wave.by_node.values().sum();
+            let mut nodes: Vec<String> = wave
+                .by_node
+                .iter()
+                .map(|(n, c)| format!("{n}:{c}"))
+                .collect();
+            if total > hosted {
+                nodes.push(format!("-:{}", total - hosted));
             }
-            let bar = "#".repeat(wave.len().min(40));
-            let nodes: Vec<String> = per_node.iter().map(|(n, c)| format!("{n}:{c}")).collect();
+            let bar = "#".repeat(usize::try_from(total).unwrap_or(usize::MAX).min(40));
             println!(
-                "wave {i:>2} [{bar:<40}] {:>5} disposed  {}",
-                wave.len(),
+                "wave {i:>2} [{bar:<40}] {total:>5} disposed  {}",
                 nodes.join(" ")
             );
         }
-        let total: usize = report.waves.iter().map(Vec::len).sum();
         println!(
             "drained {} sessions in {} waves ({} closed to admission) in {:.1?}",
-            total,
-            report.waves.len(),
-            report.closed.len(),
+            report.disposed(),
+            report.summary.len(),
+            report.closed_count,
             started.elapsed()
         );
+        if report.truncated {
+            println!(
+                "(the report lists the first {} disposals one by one; --json to see them)",
+                report.listed()
+            );
+        }
         for w in &report.warnings {
             println!("warning: {w}");
         }
@@ -695,28 +699,7 @@ async fn watch(g: &Global, parent: &str, count: Option<u64>) -> Result<(), Contr
                 json!({"subject": msg.subject.as_str(), "event": body})
             );
         } else {
-            let what = body
-                .get("event")
-                .or_else(|| body.get("kind"))
-                .and_then(|v| v.as_str())
-                .unwrap_or(&kind)
-                .to_owned();
-            let who = body
-                .get("child_id")
-                .or_else(|| body.get("sender_session_id"))
-                .and_then(|v| v.as_str())
-                .unwrap_or("-");
-            let detail = body
-                .get("content")
-                .or_else(|| body.get("summary"))
-                .or_else(|| body.get("stop_reason"))
-                .or_else(|| body.get("node"))
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| v.to_string())
-                })
-                .unwrap_or_default();
+            let (what, who, detail) = describe_event(&kind, &body);
             println!("{what:18} {who}  {detail}");
         }
         seen += 1;
@@ -725,6 +708,38 @@ async fn watch(g: &Global, parent: &str, count: Option<u64>) -> Result<(), Contr
         }
     }
     Ok(())
+}
+
+/// One watched message as (what, who, detail): the event or kind, the child, and its content,
+/// summary, stop reason or node. Shared by `watch` and the demo.
+pub(crate) fn describe_event(
+    subject_kind: &str,
+    body: &serde_json::Value,
+) -> (String, String, String) {
+    let text = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let what = body
+        .get("event")
+        .or_else(|| body.get("kind"))
+        .and_then(|v| v.as_str())
+        .unwrap_or(subject_kind)
+        .to_owned();
+    let who = body
+        .get("child_id")
+        .or_else(|| body.get("sender_session_id"))
+        .map(text)
+        .unwrap_or_else(|| "-".to_owned());
+    let detail = body
+        .get("content")
+        .or_else(|| body.get("summary"))
+        .or_else(|| body.get("stop_reason"))
+        .or_else(|| body.get("node"))
+        .map(text)
+        .unwrap_or_default();
+    (what, who, detail)
 }
 
 async fn status(g: &Global) -> Result<(), ControlError> {

@@ -146,22 +146,8 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
     let watcher = tokio::spawn(async move {
         while let Some(msg) = sub.next().await {
             let body: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap_or_default();
-            let what = body
-                .get("event")
-                .or_else(|| body.get("kind"))
-                .and_then(|v| v.as_str())
-                .unwrap_or("?");
-            let who = body
-                .get("child_id")
-                .or_else(|| body.get("sender_session_id"))
-                .and_then(|v| v.as_str())
-                .unwrap_or("-");
-            let detail = body
-                .get("content")
-                .or_else(|| body.get("summary"))
-                .or_else(|| body.get("node"))
-                .and_then(|v| v.as_str())
-                .unwrap_or("");
+            let kind = msg.subject.rsplit('.').next().unwrap_or("?").to_owned();
+            let (what, who, detail) = crate::commands::describe_event(&kind, &body);
             println!("   ⟶ {what:16} {who}  {detail}");
         }
     });
@@ -254,6 +240,13 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             })
             .collect();
         println!("   wave {i}: {}", items.join("  "));
+    }
+    if report.truncated {
+        println!(
+            "   ({} disposals in all; the first {} listed)",
+            report.disposed(),
+            report.listed()
+        );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     watcher.abort();

@@ -13,7 +13,7 @@
 //! | `spawn` | a top-level parent on node 1 per worker; each request spawns a one-shot child on node 2 and returns once it settled; 1 and 64 parents |
 //! | `settle` | a continuable child on node 2 of a parent on node 1 settles after one turn: time from its `subagent/end` (published right after the settle commit) to the notice on the parent's inbox subject, and to the notice accepted into the parent's log |
 //! | `resume` | continuable children with a 100-event log, settled (cold) on node 2, resumed on node 3 with `resume` |
-//! | `drain` | 1,000 sessions (one tree) and 10,000 (ten trees of 1,000), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
+//! | `drain` | 1,000 sessions (one tree), 10,000 (ten trees of 1,000) and 10,000 (one tree), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
 
@@ -792,33 +792,17 @@ async fn wait_settled(
 
 /// `drain`: trees registered straight into the registry, drained end to end.
 async fn drain(b: &Bench) -> Result<(), ControlError> {
-    println!("trees registered straight into the registry (depth 4, placements round-robin over the 3 nodes, state running, no live agents: each node's stop/release finds nothing live); timed: one `drain` request naming the roots, sent to node-1, from send to reply (close admission, per-node stop and release, one registry dispose per session, leaves first)");
-    let max_payload = b.ctl.client.server_info().max_payload;
+    println!("trees registered straight into the registry (depth 4, placements round-robin over the 3 nodes, state running, no live agents: each node's stop/release finds nothing live); timed: one `drain` request naming the roots, sent to node-1, from send to reply (close admission, per-node stop and release, one registry dispose per session, 64 in flight per wave, leaves first; subtrees read in pages)");
     let each = scaled(1_000).max(10);
-    for trees in [1usize, 10] {
-        let size = trees * each;
+    // One tree, ten trees, then one tree as large as the ten (its subtree is read in pages).
+    for (trees, per_tree) in [(1usize, each), (10, each), (1, 10 * each)] {
+        let size = trees * per_tree;
         let built = Instant::now();
-        let (roots, depth) = build_forest(b, trees, each).await?;
+        let (roots, depth) = build_forest(b, trees, per_tree).await?;
         println!(
-            "{trees} tree(s) of {each} sessions ({size} in all), depth {depth}, registered in {:.1?}",
+            "{trees} tree(s) of {per_tree} sessions ({size} in all), depth {depth}, registered in {:.1?}",
             built.elapsed()
         );
-        if trees == 1 {
-            // A single-root drain reads the whole subtree in one registry reply.
-            if let Ok(records) = b
-                .registry
-                .subtree(roots[0].clone(), Consistency::Linearizable)
-                .await
-            {
-                let bytes = serde_json::to_vec(&records).map(|v| v.len()).unwrap_or(0);
-                println!(
-                    "  the registry's subtree reply for {each} sessions is {} KiB (server max_payload {} KiB): a single root of more than about {} sessions cannot be drained (its subtree read fails)",
-                    bytes / 1024,
-                    max_payload / 1024,
-                    (each * max_payload / bytes.max(1)) / 100 * 100
-                );
-            }
-        }
         drain_roots(
             b,
             &format!("drain {size} sessions ({trees} root(s))"),
@@ -884,7 +868,7 @@ async fn drain_roots(
     let reply_wall = t.elapsed();
     let (wall, note) = match (outcome, disposed_at) {
         (Some(Ok(report)), _) => {
-            let disposed: usize = report.waves.iter().map(Vec::len).sum();
+            let disposed = report.disposed();
             let warnings = if report.warnings.is_empty() {
                 String::new()
             } else {
@@ -893,8 +877,10 @@ async fn drain_roots(
             (
                 reply_wall,
                 format!(
-                    "{disposed} disposed in {} waves{warnings}",
-                    report.waves.len()
+                    "{disposed} disposed in {} waves (report: {} listed{}){warnings}",
+                    report.summary.len(),
+                    report.listed(),
+                    if report.truncated { ", truncated" } else { "" }
                 ),
             )
         }

@@ -96,6 +96,15 @@ fn x1_h2_drain_depth4_fanout3_tree_child_first() {
         report["warnings"].as_array().unwrap().is_empty(),
         "{report}"
     );
+    // Under the report's cap: every disposal listed; the counts agree.
+    assert_eq!(report["truncated"], false, "{report}");
+    assert_eq!(report["closed_count"], total, "{report}");
+    assert_eq!(report["totals"]["released"], total, "{report}");
+    assert_eq!(
+        report["summary"].as_array().map(Vec::len),
+        Some(DEPTH as usize + 1),
+        "{report}"
+    );
     let released = report["waves"]
         .as_array()
         .unwrap()
