@@ -9,7 +9,7 @@ use crate::depth::SubagentDepthError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {
     /// An id is not a safe NATS subject token, or not UUID/ULID text where one is required.
-    #[error("invalid {kind} {input:?}: {reason}; use UUIDv7 or ULID text for session and run ids")]
+    #[error("invalid {kind} {input:?}: {reason}; {}", id_hint(kind))]
     InvalidId {
         /// Which id: "session id", "run id", "node id", "request id".
         kind: &'static str,
@@ -92,4 +92,12 @@ pub enum CoreError {
         /// What is inconsistent.
         reason: String,
     },
+}
+
+/// What a valid id of `kind` looks like, for the one-line error.
+fn id_hint(kind: &str) -> &'static str {
+    match kind {
+        "session id" | "run id" => "use UUIDv7 (or ULID) text, as `lineage spawn` prints it",
+        _ => "use letters, digits, '-' and '_' (one NATS subject token, at most 64 characters)",
+    }
 }

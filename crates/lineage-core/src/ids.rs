@@ -96,7 +96,7 @@ macro_rules! token_id {
                     return Err(CoreError::InvalidId {
                         kind: $kind,
                         input: shorten(input),
-                        reason: "it must be UUID text (UUIDv7 recommended) or ULID text",
+                        reason: "it is not UUID or ULID text",
                     });
                 }
                 Ok(Self(input.to_owned()))
