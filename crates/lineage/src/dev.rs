@@ -200,8 +200,26 @@ impl DevCluster {
     }
 }
 
-/// `lineage dev`.
+/// `lineage dev`. SIGINT or SIGTERM at any point (start-up, demo, idle) stops the nodes and
+/// nats-server it started (by pid) before it exits.
 pub async fn dev(
+    g: &Global,
+    nodes: u8,
+    demo: bool,
+    exit_after_demo: bool,
+    dir: Option<PathBuf>,
+    nats_port: Option<u16>,
+) -> Result<(), ControlError> {
+    tokio::select! {
+        outcome = run_dev(g, nodes, demo, exit_after_demo, dir, nats_port) => outcome,
+        _ = crate::commands::wait_for_signal() => {
+            println!("stopping ...");
+            Ok(())
+        }
+    }
+}
+
+async fn run_dev(
     g: &Global,
     nodes: u8,
     demo: bool,
@@ -241,7 +259,6 @@ pub async fn dev(
         cluster.nats.url()
     );
     println!("Ctrl-C stops everything.");
-    crate::commands::wait_for_signal().await;
-    println!("stopping ...");
+    std::future::pending::<()>().await;
     Ok(())
 }

@@ -10,6 +10,28 @@ use std::time::Duration;
 use common::{eventually, lineage_bin, spawn_step, Cluster};
 use serde_json::json;
 
+/// A child process stopped (by pid) when the test ends, even when an assertion fails first:
+/// SIGTERM (so `lineage dev` stops its own nodes), then SIGKILL after 10 s.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn run(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(lineage_bin());
     cmd.args(args);
@@ -165,23 +187,25 @@ fn o3_status_watch_and_a_client_node_hosting_an_acp_agent() {
         "node-1",
         &json!({"turns": [[{"do": "reply", "text": "idle"}]], "after": {"do": "echo"}}),
     );
-    let mut watch = Command::new(lineage_bin())
-        .args([
-            "--nats",
-            &cluster.nats.url(),
-            "--cluster",
-            &cluster.cluster,
-            "--json",
-            "watch",
-            &root,
-            "--count",
-            "4",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = watch.stdout.take().unwrap();
+    let mut watch = KillOnDrop(
+        Command::new(lineage_bin())
+            .args([
+                "--nats",
+                &cluster.nats.url(),
+                "--cluster",
+                &cluster.cluster,
+                "--json",
+                "watch",
+                &root,
+                "--count",
+                "4",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watch.0.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         BufReader::new(stdout)
             .lines()
@@ -201,7 +225,7 @@ fn o3_status_watch_and_a_client_node_hosting_an_acp_agent() {
     eventually(
         Duration::from_secs(20),
         "watch to exit after 4 events",
-        || watch.try_wait().ok().flatten().map(|_| ()),
+        || watch.0.try_wait().ok().flatten().map(|_| ()),
     );
     let collected = reader.join().unwrap();
     let kinds: Vec<String> = collected
@@ -259,12 +283,14 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
     )
     .unwrap();
     let log = std::fs::File::create(cluster.path().join("node-c.log")).unwrap();
-    let mut client_node = Command::new(lineage_bin())
-        .args(["node", "--config", config.to_str().unwrap()])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let _client_node = KillOnDrop(
+        Command::new(lineage_bin())
+            .args(["node", "--config", config.to_str().unwrap()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     let ready = || {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", http_port)).ok()?;
         use std::io::{Read, Write};
@@ -322,25 +348,25 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
         log.iter().any(|e| e.kind == "acp/session"),
         "the ACP session id is logged for session/load"
     );
-    let _ = client_node.kill();
-    let _ = client_node.wait();
 }
 
 #[test]
 fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(lineage_bin())
-        .args([
-            "dev",
-            "--exit-after-demo",
-            "--dir",
-            dir.path().to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(
+        Command::new(lineage_bin())
+            .args([
+                "dev",
+                "--exit-after-demo",
+                "--dir",
+                dir.path().to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
@@ -349,7 +375,7 @@ fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
     let status = eventually(
         Duration::from_secs(180),
         "lineage dev to finish the demo",
-        || child.try_wait().ok().flatten(),
+        || child.0.try_wait().ok().flatten(),
     );
     let out = reader.join().unwrap();
     assert!(status.success(), "lineage dev failed:\n{out}");
