@@ -100,14 +100,23 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
 
     shutdown.cancelled().await;
     tracing::info!(node = %node_id, "node stopping");
-    service.stop().await;
-    host.shutdown().await;
+    // Each step is bounded: with NATS gone (say the server died first), a flush or an
+    // unsubscribe can wait for a reconnect that never comes, and a node must still exit.
+    let step = Duration::from_secs(5);
+    if tokio::time::timeout(step, service.stop()).await.is_err() {
+        tracing::warn!("service did not stop within 5 s; exiting anyway");
+    }
+    if tokio::time::timeout(step, host.shutdown()).await.is_err() {
+        tracing::warn!("agents did not stop within 5 s; exiting anyway (they stay resumable)");
+    }
     if let Some(member) = registry_node {
-        if let Err(e) = member.shutdown().await {
-            tracing::warn!(error = %e, "registry member did not shut down cleanly");
+        match tokio::time::timeout(step, member.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "registry member did not shut down cleanly"),
+            Err(_) => tracing::warn!("registry member did not stop within 5 s; exiting anyway"),
         }
     }
-    let _ = nats.flush().await;
+    let _ = tokio::time::timeout(step, nats.flush()).await;
     Ok(())
 }
 

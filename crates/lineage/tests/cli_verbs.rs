@@ -401,3 +401,49 @@ fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
         "{out}"
     );
 }
+
+#[test]
+fn o2_node_exits_on_sigterm_even_when_nats_is_gone() {
+    let nats = lineage_testkit::NatsServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = lineage_testkit::free_port().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "cluster = \"solo\"\nnats_url = \"{}\"\n[node]\nid = \"node-1\"\ndata_dir = \"{}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n",
+            nats.url(),
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("node.log")).unwrap();
+    let mut node = KillOnDrop(
+        Command::new(lineage_bin())
+            .args(["node", "--config", config.to_str().unwrap()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let ready = || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", http_port)).ok()?;
+        s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        text.starts_with("HTTP/1.1 200").then_some(())
+    };
+    eventually(Duration::from_secs(60), "the node to be ready", ready);
+    drop(nats); // the NATS server dies first
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = node.0.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let status = eventually(
+        Duration::from_secs(30),
+        "the node to exit after SIGTERM",
+        || node.0.try_wait().ok().flatten(),
+    );
+    assert!(status.success(), "node exited with {status}");
+}
