@@ -62,24 +62,17 @@ impl Shared {
         if is_one_shot {
             return Err(one_shot(&session));
         }
-        let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
-        if let Some(p) = &record.placement {
-            if active
-                && !request.forwarded
-                && p.node != self.cfg.node
-                && self.node_alive(&p.node).await?
-            {
-                let mut forwarded = request.clone();
-                forwarded.forwarded = true;
-                return self
-                    .node_request(
-                        &p.node,
-                        crate::control::ops::FOLLOWUP,
-                        &forwarded,
-                        self.cfg.request_timeout,
-                    )
-                    .await;
-            }
+        if let Some(node) = self.forward_target(&record, request.forwarded).await? {
+            let mut forwarded = request.clone();
+            forwarded.forwarded = true;
+            return self
+                .node_request(
+                    &node,
+                    crate::control::ops::FOLLOWUP,
+                    &forwarded,
+                    self.cfg.request_timeout,
+                )
+                .await;
         }
         self.resume_local(session.clone()).await?;
         self.deliver_user(&request).await?;

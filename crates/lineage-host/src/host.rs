@@ -286,6 +286,32 @@ impl Shared {
             .any(|n| &n.node == node && n.lease_expires_at_ms > now))
     }
 
+    /// The node a request about `record` must be forwarded to: its placement node when the
+    /// session is active (running or waiting) there, that node is another one and its lease is
+    /// current, and the request was not forwarded already (a request is forwarded at most once).
+    /// `None`: serve it here (the session is cold, or hosted here).
+    pub(crate) async fn forward_target(
+        &self,
+        record: &lineage_registry::SessionRecord,
+        already_forwarded: bool,
+    ) -> Result<Option<NodeId>, HostError> {
+        let active = matches!(
+            record.state,
+            lineage_registry::SessionState::Running | lineage_registry::SessionState::Waiting
+        );
+        match &record.placement {
+            Some(p)
+                if active
+                    && !already_forwarded
+                    && p.node != self.cfg.node
+                    && self.node_alive(&p.node).await? =>
+            {
+                Ok(Some(p.node.clone()))
+            }
+            Some(_) | None => Ok(None),
+        }
+    }
+
     /// A control request to another node's per-node subject (with the current trace context as
     /// its `traceparent`).
     pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(

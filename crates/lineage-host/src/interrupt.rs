@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use lineage_core::authority::{check_interrupt_authority, Ancestry, InterruptAuthority};
 use lineage_core::ids::SessionId;
-use lineage_registry::types::SessionState;
 
 use crate::control::{InterruptOutcome, InterruptReply, InterruptRequest};
 use crate::error::HostError;
@@ -105,24 +104,17 @@ impl Shared {
                 },
             });
         }
-        let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
-        if let Some(p) = &record.placement {
-            if active
-                && !request.forwarded
-                && p.node != self.cfg.node
-                && self.node_alive(&p.node).await?
-            {
-                let mut forwarded = request.clone();
-                forwarded.forwarded = true;
-                return self
-                    .node_request(
-                        &p.node,
-                        crate::control::ops::INTERRUPT,
-                        &forwarded,
-                        self.cfg.request_timeout,
-                    )
-                    .await;
-            }
+        if let Some(node) = self.forward_target(&record, request.forwarded).await? {
+            let mut forwarded = request.clone();
+            forwarded.forwarded = true;
+            return self
+                .node_request(
+                    &node,
+                    crate::control::ops::INTERRUPT,
+                    &forwarded,
+                    self.cfg.request_timeout,
+                )
+                .await;
         }
         Ok(InterruptReply {
             target,
