@@ -3,6 +3,11 @@
 //! One stream per cluster captures `lineage.<cluster>.session.*.events`; each session's log is
 //! its subject. Appends carry `Nats-Expected-Last-Subject-Sequence`, so two nodes that both
 //! believe they own a session cannot interleave writes: the loser gets [`BusError::LogConflict`].
+//!
+//! One message holds one event (a JSON object) or, when several events are appended together
+//! ([`EventLogStore::append_all`]), a batch of them (a JSON array of events, in order): a
+//! batch is stored, deduplicated and fenced as one message, so it is all in the log or none of
+//! it, for one round trip. [`decode_log_message`] reads either form.
 
 use std::time::Duration;
 
@@ -52,15 +57,39 @@ impl EventLogStore {
         event: &SessionEvent,
         expected: Option<LogCursor>,
     ) -> Result<LogCursor, BusError> {
-        let payload = serde_json::to_vec(event).map_err(|e| BusError::Json {
+        self.append_all(session, std::slice::from_ref(event), expected)
+            .await
+    }
+
+    /// Appends `events` (in order) as one message: all of them or none, one round trip. With
+    /// `expected`, refuses if the log moved past that cursor. The message id (deduplication of
+    /// a retried append) is `<session>-<first seq>` for one event, `<session>-<first>-<last>`
+    /// for a batch. Appending nothing returns `expected` (or the empty cursor) untouched.
+    pub async fn append_all(
+        &self,
+        session: &SessionId,
+        events: &[SessionEvent],
+        expected: Option<LogCursor>,
+    ) -> Result<LogCursor, BusError> {
+        let (first, last) = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => (first.seq, last.seq),
+            _ => return Ok(expected.unwrap_or_default()),
+        };
+        let encoded = match events {
+            [one] => serde_json::to_vec(one),
+            many => serde_json::to_vec(many),
+        };
+        let payload = bytes::Bytes::from(encoded.map_err(|e| BusError::Json {
             what: "session event",
             reason: e.to_string(),
-        })?;
+        })?);
+        let msg_id = if events.len() == 1 {
+            format!("{session}-{first}")
+        } else {
+            format!("{session}-{first}-{last}")
+        };
         let mut headers = HeaderMap::new();
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            format!("{session}-{}", event.seq).as_str(),
-        );
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
         if let Some(cursor) = expected {
             headers.insert(
                 async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
@@ -72,7 +101,7 @@ impl EventLogStore {
             .publish_with_headers(
                 self.subjects.session_events(session),
                 headers,
-                payload.into(),
+                payload.clone(),
             )
             .await
             .map_err(|e| BusError::js("append to a session log", e))?
@@ -81,12 +110,39 @@ impl EventLogStore {
             Ok(ack) => Ok(LogCursor {
                 last_stream_seq: ack.sequence,
             }),
-            Err(e) if e.to_string().contains("wrong last sequence") => Err(BusError::LogConflict {
-                session: session.to_string(),
-                expected: expected.map(|c| c.last_stream_seq).unwrap_or(0),
-            }),
+            Err(e) if e.to_string().contains("wrong last sequence") => {
+                // The server checks the expected sequence before deduplication: a retry of an
+                // append that landed (its ack lost) looks like a conflict. It is ours when the
+                // log's last message carries this append's message id and bytes (the id alone
+                // is not enough: a fenced writer appending at the same seq has the same id).
+                if let Some(seq) = self.landed(session, &msg_id, &payload).await {
+                    return Ok(LogCursor {
+                        last_stream_seq: seq,
+                    });
+                }
+                Err(BusError::LogConflict {
+                    session: session.to_string(),
+                    expected: expected.map(|c| c.last_stream_seq).unwrap_or(0),
+                })
+            }
             Err(e) => Err(BusError::js("acknowledge a session log append", e)),
         }
+    }
+
+    /// The stream sequence of `session`'s last log message when it is this append: message id
+    /// `msg_id` and these bytes.
+    async fn landed(&self, session: &SessionId, msg_id: &str, payload: &[u8]) -> Option<u64> {
+        let stream = self
+            .js
+            .get_stream(self.subjects.events_stream())
+            .await
+            .ok()?;
+        let last = stream
+            .get_last_raw_message_by_subject(&self.subjects.session_events(session))
+            .await
+            .ok()?;
+        let id = last.headers.get(async_nats::header::NATS_MESSAGE_ID)?;
+        (id.as_str() == msg_id && last.payload.as_ref() == payload).then_some(last.sequence)
     }
 
     /// Reads a session's whole log, in order, with the cursor to append after it.
@@ -99,7 +155,7 @@ impl EventLogStore {
             .get_stream(self.subjects.events_stream())
             .await
             .map_err(|e| BusError::js("open the session events stream", e))?;
-        let mut consumer = stream
+        let consumer = stream
             .create_consumer(consumer::pull::OrderedConfig {
                 filter_subject: self.subjects.session_events(session),
                 deliver_policy: consumer::DeliverPolicy::All,
@@ -107,12 +163,10 @@ impl EventLogStore {
             })
             .await
             .map_err(|e| BusError::js("read a session log", e))?;
-        let pending = consumer
-            .info()
-            .await
-            .map_err(|e| BusError::js("read a session log", e))?
-            .num_pending;
+        // The creation reply says how many messages there are: no separate info round trip.
+        let pending = consumer.cached_info().num_pending;
         let mut events = Vec::new();
+        let mut read = 0u64;
         let mut cursor = LogCursor::default();
         if pending == 0 {
             return Ok((events, cursor));
@@ -121,7 +175,7 @@ impl EventLogStore {
             .messages()
             .await
             .map_err(|e| BusError::js("read a session log", e))?;
-        while (events.len() as u64) < pending {
+        while read < pending {
             let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
                 .await
                 .map_err(|_| BusError::Timeout {
@@ -134,16 +188,62 @@ impl EventLogStore {
                 .info()
                 .map_err(|e| BusError::js("read a session log", e))?;
             cursor.last_stream_seq = info.stream_sequence;
-            let event: SessionEvent =
-                serde_json::from_slice(&msg.payload).map_err(|e| BusError::Json {
-                    what: "session event",
-                    reason: e.to_string(),
-                })?;
-            events.push(event);
+            read += 1;
+            events.extend(decode_log_message(&msg.payload)?);
             if info.pending == 0 {
                 break;
             }
         }
         Ok((events, cursor))
+    }
+}
+
+/// The events of one log message: one event (a JSON object) or a batch (a JSON array of events,
+/// in order), as [`EventLogStore::append_all`] writes them.
+pub fn decode_log_message(payload: &[u8]) -> Result<Vec<SessionEvent>, BusError> {
+    let json_err = |e: serde_json::Error| BusError::Json {
+        what: "session event",
+        reason: e.to_string(),
+    };
+    match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(payload).map_err(json_err),
+        _ => serde_json::from_slice(payload)
+            .map(|event| vec![event])
+            .map_err(json_err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, kind: &str) -> SessionEvent {
+        SessionEvent {
+            seq,
+            kind: kind.to_owned(),
+            data: serde_json::json!({"n": seq}),
+            at_ms: 7,
+        }
+    }
+
+    #[test]
+    fn decode_reads_one_event_and_a_batch_in_order() {
+        let one = serde_json::to_vec(&event(1, "a")).unwrap();
+        assert_eq!(decode_log_message(&one).unwrap(), vec![event(1, "a")]);
+        let batch = serde_json::to_vec(&vec![event(2, "b"), event(3, "c")]).unwrap();
+        assert_eq!(
+            decode_log_message(&batch).unwrap(),
+            vec![event(2, "b"), event(3, "c")]
+        );
+    }
+
+    #[test]
+    fn decode_refuses_what_is_not_an_event() {
+        for bad in [&b"{}"[..], b"[1]", b"", b"nope"] {
+            assert!(matches!(
+                decode_log_message(bad),
+                Err(BusError::Json { .. })
+            ));
+        }
     }
 }

@@ -191,3 +191,65 @@ async fn k1_session_log_reads_back_in_order_and_refuses_a_second_writer() {
         other => panic!("expected a log conflict, got {other:?}"),
     }
 }
+
+fn user_event(seq: u64) -> SessionEvent {
+    SessionEvent {
+        seq,
+        kind: "turn/user".into(),
+        data: serde_json::json!({"n": seq}),
+        at_ms: seq,
+    }
+}
+
+#[tokio::test]
+async fn k1_batched_appends_read_back_as_one_ordered_log_and_are_fenced_as_a_whole() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let store = EventLogStore::open(client, Subjects::new("t").unwrap())
+        .await
+        .unwrap();
+    // 1 alone, 2..=4 as a batch, 5 alone, 6..=10 as a batch: four messages, ten events.
+    let mut cursor = LogCursor::default();
+    for range in [1..=1u64, 2..=4, 5..=5, 6..=10] {
+        let events: Vec<SessionEvent> = range.map(user_event).collect();
+        cursor = store
+            .append_all(&sid(9), &events, Some(cursor))
+            .await
+            .unwrap();
+    }
+    // Appending nothing is a no-op that keeps the cursor.
+    assert_eq!(
+        store.append_all(&sid(9), &[], Some(cursor)).await.unwrap(),
+        cursor
+    );
+    let (events, read_cursor) = store.read(&sid(9)).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(events[3], user_event(4));
+    assert_eq!(read_cursor, cursor);
+    // A batch from a stale writer is refused whole: none of its events lands.
+    let stale = LogCursor {
+        last_stream_seq: cursor.last_stream_seq - 1,
+    };
+    let batch: Vec<SessionEvent> = (11..=13).map(user_event).collect();
+    match store.append_all(&sid(9), &batch, Some(stale)).await {
+        Err(BusError::LogConflict { .. }) => {}
+        other => panic!("expected a log conflict, got {other:?}"),
+    }
+    let (events, _) = store.read(&sid(9)).await.unwrap();
+    assert_eq!(events.len(), 10);
+    // A retried batch (same events, same cursor) is deduplicated, not appended twice.
+    let next = store
+        .append_all(&sid(9), &batch, Some(cursor))
+        .await
+        .unwrap();
+    let again = store.append_all(&sid(9), &batch, Some(cursor)).await;
+    assert!(
+        matches!(again, Ok(c) if c == next),
+        "retry: {again:?}, first: {next:?}"
+    );
+    let (events, _) = store.read(&sid(9)).await.unwrap();
+    assert_eq!(events.len(), 13);
+}

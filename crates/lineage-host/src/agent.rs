@@ -159,6 +159,9 @@ pub(crate) struct AgentTask {
     pub(crate) driver: Box<dyn AgentDriver>,
     pub(crate) log: SessionLog,
     pub(crate) cursor: LogCursor,
+    /// How many events at the end of `log` are staged but not yet durable (see
+    /// [`AgentTask::stage`]).
+    pub(crate) unflushed: usize,
     pub(crate) activation: Option<Activation>,
     pub(crate) wake: VecDeque<(u64, TurnMessage)>,
     pub(crate) quiet: Vec<(u64, TurnMessage)>,
@@ -172,6 +175,8 @@ pub(crate) struct AgentTask {
     pub(crate) last_stop: StopReason,
     pub(crate) forced_stop: Option<StopReason>,
     pub(crate) captured: Option<OneShotResult>,
+    /// Whether the settlement commit also disposed the session (one-shot runs).
+    pub(crate) disposed_at_settle: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
     pub(crate) turn_slot: Arc<Mutex<Option<CancellationToken>>>,
     pub(crate) stop: CancellationToken,
@@ -264,6 +269,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         driver,
         log: init.log,
         cursor: init.cursor,
+        unflushed: 0,
         activation,
         wake: VecDeque::new(),
         quiet: Vec::new(),
@@ -278,6 +284,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         forced_stop: None,
         captured: None,
         one_shot: init.one_shot,
+        disposed_at_settle: false,
         turn_slot,
         stop: stop.clone(),
         done: false,
@@ -355,40 +362,88 @@ impl AgentTask {
         flags
     }
 
-    /// Appends one event to the durable log (optimistic: a conflict means another node owns
-    /// the session now, and this agent stops).
+    /// Appends one event to the durable log, together with every staged one (one message,
+    /// one round trip): a barrier, used before anything outside the task can see the event's
+    /// effect (an inbox ack, a report or settlement publish). Optimistic: a conflict means
+    /// another node owns the session now, and this agent stops. On failure the event is taken
+    /// back out of the in-memory log (the staged ones stay staged for the next flush).
     pub(crate) async fn append(
         &mut self,
         kind: &str,
         data: serde_json::Value,
     ) -> Result<u64, HostError> {
+        let seq = self.stage(kind, data);
+        if let Err(e) = self.flush().await {
+            self.unflushed -= 1;
+            self.truncate_log(self.log.len() - 1);
+            return Err(e);
+        }
+        Ok(seq)
+    }
+
+    /// Adds one event to the in-memory log only; it becomes durable with the next
+    /// [`AgentTask::flush`] (or barrier [`AgentTask::append`]). Used for what a turn records
+    /// between its barriers (turn start, transcript, replies, spawns, turn end): a crash before
+    /// the flush loses them together, and the turn's inputs stay unconsumed (they are taken
+    /// again on resume).
+    pub(crate) fn stage(&mut self, kind: &str, data: serde_json::Value) -> u64 {
         let now = self.shared.now();
-        let event = self.log.append(kind, data, now).clone();
+        self.unflushed += 1;
+        self.log.append(kind, data, now).seq
+    }
+
+    /// Records what a turn did: durable at once (a barrier append) for a resumable session,
+    /// whose log is what a cold resume continues from and what an operator reads while the
+    /// turn runs; staged for a one-shot run, which is never resumed (its log is written as
+    /// one message at the end of its turn). A staged event cannot fail here.
+    pub(crate) async fn record(
+        &mut self,
+        kind: &str,
+        data: serde_json::Value,
+    ) -> Result<u64, HostError> {
+        match self.shape {
+            Some(SubagentShape::OneShot) => Ok(self.stage(kind, data)),
+            Some(SubagentShape::Continuable) | None => self.append(kind, data).await,
+        }
+    }
+
+    /// Makes every staged event durable, as one message. Optimistic like [`AgentTask::append`];
+    /// on failure the staged events stay staged.
+    pub(crate) async fn flush(&mut self) -> Result<(), HostError> {
+        if self.unflushed == 0 {
+            return Ok(());
+        }
+        let events = self.log.events();
+        let staged = &events[events.len().saturating_sub(self.unflushed)..];
         match self
             .shared
             .events
-            .append(&self.session, &event, Some(self.cursor))
+            .append_all(&self.session, staged, Some(self.cursor))
             .await
         {
             Ok(cursor) => {
                 self.cursor = cursor;
-                Ok(event.seq)
+                self.unflushed = 0;
+                Ok(())
             }
             Err(e) => {
                 if matches!(e, lineage_bus::BusError::LogConflict { .. }) {
                     tracing::warn!(session = %self.session, "log fenced by another node; stopping");
                     self.done = true;
                 }
-                // Keep the in-memory log in step with the durable one.
-                let mut events = self.log.events().to_vec();
-                events.pop();
-                if let Ok(log) =
-                    SessionLog::from_events(self.session.clone(), events, self.log.seed_length())
-                {
-                    self.log = log;
-                }
                 Err(e.into())
             }
+        }
+    }
+
+    /// Keeps the first `len` events of the in-memory log (in step with the durable one).
+    fn truncate_log(&mut self, len: usize) {
+        let mut events = self.log.events().to_vec();
+        events.truncate(len);
+        if let Ok(log) =
+            SessionLog::from_events(self.session.clone(), events, self.log.seed_length())
+        {
+            self.log = log;
         }
     }
 
@@ -525,6 +580,9 @@ impl AgentTask {
             };
             let Some(cmd) = cmd else { break };
             self.handle(cmd).await;
+        }
+        if let Err(e) = self.flush().await {
+            tracing::debug!(session = %self.session, error = %e, "staged events not recorded at stop");
         }
         self.driver.shutdown().await;
         self.stop.cancel();
@@ -744,44 +802,28 @@ impl AgentTask {
         self.turn_index += 1;
         let seqs: Vec<u64> = inputs.iter().map(|(s, _)| *s).collect();
         let mut error: Option<String> = None;
-        if let Err(e) = self
-            .append(TURN_START_EVENT, json!({"index": index, "inputs": seqs}))
-            .await
-        {
-            error = Some(e.to_string());
-        }
+        // Staged, then written as one message: before the driver runs for a resumable session
+        // (its inputs are consumed once the turn start is durable; a crash mid-turn does not
+        // replay them), at the turn's first barrier (a report, a spawn) or its end for a
+        // one-shot run, which is never resumed.
+        self.stage(TURN_START_EVENT, json!({"index": index, "inputs": seqs}));
         // The transcript: what the turn read, as `turn/user` events.
         for (_, message) in &inputs {
-            if error.is_none() {
-                if let Err(e) = self
-                    .append(USER_EVENT, json!({"text": render(message)}))
-                    .await
-                {
-                    error = Some(e.to_string());
-                }
-            }
+            self.stage(USER_EVENT, json!({"text": render(message)}));
         }
         // One-shot: the descriptor goes in at the first pre-step (P1).
         if let (Some(SubagentShape::OneShot), Some(descriptor)) = (self.shape, &self.descriptor) {
             let descriptor = descriptor.clone();
-            let before = self.log.len();
             match append_descriptor_at_first_pre_step(&mut self.log, &descriptor, self.shared.now())
             {
-                Ok(true) => {
-                    if let Some(event) = self.log.events().get(before).cloned() {
-                        match self
-                            .shared
-                            .events
-                            .append(&self.session, &event, Some(self.cursor))
-                            .await
-                        {
-                            Ok(c) => self.cursor = c,
-                            Err(e) => error = Some(e.to_string()),
-                        }
-                    }
-                }
+                Ok(true) => self.unflushed += 1,
                 Ok(false) => {}
                 Err(e) => error = Some(e.to_string()),
+            }
+        }
+        if self.shape != Some(SubagentShape::OneShot) && error.is_none() {
+            if let Err(e) = self.flush().await {
+                error = Some(e.to_string());
             }
         }
         let mut stop;
@@ -825,7 +867,10 @@ impl AgentTask {
         if let Some(e) = &error {
             end["error"] = json!(e);
         }
-        let _ = self.append(TURN_END_EVENT, end).await;
+        self.stage(TURN_END_EVENT, end);
+        if let Err(e) = self.flush().await {
+            tracing::warn!(session = %self.session, error = %e, "turn not recorded; it is retried with the next append");
+        }
         // Host shutdown: no settlement, the session stays resumable.
         if self.done || self.stop.is_cancelled() {
             return;
@@ -862,7 +907,7 @@ impl AgentTask {
             match action {
                 DriverAction::Reply(text) => {
                     self.last_assistant = Some(text.clone());
-                    if let Err(e) = self.append(ASSISTANT_EVENT, json!({"text": text})).await {
+                    if let Err(e) = self.record(ASSISTANT_EVENT, json!({"text": text})).await {
                         *error = Some(e.to_string());
                         return StopReason::Failed;
                     }

@@ -115,7 +115,12 @@ impl Shared {
                 agent.policy_view,
             )
         };
-        // K1: one winner.
+        // K1: one winner. The claim also records the new run (a child's) and the `running`
+        // state: one registry write for the whole hand-over.
+        let run = match (&header.parent_session(), shape) {
+            (Some(_), Some(_)) => Some(self.mint.run()),
+            _ => None,
+        };
         let claimed = self
             .registry
             .write(Command::ClaimPlacement {
@@ -124,6 +129,8 @@ impl Shared {
                 session: session.clone(),
                 node: self.cfg.node.clone(),
                 expected_epoch: epoch,
+                run: run.clone(),
+                activate: record.state != SessionState::Running,
             })
             .await;
         let placement = match claimed {
@@ -155,18 +162,9 @@ impl Shared {
             span.record("shape", s.as_str());
         }
         tracing::info!(%session, epoch = placement.epoch, owner = ?owner, "claimed for cold resume");
-        let run_info = match (&parent, shape) {
-            (Some(parent), Some(shape)) => {
-                let run = self.mint.run();
+        let run_info = match (&parent, shape, run) {
+            (Some(parent), Some(shape), Some(run)) => {
                 span.record("run", tracing::field::display(&run));
-                let _ = self
-                    .write(|request_id, at_ms| Command::AppendRun {
-                        request_id,
-                        at_ms,
-                        session: session.clone(),
-                        run: run.clone(),
-                    })
-                    .await;
                 Some(SubagentRunInfo {
                     run_id: run,
                     provider: provider_of(&agent.agent).to_owned(),
@@ -180,9 +178,6 @@ impl Shared {
             }
             _ => None,
         };
-        if record.state != SessionState::Running {
-            self.set_state(&session, SessionState::Running).await?;
-        }
         launch(
             self,
             AgentInit {

@@ -5,8 +5,8 @@
 //! fails, the agent stops without notifying and stays resumable.
 //!
 //! A one-shot child settles the same way on success or failure alike (S1), but its result goes
-//! back to the spawning caller instead of the parent inbox, and it is then disposed in the
-//! registry (a one-shot run is never resumed).
+//! back to the spawning caller instead of the parent inbox, and its commit disposes it in the
+//! registry at once (a one-shot run is never resumed): one registry write, not two.
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::{
     settlement_summary, InboxMessage, LifecycleEvent, StopReason, SubagentSettled,
 };
-use lineage_registry::types::{Command, SessionState};
+use lineage_registry::types::{Command, RegistryRefusal, SessionState};
 use serde_json::json;
 
 use crate::agent::{parse_stop_reason, AgentTask, SETTLED_SENT_EVENT};
@@ -43,10 +43,35 @@ impl AgentTask {
     }
 
     /// Step 2: commit `settled` in the registry (the truth about whether a child settled).
+    /// A one-shot run is settled and disposed in that one write (it is never resumed, S1); if
+    /// the registry refuses the disposal because children of it are still undisposed (ones it
+    /// does not own), it is only marked `settled`.
     pub(crate) async fn mark_terminal(&mut self) -> Result<(), HostError> {
-        self.shared
-            .set_state(&self.session, SessionState::Settled)
-            .await?;
+        let disposed = match self.shape {
+            Some(SubagentShape::OneShot) => {
+                let session = self.session.clone();
+                match self
+                    .shared
+                    .write(|request_id, at_ms| Command::Dispose {
+                        request_id,
+                        at_ms,
+                        session: session.clone(),
+                    })
+                    .await
+                {
+                    Ok(_) => true,
+                    Err(HostError::Refused(RegistryRefusal::UndisposedChildren { .. })) => false,
+                    Err(e) => return Err(e),
+                }
+            }
+            Some(SubagentShape::Continuable) | None => false,
+        };
+        self.disposed_at_settle = disposed;
+        if !disposed {
+            self.shared
+                .set_state(&self.session, SessionState::Settled)
+                .await?;
+        }
         let stop = self.stop_reason();
         self.shared.metrics.settled(stop);
         tracing::info!(session = %self.session, stop_reason = stop.as_str(), "settled (committed)");
@@ -82,25 +107,13 @@ impl AgentTask {
                 structured: None,
                 stop_reason: stop,
             });
-            let disposed = self
-                .shared
-                .write(|request_id, at_ms| Command::Dispose {
-                    request_id,
-                    at_ms,
-                    session: child.clone(),
-                })
-                .await;
-            match disposed {
-                Ok(_) => {
-                    let _ = self.shared.inbox.delete_consumer(&child).await;
-                }
-                Err(e) => {
-                    tracing::warn!(session = %child, error = %e, "one-shot child not disposed")
-                }
-            }
-            // The caller gets the result once the run is settled and disposed.
+            // The caller gets the result once the run is settled (and disposed, normally);
+            // the inbox consumer is cleanup, after it.
             if let Some(tx) = self.one_shot.take() {
                 let _ = tx.send(result);
+            }
+            if self.disposed_at_settle {
+                let _ = self.shared.inbox.delete_consumer(&child).await;
             }
             return;
         }

@@ -243,11 +243,16 @@ impl Shared {
         let record = serde_json::to_value(&record)
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
         log.append(AGENT_EVENT, record, now);
-        // Durable before anything else sees the child.
-        let mut cursor = lineage_bus::events::LogCursor::default();
-        for event in log.events() {
-            cursor = self.events.append(&session, event, Some(cursor)).await?;
-        }
+        // Durable before anything else sees the child: the whole creation window in one
+        // message (all of it or none), on an empty log.
+        let cursor = self
+            .events
+            .append_all(
+                &session,
+                log.events(),
+                Some(lineage_bus::events::LogCursor::default()),
+            )
+            .await?;
         let parent = header.parent_session().cloned();
         let owner = parent.clone().filter(|p| self.is_live(p));
         let run_info = match (&parent, &request.run, shape) {
@@ -400,6 +405,11 @@ impl AgentTask {
             preset: self.preset.clone(),
         };
         let shape = spec.shape;
+        // The child's birth is visible to others: what the turn staged goes first.
+        if let Err(e) = self.flush().await {
+            tracing::warn!(session = %self.session, error = %e, "spawn refused: the parent's log is not writable");
+            return;
+        }
         let request_id = self.shared.mint.request();
         let op = op_span!("spawn", self.shared.node());
         op.record("parent", &self.session)
@@ -424,14 +434,14 @@ impl AgentTask {
                     .await;
                 }
                 let _ = self
-                    .append(
+                    .record(
                         SPAWNED_EVENT,
                         json!({"child": reply.session, "shape": shape.as_str(), "node": reply.node, "run": reply.run}),
                     )
                     .await;
                 if let Some(result) = reply.result {
                     let _ = self
-                        .append(
+                        .record(
                             RESULT_EVENT,
                             json!({"child": reply.session, "result": result}),
                         )
@@ -441,7 +451,7 @@ impl AgentTask {
             Err(e) => {
                 tracing::info!(session = %self.session, error = %e, "spawn refused");
                 let _ = self
-                    .append(SPAWN_REFUSED_EVENT, json!({"error": e.to_string()}))
+                    .record(SPAWN_REFUSED_EVENT, json!({"error": e.to_string()}))
                     .await;
             }
         }

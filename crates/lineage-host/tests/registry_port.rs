@@ -56,6 +56,8 @@ async fn suite(port: &dyn RegistryPort) {
         session: child_id.clone(),
         node: node("node-b"),
         expected_epoch,
+        run: None,
+        activate: false,
     };
     assert!(port.write(claim(1)).await.is_ok());
     let lost = port.write(claim(1)).await.unwrap_err();

@@ -260,6 +260,8 @@ impl RegistryClient {
             session,
             node,
             expected_epoch,
+            run: None,
+            activate: false,
         };
         match self.accepted(cmd).await? {
             CommandResponse::Placed { placement } => Ok(placement),

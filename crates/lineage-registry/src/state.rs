@@ -128,8 +128,17 @@ impl RegistryState {
                 session,
                 node,
                 expected_epoch,
+                run,
+                activate,
                 ..
-            } => self.claim(*at_ms, session, node, *expected_epoch),
+            } => self.claim(
+                *at_ms,
+                session,
+                node,
+                *expected_epoch,
+                run.as_ref(),
+                *activate,
+            ),
             Command::SetState {
                 at_ms,
                 session,
@@ -307,12 +316,16 @@ impl RegistryState {
         Ok(record)
     }
 
+    /// K1: the claim, and with it (all or nothing) the new run and the `running` state of a
+    /// cold resume.
     fn claim(
         &mut self,
         at_ms: u64,
         session: &SessionId,
         node: &NodeId,
         expected_epoch: u64,
+        run: Option<&RunId>,
+        activate: bool,
     ) -> Refusal {
         let record = self.live(session)?;
         let current = record.placement.as_ref().map_or(0, |p| p.epoch);
@@ -328,6 +341,14 @@ impl RegistryState {
             epoch: current.saturating_add(1),
         };
         record.placement = Some(placement.clone());
+        if let Some(run) = run {
+            if !record.runs.contains(run) {
+                record.runs.push(run.clone());
+            }
+        }
+        if activate {
+            record.state = SessionState::Running;
+        }
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::Placed { placement })
     }
@@ -927,6 +948,8 @@ mod tests {
             session: sid(1),
             node: NodeId::parse(node).unwrap(),
             expected_epoch: 1,
+            run: None,
+            activate: false,
         };
         assert!(
             matches!(s.apply(&claim("a", "n2")), CommandResponse::Placed { placement } if placement.epoch == 2)
@@ -935,6 +958,45 @@ mod tests {
             s.apply(&claim("b", "n3")),
             CommandResponse::Refused(RegistryRefusal::EpochMismatch { current: 2, .. })
         ));
+    }
+
+    #[test]
+    fn k1_claim_records_the_run_and_running_state_in_the_same_write() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        let set = Command::SetState {
+            request_id: rid("s"),
+            at_ms: 3,
+            session: sid(1),
+            state: SessionState::Settled,
+        };
+        s.apply(&set);
+        let run = RunId::parse("01ARZ3NDEKTSV4RRFFQ69G5FAV").unwrap();
+        let claim = |r: &str, expected_epoch| Command::ClaimPlacement {
+            request_id: rid(r),
+            at_ms: 9,
+            session: sid(1),
+            node: NodeId::parse("n2").unwrap(),
+            expected_epoch,
+            run: Some(run.clone()),
+            activate: true,
+        };
+        // A losing claim changes nothing: no run, state unchanged.
+        assert!(matches!(
+            s.apply(&claim("lose", 7)),
+            CommandResponse::Refused(RegistryRefusal::EpochMismatch { .. })
+        ));
+        let r = s.session(&sid(1)).unwrap();
+        assert_eq!((r.state, r.runs.len()), (SessionState::Settled, 0));
+        let current = r.placement.as_ref().map_or(0, |p| p.epoch);
+        assert!(matches!(
+            s.apply(&claim("win", current)),
+            CommandResponse::Placed { placement } if placement.epoch == current + 1
+        ));
+        let r = s.session(&sid(1)).unwrap();
+        assert_eq!(r.state, SessionState::Running);
+        assert_eq!(r.runs, vec![run.clone()]);
+        assert_eq!(r.updated_at_ms, 9);
     }
 
     #[test]

@@ -155,6 +155,12 @@ pub enum Command {
         node: NodeId,
         /// The epoch the claimer last saw (0 when never placed).
         expected_epoch: u64,
+        /// The run the claimer starts, recorded in the same write (a cold resume).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<RunId>,
+        /// Also record the session as `running` in the same write (a cold resume).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        activate: bool,
     },
     /// Record an activation state (`running`, `waiting`, `settled`); use `Dispose` to dispose.
     SetState {

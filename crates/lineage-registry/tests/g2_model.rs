@@ -8,13 +8,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lineage_core::depth::MaxDepth;
 use lineage_core::header::SessionHeader;
-use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_registry::state::REQUEST_RETENTION_MS;
 use lineage_registry::{Admission, Command, CommandResponse, RegistryState, SessionState};
 use proptest::prelude::*;
 use serde_json::json;
 
 const IDS: u8 = 6;
+/// The run a resuming claim records.
+const RUN: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
 
 fn sid(n: u8) -> SessionId {
     SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{:012}", n)).unwrap()
@@ -41,6 +43,8 @@ enum Op {
         id: u8,
         node: u8,
         expected: u8,
+        /// A cold resume's claim: also a new run and state `running`, in the same write.
+        activate: bool,
     },
     SetState {
         req: u8,
@@ -82,7 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (r.clone(), id.clone(), proptest::option::weighted(0.8, 0u8..IDS), proptest::option::of(0u8..4), proptest::bool::weighted(0.15), proptest::option::weighted(0.1, 0u8..IDS))
             .prop_map(|(req, id, parent, max, bump, wrong_root)| Op::Register { req, id, parent, max, bump, wrong_root }),
-        1 => (r.clone(), id.clone(), 0u8..3, 0u8..4).prop_map(|(req, id, node, expected)| Op::Claim { req, id, node, expected }),
+        1 => (r.clone(), id.clone(), 0u8..3, 0u8..4, proptest::bool::ANY).prop_map(|(req, id, node, expected, activate)| Op::Claim { req, id, node, expected, activate }),
         1 => (r.clone(), id.clone(), 0u8..4).prop_map(|(req, id, state)| Op::SetState { req, id, state }),
         1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
         2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
@@ -262,6 +266,7 @@ impl Model {
                 id,
                 node,
                 expected,
+                activate,
             } => self.apply("claim_placement", req, at, |m| {
                 let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
@@ -272,6 +277,9 @@ impl Model {
                     return Err("epoch_mismatch");
                 }
                 s.placement = Some((node, cur + 1));
+                if activate {
+                    s.state = 0;
+                }
                 Ok(format!("placed:{node}:{}", cur + 1))
             }),
             Op::SetState { req, id, state } => self.apply("set_state", req, at, |m| {
@@ -365,12 +373,15 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             id,
             node: n,
             expected,
+            activate,
         } => Command::ClaimPlacement {
             request_id: req(r),
             at_ms: at,
             session: sid(id),
             node: node(n),
             expected_epoch: u64::from(expected),
+            run: activate.then(|| RunId::parse(RUN).unwrap()),
+            activate,
         },
         Op::SetState { req: r, id, state } => Command::SetState {
             request_id: req(r),
@@ -478,7 +489,13 @@ proptest! {
             prop_assert_eq!(rec.depth(), m.depth);
             prop_assert_eq!(rec.max_depth, m.max);
             prop_assert_eq!(rec.admission == Admission::Closed, m.closed);
-            prop_assert_eq!(rec.state == SessionState::Disposed, m.state == 3);
+            let state = match rec.state {
+                SessionState::Running => 0,
+                SessionState::Waiting => 1,
+                SessionState::Settled => 2,
+                SessionState::Disposed => 3,
+            };
+            prop_assert_eq!(state, m.state);
             prop_assert_eq!(
                 rec.placement.as_ref().map(|p| (p.node.as_str()[1..].parse::<u8>().unwrap(), p.epoch)),
                 m.placement

@@ -632,11 +632,9 @@ async fn settle(b: &Bench) -> Result<(), ControlError> {
 
 /// The sender of a settlement notice a parent accepted into its log (`inbox/accepted`).
 fn accepted_sender(payload: &[u8]) -> Option<String> {
-    let event: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    if event.get("kind")?.as_str()? != "inbox/accepted" {
-        return None;
-    }
-    let data = event.get("data")?;
+    let events = lineage_bus::events::decode_log_message(payload).ok()?;
+    let event = events.iter().find(|e| e.kind == "inbox/accepted")?;
+    let data = &event.data;
     if data.get("message")?.get("kind")?.as_str()? != "subagent-settled" {
         return None;
     }

@@ -330,15 +330,26 @@ impl Cluster {
                 return events;
             }
             let mut messages = consumer.messages().await.expect("messages");
-            while (events.len() as u64) < pending {
+            let mut read = 0u64;
+            while read < pending {
                 let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
                     .await
                     .unwrap_or_else(|_| panic!("reading {subject} timed out"));
                 let Some(msg) = next else { break };
                 let msg = msg.expect("log message");
-                let event: Event = serde_json::from_slice(&msg.payload)
-                    .unwrap_or_else(|e| panic!("log event of {session} is not JSON: {e}"));
-                events.push(event);
+                read += 1;
+                // One event (an object) or a batch appended together (an array).
+                let value: serde_json::Value = serde_json::from_slice(&msg.payload)
+                    .unwrap_or_else(|e| panic!("log message of {session} is not JSON: {e}"));
+                let batch = match value {
+                    serde_json::Value::Array(items) => items,
+                    one => vec![one],
+                };
+                for item in batch {
+                    let event: Event = serde_json::from_value(item)
+                        .unwrap_or_else(|e| panic!("log event of {session} is malformed: {e}"));
+                    events.push(event);
+                }
                 if msg.info().map(|i| i.pending == 0).unwrap_or(false) {
                     break;
                 }
