@@ -7,9 +7,10 @@
 //! | `lineage.<cluster>.session.<id>.events` | the session's event log | JetStream `LINEAGE_<CLUSTER>_EVENTS` |
 //! | `lineage.<cluster>.ctl.<op>` | control ops any node may serve (queue group) | service `lineage` |
 //! | `lineage.<cluster>.node.<node>.<op>` | control ops one node must serve | service `lineage` |
+//! | `lineage.<cluster>.drain.<drain>.progress` | live progress of one drain that asked for it | core NATS, best effort |
 //! | `lineage.<cluster>.raft.<raft_id>.<rpc>` | Raft RPC between registry voters | request/reply |
 
-use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::ids::{DrainId, NodeId, SessionId};
 
 use crate::error::BusError;
 
@@ -90,6 +91,13 @@ impl Subjects {
         format!("lineage.{}.node.{node}.{op}", self.cluster)
     }
 
+    /// `lineage.<cluster>.drain.<drain>.progress`: progress of the drain whose request named
+    /// `<drain>` (plan, then each wave as it is disposed). Core NATS, best effort: whoever wants
+    /// it subscribes before sending the drain request.
+    pub fn drain_progress(&self, drain: &DrainId) -> String {
+        format!("lineage.{}.drain.{drain}.progress", self.cluster)
+    }
+
     /// `LINEAGE_<CLUSTER>_INBOX`: the JetStream stream of parent inboxes.
     pub fn inbox_stream(&self) -> String {
         format!("LINEAGE_{}_INBOX", self.stream_token())
@@ -132,6 +140,11 @@ mod tests {
         assert_eq!(s.control("spawn"), "lineage.dev.ctl.spawn");
         let n = NodeId::parse("node-1").unwrap();
         assert_eq!(s.node_control(&n, "start"), "lineage.dev.node.node-1.start");
+        let d = DrainId::parse("01936c1e-7a3b-7cde-8f00-0000000000d1").unwrap();
+        assert_eq!(
+            s.drain_progress(&d),
+            "lineage.dev.drain.01936c1e-7a3b-7cde-8f00-0000000000d1.progress"
+        );
         assert_eq!(s.inbox_stream(), "LINEAGE_DEV_INBOX");
         assert_eq!(
             Subjects::new("my-c").unwrap().events_stream(),

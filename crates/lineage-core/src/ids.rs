@@ -1,10 +1,10 @@
-//! Identifiers: [`SessionId`], [`RunId`], [`NodeId`], [`RequestId`].
+//! Identifiers: [`SessionId`], [`RunId`], [`NodeId`], [`RequestId`], [`DrainId`].
 //!
 //! Every id travels inside NATS subjects (`lineage.<cluster>.parent.<parent>.inbox`), so each one
 //! is a safe subject token by construction: non-empty, at most [`MAX_ID_LEN`] characters, and none
 //! of `.`, `*`, `>` or whitespace. Session and run ids must additionally be UUID (any version,
-//! UUIDv7 recommended) or ULID text; node and request ids may be any safe token made of ASCII
-//! letters, digits, `-` and `_`.
+//! UUIDv7 recommended) or ULID text; node, request and drain ids may be any safe token made of
+//! ASCII letters, digits, `-` and `_`.
 //!
 //! Fresh ids are never minted here (no randomness, no clock in the core): the shell creates them
 //! and passes them in.
@@ -166,6 +166,12 @@ token_id!(
     "request id",
     false
 );
+token_id!(
+    /// A client-chosen name for one drain's progress stream (`lineage.<cluster>.drain.<id>.progress`).
+    DrainId,
+    "drain id",
+    false
+);
 
 #[cfg(test)]
 mod tests {
@@ -181,6 +187,7 @@ mod tests {
         assert!(RunId::parse(V7).is_ok());
         assert!(NodeId::parse("node-1").is_ok());
         assert!(RequestId::parse("req_42").is_ok());
+        assert!(DrainId::parse(V7).is_ok());
     }
 
     #[test]
@@ -189,6 +196,8 @@ mod tests {
             let err = NodeId::parse(bad).unwrap_err().to_string();
             assert!(err.contains("node id"), "{err}");
             assert!(!err.contains('\n'), "one line: {err}");
+            let err = DrainId::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("drain id"), "{err}");
         }
         let err = SessionId::parse("not-a-uuid").unwrap_err().to_string();
         assert!(err.contains("not-a-uuid") && err.contains("UUID"), "{err}");

@@ -21,18 +21,26 @@
 //!
 //! The report counts every wave per kind and per node; it lists sessions one by one only up to
 //! [`DRAIN_REPORT_CAP`], so the reply fits in a NATS message whatever the drain's size.
+//!
+//! Live progress: when the request names a drain id, the node publishes [`DrainProgress`]
+//! messages on `lineage.<cluster>.drain.<id>.progress` (core NATS): the plan once it is ready,
+//! then per wave a start (`done` 0), progress as disposals are acknowledged (at most one per
+//! [`PROGRESS_INTERVAL`], decided by [`ProgressThrottle`]) and an end (`done == total`). A
+//! publish that fails is logged at debug level; it never fails the drain.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use lineage_core::drain::{plan_drain, DrainInput, DrainSession, DrainSessionState, DrainWave};
-use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::ids::{DrainId, NodeId, SessionId};
 use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::control::{
-    ops, Disposal, DisposalKind, DrainReport, StopReply, StopRequest, WaveSummary, DRAIN_REPORT_CAP,
+    ops, Disposal, DisposalKind, DrainProgress, DrainReport, StopReply, StopRequest, WaveSummary,
+    DRAIN_REPORT_CAP,
 };
 use crate::error::HostError;
 use crate::host::{Host, Shared};
@@ -41,16 +49,79 @@ use crate::telemetry::op_span;
 /// Registry disposals a drain keeps in flight within one wave.
 pub const DISPOSE_CONCURRENCY: usize = 64;
 
+/// Least time between two [`crate::control::DrainPhase::Disposing`] messages of one wave.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Decides when a wave's progress is worth a message, so a wave of 10,000 disposals sends a
+/// handful, not 10,000: the first call of a wave says yes, later ones only once
+/// [`PROGRESS_INTERVAL`] has passed since the last yes, and never for `done >= total` (the wave's
+/// end has its own message). Pure: the caller passes `now`. One per wave.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressThrottle {
+    last: Option<Instant>,
+}
+
+impl ProgressThrottle {
+    /// A throttle for a wave that has sent nothing yet.
+    pub fn new() -> Self {
+        ProgressThrottle::default()
+    }
+
+    /// True when a message for `done` of `total` should be sent at `now` (and counts it as
+    /// sent).
+    pub fn should_send(&mut self, now: Instant, done: u64, total: u64) -> bool {
+        if done >= total {
+            return false;
+        }
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < PROGRESS_INTERVAL => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+}
+
+/// Where a drain's progress goes, when its request asked for it.
+struct Progress {
+    nats: async_nats::Client,
+    subject: String,
+    drain: DrainId,
+}
+
+impl Progress {
+    /// Publishes one message, best effort.
+    async fn send(&self, message: DrainProgress) {
+        let body = match serde_json::to_vec(&message) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot encode drain progress");
+                return;
+            }
+        };
+        if let Err(e) = self.nats.publish(self.subject.clone(), body.into()).await {
+            tracing::debug!(subject = %self.subject, error = %e, "cannot publish drain progress");
+        }
+    }
+}
+
 impl Shared {
     pub(crate) async fn drain(
         self: &Arc<Self>,
         roots: Vec<SessionId>,
+        progress: Option<DrainId>,
     ) -> Result<DrainReport, HostError> {
         if roots.is_empty() {
             return Err(HostError::BadRequest(
                 "drain needs at least one root session".to_owned(),
             ));
         }
+        let progress = progress.map(|drain| Progress {
+            nats: self.nats.clone(),
+            subject: self.cfg.subjects.drain_progress(&drain),
+            drain,
+        });
         let mut report = DrainReport::default();
         // 1. Close admission on the whole subtrees, one write, before anything is read: a
         // child registered after this is refused, and every child registered before it is in
@@ -120,6 +191,10 @@ impl Shared {
             roots: roots.clone(),
             sessions,
         })?;
+        if let Some(p) = &progress {
+            let sizes = plan.waves.iter().map(|w| w.len() as u64).collect();
+            p.send(DrainProgress::planned(p.drain.clone(), sizes)).await;
+        }
         // 4. Stop live descendants where they run, every node at once.
         let stops =
             join_all(plan.cancel.iter().map(|(node, ids)| async move {
@@ -136,7 +211,9 @@ impl Shared {
         // 5. Waves, leaves first; then the inbox consumers of the disposed sessions (also when
         // a wave failed), before the reply.
         let mut disposed: Vec<SessionId> = Vec::new();
-        let outcome = self.waves(&plan.waves, &mut report, &mut disposed).await;
+        let outcome = self
+            .waves(&plan.waves, &mut report, &mut disposed, progress.as_ref())
+            .await;
         if let Err(e) = self.inbox.delete_consumers(&disposed).await {
             report
                 .warnings
@@ -149,15 +226,33 @@ impl Shared {
     /// once), then disposed in the registry with up to [`DISPOSE_CONCURRENCY`] writes in flight
     /// (the registry commits concurrent writes together). A wave starts only once every write
     /// of the previous one is acknowledged, so parents are disposed after their children. Every
-    /// session written (disposed or found disposed) is pushed to `disposed`.
+    /// session written (disposed or found disposed) is pushed to `disposed`. With `progress`,
+    /// each wave's start, progress (throttled) and end are published.
     async fn waves(
         self: &Arc<Self>,
         waves: &[DrainWave],
         report: &mut DrainReport,
         disposed: &mut Vec<SessionId>,
+        progress: Option<&Progress>,
     ) -> Result<(), HostError> {
         let mut listed = 0usize;
-        for wave in waves {
+        let count = waves.len();
+        for (index, wave) in waves.iter().enumerate() {
+            let total = wave.len() as u64;
+            let mut throttle = ProgressThrottle::new();
+            let mut done = 0u64;
+            if let Some(p) = progress {
+                if throttle.should_send(Instant::now(), done, total) {
+                    p.send(DrainProgress::disposing(
+                        p.drain.clone(),
+                        index,
+                        count,
+                        done,
+                        total,
+                    ))
+                    .await;
+                }
+            }
             // Released there (or already gone after its stop settled it), unless the node
             // could not be reached: then straight from the registry.
             let releases = join_all(wave.by_node.iter().map(|(node, ids)| async move {
@@ -203,6 +298,19 @@ impl Shared {
                     }
                 };
                 disposed.push(id.clone());
+                done += 1;
+                if let Some(p) = progress {
+                    if throttle.should_send(Instant::now(), done, total) {
+                        p.send(DrainProgress::disposing(
+                            p.drain.clone(),
+                            index,
+                            count,
+                            done,
+                            total,
+                        ))
+                        .await;
+                    }
+                }
                 let kind = match (kind, &node) {
                     (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
                     (_, Some(_)) => DisposalKind::Released,
@@ -228,6 +336,15 @@ impl Shared {
             report.summary.push(summary);
             if let Some(e) = failed {
                 return Err(e);
+            }
+            if let Some(p) = progress {
+                p.send(DrainProgress::wave_done(
+                    p.drain.clone(),
+                    index,
+                    count,
+                    done,
+                ))
+                .await;
             }
         }
         Ok(())
@@ -338,10 +455,20 @@ impl Host {
     /// `drain` (X1, H2): see the module documentation. Runs in a `drain` span (`session`: the
     /// roots, comma-separated); counted with its duration in [`crate::HostMetrics`].
     pub async fn drain(&self, roots: Vec<SessionId>) -> Result<DrainReport, HostError> {
+        self.drain_with_progress(roots, None).await
+    }
+
+    /// [`Host::drain`] that, with `progress`, publishes [`DrainProgress`] messages on
+    /// `lineage.<cluster>.drain.<progress>.progress` as it goes (see the module documentation).
+    pub async fn drain_with_progress(
+        &self,
+        roots: Vec<SessionId>,
+        progress: Option<DrainId>,
+    ) -> Result<DrainReport, HostError> {
         let op = op_span!("drain", self.node());
         op.record("session", join(&roots));
         let started = std::time::Instant::now();
-        let report = op.run(self.shared.drain(roots)).await;
+        let report = op.run(self.shared.drain(roots, progress)).await;
         let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.shared.metrics.drained(report.is_ok(), ms);
         report
@@ -367,4 +494,39 @@ fn join(ids: &[SessionId]) -> String {
         .map(SessionId::as_str)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x1_progress_throttle_sends_first_then_at_most_every_interval_never_the_end() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut t = ProgressThrottle::new();
+        assert!(t.should_send(ms(0), 0, 1000), "the wave's start");
+        assert!(!t.should_send(ms(1), 1, 1000));
+        assert!(!t.should_send(ms(99), 50, 1000));
+        assert!(t.should_send(ms(100), 60, 1000));
+        assert!(!t.should_send(ms(150), 70, 1000));
+        assert!(t.should_send(ms(250), 80, 1000));
+        // The end has its own message, whenever it comes.
+        assert!(!t.should_send(ms(10_000), 1000, 1000));
+        // A time before the last send (clocks never do this, but no panic and no send).
+        assert!(!t.should_send(t0, 90, 1000));
+        // An empty wave sends nothing but its end.
+        assert!(!ProgressThrottle::new().should_send(t0, 0, 0));
+    }
+
+    #[test]
+    fn x1_progress_throttle_bounds_messages_of_a_large_wave() {
+        // 10,000 disposals acknowledged over 2 s: the start plus one per 100 ms at most.
+        let t0 = Instant::now();
+        let mut t = ProgressThrottle::new();
+        let sent = (0..10_000u64)
+            .filter(|i| t.should_send(t0 + Duration::from_micros(i * 200), *i, 10_000))
+            .count();
+        assert!((20..=21).contains(&sent), "{sent}");
+    }
 }

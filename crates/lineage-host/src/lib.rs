@@ -22,7 +22,7 @@
 //! | [`followup`] | next user message, cold-resuming first | M3 |
 //! | [`interrupt`] | authority-checked turn cancellation | M4, R3 |
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
-//! | [`drain`] | close admission, stop, dispose leaves first | X1, H2 |
+//! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service | N3 |
 //! | [`service`] | the `lineage` NATS micro service | N3, O3 |
 //! | [`telemetry`] | operation spans with W3C trace context; [`HostMetrics`] counters | O2 |

@@ -177,7 +177,7 @@ pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
         ops::SPAWN => run!(SpawnRequest, |r| host.spawn(r)),
         ops::FOLLOWUP => run!(FollowupRequest, |r| host.followup(r)),
         ops::INTERRUPT => run!(InterruptRequest, |r| host.interrupt(r)),
-        ops::DRAIN => run!(DrainRequest, |r| host.drain(r.roots)),
+        ops::DRAIN => run!(DrainRequest, |r| host.drain_with_progress(r.roots, r.progress)),
         ops::RESUME => run!(ResumeRequest, |r| host.resume(r.session)),
         ops::STATUS => run!(StatusRequest, |_r| async { Ok::<_, HostError>(host.status()) }),
         ops::START => run!(StartRequest, |r| host.start_hosted(r)),

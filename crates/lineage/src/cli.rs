@@ -107,6 +107,13 @@ pub enum Verb {
         root: String,
     },
     /// Drain subtrees: close admission, stop descendants, dispose leaves first.
+    ///
+    /// While the drain runs, and when stderr is a terminal, a live bar per wave is drawn on
+    /// stderr (`wave  3 [#########.......]  412/1000`; the current wave redrawn in place,
+    /// finished waves kept), from the progress the serving node publishes on
+    /// `lineage.<cluster>.drain.<id>.progress`. With `--json`, or when stderr is not a terminal,
+    /// there are no live bars. When the drain returns, stdout gets one line per wave with its
+    /// disposals per node and a summary (or, with `--json`, the whole report).
     #[command(after_help = "Example:\n  lineage drain 0193...root")]
     Drain {
         /// Roots of the subtrees to drain.

@@ -9,7 +9,7 @@ use lineage_bus::trace::TraceContext;
 use lineage_bus::Subjects;
 use lineage_core::authority::InterruptAuthority;
 use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::ids::{DrainId, NodeId, RequestId, SessionId};
 use lineage_host::control::{
     ops, DrainReport, DrainRequest, FollowupReply, FollowupRequest, InterruptReply,
     InterruptRequest, SpawnReply, SpawnRequest, StatusReply, StatusRequest,
@@ -619,14 +619,25 @@ async fn drain(g: &Global, roots: &[String]) -> Result<(), ControlError> {
         .map(|r| parse_session("root", r))
         .collect::<Result<_, _>>()?;
     let client = connect(g).await?;
+    let subjects = subjects(g)?;
     let started = std::time::Instant::now();
-    let report: DrainReport = control::request(
-        &client,
-        subjects(g)?.control(ops::DRAIN),
-        &DrainRequest { roots },
-        Duration::from_millis(g.timeout_ms.max(60_000)),
-    )
-    .await?;
+    let timeout = Duration::from_millis(g.timeout_ms.max(60_000));
+    // Live bars only for a person watching: not with --json, not when stderr is a pipe or file.
+    let live = !g.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let report: DrainReport = if live {
+        drain_live(&client, &subjects, roots, timeout).await?
+    } else {
+        control::request(
+            &client,
+            subjects.control(ops::DRAIN),
+            &DrainRequest {
+                roots,
+                progress: None,
+            },
+            timeout,
+        )
+        .await?
+    };
     if g.json {
         print_json(&report);
     } else {
@@ -667,6 +678,58 @@ async fn drain(g: &Global, roots: &[String]) -> Result<(), ControlError> {
         }
     }
     Ok(())
+}
+
+/// The drain request with live progress: mints a drain id, subscribes to
+/// `lineage.<cluster>.drain.<id>.progress` before sending, and draws each message on stderr
+/// ([`crate::progress::LiveBars`]) until the reply arrives; then it draws what had already
+/// arrived, ends an open line and unsubscribes. When the subscription cannot be made, the drain
+/// runs without progress.
+async fn drain_live(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    roots: Vec<SessionId>,
+    timeout: Duration,
+) -> Result<DrainReport, ControlError> {
+    use futures::FutureExt;
+    use std::io::Write;
+    let id = DrainId::parse(&uuid::Uuid::now_v7().to_string())
+        .map_err(|e| ControlError::new(ErrorCode::Internal, format!("drain id: {e}")))?;
+    let mut sub = client.subscribe(subjects.drain_progress(&id)).await.ok();
+    let request = DrainRequest {
+        roots,
+        progress: sub.as_ref().map(|_| id),
+    };
+    let reply =
+        control::request::<_, DrainReport>(client, subjects.control(ops::DRAIN), &request, timeout);
+    tokio::pin!(reply);
+    let mut bars = crate::progress::LiveBars::new();
+    let draw = |text: String| {
+        if !text.is_empty() {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(text.as_bytes());
+            let _ = err.flush();
+        }
+    };
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            msg = async { sub.as_mut()?.next().await }, if sub.is_some() => match msg {
+                Some(msg) => draw(bars.apply_raw(&msg.payload)),
+                None => sub = None,
+            },
+            outcome = &mut reply => break outcome,
+        }
+    };
+    // Messages published before the reply may still be queued: draw them, then stop listening.
+    if let Some(mut sub) = sub {
+        while let Some(Some(msg)) = sub.next().now_or_never() {
+            draw(bars.apply_raw(&msg.payload));
+        }
+        let _ = sub.unsubscribe().await;
+    }
+    draw(bars.finish());
+    outcome
 }
 
 async fn watch(g: &Global, parent: &str, count: Option<u64>) -> Result<(), ControlError> {

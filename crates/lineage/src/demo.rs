@@ -224,6 +224,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
         subjects.control(ops::DRAIN),
         &DrainRequest {
             roots: vec![root_id.clone()],
+            progress: None,
         },
         Duration::from_secs(60),
     )

@@ -10,6 +10,7 @@
 //! | [`scenarios`] | the benchmark scenarios |
 //! | [`telemetry`] | logging setup |
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
+//! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
 
 mod bench;
 mod cli;
@@ -17,6 +18,7 @@ mod commands;
 mod demo;
 mod dev;
 mod output;
+mod progress;
 mod scenarios;
 mod telemetry;
 

@@ -391,7 +391,10 @@ impl Bench {
         let outcome: Result<DrainReport, _> = control::request(
             &self.ctl.client,
             self.ctl.subjects.control(ops::DRAIN),
-            &DrainRequest { roots },
+            &DrainRequest {
+                roots,
+                progress: None,
+            },
             Duration::from_secs(120),
         )
         .await;
@@ -822,6 +825,7 @@ async fn drain_roots(
 ) -> Result<(), ControlError> {
     let body = DrainRequest {
         roots: roots.clone(),
+        progress: None,
     };
     let request = control::request::<_, DrainReport>(
         &b.ctl.client,
