@@ -219,10 +219,12 @@ pub(crate) fn parse_stop_reason(text: Option<&str>) -> StopReason {
     }
 }
 
-/// Starts the driver, registers the agent, and spawns its task and its inbox consumer.
-/// Returns once the agent is live (idle, waiting for its first message).
+/// Starts the driver, registers the agent, publishes `subagent/start` (a child with a run),
+/// and spawns its task and its inbox consumer. Returns once the agent is live: idle, or taking
+/// a turn on the waking messages its log holds unconsumed (the first prompt at birth).
 pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), HostError> {
     shared.check_running()?;
+    let init_run = init.run.clone();
     let session = init.header.id().clone();
     if shared.is_live(&session) {
         return Err(HostError::Internal(format!(
@@ -278,7 +280,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         turn_index: 0,
         outbox_seq: 0,
         accepted: HashSet::new(),
-        run: init.run,
+        run: init.run.clone(),
         last_assistant: None,
         last_stop: StopReason::Completed,
         forced_stop: None,
@@ -297,9 +299,29 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         task.append(&kind, data).await?;
     }
     let pending = task.restore_from_log();
+    // A restored waking message (at birth: the first prompt, accepted with the creation
+    // window) starts its turn in the trace of whoever brought the agent to life.
+    if let Some(ctx) = task.trace {
+        let seqs: Vec<u64> = task.wake.iter().map(|(seq, _)| *seq).collect();
+        for seq in seqs {
+            task.wake_traces.insert(seq, ctx);
+        }
+    }
     for wake in pending {
         if wake {
             task.queued().await;
+        }
+    }
+    // E1: the child is ready; announced before its task can take a turn (and so settle).
+    if let Some(info) = &init_run {
+        if let Err(e) = lineage_bus::lifecycle::publish(
+            &shared.nats,
+            &shared.cfg.subjects,
+            &lineage_core::messages::LifecycleEvent::Start(info.clone()),
+        )
+        .await
+        {
+            tracing::warn!(%session, error = %e, "cannot publish subagent/start");
         }
     }
     crate::report::spawn_inbox_consumer(shared, session.clone(), tx, stop.clone());

@@ -16,7 +16,7 @@ use lineage_core::composition::apply_child_composition;
 use lineage_core::descriptor::{descriptor_from_log, SubagentShape};
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionLog;
-use lineage_core::messages::{LifecycleEvent, SubagentRunInfo};
+use lineage_core::messages::SubagentRunInfo;
 use lineage_core::policy::{reapply_delegated_policy, ParentPolicyView};
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionState};
 
@@ -189,7 +189,7 @@ impl Shared {
                 preset,
                 log,
                 cursor,
-                run: run_info.clone(),
+                run: run_info,
                 owner,
                 resumed: true,
                 one_shot: None,
@@ -197,17 +197,6 @@ impl Shared {
         )
         .await?;
         self.metrics.resumed();
-        if let Some(info) = run_info {
-            if let Err(e) = lineage_bus::lifecycle::publish(
-                &self.nats,
-                &self.cfg.subjects,
-                &LifecycleEvent::Start(info),
-            )
-            .await
-            {
-                tracing::warn!(%session, error = %e, "cannot publish subagent/start");
-            }
-        }
         Ok(ResumeReply {
             session,
             node: self.cfg.node.clone(),

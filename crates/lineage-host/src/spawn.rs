@@ -11,8 +11,9 @@
 //! 6. ask the target node to host it (this node, or any other through its per-node `start`);
 //! 7. on the hosting node, the creation window ([`start_local`]): composition (C1), the policy
 //!    events with `source: "delegation"` (C3), the descriptor (P1: continuable after the seed
-//!    and before the first turn; one-shot at its first pre-step), then `subagent/start` on the
-//!    parent's start subject (E1), then the first turn with the prompt.
+//!    and before the first turn; one-shot at its first pre-step) and the accepted prompt, all
+//!    written to the log as one message; then `subagent/start` on the parent's start subject
+//!    (E1), then the first turn with the prompt.
 //!
 //! A one-shot child's result comes back to the caller (S1); a continuable child's results
 //! reach its parent as settlement notices (S3).
@@ -25,7 +26,7 @@ use lineage_core::descriptor::{seed_descriptor_turn, SubagentDescriptor, Subagen
 use lineage_core::header::{child_session_meta, AgentPreset, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_core::log::SessionLog;
-use lineage_core::messages::{LifecycleEvent, StopReason, SubagentRunInfo};
+use lineage_core::messages::{StopReason, SubagentRunInfo};
 use lineage_core::policy::{
     append_delegated_policy_overrides, capture_delegated_policy_overrides,
     DelegatedPolicyOverrides, ParentPolicyView,
@@ -35,11 +36,12 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::agent::{
-    launch, AgentCmd, AgentInit, AgentRecord, AgentTask, Incoming, AGENT_EVENT, RESULT_EVENT,
-    SPAWNED_EVENT, SPAWN_REFUSED_EVENT,
+    launch, Accepted, AgentCmd, AgentInit, AgentRecord, AgentTask, ACCEPTED_EVENT, AGENT_EVENT,
+    RESULT_EVENT, SPAWNED_EVENT, SPAWN_REFUSED_EVENT,
 };
 use crate::control::{OneShotResult, SpawnReply, SpawnRequest, StartRequest};
 use crate::driver::ChildSpec;
+use crate::driver::TurnMessage;
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
 use crate::telemetry::op_span;
@@ -243,6 +245,18 @@ impl Shared {
         let record = serde_json::to_value(&record)
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
         log.append(AGENT_EVENT, record, now);
+        // The first prompt is accepted with the creation window (one message): the agent
+        // takes its first turn on it as soon as it is live.
+        let accepted = Accepted {
+            message: TurnMessage::User {
+                content: request.prompt,
+            },
+            wake: true,
+            dedup_id: None,
+        };
+        let accepted = serde_json::to_value(&accepted)
+            .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
+        log.append(ACCEPTED_EVENT, accepted, now);
         // Durable before anything else sees the child: the whole creation window in one
         // message (all of it or none), on an empty log.
         let cursor = self
@@ -286,37 +300,13 @@ impl Shared {
                 preset,
                 log,
                 cursor,
-                run: run_info.clone(),
+                run: run_info,
                 owner,
                 resumed: false,
                 one_shot: result_tx,
             },
         )
         .await?;
-        // E1: the child is ready.
-        if let Some(info) = run_info {
-            if let Err(e) = lineage_bus::lifecycle::publish(
-                &self.nats,
-                &self.cfg.subjects,
-                &LifecycleEvent::Start(info),
-            )
-            .await
-            {
-                tracing::warn!(%session, error = %e, "cannot publish subagent/start");
-            }
-        }
-        // The first turn, with the prompt.
-        let delivered = self
-            .ask(&session, |reply| AgentCmd::Deliver {
-                incoming: Incoming::User(request.prompt),
-                reply,
-                trace: lineage_bus::trace::current(),
-            })
-            .await;
-        match delivered {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) | Err(e) => return Err(e),
-        }
         let result = match result_rx {
             Some(rx) => Some(rx.await.unwrap_or(OneShotResult {
                 output: None,

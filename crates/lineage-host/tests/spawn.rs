@@ -83,6 +83,34 @@ async fn s1_one_shot_returns_its_result_and_is_settled_then_disposed() {
     assert_eq!(approval["source"], "delegation");
     let sandbox = &log[pos("sandbox/mode")].data;
     assert_eq!(sandbox["mode"], "workspace-write");
+    // The prompt is accepted with the creation window; the turn reads it.
+    assert!(pos("host/agent") < pos("inbox/accepted"));
+    assert!(pos("inbox/accepted") < pos("turn/start"));
+    assert_eq!(
+        log[pos("turn/start")].data["inputs"][0],
+        log[pos("inbox/accepted")].seq
+    );
+    assert!(
+        log.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+        "contiguous: {k:?}"
+    );
+    // Two messages on the child's subject: the creation window (policy, agent, accepted
+    // prompt) and the whole one-shot turn, each all or nothing.
+    let js = async_nats::jetstream::new(cluster.client.clone());
+    let mut stream = js
+        .get_stream(subjects.events_stream())
+        .await
+        .expect("events stream");
+    let subject = subjects.session_events(&reply.session);
+    let info = stream
+        .info_with_subjects(subject.clone())
+        .await
+        .expect("stream info")
+        .next()
+        .await
+        .expect("the child's subject")
+        .expect("subject count");
+    assert_eq!(info, (subject, 2));
     host.shutdown().await;
 }
 
