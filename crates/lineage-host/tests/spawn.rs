@@ -97,7 +97,7 @@ async fn s1_one_shot_returns_its_result_and_is_settled_then_disposed() {
     // Two messages on the child's subject: the creation window (policy, agent, accepted
     // prompt) and the whole one-shot turn, each all or nothing.
     let js = async_nats::jetstream::new(cluster.client.clone());
-    let mut stream = js
+    let stream = js
         .get_stream(subjects.events_stream())
         .await
         .expect("events stream");
