@@ -175,6 +175,8 @@ pub(crate) struct AgentTask {
     pub(crate) last_stop: StopReason,
     pub(crate) forced_stop: Option<StopReason>,
     pub(crate) captured: Option<OneShotResult>,
+    /// The settlement notice captured for delivery after the commit (continuable children).
+    pub(crate) notice: Option<lineage_core::messages::SubagentSettled>,
     /// Whether the settlement commit also disposed the session (one-shot runs).
     pub(crate) disposed_at_settle: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
@@ -287,6 +289,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         captured: None,
         one_shot: init.one_shot,
         disposed_at_settle: false,
+        notice: None,
         turn_slot,
         stop: stop.clone(),
         done: false,
@@ -889,12 +892,12 @@ impl AgentTask {
         if let Some(e) = &error {
             end["error"] = json!(e);
         }
+        // Staged: written with whatever comes next (an accepted arrival, the settlement
+        // commit's flush) or, at the latest, below, once the activation has heard of it.
         self.stage(TURN_END_EVENT, end);
-        if let Err(e) = self.flush().await {
-            tracing::warn!(session = %self.session, error = %e, "turn not recorded; it is retried with the next append");
-        }
         // Host shutdown: no settlement, the session stays resumable.
         if self.done || self.stop.is_cancelled() {
+            self.flush_turn().await;
             return;
         }
         self.accept_arrivals(rx).await;
@@ -912,6 +915,14 @@ impl AgentTask {
                     self.want_turn = true;
                 }
             }
+        }
+        self.flush_turn().await;
+    }
+
+    /// Writes what the turn left staged (a no-op when a barrier already did).
+    async fn flush_turn(&mut self) {
+        if let Err(e) = self.flush().await {
+            tracing::warn!(session = %self.session, error = %e, "turn not recorded; it is retried with the next append");
         }
     }
 

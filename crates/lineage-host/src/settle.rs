@@ -23,7 +23,10 @@ use crate::control::OneShotResult;
 use crate::error::HostError;
 
 impl AgentTask {
-    /// Step 1: capture the result (last assistant message and stop reason).
+    /// Step 1: capture the result (last assistant message and stop reason). A continuable
+    /// child also writes its settlement notice now: the notice (outbox seq, summary, output)
+    /// is staged as `outbox/settled` and becomes durable with the commit's flush (step 2), so
+    /// after the commit the notice goes out at once, and a resumed child never reuses its seq.
     pub(crate) fn capture(&mut self, stop_reason: Option<&str>) {
         let stop = self
             .forced_stop
@@ -33,6 +36,33 @@ impl AgentTask {
             structured: None,
             stop_reason: stop,
         });
+        let parent = match (self.shape, self.header.parent_session()) {
+            (Some(SubagentShape::Continuable), Some(parent)) => parent.clone(),
+            (Some(SubagentShape::Continuable), None) | (Some(SubagentShape::OneShot) | None, _) => {
+                return
+            }
+        };
+        self.outbox_seq += 1;
+        let label = self
+            .descriptor
+            .as_ref()
+            .and_then(|d| d.label.clone())
+            .unwrap_or_else(|| self.session.to_string());
+        let output = self.last_assistant.clone();
+        let summary = settlement_summary(&label, stop, output.as_deref());
+        self.stage(
+            SETTLED_SENT_EVENT,
+            json!({"seq": self.outbox_seq, "stop_reason": stop.as_str(), "summary": summary}),
+        );
+        self.notice = Some(SubagentSettled::new(
+            self.session.clone(),
+            parent,
+            self.outbox_seq,
+            &summary,
+            stop,
+            output,
+            self.shared.now(),
+        ));
     }
 
     fn stop_reason(&self) -> StopReason {
@@ -47,6 +77,8 @@ impl AgentTask {
     /// the registry refuses the disposal because children of it are still undisposed (ones it
     /// does not own), it is only marked `settled`.
     pub(crate) async fn mark_terminal(&mut self) -> Result<(), HostError> {
+        // What the run staged (its last turn, the notice) is durable before the commit.
+        self.flush().await?;
         let disposed = match self.shape {
             Some(SubagentShape::OneShot) => {
                 let session = self.session.clone();
@@ -117,29 +149,11 @@ impl AgentTask {
             }
             return;
         }
-        self.outbox_seq += 1;
-        let label = self
-            .descriptor
-            .as_ref()
-            .and_then(|d| d.label.clone())
-            .unwrap_or_else(|| child.to_string());
-        let output = self.last_assistant.clone();
-        let summary = settlement_summary(&label, stop, output.as_deref());
-        let notice = SubagentSettled::new(
-            child.clone(),
-            parent,
-            self.outbox_seq,
-            &summary,
-            stop,
-            output,
-            self.shared.now(),
-        );
-        let _ = self
-            .append(
-                SETTLED_SENT_EVENT,
-                json!({"seq": self.outbox_seq, "stop_reason": stop.as_str(), "summary": summary}),
-            )
-            .await;
+        // Written at capture and durable since the commit's flush.
+        let Some(notice) = self.notice.take() else {
+            tracing::error!(session = %child, %parent, "no settlement notice was captured; not notifying");
+            return;
+        };
         publish_with_retry(&self.shared, &self.session, InboxMessage::Settled(notice)).await;
     }
 }

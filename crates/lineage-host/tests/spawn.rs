@@ -161,6 +161,20 @@ async fn x2_continuable_settlement_is_delivered_after_the_commit() {
         "{}",
         notice.summary
     );
+    // The notice was durable in the child's outbox before the commit (so a resumed child never
+    // reuses its seq), together with the end of the turn that settled it.
+    let log = cluster.log(&child.session).await;
+    let outbox: Vec<_> = log.iter().filter(|e| e.kind == "outbox/settled").collect();
+    assert_eq!(outbox.len(), 1, "{:?}", kinds(&log));
+    assert_eq!(outbox[0].data["seq"], notice.seq);
+    assert_eq!(outbox[0].data["summary"], notice.summary.as_str());
+    assert_eq!(
+        log.last().map(|e| e.kind.as_str()),
+        Some("outbox/settled"),
+        "{:?}",
+        kinds(&log)
+    );
+    assert_eq!(log[log.len() - 2].kind, "turn/end");
 
     // The parent accepted it and took a turn on it.
     wait_for(10, "the parent to echo the notice", || async {
