@@ -71,4 +71,11 @@ impl BusError {
             reason: e.to_string(),
         }
     }
+
+    pub(crate) fn nats(op: &'static str, e: impl std::fmt::Display) -> Self {
+        BusError::Nats {
+            op,
+            reason: e.to_string(),
+        }
+    }
 }

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use lineage_core::ids::SessionId;
@@ -23,9 +23,16 @@ use crate::subjects::Subjects;
 /// Appends to and reads session logs.
 #[derive(Clone)]
 pub struct EventLogStore {
+    client: async_nats::Client,
     js: jetstream::Context,
     subjects: Subjects,
 }
+
+/// Log messages asked for per direct-get batch when reading a log.
+pub const READ_BATCH: usize = 256;
+
+/// How long a log read waits for the next message of a batch.
+const READ_WAIT: Duration = Duration::from_secs(5);
 
 /// Where a session's log stands on the stream: the stream sequence of its last event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,19 +42,42 @@ pub struct LogCursor {
 }
 
 impl EventLogStore {
-    /// Binds to the events stream of a cluster, creating it if it does not exist.
+    /// Binds to the events stream of a cluster, creating it if it does not exist. The stream
+    /// allows direct gets (one round trip per [`READ_BATCH`] messages when a log is read); an
+    /// existing stream created without them is updated to allow them.
     pub async fn open(client: async_nats::Client, subjects: Subjects) -> Result<Self, BusError> {
-        let js = jetstream::new(client);
-        js.get_or_create_stream(stream::Config {
+        let js = jetstream::new(client.clone());
+        let config = stream::Config {
             name: subjects.events_stream(),
             subjects: vec![subjects.all_session_events()],
             storage: stream::StorageType::File,
             description: Some("lineage session event logs, one subject per session".into()),
+            allow_direct: true,
             ..Default::default()
+        };
+        let mut stream = js
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| BusError::js("create the session events stream", e))?;
+        let existing = stream
+            .info()
+            .await
+            .map_err(|e| BusError::js("read the session events stream", e))?
+            .config
+            .clone();
+        if !existing.allow_direct {
+            js.update_stream(stream::Config {
+                allow_direct: true,
+                ..existing
+            })
+            .await
+            .map_err(|e| BusError::js("allow direct gets on the session events stream", e))?;
+        }
+        Ok(EventLogStore {
+            client,
+            js,
+            subjects,
         })
-        .await
-        .map_err(|e| BusError::js("create the session events stream", e))?;
-        Ok(EventLogStore { js, subjects })
     }
 
     /// Appends one event; with `expected`, refuses if the log moved past that cursor.
@@ -145,57 +175,85 @@ impl EventLogStore {
         (id.as_str() == msg_id && last.payload.as_ref() == payload).then_some(last.sequence)
     }
 
-    /// Reads a session's whole log, in order, with the cursor to append after it.
+    /// Reads a session's whole log, in order, with the cursor to append after it: batched
+    /// direct gets (`$JS.API.DIRECT.GET.<stream>` with `next_by_subj`), [`READ_BATCH`]
+    /// messages per round trip, each batch ended by the server's `204 EOB` status.
     pub async fn read(
         &self,
         session: &SessionId,
     ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
-        let stream = self
-            .js
-            .get_stream(self.subjects.events_stream())
+        let subject = self.subjects.session_events(session);
+        let api = format!("$JS.API.DIRECT.GET.{}", self.subjects.events_stream());
+        let inbox = self.client.new_inbox();
+        let mut replies = self
+            .client
+            .subscribe(inbox.clone())
             .await
-            .map_err(|e| BusError::js("open the session events stream", e))?;
-        let consumer = stream
-            .create_consumer(consumer::pull::OrderedConfig {
-                filter_subject: self.subjects.session_events(session),
-                deliver_policy: consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::js("read a session log", e))?;
-        // The creation reply says how many messages there are: no separate info round trip.
-        let pending = consumer.cached_info().num_pending;
+            .map_err(|e| BusError::nats("subscribe for a session log read", e))?;
         let mut events = Vec::new();
-        let mut read = 0u64;
         let mut cursor = LogCursor::default();
-        if pending == 0 {
-            return Ok((events, cursor));
-        }
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| BusError::js("read a session log", e))?;
-        while read < pending {
-            let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        loop {
+            let ask = serde_json::json!({
+                "seq": cursor.last_stream_seq + 1,
+                "next_by_subj": subject,
+                "batch": READ_BATCH,
+            });
+            self.client
+                .publish_with_reply(api.clone(), inbox.clone(), ask.to_string().into())
                 .await
-                .map_err(|_| BusError::Timeout {
-                    op: "reading a session log",
-                    millis: 5000,
-                })?;
-            let Some(msg) = next else { break };
-            let msg = msg.map_err(|e| BusError::js("read a session log", e))?;
-            let info = msg
-                .info()
-                .map_err(|e| BusError::js("read a session log", e))?;
-            cursor.last_stream_seq = info.stream_sequence;
-            read += 1;
-            events.extend(decode_log_message(&msg.payload)?);
-            if info.pending == 0 {
+                .map_err(|e| BusError::nats("ask for a session log batch", e))?;
+            let more = loop {
+                let msg = tokio::time::timeout(READ_WAIT, replies.next())
+                    .await
+                    .map_err(|_| BusError::Timeout {
+                        op: "reading a session log",
+                        millis: READ_WAIT.as_millis() as u64,
+                    })?
+                    .ok_or_else(|| BusError::JetStream {
+                        op: "read a session log",
+                        reason: "the reply subscription closed".to_owned(),
+                    })?;
+                match msg.status.map(|s| s.as_u16()) {
+                    None => {
+                        let seq = header_u64(&msg, async_nats::header::NATS_SEQUENCE).ok_or_else(
+                            || BusError::JetStream {
+                                op: "read a session log",
+                                reason: "a direct get reply without Nats-Sequence".to_owned(),
+                            },
+                        )?;
+                        cursor.last_stream_seq = seq;
+                        events.extend(decode_log_message(&msg.payload)?);
+                    }
+                    // End of this batch: more to read when the server says so.
+                    Some(204) => break header_u64(&msg, "Nats-Num-Pending").unwrap_or(0) > 0,
+                    // Nothing (more) on the subject.
+                    Some(404) => break false,
+                    Some(code) => {
+                        return Err(BusError::JetStream {
+                            op: "read a session log",
+                            reason: format!(
+                                "direct get answered {code} {}",
+                                msg.description.as_deref().unwrap_or("")
+                            ),
+                        })
+                    }
+                }
+            };
+            if !more {
                 break;
             }
         }
+        let _ = replies.unsubscribe().await;
         Ok((events, cursor))
     }
+}
+
+/// A numeric header of a direct get reply.
+fn header_u64(
+    msg: &async_nats::Message,
+    name: impl async_nats::header::IntoHeaderName,
+) -> Option<u64> {
+    msg.headers.as_ref()?.get(name)?.as_str().parse().ok()
 }
 
 /// The events of one log message: one event (a JSON object) or a batch (a JSON array of events,

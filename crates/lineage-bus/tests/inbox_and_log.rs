@@ -253,3 +253,59 @@ async fn k1_batched_appends_read_back_as_one_ordered_log_and_are_fenced_as_a_who
     let (events, _) = store.read(&sid(9)).await.unwrap();
     assert_eq!(events.len(), 13);
 }
+
+#[tokio::test]
+async fn k1_a_log_longer_than_one_read_batch_reads_whole_and_in_order() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let store = EventLogStore::open(client, Subjects::new("t").unwrap())
+        .await
+        .unwrap();
+    let n = lineage_bus::events::READ_BATCH as u64 * 2 + 44;
+    let mut cursor = LogCursor::default();
+    for seq in 1..=n {
+        cursor = store
+            .append(&sid(3), &user_event(seq), Some(cursor))
+            .await
+            .unwrap();
+        // Another session's messages interleave on the stream.
+        if seq % 7 == 0 {
+            store
+                .append(&sid(4), &user_event(seq / 7), None)
+                .await
+                .unwrap();
+        }
+    }
+    let (events, read_cursor) = store.read(&sid(3)).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=n).collect::<Vec<_>>()
+    );
+    assert_eq!(read_cursor, cursor);
+    let (other, _) = store.read(&sid(4)).await.unwrap();
+    assert_eq!(other.len() as u64, n / 7);
+}
+
+#[tokio::test]
+async fn k1_a_stream_created_without_direct_gets_is_upgraded_and_read() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let subjects = Subjects::new("t").unwrap();
+    // As an older build created it.
+    let js = async_nats::jetstream::new(client.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: subjects.events_stream(),
+        subjects: vec![subjects.all_session_events()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = EventLogStore::open(client, subjects).await.unwrap();
+    let cursor = store
+        .append_all(&sid(5), &[user_event(1), user_event(2)], None)
+        .await
+        .unwrap();
+    let (events, read_cursor) = store.read(&sid(5)).await.unwrap();
+    assert_eq!(events, vec![user_event(1), user_event(2)]);
+    assert_eq!(read_cursor, cursor);
+}

@@ -39,11 +39,14 @@ impl Shared {
 
     async fn resume_inner(self: &Arc<Self>, session: SessionId) -> Result<ResumeReply, HostError> {
         self.check_running()?;
-        let record = self
-            .registry
-            .session(session.clone())
-            .await?
-            .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+        // The record and the log are read at once (neither depends on the other). A log read
+        // while another node still appended is caught later: the claim's epoch CAS refuses a
+        // session that moved, and the log's sequence check fences a stale cursor.
+        let (record, log_read) = tokio::join!(
+            self.registry.session(session.clone()),
+            self.events.read(&session)
+        );
+        let record = record?.ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
         let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
         if self.is_live(&session) {
             return Ok(ResumeReply {
@@ -69,7 +72,7 @@ impl Shared {
         // Read and check everything before claiming: a log that cannot be resumed is refused
         // without moving the placement.
         let header = record.header.clone();
-        let (events, cursor) = self.events.read(&session).await?;
+        let (events, cursor) = log_read?;
         let log =
             SessionLog::from_events(session.clone(), events, header.seed_length().unwrap_or(0))?;
         let agent: AgentRecord = log
