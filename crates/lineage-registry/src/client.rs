@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use async_nats::Client;
 use bytes::Bytes;
+use futures::FutureExt;
 use lineage_core::depth::MaxDepth;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
@@ -132,8 +133,19 @@ impl RegistryClient {
                 _ => subjects::read(&self.cluster),
             };
             let budget = self.attempt_timeout.min(end - now);
-            let outcome =
-                tokio::time::timeout(budget, self.nats.request(subject, payload.clone())).await;
+            // The caller's trace context goes along: the serving member records its part of
+            // the request as a span of that trace.
+            let sent = match lineage_bus::trace::current() {
+                Some(ctx) => {
+                    let mut headers = async_nats::HeaderMap::new();
+                    ctx.inject(&mut headers);
+                    self.nats
+                        .request_with_headers(subject, headers, payload.clone())
+                        .left_future()
+                }
+                None => self.nats.request(subject, payload.clone()).right_future(),
+            };
+            let outcome = tokio::time::timeout(budget, sent).await;
             let mut sleep = true;
             match outcome {
                 Err(_) => {

@@ -29,6 +29,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, Raf
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::client::RegistryClient;
 use crate::error::RegistryError;
@@ -504,6 +505,29 @@ async fn batch_writes(
 }
 
 /// Serves client writes and reads for one member.
+/// The span of one client request served here, when the request carries a `traceparent`: a
+/// child of the caller's context, named `registry.write` or `registry.read`, with the
+/// `trace_id`, `span_id` and `parent_span_id` fields an exporter gives it its identity from.
+/// (Raft replication serves many writes at once and is not traced.) Untraced requests, such as
+/// lease heartbeats, get no span.
+fn request_span(
+    is_write: bool,
+    raft_id: u64,
+    parent: Option<lineage_bus::trace::TraceContext>,
+) -> tracing::Span {
+    let Some(parent) = parent else {
+        return tracing::Span::none();
+    };
+    let ctx = parent.child();
+    let (trace_id, span_id, parent_span_id) =
+        (ctx.trace_id_hex(), ctx.span_id_hex(), parent.span_id_hex());
+    if is_write {
+        tracing::info_span!("registry.write", raft_id, %trace_id, %span_id, %parent_span_id)
+    } else {
+        tracing::info_span!("registry.read", raft_id, %trace_id, %span_id, %parent_span_id)
+    }
+}
+
 #[derive(Clone)]
 struct Server {
     raft: RegistryRaft,
@@ -529,11 +553,16 @@ impl Server {
                     let Some(msg) = msg else { break };
                     let Some(reply) = msg.reply.clone() else { continue };
                     let this = self.clone();
+                    let span = request_span(
+                        is_write,
+                        this.raft_id,
+                        lineage_bus::trace::TraceContext::from_headers(msg.headers.as_ref()),
+                    );
                     tokio::spawn(async move {
                         let body = if is_write {
-                            serde_json::to_vec(&this.write(&msg.payload).await)
+                            serde_json::to_vec(&this.write(&msg.payload).instrument(span).await)
                         } else {
-                            serde_json::to_vec(&this.read(&msg.payload).await)
+                            serde_json::to_vec(&this.read(&msg.payload).instrument(span).await)
                         };
                         match body {
                             Ok(body) => {

@@ -268,7 +268,7 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     // The collector gets spans of that trace from node-1 and node-2 (export runs every second).
     let spans = eventually(
         Duration::from_secs(20),
-        "spans of the CLI's trace from node-1 (spawn, inbox) and node-2 (start, turn, report, settle)",
+        "spans of the CLI's trace from node-1 (spawn, inbox), node-2 (start, turn, report, settle) and the registry leader (registry.write)",
         || {
             let mine: Vec<Exported> = collector
                 .spans()
@@ -283,7 +283,8 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
                 && has("node-2", "start")
                 && has("node-2", "turn")
                 && has("node-2", "report")
-                && has("node-2", "settle");
+                && has("node-2", "settle")
+                && mine.iter().any(|s| s.span["name"] == "registry.write");
             all.then_some(mine)
         },
     );
@@ -308,6 +309,18 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     assert_eq!(spawn.attr("shape").as_deref(), Some("continuable"));
     assert_eq!(spawn.attr("node").as_deref(), Some("node-1"));
     assert!(spawn.attr("run").is_some(), "{:?}", spawn.span);
+    // The registration went to the registry leader (any node) in the same trace: the member's
+    // `registry.write` span hangs under node-1's spawn span.
+    let registry_writes: Vec<&Exported> = spans
+        .iter()
+        .filter(|s| s.span["name"] == "registry.write")
+        .collect();
+    assert!(
+        registry_writes
+            .iter()
+            .any(|s| s.span["parentSpanId"] == spawn.span["spanId"]),
+        "a registry.write span is a child of the spawn span: {registry_writes:#?}"
+    );
     // The hop node-1 -> node-2 (per-node start request) keeps the parent link.
     let start = find("node-2", "start")
         .into_iter()
