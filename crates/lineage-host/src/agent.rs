@@ -129,6 +129,10 @@ pub(crate) enum AgentCmd {
         reply: oneshot::Sender<()>,
         trace: Option<TraceContext>,
     },
+    /// Re-adoption at start-up (see `readopt`): with no turn to take, let the activation
+    /// decide as if the last turn had just finished (it settles when nothing is pending and no
+    /// owned child remains, else it waits).
+    Recover,
 }
 
 /// Everything needed to bring an agent to life (at birth or on cold resume).
@@ -301,6 +305,9 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
     if let Some((kind, data)) = task.driver.start_record() {
         task.append(&kind, data).await?;
     }
+    if init.resumed {
+        task.close_interrupted_turn().await?;
+    }
     let pending = task.restore_from_log();
     // A restored waking message (at birth: the first prompt, accepted with the creation
     // window) starts its turn in the trace of whoever brought the agent to life.
@@ -337,6 +344,62 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
 }
 
 impl AgentTask {
+    /// On resume: a turn the log shows started but never ended was cut short by the loss of
+    /// the agent that ran it (its node died or restarted). It gets its `turn/end`, stop reason
+    /// `interrupted`, before anything else happens, so the log says how it ended.
+    async fn close_interrupted_turn(&mut self) -> Result<(), HostError> {
+        let Some(last) = self
+            .log
+            .events_after_seed()
+            .iter()
+            .rev()
+            .find(|e| e.kind == TURN_START_EVENT || e.kind == TURN_END_EVENT)
+        else {
+            return Ok(());
+        };
+        if last.kind != TURN_START_EVENT {
+            return Ok(());
+        }
+        let index = last.data.get("index").cloned().unwrap_or(json!(null));
+        self.append(
+            TURN_END_EVENT,
+            json!({
+                "index": index,
+                "stop_reason": StopReason::Interrupted.as_str(),
+                "error": "the agent running this turn was lost (its node stopped); resumed here",
+            }),
+        )
+        .await?;
+        self.last_stop = StopReason::Interrupted;
+        Ok(())
+    }
+
+    /// [`AgentCmd::Recover`]: nothing to do while a turn runs or is due (it reaches the
+    /// activation when it ends); otherwise the activation hears that the last turn finished,
+    /// with that turn's stop reason.
+    async fn recover(&mut self) {
+        if self.busy || self.want_turn || !self.wake.is_empty() || self.activation.is_none() {
+            return;
+        }
+        let last_stop = self
+            .log
+            .events_after_seed()
+            .iter()
+            .rev()
+            .find(|e| e.kind == TURN_END_EVENT)
+            .and_then(|e| e.data.get("stop_reason").and_then(|v| v.as_str()))
+            .map(str::to_owned);
+        match last_stop {
+            Some(stop) => {
+                self.feed(ActivationEvent::TurnFinished {
+                    stop_reason: Some(stop),
+                })
+                .await
+            }
+            None => self.feed(ActivationEvent::Idle).await,
+        }
+    }
+
     /// Rebuilds counters, dedup ids and unconsumed messages from the log (cold resume; a no-op
     /// at birth). Returns one `wake` flag per restored pending message.
     fn restore_from_log(&mut self) -> Vec<bool> {
@@ -622,7 +685,7 @@ impl AgentTask {
                 AgentCmd::Stop { reply, .. } | AgentCmd::Release { reply, .. } => {
                     let _ = reply.send(());
                 }
-                AgentCmd::Adopt(_) => {}
+                AgentCmd::Adopt(_) | AgentCmd::Recover => {}
             }
         }
         // A one-shot caller waiting for a result that never came gets a disposed result.
@@ -641,7 +704,7 @@ impl AgentTask {
             AgentCmd::Deliver { trace, .. }
             | AgentCmd::Stop { trace, .. }
             | AgentCmd::Release { trace, .. } => *trace,
-            AgentCmd::Adopt(_) => None,
+            AgentCmd::Adopt(_) | AgentCmd::Recover => None,
         };
         lineage_bus::trace::maybe_scope(trace, self.handle_inner(cmd)).await
     }
@@ -657,6 +720,7 @@ impl AgentTask {
                 let _ = reply.send(outcome);
             }
             AgentCmd::Adopt(child) => self.feed(ActivationEvent::ChildAdopted(child)).await,
+            AgentCmd::Recover => self.recover().await,
             AgentCmd::Stop { reply, .. } => {
                 self.cancel_turn();
                 self.forced_stop = Some(StopReason::Disposed);
@@ -773,7 +837,12 @@ impl AgentTask {
         }
         loop {
             match self.backlog.front() {
-                Some(AgentCmd::Deliver { .. } | AgentCmd::Adopt(_) | AgentCmd::Stop { .. }) => {
+                Some(
+                    AgentCmd::Deliver { .. }
+                    | AgentCmd::Adopt(_)
+                    | AgentCmd::Stop { .. }
+                    | AgentCmd::Recover,
+                ) => {
                     if let Some(cmd) = self.backlog.pop_front() {
                         self.handle(cmd).await;
                     }

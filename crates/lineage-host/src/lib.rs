@@ -22,6 +22,7 @@
 //! | [`followup`] | next user message, cold-resuming first | M3 |
 //! | [`interrupt`] | authority-checked turn cancellation | M4, R3 |
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
+//! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service | N3 |
 //! | [`service`] | the `lineage` NATS micro service | N3, O3 |
@@ -40,6 +41,7 @@ pub mod error;
 pub mod followup;
 pub mod host;
 pub mod interrupt;
+pub mod readopt;
 pub mod registry;
 pub mod report;
 pub mod resume;

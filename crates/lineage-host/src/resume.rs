@@ -6,9 +6,10 @@
 //! epoch (one winner) -> start the driver on the log, with owner = the durable parent only when
 //! that parent is live on this node (R2) -> a new run: `subagent/start` again, paired with the
 //! `subagent/end` of its next settlement. Its reports and settlement still go to the durable
-//! parent's inbox subject, wherever that parent runs. Messages accepted but not consumed before
-//! the session went cold are turned into pending input again; its inbox consumer picks up
-//! whatever arrived meanwhile.
+//! parent's inbox subject, wherever that parent runs; a live parent here adopts it again. A turn
+//! the log shows started but never ended is closed as `interrupted` first. Messages accepted but
+//! not consumed before the session went cold are turned into pending input again; its inbox
+//! consumer picks up whatever arrived meanwhile.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use lineage_core::messages::SubagentRunInfo;
 use lineage_core::policy::{reapply_delegated_policy, ParentPolicyView};
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionState};
 
-use crate::agent::{launch, AgentInit, AgentRecord, AGENT_EVENT};
+use crate::agent::{launch, AgentCmd, AgentInit, AgentRecord, AGENT_EVENT};
 use crate::control::{ResumeOutcome, ResumeReply};
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
@@ -181,6 +182,9 @@ impl Shared {
             }
             _ => None,
         };
+        let adopter = owner
+            .clone()
+            .filter(|_| shape == Some(SubagentShape::Continuable));
         launch(
             self,
             AgentInit {
@@ -199,6 +203,10 @@ impl Shared {
             },
         )
         .await?;
+        // R1: the live parent here owns it again (it waits for its settlement, as at birth).
+        if let Some(parent) = adopter {
+            let _ = self.send(&parent, AgentCmd::Adopt(session.clone()));
+        }
         self.metrics.resumed();
         Ok(ResumeReply {
             session,

@@ -97,6 +97,22 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         tracing::info!(%addr, "http: /metrics /healthz /readyz");
     }
     tracing::info!(node = %node_id, "node ready");
+    // Take back what the registry still places here (a restart): in the background, once the
+    // node serves requests.
+    let readopting = host.clone();
+    tokio::spawn(async move {
+        match readopting.readopt().await {
+            Ok(report) if report.resumed.is_empty() && report.failed.is_empty() => {}
+            Ok(report) => tracing::info!(
+                resumed = report.resumed.len(),
+                failed = report.failed.len(),
+                "re-adopted the sessions placed on this node"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "re-adoption failed; the sessions come back on their next followup")
+            }
+        }
+    });
 
     shutdown.cancelled().await;
     tracing::info!(node = %node_id, "node stopping");

@@ -1,6 +1,7 @@
 //! End to end, node failures: a continuable child whose node is SIGKILLed mid-turn is
 //! cold-resumed elsewhere (K1, R2, L3, S3); a parent whose node was down gets every report
-//! queued meanwhile, exactly once (N2, M1, M2).
+//! queued meanwhile, exactly once (N2, M1, M2); a node that restarts re-adopts its sessions and
+//! settles a turn its stop cut short as `interrupted` (K1, X2).
 
 mod common;
 
@@ -214,9 +215,15 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
     c.restart(2);
     c.wait_ready(Duration::from_secs(60));
     wait_lease(&c, "node-3", true);
+    // node-3 re-adopts P at start-up (no followup needed): claimed again, epoch 2, and its
+    // inbox consumer picks up what was queued.
+    eventually(T, "P re-adopted on node-3", || {
+        let r = c.row(&p, &p);
+        (r["live"] == true && r["epoch"] == 2 && r["node"] == "node-3").then_some(())
+    });
     let sent = c.cli_json(&["send", &p, "back"]);
     assert_eq!(sent["node"], "node-3", "{sent}");
-    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    assert_eq!(sent["outcome"], "delivered", "{sent}");
     assert_eq!(c.row(&p, &p)["epoch"], 2);
 
     // Every queued report and settlement, accepted once, each read by exactly one turn.
@@ -281,4 +288,77 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
             assert_eq!(n, 1, "{text}:\n{}", render_log(&log));
         }
     }
+}
+
+#[test]
+fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
+    let mut c = Cluster::start(3);
+    // A continuable child on node-2, mid-turn, of a parent on node-1; a top-level session on
+    // node-2 too.
+    let child =
+        json!({"turns": [[{"do": "reply", "text": "started"}, {"do": "sleep", "ms": 120000}]]});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("continuable", "node-2", "a", child)]], "after": {"do": "echo"}}),
+    );
+    let tree = eventually(T, "one child", || {
+        let t = c.tree(&root);
+        (t.len() == 2).then_some(t)
+    });
+    let a = Cluster::children(&tree, &root)[0].clone();
+    c.wait_log(&a, T, "the child's first reply", |l| {
+        !of_kind(l, "turn/assistant").is_empty()
+    });
+    let top = c.spawn_root(
+        "node-2",
+        &json!({"turns": [[{"do": "reply", "text": "up"}]]}),
+    );
+    assert_eq!(c.row(&top, &top)["epoch"], 1);
+
+    // SIGKILL node-2 and start it again on its data dir; nobody resumes anything meanwhile.
+    c.nodes[1].kill();
+    c.restart(1);
+    c.wait_ready(Duration::from_secs(60));
+
+    // The child is back on node-2 (claimed again: epoch 2); the turn the kill cut short ended
+    // as interrupted, so it settled, and its parent got the notice, once.
+    c.wait_state(&root, &a, "settled", T);
+    let row = c.row(&root, &a);
+    assert_eq!(
+        (row["node"].as_str(), row["epoch"].as_u64()),
+        (Some("node-2"), Some(2)),
+        "{row}"
+    );
+    let log = c.log(&a);
+    let ends = of_kind(&log, "turn/end");
+    assert_eq!(ends.len(), 1, "{}", render_log(&log));
+    assert_eq!(
+        ends[0].data["stop_reason"],
+        "interrupted",
+        "{}",
+        render_log(&log)
+    );
+    assert_eq!(of_kind(&log, "turn/start").len(), 1, "no turn is replayed");
+    let root_log = c.wait_log(&root, T, "the child's settlement", |l| {
+        !accepted(l, "subagent-settled", Some(&a)).is_empty()
+    });
+    let notices = accepted(&root_log, "subagent-settled", Some(&a));
+    assert_eq!(notices.len(), 1, "{}", render_log(&root_log));
+    let summary = notices[0].data["message"]["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("interrupted"), "{summary}");
+
+    // The top-level session is live on node-2 again (no activation: it just waits for input).
+    let top_row = eventually(T, "the top-level session live again", || {
+        let r = c.row(&top, &top);
+        (r["live"] == true).then_some(r)
+    });
+    assert_eq!(
+        (
+            top_row["node"].as_str(),
+            top_row["epoch"].as_u64(),
+            top_row["state"].as_str()
+        ),
+        (Some("node-2"), Some(2), Some("running")),
+        "{top_row}"
+    );
 }

@@ -1,0 +1,77 @@
+//! Re-adoption (K1, X2, R1): a node that starts again takes back the sessions the registry
+//! still places on it.
+//!
+//! A node that stopped (crash, restart, upgrade) leaves its sessions `running` or `waiting` in
+//! the registry, placed on it, live nowhere. Nothing else would wake a child that was in the
+//! middle of a turn: its parent would wait for a settlement that never comes. At start-up the
+//! node therefore:
+//!
+//! 1. lists the undisposed sessions placed on it that are `running` or `waiting`;
+//! 2. resumes each here, parents before children (so a child whose parent is live here is owned
+//!    by it again), each with the usual claim (compare-and-swap on the epoch: a session another
+//!    node took meanwhile is left to it);
+//! 3. then, children before parents, tells each resumed agent to recover: a turn cut short was
+//!    closed as `interrupted` by the resume, and an agent with nothing to do lets its activation
+//!    decide as if its last turn had just finished: it settles (its parent gets the notice,
+//!    stop reason `interrupted` for a turn the stop cut short) or waits for its owned children.
+//!    Pending input (accepted, not consumed) simply starts a turn.
+//!
+//! Settled sessions stay cold: they come back on their next followup, as anywhere.
+
+use std::sync::Arc;
+
+use lineage_core::ids::SessionId;
+use lineage_registry::types::SessionState;
+
+use crate::agent::AgentCmd;
+use crate::error::HostError;
+use crate::host::{Host, Shared};
+
+/// What a re-adoption did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadoptReport {
+    /// Sessions resumed here, parents before children.
+    pub resumed: Vec<SessionId>,
+    /// Sessions that could not be resumed, with the one-line reason (e.g. another node claimed
+    /// them first, or their log cannot be resumed).
+    pub failed: Vec<(SessionId, String)>,
+}
+
+impl Shared {
+    pub(crate) async fn readopt(self: &Arc<Self>) -> Result<ReadoptReport, HostError> {
+        self.check_running()?;
+        let mut mine: Vec<_> = self
+            .registry
+            .sessions_on_node(self.cfg.node.clone())
+            .await?
+            .into_iter()
+            .filter(|r| matches!(r.state, SessionState::Running | SessionState::Waiting))
+            .filter(|r| !self.is_live(r.header.id()))
+            .collect();
+        mine.sort_by_key(|r| (r.depth(), r.header.id().to_string()));
+        let mut report = ReadoptReport::default();
+        for record in mine {
+            let session = record.header.id().clone();
+            match self.resume_local(session.clone()).await {
+                Ok(_) => report.resumed.push(session),
+                Err(e) => {
+                    tracing::warn!(%session, error = %e, "not re-adopted");
+                    report.failed.push((session, e.to_string()));
+                }
+            }
+        }
+        for session in report.resumed.iter().rev() {
+            let _ = self.send(session, AgentCmd::Recover);
+        }
+        Ok(report)
+    }
+}
+
+impl Host {
+    /// Re-adoption: resumes here the `running` and `waiting` sessions the registry places on
+    /// this node and lets each recover (see the module documentation). Run once at start-up,
+    /// after the node serves requests.
+    pub async fn readopt(&self) -> Result<ReadoptReport, HostError> {
+        self.shared.readopt().await
+    }
+}
