@@ -3,7 +3,8 @@
 //! Live here: the message is accepted into the agent's log and queued. Live on another node
 //! (its lease is current and it is running or waiting): the request is forwarded once to that
 //! node. Otherwise (its node is dead, or it settled/was passivated) it is cold: resumed here
-//! ([`crate::resume`]) and then given the message.
+//! ([`crate::resume`]) and then given the message. A followup that finds the agent here in the
+//! middle of its settlement (live, taking no message) waits for it to leave, then resumes it.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_registry::types::SessionState;
 
 use crate::agent::{AgentCmd, Incoming};
-use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest};
+use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, ResumeOutcome};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
 use crate::telemetry::op_span;
@@ -74,13 +75,32 @@ impl Shared {
                 )
                 .await;
         }
-        self.resume_local(session.clone()).await?;
-        self.deliver_user(&request).await?;
-        Ok(FollowupReply {
-            session,
-            node: self.cfg.node.clone(),
-            outcome: FollowupOutcome::ResumedAndDelivered,
-        })
+        // Cold, or settling here: an agent whose settlement is under way is still live here
+        // (resume says `already_live`) but takes no message; once it has left, it is cold and
+        // resumed. Bounded by the request deadline.
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
+        loop {
+            let resumed = self.resume_local(session.clone()).await?;
+            match self.deliver_user(&request).await {
+                Ok(()) => {
+                    let outcome = match resumed.outcome {
+                        ResumeOutcome::Resumed => FollowupOutcome::ResumedAndDelivered,
+                        ResumeOutcome::AlreadyLive => FollowupOutcome::Delivered,
+                    };
+                    return Ok(FollowupReply {
+                        session,
+                        node: self.cfg.node.clone(),
+                        outcome,
+                    });
+                }
+                Err(HostError::NotLive { .. }) if tokio::time::Instant::now() < deadline => {
+                    while self.is_live(&session) && tokio::time::Instant::now() < deadline {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

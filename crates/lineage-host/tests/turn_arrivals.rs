@@ -90,3 +90,68 @@ async fn x1_drain_stop_mid_turn_settles_disposed() {
     assert_eq!(settled[0].data["stop_reason"], "disposed");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(
+            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
+            "hi",
+        ))
+        .await
+        .unwrap();
+    let child = host
+        .spawn(child_request(
+            &root.session,
+            SubagentShape::Continuable,
+            script(r#"{"turns": [[{"do": "reply", "text": "first"}]], "after": {"do": "echo"}}"#),
+            "first",
+        ))
+        .await
+        .unwrap();
+    // Followups at 0-3 ms intervals: each short turn settles the child, so many of them land
+    // while it is settling (live here, its activation settled) or just after (cold). Every one
+    // is delivered: to the live child, or to the child resumed once its settlement is done.
+    let n = 60;
+    let mut resumed = 0;
+    for i in 0..n {
+        let reply = host
+            .followup(FollowupRequest {
+                session: child.session.clone(),
+                content: format!("n{i}"),
+                forwarded: false,
+            })
+            .await;
+        match reply {
+            Ok(r) if r.outcome == FollowupOutcome::ResumedAndDelivered => resumed += 1,
+            Ok(_) => {}
+            Err(e) => panic!("followup n{i}: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(i % 4)).await;
+    }
+    // The race was there to be lost: most followups found the child settled (cold).
+    assert!(
+        resumed > n / 4,
+        "only {resumed} of {n} followups found the child cold"
+    );
+    wait_for(20, "every followup read by a turn", || async {
+        let log = cluster.log(&child.session).await;
+        (0..n).all(|i| {
+            log.iter()
+                .any(|e| e.kind == "turn/assistant" && e.data["text"] == format!("n{i}"))
+        })
+    })
+    .await;
+    let log = cluster.log(&child.session).await;
+    for i in 0..n {
+        let text = format!("n{i}");
+        let read = log
+            .iter()
+            .filter(|e| e.kind == "turn/user" && e.data["text"] == text)
+            .count();
+        assert_eq!(read, 1, "{text} read once: {:?}", kinds(&log));
+    }
+    host.shutdown().await;
+}

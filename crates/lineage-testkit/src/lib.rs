@@ -51,50 +51,66 @@ pub struct NatsServer {
     store: tempfile::TempDir,
 }
 
+/// How many ports [`NatsServer::start`] tries when the one it picked was taken meanwhile.
+const START_ATTEMPTS: usize = 5;
+
 impl NatsServer {
-    /// Starts a server and waits (up to 10 s) until it accepts connections.
+    /// Starts a server and waits (up to 10 s) until it speaks NATS. A port that another
+    /// process took between [`free_port`] and the server's bind (tests run in parallel) costs
+    /// a retry on another port, not a failure.
     pub fn start() -> io::Result<Self> {
         let store = tempfile::Builder::new().prefix("lineage-nats-").tempdir()?;
-        let port = free_port()?;
-        Self::start_on(port, store)
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port()?;
+            match Self::spawn_ready(port, store.path()) {
+                Ok(child) => return Ok(NatsServer { child, port, store }),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("nats-server did not start")))
     }
 
     /// Starts a server on `port` with the store in `store` (a restart keeps JetStream data).
     pub fn start_on(port: u16, store: tempfile::TempDir) -> io::Result<Self> {
-        let child = Command::new(nats_server_binary()?)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-            .arg(store.path())
+        let child = Self::spawn_ready(port, store.path())?;
+        Ok(NatsServer { child, port, store })
+    }
+
+    /// Spawns nats-server on `port` and waits until it is ready; kills it on failure.
+    fn spawn_ready(port: u16, store: &Path) -> io::Result<Child> {
+        // A name of its own: readiness means *this* server answered on the port.
+        let name = format!(
+            "lineage-test-{}-{port}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        let mut child = Command::new(nats_server_binary()?)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-n",
+                &name,
+                "-js",
+                "-sd",
+            ])
+            .arg(store)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let mut server = NatsServer { child, port, store };
-        server.wait_ready(Duration::from_secs(10))?;
-        Ok(server)
-    }
-
-    fn wait_ready(&mut self, limit: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "nats-server exited before accepting connections ({status}); is port {} taken?",
-                    self.port
-                )));
+        match wait_ready(&mut child, port, &name, Duration::from_secs(10)) {
+            Ok(()) => Ok(child),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "nats-server did not accept connections on port {} within {limit:?}",
-                        self.port
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -124,4 +140,41 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits until the server named `name` greets on `port` (its `INFO` line names it): the port is
+/// its, and it speaks NATS. Fails when the process exits first (say the port was taken).
+fn wait_ready(child: &mut Child, port: u16, name: &str, limit: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + limit;
+    let needle = format!("\"server_name\":\"{name}\"");
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "nats-server exited before accepting connections ({status}); is port {port} taken?"
+            )));
+        }
+        if let Ok(info) = greeting(port) {
+            if info.starts_with("INFO ") && info.contains(&needle) {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("nats-server did not answer on port {port} within {limit:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first line a NATS server sends on a new connection.
+fn greeting(port: u16) -> io::Result<String> {
+    use std::io::BufRead;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let mut line = String::new();
+    io::BufReader::new(stream).read_line(&mut line)?;
+    Ok(line)
 }
