@@ -91,6 +91,27 @@ struct Progress {
 }
 
 impl Progress {
+    /// Publishes a wave's `disposing` progress when `throttle` says it is due.
+    async fn disposing(
+        &self,
+        throttle: &mut ProgressThrottle,
+        wave: usize,
+        waves: usize,
+        done: u64,
+        total: u64,
+    ) {
+        if throttle.should_send(Instant::now(), done, total) {
+            self.send(DrainProgress::disposing(
+                self.drain.clone(),
+                wave,
+                waves,
+                done,
+                total,
+            ))
+            .await;
+        }
+    }
+
     /// Publishes one message, best effort.
     async fn send(&self, message: DrainProgress) {
         let body = match serde_json::to_vec(&message) {
@@ -242,16 +263,7 @@ impl Shared {
             let mut throttle = ProgressThrottle::new();
             let mut done = 0u64;
             if let Some(p) = progress {
-                if throttle.should_send(Instant::now(), done, total) {
-                    p.send(DrainProgress::disposing(
-                        p.drain.clone(),
-                        index,
-                        count,
-                        done,
-                        total,
-                    ))
-                    .await;
-                }
+                p.disposing(&mut throttle, index, count, done, total).await;
             }
             // Released there (or already gone after its stop settled it), unless the node
             // could not be reached: then straight from the registry.
@@ -300,16 +312,7 @@ impl Shared {
                 disposed.push(id.clone());
                 done += 1;
                 if let Some(p) = progress {
-                    if throttle.should_send(Instant::now(), done, total) {
-                        p.send(DrainProgress::disposing(
-                            p.drain.clone(),
-                            index,
-                            count,
-                            done,
-                            total,
-                        ))
-                        .await;
-                    }
+                    p.disposing(&mut throttle, index, count, done, total).await;
                 }
                 let kind = match (kind, &node) {
                     (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
