@@ -48,7 +48,7 @@ cfg = tomllib.loads(cm["data"]["lineage.toml"])
 schema = {"cluster": None, "nats_url": None,
           "node": {"id", "data_dir", "http_addr"},
           "registry": {"role", "raft_id", "voters", "bootstrap", "heartbeat_ms", "election_min_ms", "election_max_ms"},
-          "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms"}}
+          "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"}}
 assert set(cfg) == set(schema), sorted(cfg)
 for table, keys in schema.items():
     if keys is not None:

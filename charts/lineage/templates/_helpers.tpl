@@ -158,6 +158,7 @@ max_depth = {{ int64 .Values.limits.maxDepth }}
 [lease]
 lease_ms = {{ int64 .Values.lease.leaseMs }}
 heartbeat_ms = {{ int64 .Values.lease.heartbeatMs }}
+takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
 {{- end }}
 
 {{/* ------------------------------------------------------------------ pod pieces */}}

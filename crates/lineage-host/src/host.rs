@@ -84,6 +84,9 @@ pub struct HostConfig {
     pub one_shot_timeout: Duration,
     /// How many times a registry write is tried before giving up (settlement commit).
     pub registry_attempts: u32,
+    /// Takeover: how long past a dead node's lease expiry its `running`/`waiting` sessions are
+    /// resumed elsewhere without waiting for a followup (see [`crate::readopt`]); `None`: never.
+    pub takeover_after: Option<Duration>,
 }
 
 impl HostConfig {
@@ -98,6 +101,7 @@ impl HostConfig {
             request_timeout: Duration::from_secs(10),
             one_shot_timeout: Duration::from_secs(300),
             registry_attempts: 5,
+            takeover_after: None,
         }
     }
 }
@@ -381,6 +385,27 @@ impl Host {
         });
         if let Ok(mut tasks) = shared.tasks.lock() {
             tasks.push(task);
+        }
+        if let Some(after) = shared.cfg.takeover_after {
+            let sweeper = shared.clone();
+            let every = sweeper.cfg.lease.max(Duration::from_millis(500));
+            let task = tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = sweeper.shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(every) => {
+                            match sweeper.take_over(after).await {
+                                Ok(r) if r.resumed.is_empty() && r.failed.is_empty() => {}
+                                Ok(r) => tracing::info!(resumed = r.resumed.len(), failed = r.failed.len(), "took over the sessions of dead nodes"),
+                                Err(e) => tracing::warn!(error = %e, "takeover sweep failed"),
+                            }
+                        }
+                    }
+                }
+            });
+            if let Ok(mut tasks) = shared.tasks.lock() {
+                tasks.push(task);
+            }
         }
         Ok(Host { shared })
     }

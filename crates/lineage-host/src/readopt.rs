@@ -17,10 +17,18 @@
 //!    Pending input (accepted, not consumed) simply starts a turn.
 //!
 //! Settled sessions stay cold: they come back on their next followup, as anywhere.
+//!
+//! Takeover applies the same steps to a node that does not come back: with
+//! `HostConfig::takeover_after` set, the live node with the smallest id checks every lease
+//! period for nodes whose lease expired longer ago than that, and adopts their `running` and
+//! `waiting` sessions here (one sweeper, so the claims do not race each other; the epoch CAS
+//! still makes any race harmless). A child cut short mid-turn on a dead node thus settles as
+//! `interrupted` and its parent hears of it, instead of waiting for a followup that may never
+//! come.
 
 use std::sync::Arc;
 
-use lineage_core::ids::SessionId;
+use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::SessionState;
 
 use crate::agent::AgentCmd;
@@ -40,9 +48,45 @@ pub struct ReadoptReport {
 impl Shared {
     pub(crate) async fn readopt(self: &Arc<Self>) -> Result<ReadoptReport, HostError> {
         self.check_running()?;
+        self.adopt_from(self.cfg.node.clone()).await
+    }
+
+    /// One takeover sweep (see the module documentation).
+    pub(crate) async fn take_over(
+        self: &Arc<Self>,
+        after: std::time::Duration,
+    ) -> Result<ReadoptReport, HostError> {
+        self.check_running()?;
+        let now = self.now();
+        let nodes = self.registry.nodes().await?;
+        let sweeper = nodes
+            .iter()
+            .filter(|n| n.lease_expires_at_ms > now || n.node == self.cfg.node)
+            .map(|n| &n.node)
+            .min();
+        let mut report = ReadoptReport::default();
+        if sweeper != Some(&self.cfg.node) {
+            return Ok(report);
+        }
+        let grace = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        for dead in nodes
+            .iter()
+            .filter(|n| n.node != self.cfg.node)
+            .filter(|n| n.lease_expires_at_ms.saturating_add(grace) <= now)
+        {
+            let taken = self.adopt_from(dead.node.clone()).await?;
+            report.resumed.extend(taken.resumed);
+            report.failed.extend(taken.failed);
+        }
+        Ok(report)
+    }
+
+    /// Resumes here the `running`/`waiting` sessions placed on `node`, parents first, then
+    /// lets each recover, children first.
+    async fn adopt_from(self: &Arc<Self>, node: NodeId) -> Result<ReadoptReport, HostError> {
         let mut mine: Vec<_> = self
             .registry
-            .sessions_on_node(self.cfg.node.clone())
+            .sessions_on_node(node)
             .await?
             .into_iter()
             .filter(|r| matches!(r.state, SessionState::Running | SessionState::Waiting))
@@ -55,7 +99,7 @@ impl Shared {
             match self.resume_local(session.clone()).await {
                 Ok(_) => report.resumed.push(session),
                 Err(e) => {
-                    tracing::warn!(%session, error = %e, "not re-adopted");
+                    tracing::warn!(%session, error = %e, "not adopted");
                     report.failed.push((session, e.to_string()));
                 }
             }

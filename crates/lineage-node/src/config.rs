@@ -93,6 +93,9 @@ pub struct LeaseSection {
     pub lease_ms: u64,
     /// How often a node renews its lease.
     pub heartbeat_ms: u64,
+    /// How long after a node's lease expired its `running`/`waiting` sessions are taken over
+    /// (resumed elsewhere, without waiting for a followup); 0: never.
+    pub takeover_after_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -120,6 +123,7 @@ impl Default for NodeConfig {
             lease: LeaseSection {
                 lease_ms: 3000,
                 heartbeat_ms: 500,
+                takeover_after_ms: 30_000,
             },
         }
     }

@@ -69,6 +69,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     let mut host_cfg = HostConfig::new(node_id.clone(), subjects.clone());
     host_cfg.lease = Duration::from_millis(config.lease.lease_ms);
     host_cfg.heartbeat_every = Duration::from_millis(config.lease.heartbeat_ms);
+    host_cfg.takeover_after = (config.lease.takeover_after_ms > 0)
+        .then(|| Duration::from_millis(config.lease.takeover_after_ms));
     host_cfg.max_depth = Some(config.limits.max_depth);
     let host = Host::start(
         host_cfg,

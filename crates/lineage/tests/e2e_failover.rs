@@ -362,3 +362,56 @@ fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
         "{top_row}"
     );
 }
+
+#[test]
+fn k1_x2_a_dead_nodes_sessions_are_taken_over_and_a_cut_short_turn_settles() {
+    // Takeover 0.5 s after a lease expires (the default is 30 s).
+    let mut c = Cluster::start_with_env(3, &[("LINEAGE_LEASE__TAKEOVER_AFTER_MS", "500")]);
+    let child =
+        json!({"turns": [[{"do": "reply", "text": "started"}, {"do": "sleep", "ms": 120000}]]});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("continuable", "node-3", "a", child)]], "after": {"do": "echo"}}),
+    );
+    let tree = eventually(T, "one child", || {
+        let t = c.tree(&root);
+        (t.len() == 2).then_some(t)
+    });
+    let a = Cluster::children(&tree, &root)[0].clone();
+    c.wait_log(&a, T, "the child's first reply", |l| {
+        !of_kind(l, "turn/assistant").is_empty()
+    });
+
+    // node-3 dies for good. Nobody sends a followup: node-1, the live node with the smallest
+    // id, takes the child over once node-3's lease is 0.5 s past; the cut-short turn ends as
+    // interrupted, the child settles, and its parent hears of it, once.
+    c.nodes[2].kill();
+    c.wait_state(&root, &a, "settled", T);
+    let row = c.row(&root, &a);
+    assert_eq!(
+        (row["node"].as_str(), row["epoch"].as_u64()),
+        (Some("node-1"), Some(2)),
+        "{row}"
+    );
+    let log = c.log(&a);
+    let ends = of_kind(&log, "turn/end");
+    assert_eq!(ends.len(), 1, "{}", render_log(&log));
+    assert_eq!(
+        ends[0].data["stop_reason"],
+        "interrupted",
+        "{}",
+        render_log(&log)
+    );
+    let root_log = c.wait_log(&root, T, "the child's settlement", |l| {
+        !accepted(l, "subagent-settled", Some(&a)).is_empty()
+    });
+    assert_eq!(
+        accepted(&root_log, "subagent-settled", Some(&a)).len(),
+        1,
+        "{}",
+        render_log(&root_log)
+    );
+    // A followup still works: the settled child is resumed for it, anywhere.
+    let sent = c.cli_json(&["send", &a, "go on"]);
+    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+}
