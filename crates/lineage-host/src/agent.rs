@@ -471,9 +471,10 @@ impl AgentTask {
 
     /// Adds one event to the in-memory log only; it becomes durable with the next
     /// [`AgentTask::flush`] (or barrier [`AgentTask::append`]). Used for what a turn records
-    /// between its barriers (turn start, transcript, replies, spawns, turn end): a crash before
-    /// the flush loses them together, and the turn's inputs stay unconsumed (they are taken
-    /// again on resume).
+    /// between its barriers (turn start, transcript, a one-shot run's replies and spawns, turn
+    /// end): a crash before the flush loses them together. A resumable session flushes its turn
+    /// start before the driver runs, so what a crash can lose there is the end of a turn, which
+    /// a resume closes as `interrupted`.
     pub(crate) fn stage(&mut self, kind: &str, data: serde_json::Value) -> u64 {
         let now = self.shared.now();
         self.unflushed += 1;
