@@ -10,6 +10,11 @@
 //!
 //! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
 //! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
+//! Log transactions run on one writer thread, in the order openraft asks for them; `append`
+//! returns once its entries are queued (and readable: they wait in an in-memory map until their
+//! transaction committed) and reports the fsync through openraft's `LogFlushed` callback. So a
+//! leader sends new entries to its followers while its own fsync is under way, instead of after
+//! it. `truncate` and `purge` wait for their turn on the thread and for their commit.
 //! (openraft 0.9 appends each `client_write` on its own and waits for it, so the leader's group
 //! commit happens one level up: a log entry carries a batch of commands, see
 //! [`crate::types::CommandBatch`].)
@@ -29,11 +34,12 @@
 // openraft's trait methods fix the error type (`StorageError`, 224 bytes).
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
 
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::{
@@ -85,6 +91,146 @@ pub(crate) struct SmData {
 /// Shared read access to the applied state (queries read it without going through Raft).
 pub(crate) type SharedState = Arc<RwLock<SmData>>;
 
+/// Entries handed to `append` whose transaction has not committed yet, by index.
+type Pending = Arc<Mutex<BTreeMap<u64, Entry<TypeConfig>>>>;
+
+/// A log transaction for the writer thread.
+enum LogJob {
+    Append {
+        encoded: Vec<(u64, Vec<u8>)>,
+        ids: Vec<LogId>,
+        committed: Option<Vec<u8>>,
+        callback: LogFlushed<TypeConfig>,
+    },
+    Truncate {
+        log_id: LogId,
+        committed: Option<Vec<u8>>,
+        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
+    },
+    Purge {
+        log_id: LogId,
+        committed: Option<Vec<u8>>,
+        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
+    },
+}
+
+/// The writer thread: runs log transactions one after the other until every [`LogStore`] is
+/// gone. It holds the database weakly, so closing the store still releases the file.
+fn spawn_writer(db: &Arc<Database>, pending: Pending) -> std::io::Result<mpsc::Sender<LogJob>> {
+    let (tx, rx) = mpsc::channel::<LogJob>();
+    let db = Arc::downgrade(db);
+    std::thread::Builder::new()
+        .name("registry-log".into())
+        .spawn(move || {
+            for job in rx {
+                let Some(db) = db.upgrade() else {
+                    fail_job(job, "the registry store is closed");
+                    continue;
+                };
+                match job {
+                    LogJob::Append {
+                        encoded,
+                        ids,
+                        committed,
+                        callback,
+                    } => {
+                        let result = write_entries(&db, &encoded, committed.as_deref());
+                        if result.is_ok() {
+                            // Durable now: readers find them in the database.
+                            if let Ok(mut pending) = pending.lock() {
+                                for id in &ids {
+                                    if pending.get(&id.index).map(|e| e.log_id) == Some(*id) {
+                                        pending.remove(&id.index);
+                                    }
+                                }
+                            }
+                        }
+                        callback.log_io_completed(
+                            result.map_err(|e| std::io::Error::other(e.to_string())),
+                        );
+                    }
+                    LogJob::Truncate {
+                        log_id,
+                        committed,
+                        done,
+                    } => {
+                        let _ = done.send(truncate_from(&db, log_id, committed.as_deref()));
+                    }
+                    LogJob::Purge {
+                        log_id,
+                        committed,
+                        done,
+                    } => {
+                        let _ = done.send(purge_upto(&db, log_id, committed.as_deref()));
+                    }
+                }
+            }
+        })?;
+    Ok(tx)
+}
+
+/// Answers a job that cannot run.
+fn fail_job(job: LogJob, reason: &str) {
+    match job {
+        LogJob::Append { callback, .. } => {
+            callback.log_io_completed(Err(std::io::Error::other(reason.to_owned())))
+        }
+        LogJob::Truncate { done, .. } | LogJob::Purge { done, .. } => {
+            let _ = done.send(Err(write_err(reason)));
+        }
+    }
+}
+
+/// One transaction, one fsync for all the entries of one append.
+fn write_entries(
+    db: &Database,
+    encoded: &[(u64, Vec<u8>)],
+    committed: Option<&[u8]>,
+) -> StoreResult<()> {
+    let mut txn = db.begin_write().map_err(write_err)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut table = txn.open_table(LOGS).map_err(write_err)?;
+        for (index, bytes) in encoded {
+            table.insert(*index, bytes.as_slice()).map_err(write_err)?;
+        }
+    }
+    write_committed(&txn, committed)?;
+    txn.commit().map_err(write_err)
+}
+
+/// Deletes the entries from `log_id` on.
+fn truncate_from(db: &Database, log_id: LogId, committed: Option<&[u8]>) -> StoreResult<()> {
+    let mut txn = db.begin_write().map_err(write_err)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut table = txn.open_table(LOGS).map_err(write_err)?;
+        table
+            .retain_in::<u64, _>(log_id.index.., |_, _| false)
+            .map_err(write_err)?;
+    }
+    write_committed(&txn, committed)?;
+    txn.commit().map_err(write_err)
+}
+
+/// Deletes the entries up to `log_id` and records it as the last purged.
+fn purge_upto(db: &Database, log_id: LogId, committed: Option<&[u8]>) -> StoreResult<()> {
+    let bytes = serde_json::to_vec(&Some(log_id)).map_err(write_err)?;
+    let mut txn = db.begin_write().map_err(write_err)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut meta = txn.open_table(META).map_err(write_err)?;
+        meta.insert("last_purged", bytes.as_slice())
+            .map_err(write_err)?;
+        let mut table = txn.open_table(LOGS).map_err(write_err)?;
+        table
+            .retain_in::<u64, _>(..=log_id.index, |_, _| false)
+            .map_err(write_err)?;
+    }
+    write_committed(&txn, committed)?;
+    txn.commit().map_err(write_err)
+}
+
 /// Opens (or creates) the store of one member; refuses foreign or corrupt stores.
 pub fn open_store(
     data_dir: &Path,
@@ -114,10 +260,15 @@ pub fn open_store(
     check_identity(&db, &path, cluster, raft_id)?;
     let data = load_snapshot(&db).map_err(|reason| corrupt(&path, reason))?;
     let shared: SharedState = Arc::new(RwLock::new(data));
+    let pending: Pending = Arc::new(Mutex::new(BTreeMap::new()));
+    let writer = spawn_writer(&db, pending.clone())
+        .map_err(|e| corrupt(&path, format!("cannot start its writer thread: {e}")))?;
     Ok((
         LogStore {
             db: db.clone(),
             committed: Arc::new(Mutex::new(None)),
+            pending,
+            writer,
         },
         StateMachineStore {
             db,
@@ -261,9 +412,27 @@ pub struct LogStore {
     /// The last committed log id openraft reported, not yet written: the next log transaction
     /// writes it along (see the module docs).
     committed: Arc<Mutex<Option<LogId>>>,
+    /// Appended entries not committed yet (readable meanwhile).
+    pending: Pending,
+    /// The writer thread's queue.
+    writer: mpsc::Sender<LogJob>,
 }
 
 impl LogStore {
+    /// Queues a truncate or purge and waits for its commit.
+    async fn run_job(
+        &self,
+        make: impl FnOnce(tokio::sync::oneshot::Sender<StoreResult<()>>) -> LogJob,
+    ) -> StoreResult<()> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.writer
+            .send(make(done))
+            .map_err(|_| write_err("the registry log writer stopped"))?;
+        answer
+            .await
+            .map_err(|_| write_err("the registry log writer stopped"))?
+    }
+
     /// The committed log id to write along with the next log transaction, if one is pending.
     fn pending_committed(&self) -> StoreResult<Option<Vec<u8>>> {
         let committed = *self
@@ -293,15 +462,27 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> StoreResult<Vec<Entry<TypeConfig>>> {
         let bounds: (Bound<u64>, Bound<u64>) =
             (range.start_bound().cloned(), range.end_bound().cloned());
+        // Pending first, then the database: an entry leaves the pending map only after its
+        // transaction committed, so it is in one or the other.
+        let pending: Vec<Entry<TypeConfig>> = self
+            .pending
+            .lock()
+            .map_err(|_| read_err("pending entries lock poisoned"))?
+            .range(bounds)
+            .map(|(_, e)| e.clone())
+            .collect();
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOGS).map_err(read_err)?;
-        let mut out = Vec::new();
+        let mut out: BTreeMap<u64, Entry<TypeConfig>> = BTreeMap::new();
         for item in table.range::<u64>(bounds).map_err(read_err)? {
-            let (_, v) = item.map_err(read_err)?;
+            let (k, v) = item.map_err(read_err)?;
             let entry: Entry<TypeConfig> = serde_json::from_slice(v.value()).map_err(read_err)?;
-            out.push(entry);
+            out.insert(k.value(), entry);
         }
-        Ok(out)
+        for entry in pending {
+            out.insert(entry.log_id.index, entry);
+        }
+        Ok(out.into_values().collect())
     }
 }
 
@@ -310,6 +491,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
         let last_purged: Option<LogId> = get_meta(&self.db, "last_purged")?;
+        let last_pending = self
+            .pending
+            .lock()
+            .map_err(|_| read_err("pending entries lock poisoned"))?
+            .values()
+            .next_back()
+            .map(|e| e.log_id);
+        if let Some(last) = last_pending {
+            return Ok(LogState {
+                last_purged_log_id: last_purged,
+                last_log_id: Some(last),
+            });
+        }
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOGS).map_err(read_err)?;
         let last = match table.last().map_err(read_err)? {
@@ -369,76 +563,60 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut encoded = Vec::new();
+        let mut ids = Vec::new();
+        let mut staged = Vec::new();
         for entry in entries {
             let bytes = serde_json::to_vec(&entry).map_err(write_err)?;
             encoded.push((entry.log_id.index, bytes));
+            ids.push(entry.log_id);
+            staged.push(entry);
         }
         let committed = self.pending_committed()?;
-        let db = self.db.clone();
-        // One transaction, one fsync for all the entries of this append.
-        let result = blocking(move || {
-            let mut txn = db.begin_write().map_err(write_err)?;
-            txn.set_durability(Durability::Immediate);
-            {
-                let mut table = txn.open_table(LOGS).map_err(write_err)?;
-                for (index, bytes) in &encoded {
-                    table.insert(*index, bytes.as_slice()).map_err(write_err)?;
-                }
-            }
-            write_committed(&txn, committed.as_deref())?;
-            txn.commit().map_err(write_err)
-        })
-        .await;
-        match result {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(e)
+        {
+            let mut pending = self
+                .pending
+                .lock()
+                .map_err(|_| write_err("pending entries lock poisoned"))?;
+            for entry in staged {
+                pending.insert(entry.log_id.index, entry);
             }
         }
+        // Queued, in order; the callback tells openraft when it is durable.
+        self.writer
+            .send(LogJob::Append {
+                encoded,
+                ids,
+                committed,
+                callback,
+            })
+            .map_err(|_| write_err("the registry log writer stopped"))
     }
 
     async fn truncate(&mut self, log_id: LogId) -> StoreResult<()> {
         let committed = self.pending_committed()?;
-        let db = self.db.clone();
-        blocking(move || {
-            let mut txn = db.begin_write().map_err(write_err)?;
-            txn.set_durability(Durability::Immediate);
-            {
-                let mut table = txn.open_table(LOGS).map_err(write_err)?;
-                table
-                    .retain_in::<u64, _>(log_id.index.., |_, _| false)
-                    .map_err(write_err)?;
-            }
-            write_committed(&txn, committed.as_deref())?;
-            txn.commit().map_err(write_err)
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.retain(|index, _| *index < log_id.index);
+        }
+        self.run_job(|done| LogJob::Truncate {
+            log_id,
+            committed,
+            done,
         })
         .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> StoreResult<()> {
         let committed = self.pending_committed()?;
-        let db = self.db.clone();
-        blocking(move || {
-            let bytes = serde_json::to_vec(&Some(log_id)).map_err(write_err)?;
-            let mut txn = db.begin_write().map_err(write_err)?;
-            txn.set_durability(Durability::Immediate);
-            {
-                let mut meta = txn.open_table(META).map_err(write_err)?;
-                meta.insert("last_purged", bytes.as_slice())
-                    .map_err(write_err)?;
-                let mut table = txn.open_table(LOGS).map_err(write_err)?;
-                table
-                    .retain_in::<u64, _>(..=log_id.index, |_, _| false)
-                    .map_err(write_err)?;
-            }
-            write_committed(&txn, committed.as_deref())?;
-            txn.commit().map_err(write_err)
+        self.run_job(|done| LogJob::Purge {
+            log_id,
+            committed,
+            done,
         })
-        .await
+        .await?;
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.retain(|index, _| *index > log_id.index);
+        }
+        Ok(())
     }
 }
 
