@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use lineage_core::ids::{NodeId, SessionId};
-use lineage_registry::types::SessionState;
+use lineage_registry::types::{NodeRecord, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::error::HostError;
@@ -57,24 +57,11 @@ impl Shared {
         after: std::time::Duration,
     ) -> Result<ReadoptReport, HostError> {
         self.check_running()?;
-        let now = self.now();
         let nodes = self.registry.nodes().await?;
-        let sweeper = nodes
-            .iter()
-            .filter(|n| n.lease_expires_at_ms > now || n.node == self.cfg.node)
-            .map(|n| &n.node)
-            .min();
-        let mut report = ReadoptReport::default();
-        if sweeper != Some(&self.cfg.node) {
-            return Ok(report);
-        }
         let grace = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-        for dead in nodes
-            .iter()
-            .filter(|n| n.node != self.cfg.node)
-            .filter(|n| n.lease_expires_at_ms.saturating_add(grace) <= now)
-        {
-            let taken = self.adopt_from(dead.node.clone()).await?;
+        let mut report = ReadoptReport::default();
+        for dead in takeover_targets(&nodes, &self.cfg.node, self.now(), grace) {
+            let taken = self.adopt_from(dead).await?;
             report.resumed.extend(taken.resumed);
             report.failed.extend(taken.failed);
         }
@@ -111,11 +98,98 @@ impl Shared {
     }
 }
 
+/// The nodes whose sessions `me` takes over at `now_ms`: none unless `me` is the sweeper (the
+/// smallest id among the nodes whose lease is current, `me` counted as current); else every
+/// other node whose lease expired at least `grace_ms` ago. Pure: the sweep's decision.
+pub fn takeover_targets(
+    nodes: &[NodeRecord],
+    me: &NodeId,
+    now_ms: u64,
+    grace_ms: u64,
+) -> Vec<NodeId> {
+    let sweeper = nodes
+        .iter()
+        .filter(|n| n.lease_expires_at_ms > now_ms || &n.node == me)
+        .map(|n| &n.node)
+        .chain(std::iter::once(me))
+        .min();
+    if sweeper != Some(me) {
+        return Vec::new();
+    }
+    nodes
+        .iter()
+        .filter(|n| &n.node != me)
+        .filter(|n| n.lease_expires_at_ms.saturating_add(grace_ms) <= now_ms)
+        .map(|n| n.node.clone())
+        .collect()
+}
+
 impl Host {
     /// Re-adoption: resumes here the `running` and `waiting` sessions the registry places on
     /// this node and lets each recover (see the module documentation). Run once at start-up,
     /// after the node serves requests.
     pub async fn readopt(&self) -> Result<ReadoptReport, HostError> {
         self.shared.readopt().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, lease_expires_at_ms: u64) -> NodeRecord {
+        NodeRecord {
+            node: NodeId::parse(id).unwrap(),
+            lease_expires_at_ms,
+            last_heartbeat_ms: 0,
+            info: None,
+        }
+    }
+
+    fn ids(nodes: &[NodeId]) -> Vec<&str> {
+        nodes.iter().map(NodeId::as_str).collect()
+    }
+
+    #[test]
+    fn k1_only_the_smallest_live_node_sweeps_and_only_after_the_grace() {
+        // node-1 live, node-2 live, node-3's lease expired at 1000.
+        let nodes = [
+            node("node-1", 5000),
+            node("node-2", 5000),
+            node("node-3", 1000),
+        ];
+        let me1 = NodeId::parse("node-1").unwrap();
+        let me2 = NodeId::parse("node-2").unwrap();
+        // Not past the grace yet.
+        assert!(takeover_targets(&nodes, &me1, 1400, 500).is_empty());
+        // Past it: node-1 sweeps node-3; node-2 does not sweep at all.
+        assert_eq!(ids(&takeover_targets(&nodes, &me1, 1500, 500)), ["node-3"]);
+        assert!(takeover_targets(&nodes, &me2, 1500, 500).is_empty());
+    }
+
+    #[test]
+    fn k1_a_dead_smaller_node_does_not_stop_the_next_one_from_sweeping() {
+        // node-1 and node-3 are dead; node-2 is the smallest live node.
+        let nodes = [
+            node("node-1", 1000),
+            node("node-2", 9000),
+            node("node-3", 800),
+        ];
+        let me2 = NodeId::parse("node-2").unwrap();
+        assert_eq!(
+            ids(&takeover_targets(&nodes, &me2, 2000, 500)),
+            ["node-1", "node-3"]
+        );
+        // A node never sweeps itself, even with a stale record of its own lease.
+        let nodes = [node("node-2", 100)];
+        assert!(takeover_targets(&nodes, &me2, 2000, 500).is_empty());
+    }
+
+    #[test]
+    fn k1_a_node_missing_from_the_list_still_counts_itself() {
+        // Its first heartbeat is not visible yet: it is still a candidate sweeper.
+        let nodes = [node("node-5", 1000)];
+        let me = NodeId::parse("node-4").unwrap();
+        assert_eq!(ids(&takeover_targets(&nodes, &me, 2000, 0)), ["node-5"]);
     }
 }
