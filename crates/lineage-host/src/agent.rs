@@ -181,6 +181,9 @@ pub(crate) struct AgentTask {
     pub(crate) captured: Option<OneShotResult>,
     /// The settlement notice captured for delivery after the commit (continuable children).
     pub(crate) notice: Option<lineage_core::messages::SubagentSettled>,
+    /// A one-shot run's inbox consumer, not started yet: only its own children can write to
+    /// its inbox, so it starts with the first spawn (the stream keeps what came before).
+    pub(crate) unopened_inbox: Option<mpsc::UnboundedSender<AgentCmd>>,
     /// Whether the settlement commit also disposed the session (one-shot runs).
     pub(crate) disposed_at_settle: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
@@ -293,6 +296,10 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         captured: None,
         one_shot: init.one_shot,
         disposed_at_settle: false,
+        unopened_inbox: match init.shape {
+            Some(SubagentShape::OneShot) => Some(tx.clone()),
+            Some(SubagentShape::Continuable) | None => None,
+        },
         notice: None,
         turn_slot,
         stop: stop.clone(),
@@ -334,7 +341,9 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
             tracing::warn!(%session, error = %e, "cannot publish subagent/start");
         }
     }
-    crate::report::spawn_inbox_consumer(shared, session.clone(), tx, stop.clone());
+    if task.unopened_inbox.is_none() {
+        crate::report::spawn_inbox_consumer(shared, session.clone(), tx, stop.clone());
+    }
     let join = tokio::spawn(task.run(rx));
     if let Ok(mut tasks) = shared.tasks.lock() {
         tasks.retain(|t| !t.is_finished());
@@ -533,6 +542,18 @@ impl AgentTask {
             SessionLog::from_events(self.session.clone(), events, self.log.seed_length())
         {
             self.log = log;
+        }
+    }
+
+    /// Starts a one-shot run's inbox consumer if it has not started yet (see `unopened_inbox`).
+    pub(crate) fn open_inbox(&mut self) {
+        if let Some(tx) = self.unopened_inbox.take() {
+            crate::report::spawn_inbox_consumer(
+                &self.shared,
+                self.session.clone(),
+                tx,
+                self.stop.clone(),
+            );
         }
     }
 

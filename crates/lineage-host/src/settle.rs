@@ -144,7 +144,8 @@ impl AgentTask {
             if let Some(tx) = self.one_shot.take() {
                 let _ = tx.send(result);
             }
-            if self.disposed_at_settle {
+            // Its inbox consumer exists only if it spawned (see `AgentTask::open_inbox`).
+            if self.disposed_at_settle && self.unopened_inbox.is_none() {
                 let _ = self.shared.inbox.delete_consumer(&child).await;
             }
             return;

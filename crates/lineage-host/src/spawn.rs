@@ -400,6 +400,8 @@ impl AgentTask {
             tracing::warn!(session = %self.session, error = %e, "spawn refused: the parent's log is not writable");
             return;
         }
+        // Its children write to this inbox: a one-shot run reads it from now on.
+        self.open_inbox();
         let request_id = self.shared.mint.request();
         let op = op_span!("spawn", self.shared.node());
         op.record("parent", &self.session)
