@@ -243,3 +243,47 @@ async fn e2_a_parent_scoped_listener_sees_direct_children_only() {
     assert!(more.is_err(), "unexpected event: {more:?}");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s1_m2_a_one_shot_that_spawns_reads_its_childs_settlement() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host("node-a").await;
+    let root = host
+        .spawn(root_request(script(r#"{"turns": []}"#), "hi"))
+        .await
+        .expect("root");
+    // The one-shot's turn spawns a continuable grandchild that replies and settles; the
+    // one-shot waits for it (owned), reads its settlement from its inbox (opened at the spawn),
+    // and only then settles and returns.
+    let reply = tokio::time::timeout(
+        Duration::from_secs(20),
+        host.spawn(child_request(
+            &root.session,
+            SubagentShape::OneShot,
+            script(
+                r#"{"turns": [[{"do": "spawn", "shape": "continuable", "prompt": "go",
+                                 "agent": {"driver": "script", "script": {"turns": [[{"do": "reply", "text": "grandchild done"}]]}}},
+                                {"do": "reply", "text": "spawned"}]],
+                    "after": {"do": "echo"}}"#,
+            ),
+            "parent-one-shot",
+        )),
+    )
+    .await
+    .expect("the one-shot returns")
+    .expect("one-shot");
+    assert!(reply.result.is_some());
+    let log = cluster.log(&reply.session).await;
+    let settled = log
+        .iter()
+        .filter(|e| e.kind == "inbox/accepted" && e.data["message"]["kind"] == "subagent-settled")
+        .count();
+    assert_eq!(settled, 1, "{:?}", kinds(&log));
+    // Its settled (not disposed) continuable child keeps it from being disposed (child first):
+    // the commit records it `settled` instead.
+    assert_eq!(
+        cluster.record(&reply.session).await.state,
+        SessionState::Settled
+    );
+    host.shutdown().await;
+}
