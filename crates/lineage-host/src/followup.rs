@@ -54,13 +54,7 @@ impl Shared {
         if record.state == SessionState::Disposed {
             return Err(HostError::Disposed(session.to_string()));
         }
-        let is_one_shot = record
-            .descriptor
-            .as_ref()
-            .and_then(|d| d.get("mode"))
-            .and_then(|m| m.as_str())
-            == Some(SubagentShape::OneShot.as_str());
-        if is_one_shot {
+        if record.is_one_shot() {
             return Err(one_shot(&session));
         }
         if let Some(node) = self.forward_target(&record, request.forwarded).await? {

@@ -77,6 +77,9 @@ impl Shared {
             .await?
             .into_iter()
             .filter(|r| matches!(r.state, SessionState::Running | SessionState::Waiting))
+            // A one-shot run is never resumed: the caller that started it disposes it when
+            // its start fails.
+            .filter(|r| !r.is_one_shot())
             .filter(|r| !self.is_live(r.header.id()))
             .collect();
         mine.sort_by_key(|r| (r.depth(), r.header.id().to_string()));

@@ -93,6 +93,15 @@ impl SessionRecord {
     pub fn depth(&self) -> u64 {
         self.header.delegation_depth().unwrap_or(0)
     }
+
+    /// True for a one-shot child (its descriptor's `mode`): never resumed, takes no followup.
+    pub fn is_one_shot(&self) -> bool {
+        self.descriptor
+            .as_ref()
+            .and_then(|d| d.get("mode"))
+            .and_then(|m| m.as_str())
+            == Some(lineage_core::descriptor::SubagentShape::OneShot.as_str())
+    }
 }
 
 /// A node's liveness record: its lease is renewed by [`Command::Heartbeat`].
