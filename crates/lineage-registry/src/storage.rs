@@ -122,11 +122,13 @@ fn spawn_writer(db: &Arc<Database>, pending: Pending) -> std::io::Result<mpsc::S
     std::thread::Builder::new()
         .name("registry-log".into())
         .spawn(move || {
+            // The database is held only while a transaction runs: dropped before anyone is
+            // told, so a store closed right after its last append releases the file at once.
+            let with_db = |f: &dyn Fn(&Database) -> StoreResult<()>| match db.upgrade() {
+                Some(db) => f(&db),
+                None => Err(write_err("the registry store is closed")),
+            };
             for job in rx {
-                let Some(db) = db.upgrade() else {
-                    fail_job(job, "the registry store is closed");
-                    continue;
-                };
                 match job {
                     LogJob::Append {
                         encoded,
@@ -134,7 +136,8 @@ fn spawn_writer(db: &Arc<Database>, pending: Pending) -> std::io::Result<mpsc::S
                         committed,
                         callback,
                     } => {
-                        let result = write_entries(&db, &encoded, committed.as_deref());
+                        let result =
+                            with_db(&|db| write_entries(db, &encoded, committed.as_deref()));
                         if result.is_ok() {
                             // Durable now: readers find them in the database.
                             if let Ok(mut pending) = pending.lock() {
@@ -154,31 +157,21 @@ fn spawn_writer(db: &Arc<Database>, pending: Pending) -> std::io::Result<mpsc::S
                         committed,
                         done,
                     } => {
-                        let _ = done.send(truncate_from(&db, log_id, committed.as_deref()));
+                        let result = with_db(&|db| truncate_from(db, log_id, committed.as_deref()));
+                        let _ = done.send(result);
                     }
                     LogJob::Purge {
                         log_id,
                         committed,
                         done,
                     } => {
-                        let _ = done.send(purge_upto(&db, log_id, committed.as_deref()));
+                        let result = with_db(&|db| purge_upto(db, log_id, committed.as_deref()));
+                        let _ = done.send(result);
                     }
                 }
             }
         })?;
     Ok(tx)
-}
-
-/// Answers a job that cannot run.
-fn fail_job(job: LogJob, reason: &str) {
-    match job {
-        LogJob::Append { callback, .. } => {
-            callback.log_io_completed(Err(std::io::Error::other(reason.to_owned())))
-        }
-        LogJob::Truncate { done, .. } | LogJob::Purge { done, .. } => {
-            let _ = done.send(Err(write_err(reason)));
-        }
-    }
 }
 
 /// One transaction, one fsync for all the entries of one append.
