@@ -163,12 +163,47 @@ impl Shared {
         if target == &self.cfg.node {
             return self.start_local(request).await;
         }
-        let timeout = match shape {
-            SubagentShape::OneShot => self.cfg.one_shot_timeout,
-            SubagentShape::Continuable => self.cfg.request_timeout,
-        };
-        self.node_request(target, crate::control::ops::START, &request, timeout)
-            .await
+        match shape {
+            SubagentShape::Continuable => {
+                self.node_request(
+                    target,
+                    crate::control::ops::START,
+                    &request,
+                    self.cfg.request_timeout,
+                )
+                .await
+            }
+            // A one-shot's reply comes when its run is over, which may be long: watch the
+            // hosting node's lease meanwhile, so its death ends the wait (the caller then
+            // disposes the child) instead of the whole one-shot timeout.
+            SubagentShape::OneShot => {
+                let run = self.node_request(
+                    target,
+                    crate::control::ops::START,
+                    &request,
+                    self.cfg.one_shot_timeout,
+                );
+                tokio::select! {
+                    reply = run => reply,
+                    () = self.until_dead(target) => Err(HostError::Unavailable(format!(
+                        "node {target} stopped (its lease expired) while it ran one-shot child {}; the child is disposed, spawn it again",
+                        request.header.id()
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Returns once `node`'s lease has expired (checked every lease period); never for this
+    /// node.
+    async fn until_dead(&self, node: &NodeId) {
+        let every = self.cfg.lease.max(std::time::Duration::from_millis(200));
+        loop {
+            tokio::time::sleep(every).await;
+            if let Ok(false) = self.node_alive(node).await {
+                return;
+            }
+        }
     }
 
     /// Step 7, on the hosting node: the creation window, `subagent/start`, the first turn.

@@ -415,3 +415,43 @@ fn k1_x2_a_dead_nodes_sessions_are_taken_over_and_a_cut_short_turn_settles() {
     let sent = c.cli_json(&["send", &a, "go on"]);
     assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
 }
+
+#[test]
+fn s1_k1_a_one_shot_whose_node_dies_fails_fast_and_is_disposed() {
+    let c = Cluster::start(3);
+    let root = c.spawn_root("node-1", &json!({"turns": []}));
+    // A one-shot on node-2 that would run for two minutes; node-1 serves the spawn request.
+    let body = json!({"parent": root, "shape": "one-shot", "node": "node-2", "prompt": "work",
+        "agent": {"driver": "script", "script": {"turns": [[{"do": "sleep", "ms": 120000}]]}}});
+    std::thread::scope(|scope| {
+        let pending = scope.spawn(|| {
+            let started = std::time::Instant::now();
+            let reply = c.node_ctl("node-1", "spawn", body.to_string().as_bytes());
+            (reply, started.elapsed())
+        });
+        let child = eventually(T, "the one-shot running on node-2", || {
+            c.tree(&root)
+                .iter()
+                .find(|r| r["session"] != root.as_str() && r["live"] == true)
+                .map(|r| id_of(&r["session"]))
+        });
+        // SIGKILL node-2 (by pid, outside the harness: the request above holds the cluster).
+        let pid = c.nodes[1].pid().expect("node-2 runs");
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        // The caller hears of it once node-2's lease (2 s) has expired, not after the one-shot
+        // timeout (5 min), and the child is disposed.
+        let (reply, took) = pending.join().expect("the spawn request");
+        assert_eq!(reply["error"]["code"], "unavailable", "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("node-2") && !message.contains('\n'),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(15), "took {took:?}");
+        c.wait_state(&root, &child, "disposed", T);
+    });
+}
