@@ -149,6 +149,9 @@ pub(crate) struct AgentInit {
     pub(crate) owner: Option<SessionId>,
     pub(crate) resumed: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
+    /// The placement epoch this agent holds (1 at birth; the claim's on resume): its registry
+    /// state writes are fenced by it (K1).
+    pub(crate) epoch: Option<u64>,
 }
 
 /// The task state of one live agent.
@@ -184,6 +187,8 @@ pub(crate) struct AgentTask {
     /// A one-shot run's inbox consumer, not started yet: only its own children can write to
     /// its inbox, so it starts with the first spawn (the stream keeps what came before).
     pub(crate) unopened_inbox: Option<mpsc::UnboundedSender<AgentCmd>>,
+    /// The placement epoch this agent holds (see [`AgentInit::epoch`]).
+    pub(crate) epoch: Option<u64>,
     /// Whether the settlement commit also disposed the session (one-shot runs).
     pub(crate) disposed_at_settle: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
@@ -295,6 +300,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         forced_stop: None,
         captured: None,
         one_shot: init.one_shot,
+        epoch: init.epoch,
         disposed_at_settle: false,
         unopened_inbox: match init.shape {
             Some(SubagentShape::OneShot) => Some(tx.clone()),
@@ -624,7 +630,7 @@ impl AgentTask {
                             self.recorded_waiting = false;
                             let _ = self
                                 .shared
-                                .set_state(&self.session, SessionState::Running)
+                                .set_state(&self.session, SessionState::Running, self.epoch)
                                 .await;
                         }
                         self.want_turn = true;
@@ -634,7 +640,7 @@ impl AgentTask {
                         self.recorded_waiting = true;
                         if let Err(e) = self
                             .shared
-                            .set_state(&self.session, SessionState::Waiting)
+                            .set_state(&self.session, SessionState::Waiting, self.epoch)
                             .await
                         {
                             tracing::warn!(session = %self.session, error = %e, "cannot record waiting");

@@ -265,12 +265,14 @@ impl Shared {
         &self,
         session: &SessionId,
         state: SessionState,
+        epoch: Option<u64>,
     ) -> Result<(), HostError> {
         self.write(|request_id, at_ms| Command::SetState {
             request_id,
             at_ms,
             session: session.clone(),
             state,
+            expected_epoch: epoch,
         })
         .await
         .map(|_| ())

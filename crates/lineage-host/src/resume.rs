@@ -200,6 +200,7 @@ impl Shared {
                 owner,
                 resumed: true,
                 one_shot: None,
+                epoch: Some(placement.epoch),
             },
         )
         .await?;

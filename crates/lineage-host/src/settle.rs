@@ -101,7 +101,7 @@ impl AgentTask {
         self.disposed_at_settle = disposed;
         if !disposed {
             self.shared
-                .set_state(&self.session, SessionState::Settled)
+                .set_state(&self.session, SessionState::Settled, self.epoch)
                 .await?;
         }
         let stop = self.stop_reason();

@@ -338,6 +338,8 @@ impl Shared {
                 run: run_info,
                 owner,
                 resumed: false,
+                // Registered with its node: placement epoch 1.
+                epoch: Some(1),
                 one_shot: result_tx,
             },
         )

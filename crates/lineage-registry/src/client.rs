@@ -290,6 +290,7 @@ impl RegistryClient {
         state: SessionState,
     ) -> Result<(), RegistryError> {
         let cmd = Command::SetState {
+            expected_epoch: None,
             request_id,
             at_ms,
             session,

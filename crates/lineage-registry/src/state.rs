@@ -143,8 +143,9 @@ impl RegistryState {
                 at_ms,
                 session,
                 state,
+                expected_epoch,
                 ..
-            } => self.set_state(*at_ms, session, *state),
+            } => self.set_state(*at_ms, session, *state, *expected_epoch),
             Command::CloseAdmission { at_ms, roots, .. } => self.close_admission(*at_ms, roots),
             Command::Dispose { at_ms, session, .. } => self.dispose(*at_ms, session),
             Command::Heartbeat {
@@ -353,7 +354,13 @@ impl RegistryState {
         Ok(CommandResponse::Placed { placement })
     }
 
-    fn set_state(&mut self, at_ms: u64, session: &SessionId, state: SessionState) -> Refusal {
+    fn set_state(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        state: SessionState,
+        expected_epoch: Option<u64>,
+    ) -> Refusal {
         if state == SessionState::Disposed {
             // Check existence first so the error names the real problem.
             self.live(session)?;
@@ -362,6 +369,16 @@ impl RegistryState {
             });
         }
         let record = self.live(session)?;
+        let current = record.placement.as_ref().map_or(0, |p| p.epoch);
+        if let Some(expected) = expected_epoch {
+            if current != expected {
+                return Err(RegistryRefusal::EpochMismatch {
+                    session: session.clone(),
+                    expected,
+                    current,
+                });
+            }
+        }
         record.state = state;
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::StateSet {
@@ -969,6 +986,7 @@ mod tests {
             at_ms: 3,
             session: sid(1),
             state: SessionState::Settled,
+            expected_epoch: None,
         };
         s.apply(&set);
         let run = RunId::parse("01ARZ3NDEKTSV4RRFFQ69G5FAV").unwrap();
@@ -997,6 +1015,52 @@ mod tests {
         assert_eq!(r.state, SessionState::Running);
         assert_eq!(r.runs, vec![run.clone()]);
         assert_eq!(r.updated_at_ms, 9);
+    }
+
+    #[test]
+    fn k1_a_state_write_from_a_superseded_placement_is_refused() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        let epoch = s
+            .session(&sid(1))
+            .unwrap()
+            .placement
+            .as_ref()
+            .map_or(0, |p| p.epoch);
+        let claim = Command::ClaimPlacement {
+            request_id: rid("c"),
+            at_ms: 5,
+            session: sid(1),
+            node: NodeId::parse("n2").unwrap(),
+            expected_epoch: epoch,
+            run: None,
+            activate: false,
+        };
+        assert!(matches!(s.apply(&claim), CommandResponse::Placed { .. }));
+        let set = |r: &str, expected_epoch| Command::SetState {
+            request_id: rid(r),
+            at_ms: 6,
+            session: sid(1),
+            state: SessionState::Settled,
+            expected_epoch,
+        };
+        // The old host (it still holds the old epoch) is fenced off; nothing changes.
+        let before = s.digest();
+        assert!(matches!(
+            s.apply(&set("old", Some(epoch))),
+            CommandResponse::Refused(RegistryRefusal::EpochMismatch { expected, current, .. })
+                if expected == epoch && current == epoch + 1
+        ));
+        assert_eq!(s.digest(), before);
+        // The new one is not; an unfenced write (an operator's) is not either.
+        assert!(matches!(
+            s.apply(&set("new", Some(epoch + 1))),
+            CommandResponse::StateSet { .. }
+        ));
+        assert!(matches!(
+            s.apply(&set("any", None)),
+            CommandResponse::StateSet { .. }
+        ));
     }
 
     #[test]

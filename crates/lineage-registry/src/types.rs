@@ -181,6 +181,10 @@ pub enum Command {
         session: SessionId,
         /// The new state.
         state: SessionState,
+        /// Fencing: refused (`epoch_mismatch`) unless the session's placement epoch is this one,
+        /// so a host whose session was claimed by another node (K1) cannot change its state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_epoch: Option<u64>,
     },
     /// Close admission on whole subtrees (X1): one entry, so no child slips in halfway.
     CloseAdmission {

@@ -50,6 +50,8 @@ enum Op {
         req: u8,
         id: u8,
         state: u8,
+        /// Fencing: the placement epoch the writer holds, if it says.
+        fence: Option<u8>,
     },
     Close {
         req: u8,
@@ -87,7 +89,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (r.clone(), id.clone(), proptest::option::weighted(0.8, 0u8..IDS), proptest::option::of(0u8..4), proptest::bool::weighted(0.15), proptest::option::weighted(0.1, 0u8..IDS))
             .prop_map(|(req, id, parent, max, bump, wrong_root)| Op::Register { req, id, parent, max, bump, wrong_root }),
         1 => (r.clone(), id.clone(), 0u8..3, 0u8..4, proptest::bool::ANY).prop_map(|(req, id, node, expected, activate)| Op::Claim { req, id, node, expected, activate }),
-        1 => (r.clone(), id.clone(), 0u8..4).prop_map(|(req, id, state)| Op::SetState { req, id, state }),
+        1 => (r.clone(), id.clone(), 0u8..4, proptest::option::of(0u8..4)).prop_map(|(req, id, state, fence)| Op::SetState { req, id, state, fence }),
         1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
         2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
         1 => (r, 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
@@ -282,13 +284,22 @@ impl Model {
                 }
                 Ok(format!("placed:{node}:{}", cur + 1))
             }),
-            Op::SetState { req, id, state } => self.apply("set_state", req, at, |m| {
+            Op::SetState {
+                req,
+                id,
+                state,
+                fence,
+            } => self.apply("set_state", req, at, |m| {
                 let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
                     return Err("session_disposed");
                 }
                 if state == 3 {
                     return Err("use_dispose");
+                }
+                let current = s.placement.map_or(0, |p| p.1);
+                if fence.is_some_and(|f| u64::from(f) != current) {
+                    return Err("epoch_mismatch");
                 }
                 s.state = state;
                 Ok(format!("state:{state}"))
@@ -383,7 +394,12 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             run: activate.then(|| RunId::parse(RUN).unwrap()),
             activate,
         },
-        Op::SetState { req: r, id, state } => Command::SetState {
+        Op::SetState {
+            req: r,
+            id,
+            state,
+            fence,
+        } => Command::SetState {
             request_id: req(r),
             at_ms: at,
             session: sid(id),
@@ -393,6 +409,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
                 SessionState::Settled,
                 SessionState::Disposed,
             ][state as usize],
+            expected_epoch: fence.map(u64::from),
         },
         Op::Close { req: r, ids } => Command::CloseAdmission {
             request_id: req(r),
