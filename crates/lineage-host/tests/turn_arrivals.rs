@@ -5,33 +5,22 @@
 mod common;
 
 use common::*;
-use lineage_core::descriptor::SubagentShape;
 use lineage_host::control::{FollowupOutcome, FollowupRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn m3_followup_during_a_turn_is_the_next_turn() {
     let cluster = Cluster::start().await;
     let host = cluster.host("node-a").await;
-    let root = host
-        .spawn(root_request(
-            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
-            "hi",
-        ))
-        .await
-        .unwrap();
-    let child = host
-        .spawn(child_request(
-            &root.session,
-            SubagentShape::Continuable,
-            script(r#"{"turns": [[{"do": "sleep", "ms": 800}]], "after": {"do": "echo"}}"#),
-            "first",
-        ))
-        .await
-        .unwrap();
+    let (_root, child) = root_and_continuable_child(
+        &host,
+        r#"{"turns": [[{"do": "sleep", "ms": 800}]], "after": {"do": "echo"}}"#,
+        "first",
+    )
+    .await;
     // Sent while the first turn sleeps: delivered to the live child, not resumed.
     let reply = host
         .followup(FollowupRequest {
-            session: child.session.clone(),
+            session: child.clone(),
             content: "second".into(),
             forwarded: false,
         })
@@ -39,10 +28,10 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
         .unwrap();
     assert_eq!(reply.outcome, FollowupOutcome::Delivered);
     wait_for(10, "the child to settle after its second turn", || async {
-        count_kind(&cluster.log(&child.session).await, "outbox/settled") == 1
+        count_kind(&cluster.log(&child).await, "outbox/settled") == 1
     })
     .await;
-    let log = cluster.log(&child.session).await;
+    let log = cluster.log(&child).await;
     assert_eq!(count_kind(&log, "turn/start"), 2, "{:?}", kinds(&log));
     let settled_at = log.iter().position(|e| e.kind == "outbox/settled").unwrap();
     let second_turn = log.iter().rposition(|e| e.kind == "turn/start").unwrap();
@@ -54,7 +43,7 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
     assert!(log
         .iter()
         .any(|e| e.kind == "turn/assistant" && e.data["text"] == "second"));
-    let record = cluster.record(&child.session).await;
+    let record = cluster.record(&child).await;
     assert_eq!(record.placement.map(|p| p.epoch), Some(1), "never resumed");
     host.shutdown().await;
 }
@@ -63,28 +52,18 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
 async fn x1_drain_stop_mid_turn_settles_disposed() {
     let cluster = Cluster::start().await;
     let host = cluster.host("node-a").await;
-    let root = host
-        .spawn(root_request(
-            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
-            "hi",
-        ))
-        .await
-        .unwrap();
-    let child = host
-        .spawn(child_request(
-            &root.session,
-            SubagentShape::Continuable,
-            script(r#"{"turns": [[{"do": "sleep", "ms": 60000}]]}"#),
-            "work",
-        ))
-        .await
-        .unwrap();
+    let (root, child) = root_and_continuable_child(
+        &host,
+        r#"{"turns": [[{"do": "sleep", "ms": 60000}]]}"#,
+        "work",
+    )
+    .await;
     wait_for(10, "the child's turn", || async {
-        count_kind(&cluster.log(&child.session).await, "turn/start") == 1
+        count_kind(&cluster.log(&child).await, "turn/start") == 1
     })
     .await;
-    host.drain(vec![root.session.clone()]).await.unwrap();
-    let log = cluster.log(&child.session).await;
+    host.drain(vec![root.clone()]).await.unwrap();
+    let log = cluster.log(&child).await;
     let settled: Vec<_> = log.iter().filter(|e| e.kind == "outbox/settled").collect();
     assert_eq!(settled.len(), 1, "{:?}", kinds(&log));
     assert_eq!(settled[0].data["stop_reason"], "disposed");
@@ -95,22 +74,12 @@ async fn x1_drain_stop_mid_turn_settles_disposed() {
 async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
     let cluster = Cluster::start().await;
     let host = cluster.host("node-a").await;
-    let root = host
-        .spawn(root_request(
-            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
-            "hi",
-        ))
-        .await
-        .unwrap();
-    let child = host
-        .spawn(child_request(
-            &root.session,
-            SubagentShape::Continuable,
-            script(r#"{"turns": [[{"do": "reply", "text": "first"}]], "after": {"do": "echo"}}"#),
-            "first",
-        ))
-        .await
-        .unwrap();
+    let (_root, child) = root_and_continuable_child(
+        &host,
+        r#"{"turns": [[{"do": "reply", "text": "first"}]], "after": {"do": "echo"}}"#,
+        "first",
+    )
+    .await;
     // Followups at 0-3 ms intervals: each short turn settles the child, so many of them land
     // while it is settling (live here, its activation settled) or just after (cold). Every one
     // is delivered: to the live child, or to the child resumed once its settlement is done.
@@ -119,7 +88,7 @@ async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
     for i in 0..n {
         let reply = host
             .followup(FollowupRequest {
-                session: child.session.clone(),
+                session: child.clone(),
                 content: format!("n{i}"),
                 forwarded: false,
             })
@@ -138,14 +107,14 @@ async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
         "only {resumed} of {n} followups found the child cold"
     );
     wait_for(20, "every followup read by a turn", || async {
-        let log = cluster.log(&child.session).await;
+        let log = cluster.log(&child).await;
         (0..n).all(|i| {
             log.iter()
                 .any(|e| e.kind == "turn/assistant" && e.data["text"] == format!("n{i}"))
         })
     })
     .await;
-    let log = cluster.log(&child.session).await;
+    let log = cluster.log(&child).await;
     for i in 0..n {
         let text = format!("n{i}");
         let read = log

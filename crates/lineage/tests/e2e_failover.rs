@@ -290,16 +290,14 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
     }
 }
 
-#[test]
-fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
-    let mut c = Cluster::start(3);
-    // A continuable child on node-2, mid-turn, of a parent on node-1; a top-level session on
-    // node-2 too.
+/// A parent on node-1 and its continuable child on `node`, caught mid-turn (after its first
+/// reply, in a two-minute sleep). Returns (parent, child).
+fn child_mid_turn(c: &Cluster, node: &str) -> (String, String) {
     let child =
         json!({"turns": [[{"do": "reply", "text": "started"}, {"do": "sleep", "ms": 120000}]]});
     let root = c.spawn_root(
         "node-1",
-        &json!({"turns": [[spawn_step("continuable", "node-2", "a", child)]], "after": {"do": "echo"}}),
+        &json!({"turns": [[spawn_step("continuable", node, "a", child)]], "after": {"do": "echo"}}),
     );
     let tree = eventually(T, "one child", || {
         let t = c.tree(&root);
@@ -309,27 +307,21 @@ fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
     c.wait_log(&a, T, "the child's first reply", |l| {
         !of_kind(l, "turn/assistant").is_empty()
     });
-    let top = c.spawn_root(
-        "node-2",
-        &json!({"turns": [[{"do": "reply", "text": "up"}]]}),
-    );
-    assert_eq!(c.row(&top, &top)["epoch"], 1);
+    (root, a)
+}
 
-    // SIGKILL node-2 and start it again on its data dir; nobody resumes anything meanwhile.
-    c.nodes[1].kill();
-    c.restart(1);
-    c.wait_ready(Duration::from_secs(60));
-
-    // The child is back on node-2 (claimed again: epoch 2); the turn the kill cut short ended
-    // as interrupted, so it settled, and its parent got the notice, once.
-    c.wait_state(&root, &a, "settled", T);
-    let row = c.row(&root, &a);
+/// The child came back on `node` (claimed again: epoch 2), the turn its node's stop cut short
+/// ended as `interrupted` (and was not replayed), it settled, and its parent got the notice,
+/// once, saying so.
+fn assert_settled_as_interrupted(c: &Cluster, root: &str, a: &str, node: &str) {
+    c.wait_state(root, a, "settled", T);
+    let row = c.row(root, a);
     assert_eq!(
         (row["node"].as_str(), row["epoch"].as_u64()),
-        (Some("node-2"), Some(2)),
+        (Some(node), Some(2)),
         "{row}"
     );
-    let log = c.log(&a);
+    let log = c.log(a);
     let ends = of_kind(&log, "turn/end");
     assert_eq!(ends.len(), 1, "{}", render_log(&log));
     assert_eq!(
@@ -339,13 +331,32 @@ fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
         render_log(&log)
     );
     assert_eq!(of_kind(&log, "turn/start").len(), 1, "no turn is replayed");
-    let root_log = c.wait_log(&root, T, "the child's settlement", |l| {
-        !accepted(l, "subagent-settled", Some(&a)).is_empty()
+    let root_log = c.wait_log(root, T, "the child's settlement", |l| {
+        !accepted(l, "subagent-settled", Some(a)).is_empty()
     });
-    let notices = accepted(&root_log, "subagent-settled", Some(&a));
+    let notices = accepted(&root_log, "subagent-settled", Some(a));
     assert_eq!(notices.len(), 1, "{}", render_log(&root_log));
     let summary = notices[0].data["message"]["summary"].as_str().unwrap_or("");
     assert!(summary.contains("interrupted"), "{summary}");
+}
+
+#[test]
+fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
+    let mut c = Cluster::start(3);
+    let (root, a) = child_mid_turn(&c, "node-2");
+    // A top-level session on node-2 too.
+    let top = c.spawn_root(
+        "node-2",
+        &json!({"turns": [[{"do": "reply", "text": "up"}]]}),
+    );
+    assert_eq!(c.row(&top, &top)["epoch"], 1);
+
+    // SIGKILL node-2 and start it again on its data dir; nobody resumes anything meanwhile:
+    // node-2 re-adopts both.
+    c.nodes[1].kill();
+    c.restart(1);
+    c.wait_ready(Duration::from_secs(60));
+    assert_settled_as_interrupted(&c, &root, &a, "node-2");
 
     // The top-level session is live on node-2 again (no activation: it just waits for input).
     let top_row = eventually(T, "the top-level session live again", || {
@@ -367,50 +378,11 @@ fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
 fn k1_x2_a_dead_nodes_sessions_are_taken_over_and_a_cut_short_turn_settles() {
     // Takeover 0.5 s after a lease expires (the default is 30 s).
     let mut c = Cluster::start_with_env(3, &[("LINEAGE_LEASE__TAKEOVER_AFTER_MS", "500")]);
-    let child =
-        json!({"turns": [[{"do": "reply", "text": "started"}, {"do": "sleep", "ms": 120000}]]});
-    let root = c.spawn_root(
-        "node-1",
-        &json!({"turns": [[spawn_step("continuable", "node-3", "a", child)]], "after": {"do": "echo"}}),
-    );
-    let tree = eventually(T, "one child", || {
-        let t = c.tree(&root);
-        (t.len() == 2).then_some(t)
-    });
-    let a = Cluster::children(&tree, &root)[0].clone();
-    c.wait_log(&a, T, "the child's first reply", |l| {
-        !of_kind(l, "turn/assistant").is_empty()
-    });
-
+    let (root, a) = child_mid_turn(&c, "node-3");
     // node-3 dies for good. Nobody sends a followup: node-1, the live node with the smallest
-    // id, takes the child over once node-3's lease is 0.5 s past; the cut-short turn ends as
-    // interrupted, the child settles, and its parent hears of it, once.
+    // id, takes the child over once node-3's lease is 0.5 s past.
     c.nodes[2].kill();
-    c.wait_state(&root, &a, "settled", T);
-    let row = c.row(&root, &a);
-    assert_eq!(
-        (row["node"].as_str(), row["epoch"].as_u64()),
-        (Some("node-1"), Some(2)),
-        "{row}"
-    );
-    let log = c.log(&a);
-    let ends = of_kind(&log, "turn/end");
-    assert_eq!(ends.len(), 1, "{}", render_log(&log));
-    assert_eq!(
-        ends[0].data["stop_reason"],
-        "interrupted",
-        "{}",
-        render_log(&log)
-    );
-    let root_log = c.wait_log(&root, T, "the child's settlement", |l| {
-        !accepted(l, "subagent-settled", Some(&a)).is_empty()
-    });
-    assert_eq!(
-        accepted(&root_log, "subagent-settled", Some(&a)).len(),
-        1,
-        "{}",
-        render_log(&root_log)
-    );
+    assert_settled_as_interrupted(&c, &root, &a, "node-1");
     // A followup still works: the settled child is resumed for it, anywhere.
     let sent = c.cli_json(&["send", &a, "go on"]);
     assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");

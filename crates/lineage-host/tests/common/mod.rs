@@ -124,6 +124,33 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
     }
 }
 
+/// An echoing top-level session on `host` and one continuable child of it running
+/// `child_script` (JSON). Returns (root, child).
+#[allow(dead_code)]
+pub async fn root_and_continuable_child(
+    host: &Host,
+    child_script: &str,
+    prompt: &str,
+) -> (SessionId, SessionId) {
+    let root = host
+        .spawn(root_request(
+            script(r#"{"turns": [], "after": {"do": "echo"}}"#),
+            "hi",
+        ))
+        .await
+        .expect("root");
+    let child = host
+        .spawn(child_request(
+            &root.session,
+            lineage_core::descriptor::SubagentShape::Continuable,
+            script(child_script),
+            prompt,
+        ))
+        .await
+        .expect("child");
+    (root.session, child.session)
+}
+
 pub fn child_request(
     parent: &SessionId,
     shape: lineage_core::descriptor::SubagentShape,
