@@ -1,7 +1,9 @@
 //! Test helpers for lineage: real processes, never stand-ins.
 //!
 //! - [`NatsServer`]: a real `nats-server` on a free loopback port, JetStream on, store in a temp
-//!   dir, killed (by pid) when dropped.
+//!   dir, killed (by pid) when dropped. It runs from a config file with JetStream's
+//!   `sync_interval: always` (every acknowledged write is fsync'd first, Z3) and optional extra
+//!   config text ([`NatsOptions::extra_config`]: authorization, TLS, cluster routes).
 //! - [`nats_server_binary`]: where the `nats-server` binary is (`NATS_SERVER_BIN`, `PATH`,
 //!   `~/go/bin`); `scripts/install-deps.sh` installs it when missing.
 //! - [`free_port`]: a free TCP port on 127.0.0.1.
@@ -49,6 +51,27 @@ pub struct NatsServer {
     child: Child,
     port: u16,
     store: tempfile::TempDir,
+    options: NatsOptions,
+}
+
+/// How [`NatsServer::start_with`] configures the server beyond port, name and store.
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// Config text appended to the generated file (nats-server's own format): `authorization
+    /// { ... }`, `tls { ... }`, `cluster { ... }`, `ping_interval`, ...
+    pub extra_config: String,
+    /// JetStream `sync_interval`: `"always"` (the default here: fsync before every ack) or a
+    /// duration such as `"2m"` (nats-server's own default).
+    pub sync_interval: String,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        NatsOptions {
+            extra_config: String::new(),
+            sync_interval: "always".into(),
+        }
+    }
 }
 
 /// How many ports [`NatsServer::start`] tries when the one it picked was taken meanwhile.
@@ -59,12 +82,24 @@ impl NatsServer {
     /// process took between [`free_port`] and the server's bind (tests run in parallel) costs
     /// a retry on another port, not a failure.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(NatsOptions::default())
+    }
+
+    /// [`NatsServer::start`] with `options` (extra config text, sync interval).
+    pub fn start_with(options: NatsOptions) -> io::Result<Self> {
         let store = tempfile::Builder::new().prefix("lineage-nats-").tempdir()?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            match Self::spawn_ready(port, store.path()) {
-                Ok(child) => return Ok(NatsServer { child, port, store }),
+            match Self::spawn_ready(port, store.path(), &options) {
+                Ok(child) => {
+                    return Ok(NatsServer {
+                        child,
+                        port,
+                        store,
+                        options,
+                    })
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -73,12 +108,35 @@ impl NatsServer {
 
     /// Starts a server on `port` with the store in `store` (a restart keeps JetStream data).
     pub fn start_on(port: u16, store: tempfile::TempDir) -> io::Result<Self> {
-        let child = Self::spawn_ready(port, store.path())?;
-        Ok(NatsServer { child, port, store })
+        Self::start_on_with(port, store, NatsOptions::default())
+    }
+
+    /// [`NatsServer::start_on`] with `options`.
+    pub fn start_on_with(
+        port: u16,
+        store: tempfile::TempDir,
+        options: NatsOptions,
+    ) -> io::Result<Self> {
+        let child = Self::spawn_ready(port, store.path(), &options)?;
+        Ok(NatsServer {
+            child,
+            port,
+            store,
+            options,
+        })
+    }
+
+    /// Stops this server (SIGKILL, by pid) and starts it again on the same port with the same
+    /// store and options: what a crashed and restarted nats-server looks like to its clients.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn_ready(self.port, self.store.path(), &self.options)?;
+        Ok(())
     }
 
     /// Spawns nats-server on `port` and waits until it is ready; kills it on failure.
-    fn spawn_ready(port: u16, store: &Path) -> io::Result<Child> {
+    fn spawn_ready(port: u16, store: &Path, options: &NatsOptions) -> io::Result<Child> {
         // A name of its own: readiness means *this* server answered on the port.
         let name = format!(
             "lineage-test-{}-{port}-{}",
@@ -88,18 +146,11 @@ impl NatsServer {
                 .map(|d| d.as_nanos())
                 .unwrap_or(0)
         );
+        let conf = store.join(format!("nats-server-{port}.conf"));
+        std::fs::write(&conf, server_config(port, &name, store, options))?;
         let mut child = Command::new(nats_server_binary()?)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-n",
-                &name,
-                "-js",
-                "-sd",
-            ])
-            .arg(store)
+            .arg("-c")
+            .arg(&conf)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -140,6 +191,17 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The config file of one test server: loopback, `port`, `name`, JetStream in `store` with the
+/// options' sync interval, then the options' extra text.
+fn server_config(port: u16, name: &str, store: &Path, options: &NatsOptions) -> String {
+    format!(
+        "listen: \"127.0.0.1:{port}\"\nserver_name: \"{name}\"\njetstream {{\n  store_dir: {store:?}\n  sync_interval: {sync}\n}}\n{extra}\n",
+        store = store.display().to_string(),
+        sync = options.sync_interval,
+        extra = options.extra_config,
+    )
 }
 
 /// Waits until the server named `name` greets on `port` (its `INFO` line names it): the port is
