@@ -205,7 +205,7 @@ impl From<BusError> for ControlError {
             BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
                 ErrorCode::BadRequest
             }
-            BusError::LogConflict { .. } => ErrorCode::Refused,
+            BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => ErrorCode::Refused,
         };
         ControlError::new(code, e.to_string())
     }
