@@ -7,9 +7,41 @@
 //! set and refused otherwise (one line naming the stream, both counts and the fix); one with
 //! more is kept as it is.
 
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
 
 use crate::error::BusError;
+
+/// How long a JetStream publish whose outcome is unknown (the ack timed out, no stream leader
+/// answered, the connection dropped) is sent again, the same message with the same
+/// `Nats-Msg-Id`, before the error is returned: a server of a replicated stream that dies
+/// takes a few seconds to be replaced as stream leader (about 5 s on loopback), and a client
+/// a moment to reconnect. The message id (and, for a log append, the expected last sequence)
+/// makes a copy that already landed a no-op.
+pub const UNKNOWN_OUTCOME_RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// True when a publish failed without saying whether the message was stored, so sending the
+/// same message again is the way to find out: the ack timed out, nobody answered for the
+/// stream (its leader is being replaced), the connection dropped, or the server said
+/// JetStream is temporarily unavailable.
+pub(crate) fn outcome_unknown(e: &PublishError) -> bool {
+    match e.kind() {
+        PublishErrorKind::TimedOut
+        | PublishErrorKind::StreamNotFound
+        | PublishErrorKind::BrokenPipe => true,
+        PublishErrorKind::Other => e.to_string().contains("unavailable"),
+        PublishErrorKind::WrongLastSequence | PublishErrorKind::WrongLastMessageId => false,
+    }
+}
+
+/// The retry schedule of [`UNKNOWN_OUTCOME_RETRY_FOR`]: `Some(pause)` before attempt
+/// `attempt + 1` while the deadline (from `started`) allows one, else `None`.
+pub(crate) fn retry_pause(started: Instant, attempt: u32) -> Option<Duration> {
+    let pause = Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(1));
+    (started.elapsed() + pause < UNKNOWN_OUTCOME_RETRY_FOR).then_some(pause)
+}
 
 /// Replication of lineage's JetStream streams (the session events and the parent inboxes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
