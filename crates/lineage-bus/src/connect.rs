@@ -157,10 +157,12 @@ pub async fn connect_with(how: &NatsConnect) -> Result<async_nats::Client, BusEr
     let mut options = async_nats::ConnectOptions::new().name(&how.name);
     options = match &how.auth {
         NatsAuth::None => options,
-        NatsAuth::Creds(path) => options
-            .credentials_file(path)
-            .await
-            .map_err(|e| fail(format!("cannot read the creds file {}: {e}", path.display())))?,
+        NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
+            fail(format!(
+                "cannot read the creds file {}: {e}",
+                path.display()
+            ))
+        })?,
         NatsAuth::Nkey { seed } => options.nkey(seed.trim().to_owned()),
         NatsAuth::UserPassword { user, password } => {
             options.user_and_password(user.clone(), password.clone())
@@ -274,7 +276,13 @@ mod tests {
         };
         assert!(!format!("{auth:?}").contains("hunter22"));
         assert!(!format!("{:?}", NatsAuth::Token("tok-123".into())).contains("tok-123"));
-        assert!(!format!("{:?}", NatsAuth::Nkey { seed: "SUABC".into() }).contains("SUABC"));
+        assert!(!format!(
+            "{:?}",
+            NatsAuth::Nkey {
+                seed: "SUABC".into()
+            }
+        )
+        .contains("SUABC"));
     }
 
     #[test]
@@ -282,7 +290,10 @@ mod tests {
         let mut how = NatsConnect::plain("nats://127.0.0.1:1", "t");
         how.tls.client = Some(("/nonexistent/c.pem".into(), "/nonexistent/k.pem".into()));
         let err = how.check(|k| format!("nats.{k}")).unwrap_err().to_string();
-        assert!(err.contains("nats.tls_cert") && err.contains("/nonexistent/c.pem"), "{err}");
+        assert!(
+            err.contains("nats.tls_cert") && err.contains("/nonexistent/c.pem"),
+            "{err}"
+        );
         how.tls.client = None;
         how.auth = NatsAuth::Creds("/nonexistent/u.creds".into());
         let err = how.check(|k| format!("--{k}")).unwrap_err().to_string();

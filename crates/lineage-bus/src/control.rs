@@ -205,9 +205,7 @@ impl From<BusError> for ControlError {
             BusError::InvalidCluster { .. }
             | BusError::Config(_)
             | BusError::Json { .. }
-            | BusError::Core(_) => {
-                ErrorCode::BadRequest
-            }
+            | BusError::Core(_) => ErrorCode::BadRequest,
             BusError::LogConflict { .. } => ErrorCode::Refused,
         };
         ControlError::new(code, e.to_string())

@@ -113,7 +113,8 @@ impl HostError {
                 | RegistryRefusal::EpochMismatch { .. }
                 | RegistryRefusal::UndisposedChildren { .. }
                 | RegistryRefusal::UseDispose { .. }
-                | RegistryRefusal::RequestIdReused { .. } => ErrorCode::Refused,
+                | RegistryRefusal::RequestIdReused { .. }
+                | RegistryRefusal::SenderMismatch { .. } => ErrorCode::Refused,
             },
             HostError::RegistryUnavailable(_)
             | HostError::Unavailable(_)

@@ -75,9 +75,9 @@ impl DriverFactory for ScriptDrivers {
         crate::profiles::check_offer(&self.offer(), spec)?;
         match spec {
             AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
-            AgentSpec::Profile { .. } => Ok(Box::new(ScriptDriver::new(
-                crate::script::Script::echo(),
-            ))),
+            AgentSpec::Profile { .. } => {
+                Ok(Box::new(ScriptDriver::new(crate::script::Script::echo())))
+            }
             AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
         }
     }

@@ -218,7 +218,10 @@ impl AgentProfiles {
             }
             for var in p.env.keys().chain(p.pass_env.iter()) {
                 if var.is_empty() || var.contains('=') || var.contains('\0') {
-                    return Err((key("env"), format!("{var:?} is not an environment variable name")));
+                    return Err((
+                        key("env"),
+                        format!("{var:?} is not an environment variable name"),
+                    ));
                 }
             }
             if p.prompt_timeout_ms == 0 {
@@ -462,11 +465,17 @@ mod tests {
             )
             .unwrap_err()
             .to_string();
-        assert!(err.contains("\"nope\"") && err.contains("agent, script"), "{err}");
+        assert!(
+            err.contains("\"nope\"") && err.contains("agent, script"),
+            "{err}"
+        );
         let raw = AgentSpec::Acp {
             command: vec!["sh".into(), "-c".into(), "id > proof.txt".into()],
         };
-        let err = p.admit(&raw, None, Path::new("/d"), &env).unwrap_err().to_string();
+        let err = p
+            .admit(&raw, None, Path::new("/d"), &env)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("agents.allow_raw_commands"), "{err}");
         assert!(!err.contains('\n'));
         let mut dev = p.clone();

@@ -20,8 +20,8 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::control::{
-    ops, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest, SpawnRequest,
-    AgentsRequest, StartRequest, StatusRequest, StopRequest,
+    ops, AgentsRequest, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest,
+    SpawnRequest, StartRequest, StatusRequest, StopRequest,
 };
 use crate::error::HostError;
 use crate::host::Host;

@@ -28,8 +28,8 @@ pub enum RegistryRole {
     Client,
 }
 
-/// The effective configuration of one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The effective configuration of one node. `Debug` shows `nats_url` without its password.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// Cluster name: the second token of every subject (`lineage.<cluster>...`).
@@ -48,6 +48,21 @@ pub struct NodeConfig {
     pub nats: NatsSection,
     /// Agent profiles (T4): `[agents]` and one `[agents.<name>]` table per profile.
     pub agents: AgentProfiles,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("cluster", &self.cluster)
+            .field("nats_url", &lineage_bus::redact_url(&self.nats_url))
+            .field("node", &self.node)
+            .field("registry", &self.registry)
+            .field("limits", &self.limits)
+            .field("lease", &self.lease)
+            .field("nats", &self.nats)
+            .field("agents", &self.agents)
+            .finish()
+    }
 }
 
 /// `[nats]`: how the node authenticates to NATS, TLS, and the streams it creates.
@@ -548,21 +563,32 @@ impl NatsSection {
             }
             std::fs::read_to_string(path)
                 .map(|s| s.trim().to_owned())
-                .map_err(|e| (key(k), format!("cannot read {path}: {e}; give a readable file")))
+                .map_err(|e| {
+                    (
+                        key(k),
+                        format!("cannot read {path}: {e}; give a readable file"),
+                    )
+                })
         };
         let exists = |k: &str, path: &str| -> Result<PathBuf, (String, String)> {
             let p = PathBuf::from(path);
             if !read_files || p.is_file() {
                 Ok(p)
             } else {
-                Err((key(k), format!("{path} is not a readable file; give the path of an existing file")))
+                Err((
+                    key(k),
+                    format!("{path} is not a readable file; give the path of an existing file"),
+                ))
             }
         };
         let kinds: Vec<&str> = [
             ("creds", !self.creds.is_empty()),
             ("nkey_seed_file", !self.nkey_seed_file.is_empty()),
             ("user", !self.user.is_empty()),
-            ("token", !self.token.is_empty() || !self.token_file.is_empty()),
+            (
+                "token",
+                !self.token.is_empty() || !self.token_file.is_empty(),
+            ),
         ]
         .into_iter()
         .filter(|(_, set)| *set)
@@ -580,13 +606,22 @@ impl NatsSection {
         }
         let has_password = !self.password.is_empty() || !self.password_file.is_empty();
         if !self.password.is_empty() && !self.password_file.is_empty() {
-            return Err((key("password_file"), "both nats.password and nats.password_file are set; give one".into()));
+            return Err((
+                key("password_file"),
+                "both nats.password and nats.password_file are set; give one".into(),
+            ));
         }
         if !self.token.is_empty() && !self.token_file.is_empty() {
-            return Err((key("token_file"), "both nats.token and nats.token_file are set; give one".into()));
+            return Err((
+                key("token_file"),
+                "both nats.token and nats.token_file are set; give one".into(),
+            ));
         }
         if has_password && self.user.is_empty() {
-            return Err((key("user"), "a password is set but no user; set nats.user too".into()));
+            return Err((
+                key("user"),
+                "a password is set but no user; set nats.user too".into(),
+            ));
         }
         let auth = if !self.creds.is_empty() {
             NatsAuth::Creds(exists("creds", &self.creds)?)
@@ -602,7 +637,10 @@ impl NatsSection {
             } else {
                 return Err((
                     key("password"),
-                    format!("user {:?} has no password; set nats.password_file (or nats.password)", self.user),
+                    format!(
+                        "user {:?} has no password; set nats.password_file (or nats.password)",
+                        self.user
+                    ),
                 ));
             };
             NatsAuth::UserPassword {
@@ -618,9 +656,22 @@ impl NatsSection {
         };
         let client = match (self.tls_cert.is_empty(), self.tls_key.is_empty()) {
             (true, true) => None,
-            (false, false) => Some((exists("tls_cert", &self.tls_cert)?, exists("tls_key", &self.tls_key)?)),
-            (false, true) => return Err((key("tls_key"), "nats.tls_cert is set without its key; set nats.tls_key too".into())),
-            (true, false) => return Err((key("tls_cert"), "nats.tls_key is set without its certificate; set nats.tls_cert too".into())),
+            (false, false) => Some((
+                exists("tls_cert", &self.tls_cert)?,
+                exists("tls_key", &self.tls_key)?,
+            )),
+            (false, true) => {
+                return Err((
+                    key("tls_key"),
+                    "nats.tls_cert is set without its key; set nats.tls_key too".into(),
+                ))
+            }
+            (true, false) => {
+                return Err((
+                    key("tls_cert"),
+                    "nats.tls_key is set without its certificate; set nats.tls_cert too".into(),
+                ))
+            }
         };
         let ca = if self.tls_ca.is_empty() {
             None
@@ -639,10 +690,9 @@ impl NatsSection {
 impl NodeConfig {
     /// How this node connects to NATS (validated at load, so a failure here names the key).
     pub fn nats_connect(&self, name: &str) -> Result<lineage_bus::NatsConnect, NodeError> {
-        let (auth, tls) = self
-            .nats
-            .connect_parts(true)
-            .map_err(|(key, what)| NodeError::Config(format!("invalid config key {key}: {what}")))?;
+        let (auth, tls) = self.nats.connect_parts(true).map_err(|(key, what)| {
+            NodeError::Config(format!("invalid config key {key}: {what}"))
+        })?;
         Ok(lineage_bus::NatsConnect {
             url: self.nats_url.clone(),
             name: name.to_owned(),
@@ -793,6 +843,52 @@ mod tests {
         .to_string();
         assert!(
             err.contains("limits.max_depth") && err.contains("environment"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn z1_secrets_are_redacted_and_half_configured_auth_is_refused() {
+        let loaded = load_toml(
+            "nats_url = \"nats://u:urlpass@h:4222\"\n[nats]\nuser = \"voter\"\npassword = \"hunter22\"\n",
+        )
+        .unwrap();
+        let shown = format!("{:?} {:?}", loaded.with_sources(), loaded.config);
+        assert!(
+            !shown.contains("hunter22") && !shown.contains("urlpass"),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let cases = [
+            ("[nats]\nuser = \"voter\"\n", "nats.password"),
+            ("[nats]\npassword = \"p\"\n", "nats.user"),
+            ("[nats]\ntls_cert = \"/c.pem\"\n", "nats.tls_key"),
+            ("[nats]\ntls_key = \"/k.pem\"\n", "nats.tls_cert"),
+            (
+                "[nats]\ncreds = \"/a.creds\"\ntoken = \"t\"\n",
+                "nats.token",
+            ),
+            ("[nats]\nstream_replicas = 2\n", "nats.stream_replicas"),
+            (
+                "[agents.claude]\ndriver = \"acp\"\n",
+                "agents.claude.command",
+            ),
+            ("[agents.x]\ndriver = \"ssh\"\n", "agents"),
+        ];
+        for (text, key) in cases {
+            let err = match load_toml(text) {
+                Ok(_) => panic!("accepted {text:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(key), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+        // Files are read when the node connects: a missing one names its key.
+        let loaded =
+            load_toml("[nats]\nuser = \"u\"\npassword_file = \"/nonexistent/pw\"\n").unwrap();
+        let err = loaded.config.nats_connect("t").unwrap_err().to_string();
+        assert!(
+            err.contains("nats.password_file") && err.contains("/nonexistent/pw"),
             "{err}"
         );
     }

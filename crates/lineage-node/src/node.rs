@@ -75,7 +75,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         }
         RegistryRole::Client => None,
     };
-    let registry = RegistryClient::new(nats.clone(), config.cluster.clone());
+    // Writes go out under this node's identity (`registry.write.<node>`, Z2).
+    let registry = RegistryClient::new(nats.clone(), config.cluster.clone()).as_node(&node_id);
     wait_for_registry(&registry, &shutdown).await?;
 
     let mut host_cfg = HostConfig::new(node_id.clone(), subjects.clone());

@@ -134,16 +134,16 @@ pub(crate) async fn connect(g: &Global) -> Result<async_nats::Client, ControlErr
     let how = crate::nats_auth::client_connect(g, "lineage-cli")?;
     let url = lineage_bus::redact_url(&how.url);
     tokio::time::timeout(Duration::from_secs(5), lineage_bus::connect_with(&how))
-    .await
-    .map_err(|_| {
-        ControlError::new(
-            ErrorCode::Unavailable,
-            format!(
+        .await
+        .map_err(|_| {
+            ControlError::new(
+                ErrorCode::Unavailable,
+                format!(
                 "cannot connect to NATS at {url} within 5 s; start nats-server or pass --nats URL"
             ),
-        )
-    })?
-    .map_err(ControlError::from)
+            )
+        })?
+        .map_err(ControlError::from)
 }
 
 fn parse_session(what: &str, raw: &str) -> Result<SessionId, ControlError> {

@@ -64,10 +64,14 @@ fn load_context(g: &Global) -> Result<Option<(String, NatsContext)>, ControlErro
         },
     };
     if name.contains('/') || name.contains("..") {
-        return Err(usage(format!("--context {name:?}: a context name has no '/' or '..'")));
+        return Err(usage(format!(
+            "--context {name:?}: a context name has no '/' or '..'"
+        )));
     }
     let Some(dir) = dir else {
-        return Err(usage("--context: HOME is not set, so there is no natscli context directory"));
+        return Err(usage(
+            "--context: HOME is not set, so there is no natscli context directory",
+        ));
     };
     let path = dir.join("context").join(format!("{name}.json"));
     let text = match std::fs::read_to_string(&path) {
@@ -134,7 +138,9 @@ pub(crate) fn client_connect(g: &Global, name: &str) -> Result<NatsConnect, Cont
         NatsAuth::Creds(PathBuf::from(path))
     } else if let Some(path) = nkey {
         let seed = std::fs::read_to_string(&path).map_err(|e| {
-            usage(format!("--nkey {path}: cannot read the seed file: {e}; give a readable file"))
+            usage(format!(
+                "--nkey {path}: cannot read the seed file: {e}; give a readable file"
+            ))
         })?;
         NatsAuth::Nkey { seed }
     } else if let Some(user) = user {
@@ -145,7 +151,9 @@ pub(crate) fn client_connect(g: &Global, name: &str) -> Result<NatsConnect, Cont
         };
         NatsAuth::UserPassword { user, password }
     } else if password.is_some() {
-        return Err(usage("--password is set but no user; pass --user (or NATS_USER) too"));
+        return Err(usage(
+            "--password is set but no user; pass --user (or NATS_USER) too",
+        ));
     } else if let Some(token) = token {
         NatsAuth::Token(token)
     } else {
