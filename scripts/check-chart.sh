@@ -717,7 +717,7 @@ SH
   local wenv
   wenv=$(python3 -c 'import sys, yaml
 d = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment")
-print(" ".join(f"{e[\"name\"]}={e[\"value\"]}" for e in d["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e and e["name"].startswith("LINEAGE_")))' "$tmp/$name.yaml")
+print(" ".join(e["name"] + "=" + e["value"] for e in d["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e and e["name"].startswith("LINEAGE_")))' "$tmp/$name.yaml")
   pod=t-lineage-worker-5d8f7c9b6-x2x4k
   out=$tmp/$name.worker.out
   # shellcheck disable=SC2086
