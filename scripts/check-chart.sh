@@ -202,7 +202,7 @@ elif name == "secure":
     conf = perms["data"]["lineage-permissions.conf"]
     for user in ("voter", "worker", "operator", "observer"):
         assert f'user: "{user}"' in conf and f"$LINEAGE_NATS_{user.upper()}_PASSWORD" in conf, user
-    assert '"lineage.prod-eu.>"' in conf and "LINEAGE_PROD_EU_INBOX" in conf
+    assert '"lineage.prod-eu.raft.>"' in conf and '"$JS.ACK.LINEAGE_PROD_EU_INBOX.>"' in conf
 elif name == "large":
     assert n == 5 and hpa and one("ServiceMonitor")
     assert nats["creds"] == "/etc/lineage/nats/nats.creds" and nats["tls_ca"] == "/etc/lineage/nats/tls/ca.crt"
@@ -420,11 +420,15 @@ async def main():
     await pub("worker", f"{c}.registry.write.t-lineage-worker-5d8f7c9b6-x2x4k", True)
     await pub("worker", f"{c}.registry.write.t-lineage-voter-0", False)
     await pub("worker", f"{c}.registry.2.write.t-lineage-voter-1", False)
-    await sub("worker", f"{c}.node.t-lineage-voter-0.>", False)
-    await sub("worker", f"{c}.node.t-lineage-worker-5d8f7c9b6-x2x4k.>", True)
+    await pub("worker", f"{c}.registry.write.read", False)
+    await pub("worker", f"$JS.API.STREAM.CREATE.LINEAGE_{CLUSTER.upper().replace('-', '_')}_INBOX", False)
+    await sub("worker", f"{c}.node.t-lineage-voter-0.*", False)
+    await sub("worker", f"{c}.node.t-lineage-worker-5d8f7c9b6-x2x4k.*", True)
     await pub("operator", f"{c}.ctl.spawn", True)
     await pub("operator", f"{c}.registry.write", False)
     await pub("observer", f"{c}.ctl.spawn", False)
+    await pub("observer", f"{c}.ctl.status", True)
+    await pub("observer", f"{c}.node.t-lineage-voter-0.status", True)
     await pub("observer", f"{c}.registry.read", True)
     await sub("observer", f"{c}.parent.>", True)
     await sub("observer", f"{c}.ctl.>", False)
@@ -443,8 +447,9 @@ PY
 else
   echo "check-chart: skip nats-server -t of the rendered permissions (no nats-server; scripts/install-deps.sh installs it)"
 fi
-if [ -f config/nats-server.conf ]; then
-  python3 - "$tmp/nats/lineage-nats/lineage-permissions.conf" config/nats-server.conf <<'PY' || fail "the chart's natsPermissions and config/nats-server.conf disagree"
+NATS_SERVER_CONF=${NATS_SERVER_CONF:-config/nats-server.conf}
+if [ -f "$NATS_SERVER_CONF" ]; then
+  python3 - "$tmp/nats/lineage-nats/lineage-permissions.conf" "$NATS_SERVER_CONF" <<'PY' || fail "the chart's natsPermissions and $NATS_SERVER_CONF disagree"
 import re, sys
 
 def parse(text):
@@ -527,10 +532,17 @@ def roles(path):
     out = {}
     for u in users(parse(open(path).read())):
         name = str(u.get("user", u.get("nkey")))
-        role = next((r for r in ("voter", "worker", "operator", "observer") if r in name.lower()), None)
-        if role is None:
-            continue
         perms = u["permissions"]
+        pub = perms.get("publish", {})
+        pub = pub.get("allow", []) if isinstance(pub, dict) else pub
+        # voter / operator / observer by name; a worker is named after its node id (or "worker")
+        # and may write to the registry as that node only.
+        if name in ("voter", "operator", "observer", "worker"):
+            role = name
+        elif any(re.fullmatch(rf"lineage\.[^.]+\.registry\.write\.{re.escape(name)}", x) for x in pub):
+            role = "worker"
+        else:
+            continue
         def subjects(direction, kind):
             d = perms.get(direction, {})
             v = d if isinstance(d, list) and kind == "allow" else (d.get(kind, []) if isinstance(d, dict) else [])
@@ -559,16 +571,21 @@ for role in ("voter", "worker", "operator", "observer"):
         for key in ("publish.allow", "subscribe.allow"):
             a, b = set(mine[key]), norm(theirs[key])
             if a != b:
-                print(f"check-chart: {role} ({name}) {key}: only in the chart: {sorted(a - b)}; only in config/nats-server.conf: {sorted(b - a)}", file=sys.stderr)
+                print(f"check-chart: {role} ({name}) {key}: only in the chart: {sorted(a - b)}; only in {sys.argv[2]}: {sorted(b - a)}", file=sys.stderr)
+                bad += 1
+        for key in ("publish.deny", "subscribe.deny"):
+            missing = norm(theirs[key]) - set(mine[key])
+            if missing:
+                print(f"check-chart: {role} ({name}) {key}: the chart lacks {sorted(missing)} of {sys.argv[2]}", file=sys.stderr)
                 bad += 1
         if mine["allow_responses"] != theirs["allow_responses"]:
             print(f"check-chart: {role} ({name}): allow_responses {mine['allow_responses']} in the chart, {theirs['allow_responses']} in config/nats-server.conf", file=sys.stderr)
             bad += 1
 sys.exit(1 if bad else 0)
 PY
-  echo "check-chart: ok   natsPermissions (cluster dev) grants the subjects of config/nats-server.conf to voter, worker, operator, observer"
+  echo "check-chart: ok   natsPermissions (cluster dev) grants voter, worker, operator, observer the subjects of $NATS_SERVER_CONF (the chart's workers share one user: <node> is *)"
 else
-  echo "check-chart: skip comparing natsPermissions with config/nats-server.conf (not in this tree yet)"
+  echo "check-chart: skip comparing natsPermissions with $NATS_SERVER_CONF (not in this tree yet)"
 fi
 
 # ------------------------------------------------------------------ 5. the real loader

@@ -531,84 +531,90 @@ checksum/config: {{ include "lineage.config" $root | sha256sum }}
 {{/* ------------------------------------------------------------------ NATS permissions */}}
 
 {{/*
-The subjects each role may publish and subscribe to (issue 9 contract, section 3), as JSON:
+The subjects each role may publish and subscribe to, as JSON:
 {"voter": {"publish": {"allow": [...], "deny": [...]}, "subscribe": {...}, "allow_responses": true}, ...}
-Workers of a Deployment share one NATS user, so `<node>` in their subjects is `*`; they are
-denied the voters' node ids, so a worker cannot write or listen as a voter.
+The same lists as config/nats-server.conf of the lineage repository (issue 9, contract section 3,
+tightened there by running real nodes and natscli against it), for this release's cluster. One
+difference: that file has one user per worker node (its subjects name the node id); the workers of
+a Deployment share one user, so their <node> is `*`, and they are denied the voters' node ids.
 */}}
 {{- define "lineage.natsRoles" -}}
 {{- $p := printf "lineage.%s" .Values.cluster.name }}
 {{- $s := printf "LINEAGE_%s" (.Values.cluster.name | replace "-" "_" | upper) }}
 {{- $events := printf "%s_EVENTS" $s }}
 {{- $inbox := printf "%s_INBOX" $s }}
-{{- /* JetStream API of the two streams for the nodes (stream info/create/update, consumers, gets). */}}
-{{- $js := list }}
-{{- range $st := list $events $inbox }}
-{{- $js = concat $js (list
-    (printf "$JS.API.STREAM.INFO.%s" $st)
-    (printf "$JS.API.STREAM.CREATE.%s" $st)
-    (printf "$JS.API.STREAM.UPDATE.%s" $st)
-    (printf "$JS.API.CONSUMER.CREATE.%s" $st)
-    (printf "$JS.API.CONSUMER.CREATE.%s.>" $st)
-    (printf "$JS.API.CONSUMER.DURABLE.CREATE.%s.*" $st)
-    (printf "$JS.API.CONSUMER.INFO.%s.*" $st)
-    (printf "$JS.API.CONSUMER.DELETE.%s.*" $st)
-    (printf "$JS.API.CONSUMER.LIST.%s" $st)
-    (printf "$JS.API.CONSUMER.NAMES.%s" $st)
-    (printf "$JS.API.CONSUMER.MSG.NEXT.%s.*" $st)
-    (printf "$JS.API.DIRECT.GET.%s" $st)
-    (printf "$JS.API.DIRECT.GET.%s.>" $st)
-    (printf "$JS.API.STREAM.MSG.GET.%s" $st)) }}
-{{- end }}
-{{- $js = append $js (printf "$JS.ACK.%s.>" $inbox) }}
-{{- /* Read-only JetStream API for the CLI users (operator, observer). */}}
-{{- $jsRead := list "$JS.API.STREAM.NAMES" "$JS.API.STREAM.LIST" }}
-{{- range $st := list $events $inbox }}
-{{- $jsRead = concat $jsRead (list
-    (printf "$JS.API.STREAM.INFO.%s" $st)
-    (printf "$JS.API.STREAM.MSG.GET.%s" $st)
-    (printf "$JS.API.DIRECT.GET.%s" $st)
-    (printf "$JS.API.DIRECT.GET.%s.>" $st)
-    (printf "$JS.API.CONSUMER.CREATE.%s" $st)
-    (printf "$JS.API.CONSUMER.CREATE.%s.>" $st)
-    (printf "$JS.API.CONSUMER.MSG.NEXT.%s.*" $st)) }}
-{{- end }}
+{{- $api := "$JS.API" }}
+{{- /* Hosting agents (voters and workers): per-node control, lifecycle events and parent
+inboxes, session event logs, drain progress. */}}
+{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.drain.*.progress" $p) }}
+{{- /* JetStream of a node: read the streams, session logs by direct get, a retried append's
+msg get, one durable pull consumer per live parent filtered on its inbox, acks. */}}
+{{- $jsNode := list
+    (printf "%s.STREAM.INFO.%s" $api $events)
+    (printf "%s.STREAM.INFO.%s" $api $inbox)
+    (printf "%s.DIRECT.GET.%s" $api $events)
+    (printf "%s.STREAM.MSG.GET.%s" $api $events)
+    (printf "%s.CONSUMER.CREATE.%s.*.%s.parent.*.inbox" $api $inbox $p)
+    (printf "%s.CONSUMER.INFO.%s.*" $api $inbox)
+    (printf "%s.CONSUMER.DELETE.%s.*" $api $inbox)
+    (printf "%s.CONSUMER.NAMES.%s" $api $inbox)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox)
+    (printf "$JS.ACK.%s.>" $inbox) }}
+{{- /* Voters also create the streams (first start) and update them (nats.update_streams). */}}
+{{- $jsCreate := list
+    (printf "%s.STREAM.CREATE.%s" $api $events)
+    (printf "%s.STREAM.CREATE.%s" $api $inbox)
+    (printf "%s.STREAM.UPDATE.%s" $api $events)
+    (printf "%s.STREAM.UPDATE.%s" $api $inbox) }}
+{{- /* Reading the streams from the CLI: stream info and single messages. */}}
+{{- $jsRead := list
+    (printf "%s.STREAM.INFO.%s" $api $events)
+    (printf "%s.STREAM.INFO.%s" $api $inbox)
+    (printf "%s.STREAM.MSG.GET.%s" $api $events)
+    (printf "%s.STREAM.MSG.GET.%s" $api $inbox) }}
+{{- /* The operator's own ephemeral consumers (`nats stream view`). */}}
+{{- $jsView := list
+    (printf "%s.CONSUMER.CREATE.%s.*.>" $api $events)
+    (printf "%s.CONSUMER.CREATE.%s.*.>" $api $inbox)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $events)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox) }}
 {{- $reads := list (printf "%s.registry.read" $p) (printf "%s.registry.*.read" $p) }}
-{{- $lifecycle := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) }}
-{{- $voterIds := list }}
-{{- range $ordinal := until (int .Values.voters) }}
-{{- $voterIds = append $voterIds (printf "%s-%d" (include "lineage.voterName" $) $ordinal) }}
-{{- end }}
-{{- $workerPubDeny := list }}
+{{- $srvServe := list "$SRV.*" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- $srvAsk := list "$SRV.PING" "$SRV.INFO" "$SRV.STATS" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) }}
+{{- /* `registry.*.read` / `registry.*.write.*` also match these: no write from a node named
+`read`, nor a token that is not a Raft id. */}}
+{{- $noOddWrites := list (printf "%s.registry.write.read" $p) (printf "%s.registry.write.write.>" $p) }}
+{{- $workerPubDeny := $noOddWrites }}
 {{- $workerSubDeny := list }}
-{{- range $voterIds }}
-{{- $workerPubDeny = concat $workerPubDeny (list (printf "%s.registry.write.%s" $p .) (printf "%s.registry.*.write.%s" $p .)) }}
-{{- $workerSubDeny = append $workerSubDeny (printf "%s.node.%s.>" $p .) }}
+{{- range $ordinal := until (int .Values.voters) }}
+{{- $id := printf "%s-%d" (include "lineage.voterName" $) $ordinal }}
+{{- $workerPubDeny = concat $workerPubDeny (list (printf "%s.registry.write.%s" $p $id) (printf "%s.registry.*.write.%s" $p $id)) }}
+{{- $workerSubDeny = append $workerSubDeny (printf "%s.node.%s.*" $p $id) }}
 {{- end }}
 {{- $roles := dict
   "voter" (dict
-    "publish" (dict "allow" (concat (list (printf "%s.>" $p)) $js (list "$SRV.>")))
-    "subscribe" (dict "allow" (list (printf "%s.>" $p) "_INBOX.>" "$SRV.>"))
+    "publish" (dict "allow" (concat (list (printf "%s.raft.>" $p) (printf "%s.registry.>" $p)) $hosting (slice $jsNode 0 2) $jsCreate (slice $jsNode 2)))
+    "subscribe" (dict "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) (printf "%s.registry.>" $p) (printf "%s.raft.>" $p) "_INBOX.>") $srvServe))
     "allow_responses" true)
   "worker" (dict
     "publish" (dict
-      "allow" (concat
-        (list (printf "%s.registry.write.*" $p) (printf "%s.registry.*.write.*" $p))
-        $reads
-        (list (printf "%s.ctl.>" $p) (printf "%s.node.>" $p) (printf "%s.parent.>" $p)
-              (printf "%s.session.*.events" $p) (printf "%s.drain.*.progress" $p))
-        $js (list "$SRV.>"))
+      "allow" (concat (list (printf "%s.registry.write.*" $p) (printf "%s.registry.*.write.*" $p)) $reads $hosting $jsNode)
       "deny" $workerPubDeny)
     "subscribe" (dict
-      "allow" (list (printf "%s.ctl.>" $p) (printf "%s.node.*.>" $p) (printf "%s.parent.>" $p) "_INBOX.>" "$SRV.>")
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) "_INBOX.>") $srvServe)
       "deny" $workerSubDeny)
     "allow_responses" true)
   "operator" (dict
-    "publish" (dict "allow" (concat (list (printf "%s.ctl.>" $p)) $reads $jsRead (list "$SRV.>")))
-    "subscribe" (dict "allow" $lifecycle))
+    "publish" (dict
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $srvAsk)
+      "deny" (list (printf "%s.registry.write.read" $p)))
+    "subscribe" (dict "allow" $watch))
   "observer" (dict
-    "publish" (dict "allow" (concat $jsRead $reads (list "$SRV.PING.>" "$SRV.INFO.>" "$SRV.STATS.>")))
-    "subscribe" (dict "allow" $lifecycle))
+    "publish" (dict
+      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $srvAsk)
+      "deny" (list (printf "%s.registry.write.read" $p)))
+    "subscribe" (dict "allow" $watch))
 }}
 {{- toJson $roles }}
 {{- end }}
