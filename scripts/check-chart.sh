@@ -640,23 +640,9 @@ expect() {
   fi
 }
 
-# The files lineage.toml names under /etc/lineage/nats/ are the pods' Secret mounts. Here they
-# are stand-ins under $tmp/etc-lineage (with fake content), and the node is pointed at them with
-# LINEAGE_NATS__* overrides of exactly the keys the file sets; the file's own values are checked
-# by the python check above.
-# natsfiles <toml>: prints the env assignments that redirect the file keys.
-natsfiles() {
-  local key path
-  mkdir -p "$tmp/etc-lineage/nats/tls"
-  for key in creds nkey_seed_file password_file token_file tls_ca tls_cert tls_key; do
-    path=$(awk -v k="$key" '/^\[nats\]$/ { on = 1; next } /^\[/ { on = 0 } on && $1 == k { gsub(/"/, "", $3); print $3 }' "$1")
-    [ -n "$path" ] || continue
-    local stand_in=$tmp/etc-lineage/${path#/etc/lineage/}
-    [ -f "$stand_in" ] || printf 'stand-in for %s\n' "$path" >"$stand_in"
-    echo "LINEAGE_NATS__$(echo "$key" | tr '[:lower:]' '[:upper:]')=$stand_in"
-  done
-}
-
+# The files lineage.toml names under /etc/lineage/nats/ are the pods' Secret mounts, absent
+# here: `config show` checks the shape of [nats] (one kind of credentials, no half-configured
+# TLS), the node reads the files when it connects.
 # loads <name> <voters> <expected: cluster nats_url http_addr max_depth lease_ms lease_hb raft_hb
 #       election_min election_max> [helm args...]
 loads() {
@@ -673,8 +659,6 @@ loads() {
   extract_entrypoint "$tmp/$name.yaml" >"$tmp/$name.entrypoint.sh"
   grep -q '^exec lineage node --config /etc/lineage/lineage.toml$' "$tmp/$name.entrypoint.sh" \
     || fail "$name: could not extract the voters' entrypoint snippet"
-  local files
-  files=$(natsfiles "$toml")
   # The image's `lineage`, as the entrypoint execs it: `node --config /etc/lineage/lineage.toml`
   # becomes `config show` on the rendered file (same loader, same environment).
   mkdir -p "$tmp/shim"
@@ -712,8 +696,7 @@ SH
   for ordinal in $(printf '%s\n' 0 $((n - 1)) | sort -u); do
     pod=t-lineage-voter-$ordinal
     out=$tmp/$name.$pod.out
-    # shellcheck disable=SC2086
-    podenv POD_NAME="$pod" LINEAGE_NODE__ID="$pod" $files /bin/sh -c "$(cat "$tmp/$name.entrypoint.sh")" \
+    podenv POD_NAME="$pod" LINEAGE_NODE__ID="$pod" /bin/sh -c "$(cat "$tmp/$name.entrypoint.sh")" \
       >"$out" 2>"$out.err" || { cat "$out.err" >&2; fail "$name: $pod: the node refuses its config"; }
     common "$name $pod" "$out"
     expect "$name $pod" "$out" node.id "\"$pod\"" "environment"
@@ -738,7 +721,7 @@ print(" ".join(e["name"] + "=" + e["value"] for e in d["spec"]["template"]["spec
   pod=t-lineage-worker-5d8f7c9b6-x2x4k
   out=$tmp/$name.worker.out
   # shellcheck disable=SC2086
-  podenv LINEAGE_NODE__ID="$pod" $wenv $files "$bin" config show --config "$toml" \
+  podenv LINEAGE_NODE__ID="$pod" $wenv "$bin" config show --config "$toml" \
     >"$out" 2>"$out.err" || { cat "$out.err" >&2; fail "$name: worker: the node refuses its config"; }
   common "$name worker" "$out"
   expect "$name worker" "$out" node.id "\"$pod\"" "environment"
@@ -747,13 +730,11 @@ print(" ".join(e["name"] + "=" + e["value"] for e in d["spec"]["template"]["spec
   echo "check-chart: ok   $name: worker loads (role client${wenv:+; $wenv})"
 
   # Without its environment a pod is refused instead of posing as another node.
-  # shellcheck disable=SC2086
-  if podenv $files "$bin" config show --config "$toml" >/dev/null 2>"$tmp/$name.noenv.err"; then
+  if podenv "$bin" config show --config "$toml" >/dev/null 2>"$tmp/$name.noenv.err"; then
     fail "$name: lineage.toml without LINEAGE_NODE__ID should be refused"
   fi
   grep -q 'node.id' "$tmp/$name.noenv.err" || { cat "$tmp/$name.noenv.err" >&2; fail "$name: no-env error does not name node.id"; }
-  # shellcheck disable=SC2086
-  if podenv LINEAGE_NODE__ID=t-lineage-voter-0 $files "$bin" config show --config "$toml" >/dev/null 2>"$tmp/$name.noraft.err"; then
+  if podenv LINEAGE_NODE__ID=t-lineage-voter-0 "$bin" config show --config "$toml" >/dev/null 2>"$tmp/$name.noraft.err"; then
     fail "$name: a voter without LINEAGE_REGISTRY__RAFT_ID should be refused"
   fi
   grep -q 'registry.raft_id' "$tmp/$name.noraft.err" || { cat "$tmp/$name.noraft.err" >&2; fail "$name: no-raft-id error does not name registry.raft_id"; }
@@ -778,15 +759,16 @@ out=$tmp/secure.worker.out
 expect "secure worker" "$out" nats.user '"worker"' "environment"
 expect "secure t-lineage-voter-0" "$tmp/secure.t-lineage-voter-0.out" nats.user '"voter"' "TOML file"
 expect "secure worker" "$out" nats.update_streams true "TOML file"
-for key in password_file tls_ca tls_cert tls_key; do
-  grep -q "^nats\.$key = \"$tmp/etc-lineage/" "$out" || { cat "$out" >&2; fail "secure worker: nats.$key is not the mounted file"; }
-done
+expect "secure worker" "$out" nats.password_file '"/etc/lineage/nats/password"' "TOML file"
+expect "secure worker" "$out" nats.tls_ca '"/etc/lineage/nats/tls/ca.crt"' "TOML file"
+expect "secure worker" "$out" nats.tls_cert '"/etc/lineage/nats/tls/tls.crt"' "TOML file"
+expect "secure worker" "$out" nats.tls_key '"/etc/lineage/nats/tls/tls.key"' "TOML file"
 grep -q '^agents\.claude-code\.pass_env = \["ANTHROPIC_API_KEY"\]' "$out" || { cat "$out" >&2; fail "secure: agents.claude-code.pass_env"; }
 echo "check-chart: ok   secure: nats.user (voter / worker from LINEAGE_NATS__USER), password_file, tls_ca/cert/key, update_streams, agent profiles"
 # A password given as a value (env here; the chart never renders one) is shown as <redacted>.
 sed '/^password_file = /d' "$tmp/secure.toml" >"$tmp/secure-pw.toml"
 podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client LINEAGE_NATS__PASSWORD=hunter2-not-shown \
-  $(natsfiles "$tmp/secure-pw.toml") "$bin" config show --config "$tmp/secure-pw.toml" >"$tmp/pw.out" 2>&1 \
+  "$bin" config show --config "$tmp/secure-pw.toml" >"$tmp/pw.out" 2>&1 \
   || { cat "$tmp/pw.out" >&2; fail "a user + password config is refused"; }
 ! grep -q hunter2 "$tmp/pw.out" || fail "config show prints the NATS password"
 grep -Eq '^nats\.password = "?<redacted>"?' "$tmp/pw.out" || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
