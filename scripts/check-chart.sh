@@ -34,8 +34,10 @@ if ! command -v helm >/dev/null 2>&1; then
   go install helm.sh/helm/v3/cmd/helm@v3.22.0
 fi
 echo "check-chart: $(helm version --short 2>/dev/null || helm version)"
-command -v python3 >/dev/null 2>&1 && python3 -c 'import yaml, tomllib' 2>/dev/null \
-  || { echo "check-chart: python3 with PyYAML and tomllib (3.11+) is needed" >&2; exit 1; }
+if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import yaml, tomllib' 2>/dev/null; }; then
+  echo "check-chart: python3 with PyYAML and tomllib (3.11+) is needed" >&2
+  exit 1
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
