@@ -206,7 +206,7 @@ impl From<BusError> for ControlError {
             | BusError::Config(_)
             | BusError::Json { .. }
             | BusError::Core(_) => ErrorCode::BadRequest,
-            BusError::LogConflict { .. } => ErrorCode::Refused,
+            BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => ErrorCode::Refused,
         };
         ControlError::new(code, e.to_string())
     }

@@ -47,6 +47,16 @@ pub enum BusError {
         /// The sequence this writer expected to be last.
         expected: u64,
     },
+    /// A stream's replicas are not what the configuration says, or cannot be had: replicas
+    /// other than 1 or 3, an existing stream with fewer replicas (and no update allowed), a
+    /// replicated stream on a server that is not part of a large enough JetStream cluster.
+    #[error("stream {stream} {problem}")]
+    StreamReplicas {
+        /// The stream, e.g. `LINEAGE_DEV_EVENTS`.
+        stream: String,
+        /// What is wrong and what to do, one line.
+        problem: String,
+    },
     /// A payload could not be decoded or violates a core rule.
     #[error(transparent)]
     Core(#[from] lineage_core::CoreError),

@@ -18,6 +18,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 
 use crate::error::BusError;
+use crate::streams::{open_stream, StreamOptions};
 use crate::subjects::Subjects;
 
 /// Appends to and reads session logs.
@@ -42,10 +43,22 @@ pub struct LogCursor {
 }
 
 impl EventLogStore {
-    /// Binds to the events stream of a cluster, creating it if it does not exist. The stream
-    /// allows direct gets (one round trip per [`READ_BATCH`] messages when a log is read); an
-    /// existing stream created without them is updated to allow them.
+    /// Binds to the events stream of a cluster with one replica ([`StreamOptions::default`]);
+    /// see [`EventLogStore::open_with`].
     pub async fn open(client: async_nats::Client, subjects: Subjects) -> Result<Self, BusError> {
+        Self::open_with(client, subjects, StreamOptions::default()).await
+    }
+
+    /// Binds to the events stream of a cluster, creating it (with `options.replicas` replicas)
+    /// if it does not exist; an existing one with fewer replicas is updated or refused as
+    /// `options.update` says (see [`crate::streams`]). The stream allows direct gets (one round
+    /// trip per [`READ_BATCH`] messages when a log is read); an existing stream created without
+    /// them is updated to allow them.
+    pub async fn open_with(
+        client: async_nats::Client,
+        subjects: Subjects,
+        options: StreamOptions,
+    ) -> Result<Self, BusError> {
         let js = jetstream::new(client.clone());
         let config = stream::Config {
             name: subjects.events_stream(),
@@ -55,16 +68,8 @@ impl EventLogStore {
             allow_direct: true,
             ..Default::default()
         };
-        let mut stream = js
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| BusError::js("create the session events stream", e))?;
-        let existing = stream
-            .info()
-            .await
-            .map_err(|e| BusError::js("read the session events stream", e))?
-            .config
-            .clone();
+        let (_, existing) =
+            open_stream(&js, config, options, "create the session events stream").await?;
         if !existing.allow_direct {
             js.update_stream(stream::Config {
                 allow_direct: true,

@@ -17,6 +17,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::InboxMessage;
 
 use crate::error::BusError;
+use crate::streams::{open_stream, StreamOptions};
 use crate::subjects::Subjects;
 
 /// How long the server remembers message ids for duplicate suppression.
@@ -39,19 +40,37 @@ pub struct ParentInbox {
 }
 
 impl ParentInbox {
-    /// Binds to the inbox stream of a cluster, creating it if it does not exist.
+    /// Binds to the inbox stream of a cluster with one replica ([`StreamOptions::default`]);
+    /// see [`ParentInbox::open_with`].
     pub async fn open(client: async_nats::Client, subjects: Subjects) -> Result<Self, BusError> {
+        Self::open_with(client, subjects, StreamOptions::default()).await
+    }
+
+    /// Binds to the inbox stream of a cluster, creating it (with `options.replicas` replicas)
+    /// if it does not exist; an existing one with fewer replicas is updated or refused as
+    /// `options.update` says (see [`crate::streams`]).
+    pub async fn open_with(
+        client: async_nats::Client,
+        subjects: Subjects,
+        options: StreamOptions,
+    ) -> Result<Self, BusError> {
         let js = jetstream::new(client);
-        js.get_or_create_stream(stream::Config {
-            name: subjects.inbox_stream(),
-            subjects: vec![subjects.all_inboxes()],
-            storage: stream::StorageType::File,
-            duplicate_window: DUPLICATE_WINDOW,
-            description: Some("lineage parent inboxes: subagent reports and settlements".into()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| BusError::js("create the parent inbox stream", e))?;
+        open_stream(
+            &js,
+            stream::Config {
+                name: subjects.inbox_stream(),
+                subjects: vec![subjects.all_inboxes()],
+                storage: stream::StorageType::File,
+                duplicate_window: DUPLICATE_WINDOW,
+                description: Some(
+                    "lineage parent inboxes: subagent reports and settlements".into(),
+                ),
+                ..Default::default()
+            },
+            options,
+            "create the parent inbox stream",
+        )
+        .await?;
         Ok(ParentInbox { js, subjects })
     }
 

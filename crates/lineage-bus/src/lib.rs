@@ -9,6 +9,7 @@
 //! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
+//! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
 //! | [`control`] | the `lineage` NATS micro service's requests and replies | N3 |
 //! | [`trace`] | W3C `traceparent`: format, strict parse, the task-local current context | O2 |
 //! | [`error`] | [`BusError`], the crate's one error enum | |
@@ -24,10 +25,12 @@ pub mod error;
 pub mod events;
 pub mod inbox;
 pub mod lifecycle;
+pub mod streams;
 pub mod subjects;
 pub mod trace;
 
 pub use error::BusError;
+pub use streams::StreamOptions;
 pub use subjects::Subjects;
 
 pub use connect::{connect, connect_with, redact_url, NatsAuth, NatsConnect, NatsTls};

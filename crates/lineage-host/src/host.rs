@@ -118,10 +118,14 @@ pub struct HostConfig {
     /// Takeover: how long past a dead node's lease expiry its `running`/`waiting` sessions are
     /// resumed elsewhere without waiting for a followup (see [`crate::readopt`]); `None`: never.
     pub takeover_after: Option<Duration>,
+    /// Replicas of the events and inbox streams, and whether an existing stream with fewer is
+    /// updated (`nats.stream_replicas`, `nats.update_streams`; Z3).
+    pub streams: lineage_bus::StreamOptions,
 }
 
 impl HostConfig {
-    /// Defaults: 10 s lease, heartbeat every 2 s, no max depth, 10 s requests, 5 min one-shots.
+    /// Defaults: 10 s lease, heartbeat every 2 s, no max depth, 10 s requests, 5 min one-shots,
+    /// one-replica streams.
     pub fn new(node: NodeId, subjects: Subjects) -> Self {
         HostConfig {
             node,
@@ -133,6 +137,7 @@ impl HostConfig {
             one_shot_timeout: Duration::from_secs(300),
             registry_attempts: 5,
             takeover_after: None,
+            streams: lineage_bus::StreamOptions::default(),
         }
     }
 }
@@ -421,8 +426,12 @@ impl Host {
         deps: HostDeps,
         shutdown: CancellationToken,
     ) -> Result<Host, HostError> {
-        let inbox = ParentInbox::open(deps.nats.clone(), config.subjects.clone()).await?;
-        let events = EventLogStore::open(deps.nats.clone(), config.subjects.clone()).await?;
+        let inbox =
+            ParentInbox::open_with(deps.nats.clone(), config.subjects.clone(), config.streams)
+                .await?;
+        let events =
+            EventLogStore::open_with(deps.nats.clone(), config.subjects.clone(), config.streams)
+                .await?;
         let shared = Arc::new(Shared {
             mint: IdMint::new(deps.clock.clone()),
             cfg: config,

@@ -7,8 +7,12 @@
 //! - [`nats_server_binary`]: where the `nats-server` binary is (`NATS_SERVER_BIN`, `PATH`,
 //!   `~/go/bin`); `scripts/install-deps.sh` installs it when missing.
 //! - [`free_port`]: a free TCP port on 127.0.0.1.
+//! - [`cluster::NatsCluster`]: three of those servers routed into one JetStream cluster (Z3
+//!   fault tests: SIGKILL one, restart it).
 
 #![deny(missing_docs)]
+
+pub mod cluster;
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
@@ -50,6 +54,9 @@ pub fn nats_server_binary() -> io::Result<PathBuf> {
 pub struct NatsServer {
     child: Child,
     port: u16,
+    /// `server_name`: chosen at the first start, kept across restarts (a JetStream cluster
+    /// knows its peers by name).
+    name: String,
     store: tempfile::TempDir,
     options: NatsOptions,
 }
@@ -91,11 +98,13 @@ impl NatsServer {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            match Self::spawn_ready(port, store.path(), &options) {
+            let name = unique_name(port);
+            match spawn_ready(port, &name, store.path(), &options) {
                 Ok(child) => {
                     return Ok(NatsServer {
                         child,
                         port,
+                        name,
                         store,
                         options,
                     })
@@ -117,52 +126,53 @@ impl NatsServer {
         store: tempfile::TempDir,
         options: NatsOptions,
     ) -> io::Result<Self> {
-        let child = Self::spawn_ready(port, store.path(), &options)?;
+        let name = unique_name(port);
+        let child = spawn_ready(port, &name, store.path(), &options)?;
         Ok(NatsServer {
             child,
             port,
+            name,
             store,
             options,
         })
     }
 
     /// Stops this server (SIGKILL, by pid) and starts it again on the same port with the same
-    /// store and options: what a crashed and restarted nats-server looks like to its clients.
+    /// name, store and options: what a crashed and restarted nats-server looks like to its
+    /// clients. Also starts a server stopped with [`NatsServer::kill`].
     pub fn restart(&mut self) -> io::Result<()> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = Self::spawn_ready(self.port, self.store.path(), &self.options)?;
+        self.kill();
+        self.child = spawn_ready(self.port, &self.name, self.store.path(), &self.options)?;
         Ok(())
     }
 
-    /// Spawns nats-server on `port` and waits until it is ready; kills it on failure.
-    fn spawn_ready(port: u16, store: &Path, options: &NatsOptions) -> io::Result<Child> {
-        // A name of its own: readiness means *this* server answered on the port.
-        let name = format!(
-            "lineage-test-{}-{port}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        );
-        let conf = store.join(format!("nats-server-{port}.conf"));
-        std::fs::write(&conf, server_config(port, &name, store, options))?;
-        let mut child = Command::new(nats_server_binary()?)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        match wait_ready(&mut child, port, &name, Duration::from_secs(10)) {
-            Ok(()) => Ok(child),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(e)
-            }
-        }
+    /// [`NatsServer::restart`] with other options (say another `sync_interval`); they stay
+    /// for later restarts.
+    pub fn restart_with(&mut self, options: NatsOptions) -> io::Result<()> {
+        self.options = options;
+        self.restart()
+    }
+
+    /// Kills the server (SIGKILL, by pid) and waits for it to exit; the port, name and store
+    /// are kept for [`NatsServer::restart`].
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &NatsOptions {
+        &self.options
+    }
+
+    /// Its `server_name`.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// `nats://127.0.0.1:<port>`.
@@ -188,9 +198,65 @@ impl NatsServer {
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
+}
+
+/// A `server_name` no other test server has: readiness then means *this* server answered on
+/// its port.
+fn unique_name(port: u16) -> String {
+    format!(
+        "lineage-test-{}-{port}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )
+}
+
+/// Spawns nats-server on `port` as `name` and waits until it is ready; kills it on failure.
+fn spawn_ready(port: u16, name: &str, store: &Path, options: &NatsOptions) -> io::Result<Child> {
+    let conf = store.join(format!("nats-server-{port}.conf"));
+    std::fs::write(&conf, server_config(port, name, store, options))?;
+    let mut child = Command::new(nats_server_binary()?)
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    match wait_ready(&mut child, port, name, Duration::from_secs(10)) {
+        Ok(()) => Ok(child),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+/// `GET path` (HTTP/1.0: no chunked body) on `127.0.0.1:port`, say a nats-server monitoring
+/// port: status code and body.
+pub fn http_get(port: u16, path: &str) -> io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let request = format!("GET {path} HTTP/1.0\r\nhost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("not an HTTP reply on port {port}: {text:?}")))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
 }
 
 /// The config file of one test server: loopback, `port`, `name`, JetStream in `store` with the
