@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use lineage_testkit::{free_port, NatsServer};
 
+pub mod shipped_nats;
+
 /// The `lineage` binary under test.
 pub fn lineage_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lineage"))
