@@ -202,7 +202,10 @@ impl From<BusError> for ControlError {
                 ErrorCode::Unavailable
             }
             BusError::Nats { .. } => ErrorCode::Unavailable,
-            BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
+            BusError::InvalidCluster { .. }
+            | BusError::Config(_)
+            | BusError::Json { .. }
+            | BusError::Core(_) => {
                 ErrorCode::BadRequest
             }
             BusError::LogConflict { .. } => ErrorCode::Refused,

@@ -11,6 +11,10 @@ pub enum BusError {
         /// The client's reason.
         reason: String,
     },
+    /// A connection setting cannot work (a missing file, half-configured TLS or auth); the
+    /// message names the key.
+    #[error("invalid NATS setting {0}")]
+    Config(String),
     /// A cluster name is not a safe subject token.
     #[error("invalid cluster name {name:?}: {reason}; use letters, digits, '-' and '_'")]
     InvalidCluster {

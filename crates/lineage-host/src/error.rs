@@ -124,9 +124,10 @@ impl HostError {
                 | BusError::Timeout { .. }
                 | BusError::JetStream { .. }
                 | BusError::Nats { .. } => ErrorCode::Unavailable,
-                BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
-                    ErrorCode::BadRequest
-                }
+                BusError::InvalidCluster { .. }
+                | BusError::Config(_)
+                | BusError::Json { .. }
+                | BusError::Core(_) => ErrorCode::BadRequest,
                 BusError::LogConflict { .. } => ErrorCode::Refused,
             },
             HostError::UnknownSession(_) | HostError::NotLive { .. } => ErrorCode::NotFound,

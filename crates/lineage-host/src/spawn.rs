@@ -92,6 +92,8 @@ impl Shared {
             .map_err(|e| HostError::Internal(format!("cannot encode a descriptor: {e}")))?;
         let run = self.mint.run();
         let target = spec.node.clone().unwrap_or_else(|| self.cfg.node.clone());
+        // T4: the target runs only what its operator configured; refused before the birth.
+        self.admit_agent(&target, &spec.agent).await?;
         // 5: the commit is the birth.
         let registered = self
             .registry
@@ -369,8 +371,10 @@ impl Shared {
     ) -> Result<SpawnReply, HostError> {
         self.check_running()?;
         let session = self.mint.session();
+        crate::profiles::request_subdir(request.cwd.as_deref())?;
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset);
         let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
+        self.admit_agent(&target, &request.agent).await?;
         let registered = self
             .registry
             .write(Command::RegisterSession {

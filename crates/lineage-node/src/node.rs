@@ -32,8 +32,20 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         ),
         source,
     })?;
-    let nats = lineage_bus::connect(&config.nats_url, &format!("lineage-node-{node_id}")).await?;
-    tracing::info!(node = %node_id, cluster = %config.cluster, nats = %config.nats_url, "node starting");
+    let how = config.nats_connect(&format!("lineage-node-{node_id}"))?;
+    let nats = lineage_bus::connect_with(&how).await?;
+    tracing::info!(
+        node = %node_id,
+        cluster = %config.cluster,
+        nats = %lineage_bus::redact_url(&config.nats_url),
+        auth = %how.auth.describe(),
+        tls = how.tls.required,
+        raw_agent_commands = config.agents.allow_raw_commands,
+        "node starting"
+    );
+    if config.agents.allow_raw_commands {
+        tracing::warn!("agents.allow_raw_commands = true: this node runs any agent command line a request names (development only)");
+    }
 
     let registry_node = match config.registry.role {
         RegistryRole::Voter => {
@@ -78,7 +90,10 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
             nats: nats.clone(),
             registry: Arc::new(registry.clone()),
             clock: Arc::new(SystemClock),
-            drivers: Arc::new(NodeDrivers::new(PathBuf::from(&config.node.data_dir))),
+            drivers: Arc::new(NodeDrivers::new(
+                PathBuf::from(&config.node.data_dir),
+                config.agents.clone(),
+            )),
         },
         shutdown.child_token(),
     )

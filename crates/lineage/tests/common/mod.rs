@@ -126,6 +126,12 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra environment variables for every node process.
     pub fn start_with_env(n: usize, env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_toml(n, env, "")
+    }
+
+    /// [`Cluster::start_with_env`] with `extra_toml` appended to every node's config file (say
+    /// `[agents.<name>]` profiles).
+    pub fn start_with_toml(n: usize, env: &[(&str, &str)], extra_toml: &str) -> Cluster {
         let nats = NatsServer::start().expect("start nats-server");
         let dir = tempfile::Builder::new()
             .prefix("lineage-e2e-")
@@ -144,7 +150,7 @@ impl Cluster {
                 boot = i == 1,
                 voters = voters.join(", "),
             );
-            std::fs::write(&config, text).expect("write config");
+            std::fs::write(&config, format!("{text}\n{extra_toml}")).expect("write config");
             nodes.push(NodeProc {
                 id: format!("node-{i}"),
                 config,
