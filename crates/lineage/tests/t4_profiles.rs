@@ -116,7 +116,8 @@ fn t4_raw_command_lines_from_the_wire_are_refused_and_change_nothing() {
             .then_some(())
     });
     // A request cannot pick the working directory outside the node's.
-    let body = json!({"agent": {"driver": "profile", "profile": "echo-agent"}, "prompt": "x", "cwd": "/"});
+    let body =
+        json!({"agent": {"driver": "profile", "profile": "echo-agent"}, "prompt": "x", "cwd": "/"});
     let reply = cluster.ctl("spawn", body.to_string().as_bytes());
     assert_eq!(reply["error"]["code"], "bad_request", "{reply}");
     assert!(

@@ -760,3 +760,102 @@ fn z1_a_client_that_stops_answering_pings_is_dropped_within_seconds() {
         "a hung client was dropped only after {took:?}"
     );
 }
+
+/// A continuable child that reports once and settles.
+fn reporting_child() -> serde_json::Value {
+    serde_json::json!({"turns": [[
+        {"do": "report", "content": "half way", "delivery": "quiet"},
+        {"do": "reply", "text": "child done"}
+    ]], "after": {"do": "echo"}})
+}
+
+/// Spawn, report, settle, followup (cold resume), drain across voters under the shipped
+/// permissions: node-1..3 connect as `voter`, the CLI as `operator`; nothing is refused.
+fn spawn_end_to_end(cluster: &common::Cluster, root_node: &str, child_nodes: &[&str]) {
+    use common::{accepted, spawn_step, Cluster};
+    let steps: Vec<serde_json::Value> = child_nodes
+        .iter()
+        .map(|n| spawn_step("continuable", n, "work", reporting_child()))
+        .collect();
+    let root = cluster.spawn_root(
+        root_node,
+        &serde_json::json!({"turns": [steps], "after": {"do": "echo"}}),
+    );
+    let log = cluster.wait_log(
+        &root,
+        Duration::from_secs(30),
+        "every child's report and settlement",
+        |log| {
+            accepted(log, "subagent-settled", None).len() == child_nodes.len()
+                && accepted(log, "subagent-report", None).len() == child_nodes.len()
+        },
+    );
+    assert_eq!(
+        accepted(&log, "subagent-settled", None).len(),
+        child_nodes.len()
+    );
+    let tree = cluster.tree(&root);
+    let children = Cluster::children(&tree, &root);
+    assert_eq!(children.len(), child_nodes.len(), "{tree:?}");
+    for child in &children {
+        cluster.wait_state(&root, child, "settled", Duration::from_secs(20));
+    }
+    // A followup cold-resumes a settled child (log read, placement claim, inbox publish).
+    let (code, out, err) = cluster.cli(&["send", &children[0], "once more"]);
+    assert_eq!(code, 0, "send: {err}{out}");
+    cluster.wait_log(
+        &root,
+        Duration::from_secs(30),
+        "the resumed child's notice",
+        |log| accepted(log, "subagent-settled", None).len() > child_nodes.len(),
+    );
+    // Drain: admission closed, released and disposed across nodes, inbox consumers deleted.
+    let (code, out, err) = cluster.cli(&["--json", "drain", &root]);
+    assert_eq!(code, 0, "drain: {err}{out}");
+    for row in cluster.tree(&root) {
+        assert_eq!(row["state"], "disposed", "{row}");
+    }
+    // An observer reads (tree, status) but cannot spawn.
+    let (code, _, err) = cluster.cli_as("observer", &["tree", &root]);
+    assert_eq!(code, 0, "observer tree: {err}");
+    let (code, _, err) = cluster.cli_as("observer", &["status"]);
+    assert_eq!(code, 0, "observer status: {err}");
+    let (code, out, err) = cluster.cli_as(
+        "observer",
+        &[
+            "spawn",
+            "--node",
+            "node-1",
+            "--prompt",
+            "go",
+            "--script",
+            "{\"turns\":[]}",
+        ],
+    );
+    assert_ne!(code, 0, "an observer spawned: {out}");
+    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    // Nothing but the observer's spawn was refused by the server.
+    let violations: Vec<String> = cluster
+        .permission_violations()
+        .into_iter()
+        .filter(|l| !(l.contains("user:observer") && l.contains("lineage.dev.ctl.spawn")))
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "the shipped permissions refused what nodes or the CLI needed:\n{}",
+        violations.join("\n")
+    );
+    assert!(
+        cluster
+            .permission_violations()
+            .iter()
+            .any(|l| l.contains("user:observer") && l.contains("lineage.dev.ctl.spawn")),
+        "the observer's spawn was not refused by the server"
+    );
+}
+
+#[test]
+fn z2_voters_serve_a_spawn_end_to_end_under_the_shipped_permissions() {
+    let cluster = common::Cluster::start_secured(3);
+    spawn_end_to_end(&cluster, "node-1", &["node-2", "node-3"]);
+}
