@@ -32,3 +32,10 @@ if [ "${LINEAGE_WITH_NATS_CLI:-0}" = "1" ] && ! have nats && have go; then
   echo "install-deps: installing the nats CLI"
   go install github.com/nats-io/natscli/nats@latest || echo "install-deps: nats CLI not installed (optional)"
 fi
+
+# natscli v0.5.0 for the natscli inspection test (o3_natscli); without it that test skips.
+if ! have nats && have go; then
+  echo "install-deps: installing natscli v0.5.0 (go install github.com/nats-io/natscli/nats@v0.5.0)"
+  go install github.com/nats-io/natscli/nats@v0.5.0 \
+    || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
+fi
