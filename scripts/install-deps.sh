@@ -52,3 +52,10 @@ if (have pip || have pip3) && ! python3 -c 'import nats' >/dev/null 2>&1; then
   "$(command -v pip || command -v pip3)" install --quiet nats-py >/dev/null 2>&1 \
     || echo "install-deps: nats-py not installed (pip failed); check-chart.sh skips probing the rendered NATS permissions"
 fi
+
+# natscli v0.5.0 for the natscli inspection test (o3_natscli); without it that test skips.
+if ! have nats && have go; then
+  echo "install-deps: installing natscli v0.5.0 (go install github.com/nats-io/natscli/nats@v0.5.0)"
+  go install github.com/nats-io/natscli/nats@v0.5.0 \
+    || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
+fi
