@@ -174,6 +174,9 @@ if name in ("default", "five"):
     assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == secrets_of(test["spec"]) == []
 elif name == "minimal":
     assert n == 1 and workers == 0 and not pdbs, (n, workers, pdbs)
+    assert nats["nkey_seed_file"] == "/etc/lineage/nats/nkey.seed", nats
+    assert secrets_of(spec(sts)) == secrets_of(test["spec"]) == ["lineage-nats-nkey"]
+    assert env(test["spec"])["NATS_NKEY"]["value"] == "/etc/lineage/nats/nkey.seed"
 elif name == "secure":
     assert cfg["cluster"] == "prod-eu" and cfg["nats_url"] == "tls://nats.messaging:4222"
     assert nats == {"user": "voter", "password_file": "/etc/lineage/nats/password", "tls_required": True,
@@ -691,7 +694,7 @@ SH
     expect "$1" "$2" nats.stream_replicas "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "stream_replicas" { print $3; exit }' "$toml")" "TOML file"
     expect "$1" "$2" nats.tls_required "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "tls_required" { print $3; exit }' "$toml")" "TOML file"
     expect "$1" "$2" agents.allow_raw_commands "$(awk '/^\[agents\]$/ { on = 1 } on && $1 == "allow_raw_commands" { print $3; exit }' "$toml")" "TOML file"
-    grep -q '^agents\.script\.driver = "script"' "$2" || { cat "$2" >&2; fail "$1: the script profile is not loaded"; }
+    expect "$1" "$2" agents.script.driver '"script"' "TOML file"
   }
 
   local ordinal pod out
@@ -765,7 +768,10 @@ expect "secure worker" "$out" nats.password_file '"/etc/lineage/nats/password"' 
 expect "secure worker" "$out" nats.tls_ca '"/etc/lineage/nats/tls/ca.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_cert '"/etc/lineage/nats/tls/tls.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_key '"/etc/lineage/nats/tls/tls.key"' "TOML file"
-grep -q '^agents\.claude-code\.pass_env = \["ANTHROPIC_API_KEY"\]' "$out" || { cat "$out" >&2; fail "secure: agents.claude-code.pass_env"; }
+expect "secure worker" "$out" agents.claude-code.pass_env '["ANTHROPIC_API_KEY"]' "TOML file"
+expect "secure worker" "$out" agents.claude-code.tools true "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.args '["--name", "two words"]' "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.workdir '"/var/lib/lineage/shared"' "TOML file"
 echo "check-chart: ok   secure: nats.user (voter / worker from LINEAGE_NATS__USER), password_file, tls_ca/cert/key, update_streams, agent profiles"
 # A password given as a value (env here; the chart never renders one) is shown as <redacted>.
 sed '/^password_file = /d' "$tmp/secure.toml" >"$tmp/secure-pw.toml"
@@ -773,11 +779,22 @@ podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client LINEAGE_NATS__PASSWORD=h
   "$bin" config show --config "$tmp/secure-pw.toml" >"$tmp/pw.out" 2>&1 \
   || { cat "$tmp/pw.out" >&2; fail "a user + password config is refused"; }
 ! grep -q hunter2 "$tmp/pw.out" || fail "config show prints the NATS password"
-grep -Eq '^nats\.password = "?<redacted>"?' "$tmp/pw.out" || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
+value "$tmp/pw.out" nats.password | grep -Eq '^"?<redacted>"?$' || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
 echo "check-chart: ok   nats.password is shown as $(value "$tmp/pw.out" nats.password), its value nowhere in the output"
-# The helm test pod's flags exist.
+expect "large worker" "$tmp/large.worker.out" nats.creds '"/etc/lineage/nats/nats.creds"' "TOML file"
+loads minimal 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/minimal-values.yaml"
+expect "minimal worker" "$tmp/minimal.worker.out" nats.nkey_seed_file '"/etc/lineage/nats/nkey.seed"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" nats.token_file '"/etc/lineage/nats/token"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" agents.allow_raw_commands true "TOML file"
+echo "check-chart: ok   large: nats.creds; minimal: nats.nkey_seed_file; token: nats.token_file, allow_raw_commands"
+# The helm test pod's flags and NATS_* variables (of every value set) are the CLI's.
+"$bin" status --help >"$tmp/status-help"
 for flag in --nats --cluster --tls-required; do
-  "$bin" status --help | grep -q -- "$flag" || fail "lineage status has no $flag (the helm test pod passes it)"
+  grep -q -- "$flag" "$tmp/status-help" || fail "lineage status has no $flag (the helm test pod passes it)"
 done
-echo "check-chart: ok   lineage status knows the test pod's flags (--nats --cluster --tls-required)"
+test_env=$(for set in "${sets[@]}"; do grep -A200 '^# Source: lineage/templates/tests/test-status.yaml' "$tmp/$set.yaml" | grep -o 'name: NATS_[A-Z_]*' | awk '{ print $2 }'; done | sort -u)
+for var in $test_env; do
+  grep -Eq "\[env: ${var}[]=]" "$tmp/status-help" || fail "the helm test pod sets $var, which lineage status does not read"
+done
+echo "check-chart: ok   lineage status reads the test pod's flags (--nats --cluster --tls-required) and variables ($(echo "$test_env" | tr '\n' ' '))"
 echo "check-chart: all checks passed"
