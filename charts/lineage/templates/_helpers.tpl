@@ -103,6 +103,49 @@ the schema is skipped with --skip-schema-validation). Included by every template
 {{- if and .Values.workers.autoscaling.enabled (gt (int .Values.workers.autoscaling.minReplicas) (int .Values.workers.autoscaling.maxReplicas)) }}
 {{- fail "workers.autoscaling.minReplicas must not exceed workers.autoscaling.maxReplicas" }}
 {{- end }}
+{{- $auth := .Values.nats.auth }}
+{{- if and $auth.method (not $auth.existingSecret) }}
+{{- fail (printf "nats.auth.method is %q but nats.auth.existingSecret is empty: create a Secret with the credentials (charts/lineage/README.md \"NATS credentials and TLS\") and name it there" $auth.method) }}
+{{- end }}
+{{- if and (eq $auth.method "userPassword") (not $auth.user) }}
+{{- fail "nats.auth.method is userPassword but nats.auth.user is empty: set the voters' NATS user name" }}
+{{- end }}
+{{- range $role := list "workers" "test" }}
+{{- $r := get $auth $role | default dict }}
+{{- if and (or $r.existingSecret $r.user) (not $auth.method) }}
+{{- fail (printf "nats.auth.%s is set but nats.auth.method is empty: choose creds, nkey, userPassword or token" $role) }}
+{{- end }}
+{{- end }}
+{{- $tls := .Values.nats.tls }}
+{{- if $tls.existingSecret }}
+{{- if not (or $tls.ca $tls.clientCert) }}
+{{- fail "nats.tls.existingSecret is set but neither nats.tls.ca nor nats.tls.clientCert: nothing to mount from it" }}
+{{- end }}
+{{- else }}
+{{- if $tls.clientCert }}
+{{- fail "nats.tls.clientCert is true but nats.tls.existingSecret is empty: name the Secret holding tls.crt and tls.key" }}
+{{- end }}
+{{- range $role := list "workers" "test" }}
+{{- if (get $tls $role | default dict).existingSecret }}
+{{- fail (printf "nats.tls.%s.existingSecret is set but nats.tls.existingSecret is empty: set the default Secret too (it decides which TLS files lineage.toml names)" $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $name, $p := .Values.agents.profiles }}
+{{- if and $p (eq $p.driver "acp") (not $p.command) }}
+{{- fail (printf "agents.profiles.%s: driver acp needs a command (a program on the image's PATH or an absolute path)" $name) }}
+{{- end }}
+{{- end }}
+{{- if .Values.natsPermissions.enabled }}
+{{- range $role, $u := .Values.natsPermissions.users }}
+{{- if eq (len (compact (list $u.passwordEnv $u.nkey))) 0 }}
+{{- fail (printf "natsPermissions.users.%s: set passwordEnv (the NATS server's env var with the password) or nkey (the public key)" $role) }}
+{{- end }}
+{{- if and $u.passwordEnv $u.nkey }}
+{{- fail (printf "natsPermissions.users.%s: set passwordEnv or nkey, not both" $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* ------------------------------------------------------------------ config */}}
@@ -159,6 +202,77 @@ max_depth = {{ int64 .Values.limits.maxDepth }}
 lease_ms = {{ int64 .Values.lease.leaseMs }}
 heartbeat_ms = {{ int64 .Values.lease.heartbeatMs }}
 takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
+
+[nats]
+{{- $auth := .Values.nats.auth }}
+{{- $tls := .Values.nats.tls }}
+# Credentials are files mounted from Secrets under /etc/lineage/nats/ (this file never holds a
+# secret). Each role mounts its own Secret at the same paths (nats.auth.{existingSecret,workers,test}).
+{{- if eq $auth.method "creds" }}
+creds = "/etc/lineage/nats/nats.creds"
+{{- else if eq $auth.method "nkey" }}
+nkey_seed_file = "/etc/lineage/nats/nkey.seed"
+{{- else if eq $auth.method "userPassword" }}
+# Workers with their own user override it with LINEAGE_NATS__USER (nats.auth.workers.user).
+user = {{ $auth.user | toJson }}
+password_file = "/etc/lineage/nats/password"
+{{- else if eq $auth.method "token" }}
+token_file = "/etc/lineage/nats/token"
+{{- else }}
+# No authentication (nats.auth.method is empty).
+{{- end }}
+tls_required = {{ $tls.required }}
+{{- if $tls.existingSecret }}
+{{- if $tls.ca }}
+tls_ca = "/etc/lineage/nats/tls/ca.crt"
+{{- end }}
+{{- if $tls.clientCert }}
+tls_cert = "/etc/lineage/nats/tls/tls.crt"
+tls_key = "/etc/lineage/nats/tls/tls.key"
+{{- end }}
+{{- end }}
+stream_replicas = {{ int .Values.nats.streamReplicas }}
+update_streams = {{ .Values.nats.updateStreams }}
+
+[agents]
+# Sessions name one of these profiles; a raw command line from the wire is refused unless
+# allow_raw_commands (dev only).
+allow_raw_commands = {{ .Values.agents.allowRawCommands }}
+{{- range $name, $p := .Values.agents.profiles }}
+{{- if $p }}
+
+[agents.{{ $name }}]
+driver = {{ $p.driver | toJson }}
+{{- if hasKey $p "command" }}
+command = {{ $p.command | toJson }}
+{{- end }}
+{{- if hasKey $p "args" }}
+args = [{{ range $i, $a := ($p.args | default list) }}{{ if $i }}, {{ end }}{{ $a | toString | toJson }}{{ end }}]
+{{- end }}
+{{- if hasKey $p "env" }}
+{{- $pairs := list }}
+{{- range $k, $v := ($p.env | default dict) }}
+{{- $pairs = append $pairs (printf "%s = %s" ($k | toJson) ($v | toString | toJson)) }}
+{{- end }}
+env = {{ if $pairs }}{ {{ join ", " $pairs }} }{{ else }}{}{{ end }}
+{{- end }}
+{{- if hasKey $p "passEnv" }}
+pass_env = [{{ range $i, $a := ($p.passEnv | default list) }}{{ if $i }}, {{ end }}{{ $a | toJson }}{{ end }}]
+{{- end }}
+{{- if hasKey $p "workdir" }}
+workdir = {{ $p.workdir | toJson }}
+{{- end }}
+{{- if hasKey $p "promptTimeoutMs" }}
+prompt_timeout_ms = {{ int64 $p.promptTimeoutMs }}
+{{- end }}
+{{- if hasKey $p "tools" }}
+tools = {{ $p.tools }}
+{{- end }}
+{{- if hasKey $p "description" }}
+description = {{ $p.description | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* ------------------------------------------------------------------ pod pieces */}}
@@ -181,6 +295,47 @@ takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
   value: {{ .Values.log.level | quote }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------ NATS credentials */}}
+
+{{/*
+The Secret a role mounts NATS credentials from ("" for none). Roles: "voters" (the default),
+"workers", "test". Usage: include "lineage.natsAuthSecret" (dict "root" $ "role" "workers")
+*/}}
+{{- define "lineage.natsAuthSecret" -}}
+{{- $auth := .root.Values.nats.auth }}
+{{- if $auth.method }}
+{{- (get $auth .role | default dict).existingSecret | default $auth.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret a role mounts TLS files from ("" for none). */}}
+{{- define "lineage.natsTlsSecret" -}}
+{{- $tls := .root.Values.nats.tls }}
+{{- if $tls.existingSecret }}
+{{- (get $tls .role | default dict).existingSecret | default $tls.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/* The NATS user name of a role (method userPassword), "" otherwise. */}}
+{{- define "lineage.natsUser" -}}
+{{- $auth := .root.Values.nats.auth }}
+{{- if eq $auth.method "userPassword" }}
+{{- (get $auth .role | default dict).user | default $auth.user }}
+{{- end }}
+{{- end }}
+
+{{/* Secret key and file name (under /etc/lineage/nats/) of the chosen method. */}}
+{{- define "lineage.natsAuthFile" -}}
+{{- $auth := .Values.nats.auth }}
+{{- $k := $auth.keys }}
+{{- if eq $auth.method "creds" }}{{ dict "key" $k.creds "file" "nats.creds" | toJson }}
+{{- else if eq $auth.method "nkey" }}{{ dict "key" $k.nkeySeed "file" "nkey.seed" | toJson }}
+{{- else if eq $auth.method "userPassword" }}{{ dict "key" $k.password "file" "password" | toJson }}
+{{- else if eq $auth.method "token" }}{{ dict "key" $k.token "file" "token" | toJson }}
+{{- else }}{}
 {{- end }}
 {{- end }}
 
@@ -235,14 +390,79 @@ readinessProbe:
 {{- end }}
 {{- end }}
 
+{{/*
+Volumes of a role's pods. /etc/lineage is one projected volume: lineage.toml from the ConfigMap
+and, under nats/, the role's NATS credentials and TLS files from its Secrets (mode 0440: readable
+through the pod's fsGroup). A key missing from a Secret keeps the pod from starting (the event
+names the key). Usage: include "lineage.volumes" (dict "root" $ "role" "voters")
+*/}}
 {{- define "lineage.volumes" -}}
+{{- $root := .root }}
+{{- $authSecret := include "lineage.natsAuthSecret" . }}
+{{- $tlsSecret := include "lineage.natsTlsSecret" . }}
+{{- $tls := $root.Values.nats.tls -}}
 - name: config
-  configMap:
-    name: {{ include "lineage.configName" . }}
+  projected:
+    defaultMode: 292 # 0444
+    sources:
+      - configMap:
+          name: {{ include "lineage.configName" $root }}
+          items:
+            - key: lineage.toml
+              path: lineage.toml
+      {{- if $authSecret }}
+      {{- $f := include "lineage.natsAuthFile" $root | fromJson }}
+      - secret:
+          name: {{ $authSecret }}
+          items:
+            - key: {{ $f.key }}
+              path: nats/{{ $f.file }}
+              mode: 288 # 0440
+      {{- end }}
+      {{- if $tlsSecret }}
+      - secret:
+          name: {{ $tlsSecret }}
+          items:
+            {{- if $tls.ca }}
+            - key: {{ $tls.keys.ca }}
+              path: nats/tls/ca.crt
+              mode: 288 # 0440
+            {{- end }}
+            {{- if $tls.clientCert }}
+            - key: {{ $tls.keys.cert }}
+              path: nats/tls/tls.crt
+              mode: 288 # 0440
+            - key: {{ $tls.keys.key }}
+              path: nats/tls/tls.key
+              mode: 288 # 0440
+            {{- end }}
+      {{- end }}
 - name: tmp
   emptyDir: {}
-{{- with .Values.extraVolumes }}
+{{- with $root.Values.extraVolumes }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+topologySpreadConstraints of a component; an entry without labelSelector gets the component's
+labels. Usage: include "lineage.topologySpread" (dict "root" $ "component" "voter" "constraints" list)
+*/}}
+{{- define "lineage.topologySpread" -}}
+{{- $root := .root }}
+{{- $out := list }}
+{{- range .constraints }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $labels := include "lineage.selectorLabels" $root | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" $.component }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $labels) }}
+{{- end }}
+{{- $out = append $out $c }}
+{{- end }}
+{{- with $out }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -294,6 +514,10 @@ ports:
 resources:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with $root.Values.agents.extraEnvFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{- define "lineage.podAnnotations" -}}
@@ -302,4 +526,145 @@ checksum/config: {{ include "lineage.config" $root | sha256sum }}
 {{- with (.component.podAnnotations | default $root.Values.podAnnotations) }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------ NATS permissions */}}
+
+{{/*
+The subjects each role may publish and subscribe to, as JSON:
+{"voter": {"publish": {"allow": [...], "deny": [...]}, "subscribe": {...}, "allow_responses": true}, ...}
+The same lists as config/nats-server.conf of the lineage repository (issue 9, contract section 3,
+tightened there by running real nodes and natscli against it), for this release's cluster. One
+difference: that file has one user per worker node (its subjects name the node id); the workers of
+a Deployment share one user, so their <node> is `*`, and they are denied the voters' node ids.
+*/}}
+{{- define "lineage.natsRoles" -}}
+{{- $p := printf "lineage.%s" .Values.cluster.name }}
+{{- $s := printf "LINEAGE_%s" (.Values.cluster.name | replace "-" "_" | upper) }}
+{{- $events := printf "%s_EVENTS" $s }}
+{{- $inbox := printf "%s_INBOX" $s }}
+{{- $api := "$JS.API" }}
+{{- /* Hosting agents (voters and workers): per-node control, lifecycle events and parent
+inboxes, session event logs, drain progress. */}}
+{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.drain.*.progress" $p) }}
+{{- /* JetStream of a node: read the streams, session logs by direct get, a retried append's
+msg get, one durable pull consumer per live parent filtered on its inbox, acks. */}}
+{{- $jsNode := list
+    (printf "%s.STREAM.INFO.%s" $api $events)
+    (printf "%s.STREAM.INFO.%s" $api $inbox)
+    (printf "%s.DIRECT.GET.%s" $api $events)
+    (printf "%s.STREAM.MSG.GET.%s" $api $events)
+    (printf "%s.CONSUMER.CREATE.%s.*.%s.parent.*.inbox" $api $inbox $p)
+    (printf "%s.CONSUMER.INFO.%s.*" $api $inbox)
+    (printf "%s.CONSUMER.DELETE.%s.*" $api $inbox)
+    (printf "%s.CONSUMER.NAMES.%s" $api $inbox)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox)
+    (printf "$JS.ACK.%s.>" $inbox) }}
+{{- /* Voters also create the streams (first start) and update them (nats.update_streams). */}}
+{{- $jsCreate := list
+    (printf "%s.STREAM.CREATE.%s" $api $events)
+    (printf "%s.STREAM.CREATE.%s" $api $inbox)
+    (printf "%s.STREAM.UPDATE.%s" $api $events)
+    (printf "%s.STREAM.UPDATE.%s" $api $inbox) }}
+{{- /* Reading the streams from the CLI: stream info and single messages. */}}
+{{- $jsRead := list
+    (printf "%s.STREAM.INFO.%s" $api $events)
+    (printf "%s.STREAM.INFO.%s" $api $inbox)
+    (printf "%s.STREAM.MSG.GET.%s" $api $events)
+    (printf "%s.STREAM.MSG.GET.%s" $api $inbox) }}
+{{- /* The operator's own ephemeral consumers (`nats stream view`). */}}
+{{- $jsView := list
+    (printf "%s.CONSUMER.CREATE.%s.*.>" $api $events)
+    (printf "%s.CONSUMER.CREATE.%s.*.>" $api $inbox)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $events)
+    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox) }}
+{{- $reads := list (printf "%s.registry.read" $p) (printf "%s.registry.*.read" $p) }}
+{{- $srvServe := list "$SRV.*" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- $srvAsk := list "$SRV.PING" "$SRV.INFO" "$SRV.STATS" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) }}
+{{- /* `registry.*.read` / `registry.*.write.*` also match these: no write from a node named
+`read`, nor a token that is not a Raft id. */}}
+{{- $noOddWrites := list (printf "%s.registry.write.read" $p) (printf "%s.registry.write.write.>" $p) }}
+{{- $workerPubDeny := $noOddWrites }}
+{{- $workerSubDeny := list }}
+{{- range $ordinal := until (int .Values.voters) }}
+{{- $id := printf "%s-%d" (include "lineage.voterName" $) $ordinal }}
+{{- $workerPubDeny = concat $workerPubDeny (list (printf "%s.registry.write.%s" $p $id) (printf "%s.registry.*.write.%s" $p $id)) }}
+{{- $workerSubDeny = append $workerSubDeny (printf "%s.node.%s.*" $p $id) }}
+{{- end }}
+{{- $roles := dict
+  "voter" (dict
+    "publish" (dict "allow" (concat (list (printf "%s.raft.>" $p) (printf "%s.registry.>" $p)) $hosting (slice $jsNode 0 2) $jsCreate (slice $jsNode 2)))
+    "subscribe" (dict "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) (printf "%s.registry.>" $p) (printf "%s.raft.>" $p) "_INBOX.>") $srvServe))
+    "allow_responses" true)
+  "worker" (dict
+    "publish" (dict
+      "allow" (concat (list (printf "%s.registry.write.*" $p) (printf "%s.registry.*.write.*" $p)) $reads $hosting $jsNode)
+      "deny" $workerPubDeny)
+    "subscribe" (dict
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) "_INBOX.>") $srvServe)
+      "deny" $workerSubDeny)
+    "allow_responses" true)
+  "operator" (dict
+    "publish" (dict
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $srvAsk)
+      "deny" (list (printf "%s.registry.write.read" $p)))
+    "subscribe" (dict "allow" $watch))
+  "observer" (dict
+    "publish" (dict
+      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $srvAsk)
+      "deny" (list (printf "%s.registry.write.read" $p)))
+    "subscribe" (dict "allow" $watch))
+}}
+{{- toJson $roles }}
+{{- end }}
+
+{{/* The NATS server config snippet (natsPermissions): `authorization { users = [...] }`. */}}
+{{- define "lineage.natsPermissionsConf" -}}
+{{- $roles := include "lineage.natsRoles" . | fromJson }}
+{{- $s := printf "LINEAGE_%s" (.Values.cluster.name | replace "-" "_" | upper) -}}
+# lineage users for cluster {{ .Values.cluster.name | quote }} (release {{ .Release.Name }}, chart {{ include "lineage.chart" . }}),
+# streams {{ $s }}_EVENTS and {{ $s }}_INBOX. Default deny: each user publishes and
+# subscribes only what is listed. Passwords are environment variables of the NATS server
+# ($NAME), so this file holds no secret. In the server config (mounted at /etc/lineage-nats):
+#   include ../lineage-nats/lineage-permissions.conf
+authorization {
+  users = [
+{{- range $role := list "voter" "worker" "operator" "observer" }}
+{{- $u := get $.Values.natsPermissions.users $role }}
+{{- $perm := get $roles $role }}
+    # {{ $role }}
+    {
+      {{- if $u.nkey }}
+      nkey: {{ $u.nkey | quote }}
+      {{- else }}
+      user: {{ $u.user | quote }}
+      password: ${{ $u.passwordEnv }}
+      {{- end }}
+      permissions: {
+        {{- range $dir := list "publish" "subscribe" }}
+        {{- $d := get $perm $dir }}
+        {{ $dir }}: {
+          allow: [
+            {{- range $d.allow }}
+            {{ . | quote }}
+            {{- end }}
+          ]
+          {{- with $d.deny }}
+          deny: [
+            {{- range . }}
+            {{ . | quote }}
+            {{- end }}
+          ]
+          {{- end }}
+        }
+        {{- end }}
+        {{- if $perm.allow_responses }}
+        allow_responses: true
+        {{- end }}
+      }
+    }
+{{- end }}
+  ]
+}
 {{- end }}

@@ -202,9 +202,10 @@ impl From<BusError> for ControlError {
                 ErrorCode::Unavailable
             }
             BusError::Nats { .. } => ErrorCode::Unavailable,
-            BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
-                ErrorCode::BadRequest
-            }
+            BusError::InvalidCluster { .. }
+            | BusError::Config(_)
+            | BusError::Json { .. }
+            | BusError::Core(_) => ErrorCode::BadRequest,
             BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => ErrorCode::Refused,
         };
         ControlError::new(code, e.to_string())

@@ -4,13 +4,17 @@
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     /// The NATS server could not be reached.
-    #[error("cannot connect to NATS at {url}: {reason}; start nats-server or pass --nats URL")]
+    #[error("cannot connect to NATS at {url}: {reason}")]
     Connect {
         /// The URL tried.
         url: String,
         /// The client's reason.
         reason: String,
     },
+    /// A connection setting cannot work (a missing file, half-configured TLS or auth); the
+    /// message names the key.
+    #[error("invalid NATS setting {0}")]
+    Config(String),
     /// A cluster name is not a safe subject token.
     #[error("invalid cluster name {name:?}: {reason}; use letters, digits, '-' and '_'")]
     InvalidCluster {

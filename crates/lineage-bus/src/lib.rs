@@ -4,6 +4,7 @@
 //!
 //! | module | what | ids |
 //! |---|---|---|
+//! | [`connect`] | connecting with credentials and TLS; secrets redacted | Z1 |
 //! | [`subjects`] | the subject and stream names (the wire contract) | N1 |
 //! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
@@ -18,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+pub mod connect;
 pub mod control;
 pub mod error;
 pub mod events;
@@ -31,15 +33,4 @@ pub use error::BusError;
 pub use streams::StreamOptions;
 pub use subjects::Subjects;
 
-/// Connects to NATS with the name lineage components use, so `nats server report connections`
-/// tells them apart.
-pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, BusError> {
-    async_nats::ConnectOptions::new()
-        .name(name)
-        .connect(url)
-        .await
-        .map_err(|e| BusError::Connect {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })
-}
+pub use connect::{connect, connect_with, redact_url, NatsAuth, NatsConnect, NatsTls};

@@ -78,6 +78,8 @@ pub enum PermissionPolicy {
 pub struct AcpDriver {
     command: Vec<String>,
     cwd: PathBuf,
+    /// When set, the agent's whole environment (nothing else from the node leaks, T4).
+    env: Option<std::collections::BTreeMap<String, String>>,
     init_timeout: Duration,
     prompt_timeout: Duration,
     cancel_grace: Duration,
@@ -142,6 +144,7 @@ impl AcpDriver {
         AcpDriver {
             command,
             cwd,
+            env: None,
             init_timeout: DEFAULT_INIT_TIMEOUT,
             prompt_timeout: DEFAULT_PROMPT_TIMEOUT,
             cancel_grace: DEFAULT_CANCEL_GRACE,
@@ -149,6 +152,12 @@ impl AcpDriver {
             label: "-".into(),
             live: None,
         }
+    }
+
+    /// Runs the agent with exactly this environment (a profile's), not the node's.
+    pub fn with_env(mut self, env: std::collections::BTreeMap<String, String>) -> Self {
+        self.env = Some(env);
+        self
     }
 
     /// Sets the deadline for `initialize` and for opening or loading the session.
@@ -246,7 +255,11 @@ impl AcpDriver {
             )));
         }
 
-        let mut child = Command::new(&program)
+        let mut command = Command::new(&program);
+        if let Some(env) = &self.env {
+            command.env_clear().envs(env);
+        }
+        let mut child = command
             .args(&self.command[1..])
             .current_dir(&cwd)
             .stdin(Stdio::piped())

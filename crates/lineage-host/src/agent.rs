@@ -246,7 +246,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
             shared.node()
         )));
     }
-    let mut driver = shared.drivers.make(&init.spec)?;
+    let mut driver = shared.drivers.make(&init.spec, &session)?;
     driver
         .start(DriverStart {
             session: session.clone(),

@@ -38,11 +38,13 @@ pub mod ops {
     pub const STOP: &str = "stop";
     /// Per node: release (settle and drop) live sessions (drain waves).
     pub const RELEASE: &str = "release";
+    /// The agent profiles the serving node offers (T4).
+    pub const AGENTS: &str = "agents";
     /// Every cluster-wide op.
-    pub const CLUSTER: [&str; 6] = [SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS];
+    pub const CLUSTER: [&str; 7] = [SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS, AGENTS];
     /// Every per-node op.
-    pub const NODE: [&str; 9] = [
-        SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS, START, STOP, RELEASE,
+    pub const NODE: [&str; 10] = [
+        SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS, AGENTS, START, STOP, RELEASE,
     ];
 }
 
@@ -499,6 +501,23 @@ pub struct StatusReply {
     pub cluster: String,
     /// What it hosts, sorted by session id.
     pub live: Vec<LiveAgent>,
+}
+
+/// `agents` request: no fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsRequest {}
+
+/// `agents` reply: what the serving node runs (T4). No command lines, no environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentsReply {
+    /// The serving node (filled in by the host).
+    #[serde(default)]
+    pub node: Option<NodeId>,
+    /// Whether it accepts raw ACP command lines (development only).
+    pub allow_raw_commands: bool,
+    /// Its profiles, by name.
+    pub profiles: Vec<crate::profiles::ProfileInfo>,
 }
 
 /// Per-node `stop` and `release`: the sessions to act on.

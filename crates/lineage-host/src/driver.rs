@@ -85,10 +85,17 @@ pub enum AgentSpec {
         /// The script.
         script: crate::script::Script,
     },
-    /// An ACP agent subprocess.
+    /// An ACP agent subprocess from a raw command line: refused unless the hosting node sets
+    /// `agents.allow_raw_commands` (T4).
     Acp {
         /// Program and arguments.
         command: Vec<String>,
+    },
+    /// A profile of the hosting node's config (`[agents.<name>]`, T4): the node decides what
+    /// runs.
+    Profile {
+        /// The profile's name.
+        profile: String,
     },
 }
 

@@ -113,7 +113,8 @@ impl HostError {
                 | RegistryRefusal::EpochMismatch { .. }
                 | RegistryRefusal::UndisposedChildren { .. }
                 | RegistryRefusal::UseDispose { .. }
-                | RegistryRefusal::RequestIdReused { .. } => ErrorCode::Refused,
+                | RegistryRefusal::RequestIdReused { .. }
+                | RegistryRefusal::SenderMismatch { .. } => ErrorCode::Refused,
             },
             HostError::RegistryUnavailable(_)
             | HostError::Unavailable(_)
@@ -124,9 +125,10 @@ impl HostError {
                 | BusError::Timeout { .. }
                 | BusError::JetStream { .. }
                 | BusError::Nats { .. } => ErrorCode::Unavailable,
-                BusError::InvalidCluster { .. } | BusError::Json { .. } | BusError::Core(_) => {
-                    ErrorCode::BadRequest
-                }
+                BusError::InvalidCluster { .. }
+                | BusError::Config(_)
+                | BusError::Json { .. }
+                | BusError::Core(_) => ErrorCode::BadRequest,
                 BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => {
                     ErrorCode::Refused
                 }

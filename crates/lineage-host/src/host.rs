@@ -40,15 +40,25 @@ pub const ACP_PROVIDER: &str = "acp";
 
 /// Makes drivers for agent specs. The node supplies one that knows every driver it can run.
 pub trait DriverFactory: Send + Sync + 'static {
-    /// Builds a driver for `spec`, or says why this node cannot run it.
-    fn make(&self, spec: &AgentSpec) -> Result<Box<dyn AgentDriver>, HostError>;
+    /// Builds a driver for `spec` hosting `session`, or says why this node cannot run it.
+    fn make(
+        &self,
+        spec: &AgentSpec,
+        session: &SessionId,
+    ) -> Result<Box<dyn AgentDriver>, HostError>;
+    /// What this node offers: its profiles and whether it takes raw command lines. A spawn
+    /// checks the target node's offer before the birth is registered
+    /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
+    fn offer(&self) -> crate::control::AgentsReply;
 }
 
-/// The provider name (descriptor `provider`) of an agent spec.
-pub fn provider_of(spec: &AgentSpec) -> &'static str {
+/// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the
+/// profile's name.
+pub fn provider_of(spec: &AgentSpec) -> String {
     match spec {
-        AgentSpec::Script { .. } => SCRIPT_PROVIDER,
-        AgentSpec::Acp { .. } => ACP_PROVIDER,
+        AgentSpec::Script { .. } => SCRIPT_PROVIDER.to_owned(),
+        AgentSpec::Acp { .. } => ACP_PROVIDER.to_owned(),
+        AgentSpec::Profile { profile } => profile.clone(),
     }
 }
 
@@ -57,10 +67,31 @@ pub fn provider_of(spec: &AgentSpec) -> &'static str {
 pub struct ScriptDrivers;
 
 impl DriverFactory for ScriptDrivers {
-    fn make(&self, spec: &AgentSpec) -> Result<Box<dyn AgentDriver>, HostError> {
+    fn make(
+        &self,
+        spec: &AgentSpec,
+        _session: &SessionId,
+    ) -> Result<Box<dyn AgentDriver>, HostError> {
+        crate::profiles::check_offer(&self.offer(), spec)?;
         match spec {
             AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
+            AgentSpec::Profile { .. } => {
+                Ok(Box::new(ScriptDriver::new(crate::script::Script::echo())))
+            }
             AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
+        }
+    }
+
+    fn offer(&self) -> crate::control::AgentsReply {
+        crate::control::AgentsReply {
+            node: None,
+            allow_raw_commands: false,
+            profiles: vec![crate::profiles::ProfileInfo {
+                name: SCRIPT_PROVIDER.to_owned(),
+                driver: crate::profiles::ProfileDriver::Script,
+                tools: false,
+                description: "scripted agent: the request carries the script".into(),
+            }],
         }
     }
 }
@@ -341,6 +372,42 @@ impl Shared {
             })
     }
 
+    /// Refuses (before anything is registered) an agent `target` would not run (T4). Inline
+    /// scripts run anywhere; a profile or raw command line is checked against this node's
+    /// offer, or the target's (its per-node `agents`).
+    pub(crate) async fn admit_agent(
+        &self,
+        target: &NodeId,
+        spec: &AgentSpec,
+    ) -> Result<(), HostError> {
+        if matches!(spec, AgentSpec::Script { .. }) {
+            return Ok(());
+        }
+        let offer = if target == &self.cfg.node {
+            self.drivers.offer()
+        } else {
+            self.node_request(
+                target,
+                crate::control::ops::AGENTS,
+                &crate::control::AgentsRequest {},
+                self.cfg.request_timeout,
+            )
+            .await
+            .map_err(|e| match e {
+                HostError::Unavailable(_) => HostError::Unavailable(format!(
+                    "node {target} does not answer (is it running? `lineage status` lists the nodes)"
+                )),
+                other => other,
+            })?
+        };
+        crate::profiles::check_offer(&offer, spec).map_err(|e| match e {
+            HostError::BadRequest(m) if target != &self.cfg.node => {
+                HostError::BadRequest(format!("on node {target}: {m}"))
+            }
+            other => other,
+        })
+    }
+
     pub(crate) fn check_running(&self) -> Result<(), HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::ShuttingDown(self.cfg.node.to_string()));
@@ -451,7 +518,14 @@ impl Host {
         self.shared.is_live(session)
     }
 
-    /// What this node hosts.
+    /// The agent profiles this node offers (T4).
+    pub fn agents(&self) -> crate::control::AgentsReply {
+        let mut offer = self.shared.drivers.offer();
+        offer.node = Some(self.shared.cfg.node.clone());
+        offer
+    }
+
+    /// What this node hosts now.
     pub fn status(&self) -> StatusReply {
         let mut live: Vec<LiveAgent> = self
             .shared

@@ -12,6 +12,7 @@
 //! | [`driver`] | the `AgentDriver` trait and `DriverAction` data | H1 |
 //! | [`script`] | the deterministic scripted driver | H1 |
 //! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio | H1 |
+//! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
 //! | [`clock`] | injected time ([`Clock`]) and id minting | |
 //! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
@@ -41,6 +42,7 @@ pub mod error;
 pub mod followup;
 pub mod host;
 pub mod interrupt;
+pub mod profiles;
 pub mod readopt;
 pub mod registry;
 pub mod report;

@@ -132,6 +132,14 @@ impl Default for AfterScript {
 }
 
 impl Script {
+    /// A script whose every turn replies with its input (what a `script` profile runs).
+    pub fn echo() -> Self {
+        Script {
+            turns: Vec::new(),
+            after: AfterScript::Echo,
+        }
+    }
+
     /// A script whose every turn replies `"done"`.
     pub fn done() -> Self {
         Script::default()

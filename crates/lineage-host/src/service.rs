@@ -20,8 +20,8 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::control::{
-    ops, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest, SpawnRequest,
-    StartRequest, StatusRequest, StopRequest,
+    ops, AgentsRequest, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest,
+    SpawnRequest, StartRequest, StatusRequest, StopRequest,
 };
 use crate::error::HostError;
 use crate::host::Host;
@@ -180,6 +180,7 @@ pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
         ops::DRAIN => run!(DrainRequest, |r| host.drain_with_progress(r.roots, r.progress)),
         ops::RESUME => run!(ResumeRequest, |r| host.resume(r.session)),
         ops::STATUS => run!(StatusRequest, |_r| async { Ok::<_, HostError>(host.status()) }),
+        ops::AGENTS => run!(AgentsRequest, |_r| async { Ok::<_, HostError>(host.agents()) }),
         ops::START => run!(StartRequest, |r| host.start_hosted(r)),
         ops::STOP => run!(StopRequest, |r| async {
             Ok::<_, HostError>(host.stop_sessions(r).await)

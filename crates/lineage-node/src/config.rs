@@ -13,6 +13,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use lineage_core::depth::MaxDepth;
 use lineage_core::ids::NodeId;
+use lineage_host::profiles::AgentProfiles;
 use serde::{Deserialize, Serialize};
 
 use crate::error::NodeError;
@@ -27,8 +28,8 @@ pub enum RegistryRole {
     Client,
 }
 
-/// The effective configuration of one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The effective configuration of one node. `Debug` shows `nats_url` without its password.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// Cluster name: the second token of every subject (`lineage.<cluster>...`).
@@ -43,7 +44,105 @@ pub struct NodeConfig {
     pub limits: LimitsSection,
     /// Node leases.
     pub lease: LeaseSection,
+    /// NATS credentials, TLS and streams (Z1, Z3).
+    pub nats: NatsSection,
+    /// Agent profiles (T4): `[agents]` and one `[agents.<name>]` table per profile.
+    pub agents: AgentProfiles,
 }
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("cluster", &self.cluster)
+            .field("nats_url", &lineage_bus::redact_url(&self.nats_url))
+            .field("node", &self.node)
+            .field("registry", &self.registry)
+            .field("limits", &self.limits)
+            .field("lease", &self.lease)
+            .field("nats", &self.nats)
+            .field("agents", &self.agents)
+            .finish()
+    }
+}
+
+/// `[nats]`: how the node authenticates to NATS, TLS, and the streams it creates.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSection {
+    /// Path of a NATS `.creds` file (user JWT + nkey seed).
+    pub creds: String,
+    /// Path of a file holding an nkey user seed.
+    pub nkey_seed_file: String,
+    /// User name (with `password` or `password_file`).
+    pub user: String,
+    /// Password (prefer `password_file`); never shown.
+    pub password: String,
+    /// Path of a file holding the password.
+    pub password_file: String,
+    /// Token (prefer `token_file`); never shown.
+    pub token: String,
+    /// Path of a file holding the token.
+    pub token_file: String,
+    /// Refuse to connect without TLS.
+    pub tls_required: bool,
+    /// PEM CA bundle that verifies the server.
+    pub tls_ca: String,
+    /// PEM client certificate (with `tls_key`).
+    pub tls_cert: String,
+    /// PEM client key (with `tls_cert`).
+    pub tls_key: String,
+    /// Replicas of the events and inbox streams: 1 or 3.
+    pub stream_replicas: u8,
+    /// An existing stream with fewer replicas is updated (true) or refused (false).
+    pub update_streams: bool,
+}
+
+impl Default for NatsSection {
+    fn default() -> Self {
+        NatsSection {
+            creds: String::new(),
+            nkey_seed_file: String::new(),
+            user: String::new(),
+            password: String::new(),
+            password_file: String::new(),
+            token: String::new(),
+            token_file: String::new(),
+            tls_required: false,
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            stream_replicas: 1,
+            update_streams: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for NatsSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |s: &str| if s.is_empty() { "" } else { REDACTED };
+        f.debug_struct("NatsSection")
+            .field("creds", &self.creds)
+            .field("nkey_seed_file", &self.nkey_seed_file)
+            .field("user", &self.user)
+            .field("password", &shown(&self.password))
+            .field("password_file", &self.password_file)
+            .field("token", &shown(&self.token))
+            .field("token_file", &self.token_file)
+            .field("tls_required", &self.tls_required)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("stream_replicas", &self.stream_replicas)
+            .field("update_streams", &self.update_streams)
+            .finish()
+    }
+}
+
+/// What `config show` and logs print in place of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Keys whose values are secrets: shown as [`REDACTED`] when set.
+pub const SECRET_KEYS: [&str; 2] = ["nats.password", "nats.token"];
 
 /// `[node]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +224,8 @@ impl Default for NodeConfig {
                 heartbeat_ms: 500,
                 takeover_after_ms: 30_000,
             },
+            nats: NatsSection::default(),
+            agents: AgentProfiles::default(),
         }
     }
 }
@@ -136,6 +237,17 @@ pub struct FlagOverrides {
     pub nats_url: Option<String>,
     /// `--cluster`.
     pub cluster: Option<String>,
+    /// `[nats]` keys set by flags (`--creds`, `--user`, ...): (key under `nats.`, value, flag).
+    pub nats: Vec<(&'static str, FlagValue, &'static str)>,
+}
+
+/// A flag's value.
+#[derive(Debug, Clone)]
+pub enum FlagValue {
+    /// A string.
+    Str(String),
+    /// A switch.
+    Bool(bool),
 }
 
 /// The merged sources, kept so `lineage config show` can say where each value came from.
@@ -173,7 +285,15 @@ fn flatten(prefix: &str, dict: &Dict, out: &mut Vec<(String, String)>) {
             format!("{prefix}.{k}")
         };
         match v {
-            Value::Dict(_, inner) if !key.ends_with("voters") => flatten(&key, inner, out),
+            Value::Dict(_, inner) if !key.ends_with("voters") && !key.ends_with(".env") => {
+                flatten(&key, inner, out)
+            }
+            Value::String(_, s) if SECRET_KEYS.contains(&key.as_str()) && !s.is_empty() => {
+                out.push((key, REDACTED.to_owned()))
+            }
+            Value::String(_, s) if key == "nats_url" => {
+                out.push((key, format!("{:?}", lineage_bus::redact_url(s))))
+            }
             other => out.push((key, value_text(other))),
         }
     }
@@ -205,18 +325,21 @@ fn value_text(v: &Value) -> String {
     }
 }
 
-/// One top-level string set by a command-line flag, named after the flag for `config show`.
+/// One value set by a command-line flag (top level, or under a table), named after the flag
+/// for `config show`.
 struct Flag {
+    table: Option<&'static str>,
     key: &'static str,
-    value: String,
+    value: Value,
     name: &'static str,
 }
 
 impl Flag {
     fn new(key: &'static str, value: &str, name: &'static str) -> Self {
         Flag {
+            table: None,
             key,
-            value: value.to_owned(),
+            value: Value::from(value.to_owned()),
             name,
         }
     }
@@ -229,15 +352,20 @@ impl Provider for Flag {
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
         let mut dict = Dict::new();
-        dict.insert(self.key.to_owned(), Value::from(self.value.clone()));
+        dict.insert(self.key.to_owned(), self.value.clone());
+        let dict = match self.table {
+            None => dict,
+            Some(table) => Dict::from([(table.to_owned(), Value::from(dict))]),
+        };
         Ok(Profile::Default.collect(dict))
     }
 }
 
 /// The top-level config keys; `LINEAGE_*` variables outside them (say `LINEAGE_TEST_THREADS`
 /// of the test script) are someone else's and are not read as config.
-pub const TOP_LEVEL_KEYS: [&str; 6] =
-    ["cluster", "nats_url", "node", "registry", "limits", "lease"];
+pub const TOP_LEVEL_KEYS: [&str; 8] = [
+    "cluster", "nats_url", "node", "registry", "limits", "lease", "nats", "agents",
+];
 
 /// `LINEAGE_` environment variables, `__` for nesting, restricted to [`TOP_LEVEL_KEYS`].
 pub fn lineage_env() -> Env {
@@ -277,6 +405,18 @@ pub fn load_with_env(
     }
     if let Some(cluster) = &flags.cluster {
         figment = figment.merge(Flag::new("cluster", cluster, "--cluster flag"));
+    }
+    for (key, value, name) in &flags.nats {
+        let value = match value {
+            FlagValue::Str(s) => Value::from(s.clone()),
+            FlagValue::Bool(b) => Value::from(*b),
+        };
+        figment = figment.merge(Flag {
+            table: Some("nats"),
+            key,
+            value,
+            name,
+        });
     }
     let config: NodeConfig = figment.extract().map_err(|e| config_error(&figment, e))?;
     validate(&config, &figment)?;
@@ -385,10 +525,182 @@ fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
             "need 0 < lease.heartbeat_ms < lease.lease_ms".into(),
         );
     }
+    // Shape only here (`config show` runs where the secret files may not be mounted); the
+    // files are read when the node connects.
+    if let Err((key, what)) = config.nats.connect_parts(false) {
+        return fail(&key, what);
+    }
+    if ![1, 3].contains(&config.nats.stream_replicas) {
+        return fail(
+            "nats.stream_replicas",
+            format!(
+                "{} replicas; the streams take 1 (one server) or 3 (a NATS cluster)",
+                config.nats.stream_replicas
+            ),
+        );
+    }
+    if let Err((key, what)) = config.agents.validate() {
+        return fail(&key, what);
+    }
     Ok(())
 }
 
+impl NatsSection {
+    /// The authentication and TLS these keys describe, or the key that is half-configured
+    /// (user without a password, a password without a user, two kinds of credentials, a client
+    /// certificate without its key, with `read`: a file that cannot be read) and why. With
+    /// `read`, secret files are read (their contents never appear in an error); without, only
+    /// the shape is checked and file-based secrets come back empty.
+    pub fn connect_parts(
+        &self,
+        read_files: bool,
+    ) -> Result<(lineage_bus::NatsAuth, lineage_bus::NatsTls), (String, String)> {
+        use lineage_bus::{NatsAuth, NatsTls};
+        let key = |k: &str| format!("nats.{k}");
+        let read = |k: &str, path: &str| -> Result<String, (String, String)> {
+            if !read_files {
+                return Ok(String::new());
+            }
+            std::fs::read_to_string(path)
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| {
+                    (
+                        key(k),
+                        format!("cannot read {path}: {e}; give a readable file"),
+                    )
+                })
+        };
+        let exists = |k: &str, path: &str| -> Result<PathBuf, (String, String)> {
+            let p = PathBuf::from(path);
+            if !read_files || p.is_file() {
+                Ok(p)
+            } else {
+                Err((
+                    key(k),
+                    format!("{path} is not a readable file; give the path of an existing file"),
+                ))
+            }
+        };
+        let kinds: Vec<&str> = [
+            ("creds", !self.creds.is_empty()),
+            ("nkey_seed_file", !self.nkey_seed_file.is_empty()),
+            ("user", !self.user.is_empty()),
+            (
+                "token",
+                !self.token.is_empty() || !self.token_file.is_empty(),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(k, _)| k)
+        .collect();
+        if kinds.len() > 1 {
+            return Err((
+                key(kinds[1]),
+                format!(
+                    "both {} and {} are set; give one kind of NATS credentials",
+                    key(kinds[0]),
+                    key(kinds[1])
+                ),
+            ));
+        }
+        let has_password = !self.password.is_empty() || !self.password_file.is_empty();
+        if !self.password.is_empty() && !self.password_file.is_empty() {
+            return Err((
+                key("password_file"),
+                "both nats.password and nats.password_file are set; give one".into(),
+            ));
+        }
+        if !self.token.is_empty() && !self.token_file.is_empty() {
+            return Err((
+                key("token_file"),
+                "both nats.token and nats.token_file are set; give one".into(),
+            ));
+        }
+        if has_password && self.user.is_empty() {
+            return Err((
+                key("user"),
+                "a password is set but no user; set nats.user too".into(),
+            ));
+        }
+        let auth = if !self.creds.is_empty() {
+            NatsAuth::Creds(exists("creds", &self.creds)?)
+        } else if !self.nkey_seed_file.is_empty() {
+            NatsAuth::Nkey {
+                seed: read("nkey_seed_file", &self.nkey_seed_file)?,
+            }
+        } else if !self.user.is_empty() {
+            let password = if !self.password_file.is_empty() {
+                read("password_file", &self.password_file)?
+            } else if !self.password.is_empty() {
+                self.password.clone()
+            } else {
+                return Err((
+                    key("password"),
+                    format!(
+                        "user {:?} has no password; set nats.password_file (or nats.password)",
+                        self.user
+                    ),
+                ));
+            };
+            NatsAuth::UserPassword {
+                user: self.user.clone(),
+                password,
+            }
+        } else if !self.token_file.is_empty() {
+            NatsAuth::Token(read("token_file", &self.token_file)?)
+        } else if !self.token.is_empty() {
+            NatsAuth::Token(self.token.clone())
+        } else {
+            NatsAuth::None
+        };
+        let client = match (self.tls_cert.is_empty(), self.tls_key.is_empty()) {
+            (true, true) => None,
+            (false, false) => Some((
+                exists("tls_cert", &self.tls_cert)?,
+                exists("tls_key", &self.tls_key)?,
+            )),
+            (false, true) => {
+                return Err((
+                    key("tls_key"),
+                    "nats.tls_cert is set without its key; set nats.tls_key too".into(),
+                ))
+            }
+            (true, false) => {
+                return Err((
+                    key("tls_cert"),
+                    "nats.tls_key is set without its certificate; set nats.tls_cert too".into(),
+                ))
+            }
+        };
+        let ca = if self.tls_ca.is_empty() {
+            None
+        } else {
+            Some(exists("tls_ca", &self.tls_ca)?)
+        };
+        let tls = NatsTls {
+            required: self.tls_required || ca.is_some() || client.is_some(),
+            ca,
+            client,
+        };
+        Ok((auth, tls))
+    }
+}
+
 impl NodeConfig {
+    /// How this node connects to NATS (validated at load, so a failure here names the key).
+    pub fn nats_connect(&self, name: &str) -> Result<lineage_bus::NatsConnect, NodeError> {
+        let (auth, tls) = self.nats.connect_parts(true).map_err(|(key, what)| {
+            NodeError::Config(format!("invalid config key {key}: {what}"))
+        })?;
+        Ok(lineage_bus::NatsConnect {
+            url: self.nats_url.clone(),
+            name: name.to_owned(),
+            auth,
+            tls,
+        })
+    }
+
     /// The validated node id.
     pub fn node_id(&self) -> Result<NodeId, NodeError> {
         NodeId::parse(&self.node.id).map_err(|e| NodeError::Config(e.to_string()))
@@ -446,6 +758,7 @@ mod tests {
         let flags = FlagOverrides {
             nats_url: Some("nats://b:2".into()),
             cluster: None,
+            nats: vec![],
         };
         let loaded = load_with_env(
             Some(&path),
@@ -530,6 +843,52 @@ mod tests {
         .to_string();
         assert!(
             err.contains("limits.max_depth") && err.contains("environment"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn z1_secrets_are_redacted_and_half_configured_auth_is_refused() {
+        let loaded = load_toml(
+            "nats_url = \"nats://u:urlpass@h:4222\"\n[nats]\nuser = \"voter\"\npassword = \"hunter22\"\n",
+        )
+        .unwrap();
+        let shown = format!("{:?} {:?}", loaded.with_sources(), loaded.config);
+        assert!(
+            !shown.contains("hunter22") && !shown.contains("urlpass"),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let cases = [
+            ("[nats]\nuser = \"voter\"\n", "nats.password"),
+            ("[nats]\npassword = \"p\"\n", "nats.user"),
+            ("[nats]\ntls_cert = \"/c.pem\"\n", "nats.tls_key"),
+            ("[nats]\ntls_key = \"/k.pem\"\n", "nats.tls_cert"),
+            (
+                "[nats]\ncreds = \"/a.creds\"\ntoken = \"t\"\n",
+                "nats.token",
+            ),
+            ("[nats]\nstream_replicas = 2\n", "nats.stream_replicas"),
+            (
+                "[agents.claude]\ndriver = \"acp\"\n",
+                "agents.claude.command",
+            ),
+            ("[agents.x]\ndriver = \"ssh\"\n", "agents"),
+        ];
+        for (text, key) in cases {
+            let err = match load_toml(text) {
+                Ok(_) => panic!("accepted {text:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(key), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+        // Files are read when the node connects: a missing one names its key.
+        let loaded =
+            load_toml("[nats]\nuser = \"u\"\npassword_file = \"/nonexistent/pw\"\n").unwrap();
+        let err = loaded.config.nats_connect("t").unwrap_err().to_string();
+        assert!(
+            err.contains("nats.password_file") && err.contains("/nonexistent/pw"),
             "{err}"
         );
     }

@@ -1,34 +1,62 @@
-//! [`NodeDrivers`]: the drivers a node can run (H1): the scripted agent and ACP subprocesses.
+//! [`NodeDrivers`]: the drivers a node can run (H1, T4): the scripted agent and ACP
+//! subprocesses, as its `[agents]` profiles allow.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use lineage_core::ids::SessionId;
 use lineage_host::acp::AcpDriver;
+use lineage_host::control::AgentsReply;
 use lineage_host::driver::{AgentDriver, AgentSpec};
 use lineage_host::error::HostError;
 use lineage_host::host::DriverFactory;
+use lineage_host::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
 use lineage_host::script::ScriptDriver;
 
-/// Builds a driver for any agent spec this node supports.
+/// Builds a driver for the agent specs this node's profiles admit.
 #[derive(Debug, Clone)]
 pub struct NodeDrivers {
-    work_dir: PathBuf,
+    data_dir: PathBuf,
+    profiles: AgentProfiles,
 }
 
 impl NodeDrivers {
-    /// ACP agents run with `work_dir` as their working directory.
-    pub fn new(work_dir: PathBuf) -> Self {
-        NodeDrivers { work_dir }
+    /// Agents run under `data_dir` (as each profile's `workdir` says) with `profiles`.
+    pub fn new(data_dir: PathBuf, profiles: AgentProfiles) -> Self {
+        NodeDrivers { data_dir, profiles }
     }
 }
 
 impl DriverFactory for NodeDrivers {
-    fn make(&self, spec: &AgentSpec) -> Result<Box<dyn AgentDriver>, HostError> {
-        match spec {
-            AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
-            AgentSpec::Acp { command } => Ok(Box::new(AcpDriver::new(
-                command.clone(),
-                self.work_dir.clone(),
-            ))),
+    fn make(
+        &self,
+        spec: &AgentSpec,
+        session: &SessionId,
+    ) -> Result<Box<dyn AgentDriver>, HostError> {
+        let env = |name: &str| std::env::var(name).ok();
+        match self
+            .profiles
+            .admit(spec, Some(session), &self.data_dir, &env)?
+        {
+            Admitted::Script(script) => Ok(Box::new(ScriptDriver::new(script))),
+            Admitted::Acp(launch) => Ok(Box::new(acp_driver(launch)?)),
         }
     }
+
+    fn offer(&self) -> AgentsReply {
+        offer_of(&self.profiles)
+    }
+}
+
+/// The ACP driver for a launch, its working directory created when it is the session's own.
+fn acp_driver(launch: AcpLaunch) -> Result<AcpDriver, HostError> {
+    std::fs::create_dir_all(&launch.workdir).map_err(|e| {
+        HostError::BadRequest(format!(
+            "cannot create the agent's working directory {}: {e}; check the profile's workdir and node.data_dir",
+            launch.workdir.display()
+        ))
+    })?;
+    Ok(AcpDriver::new(launch.command, launch.workdir)
+        .with_env(launch.env)
+        .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms)))
 }

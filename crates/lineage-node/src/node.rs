@@ -32,8 +32,20 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         ),
         source,
     })?;
-    let nats = lineage_bus::connect(&config.nats_url, &format!("lineage-node-{node_id}")).await?;
-    tracing::info!(node = %node_id, cluster = %config.cluster, nats = %config.nats_url, "node starting");
+    let how = config.nats_connect(&format!("lineage-node-{node_id}"))?;
+    let nats = lineage_bus::connect_with(&how).await?;
+    tracing::info!(
+        node = %node_id,
+        cluster = %config.cluster,
+        nats = %lineage_bus::redact_url(&config.nats_url),
+        auth = %how.auth.describe(),
+        tls = how.tls.required,
+        raw_agent_commands = config.agents.allow_raw_commands,
+        "node starting"
+    );
+    if config.agents.allow_raw_commands {
+        tracing::warn!("agents.allow_raw_commands = true: this node runs any agent command line a request names (development only)");
+    }
 
     let registry_node = match config.registry.role {
         RegistryRole::Voter => {
@@ -63,7 +75,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         }
         RegistryRole::Client => None,
     };
-    let registry = RegistryClient::new(nats.clone(), config.cluster.clone());
+    // Writes go out under this node's identity (`registry.write.<node>`, Z2).
+    let registry = RegistryClient::new(nats.clone(), config.cluster.clone()).as_node(&node_id);
     wait_for_registry(&registry, &shutdown).await?;
 
     let mut host_cfg = HostConfig::new(node_id.clone(), subjects.clone());
@@ -72,13 +85,20 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     host_cfg.takeover_after = (config.lease.takeover_after_ms > 0)
         .then(|| Duration::from_millis(config.lease.takeover_after_ms));
     host_cfg.max_depth = Some(config.limits.max_depth);
+    host_cfg.streams = lineage_bus::StreamOptions {
+        replicas: usize::from(config.nats.stream_replicas),
+        update: config.nats.update_streams,
+    };
     let host = Host::start(
         host_cfg,
         HostDeps {
             nats: nats.clone(),
             registry: Arc::new(registry.clone()),
             clock: Arc::new(SystemClock),
-            drivers: Arc::new(NodeDrivers::new(PathBuf::from(&config.node.data_dir))),
+            drivers: Arc::new(NodeDrivers::new(
+                PathBuf::from(&config.node.data_dir),
+                config.agents.clone(),
+            )),
         },
         shutdown.child_token(),
     )

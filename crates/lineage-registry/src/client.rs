@@ -57,6 +57,9 @@ pub struct RegistryClient {
     leader: Arc<AtomicU64>,
     deadline: Duration,
     attempt_timeout: Duration,
+    /// The node this client writes as (`registry.write.<node>`, Z2); `None`: the trusted
+    /// subjects (voters, admin tools).
+    sender: Option<Arc<str>>,
 }
 
 enum Attempt<T> {
@@ -75,7 +78,16 @@ impl RegistryClient {
             leader: Arc::new(AtomicU64::new(NO_LEADER)),
             deadline: Duration::from_secs(10),
             attempt_timeout: Duration::from_secs(2),
+            sender: None,
         }
+    }
+
+    /// The same client writing as `node` (`lineage.<cluster>.registry.write.<node>`): the
+    /// serving member refuses a heartbeat or placement claim for any other node, and NATS
+    /// permissions can give a worker exactly its own subject (Z2).
+    pub fn as_node(mut self, node: &lineage_core::ids::NodeId) -> Self {
+        self.sender = Some(node.as_str().into());
+        self
     }
 
     /// The same client with another overall deadline per call.
@@ -127,9 +139,15 @@ impl RegistryClient {
                 break;
             }
             let subject = match (self.leader_hint(), stale) {
-                (Some(l), false) if write => subjects::write_direct(&self.cluster, l),
+                (Some(l), false) if write => match &self.sender {
+                    Some(node) => subjects::write_direct_as(&self.cluster, l, node),
+                    None => subjects::write_direct(&self.cluster, l),
+                },
                 (Some(l), false) => subjects::read_direct(&self.cluster, l),
-                _ if write => subjects::write(&self.cluster),
+                _ if write => match &self.sender {
+                    Some(node) => subjects::write_as(&self.cluster, node),
+                    None => subjects::write(&self.cluster),
+                },
                 _ => subjects::read(&self.cluster),
             };
             let budget = self.attempt_timeout.min(end - now);

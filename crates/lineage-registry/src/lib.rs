@@ -19,6 +19,7 @@
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
 //! | [`error`] | [`RegistryError`], the crate's one error enum | |
+//! | [`identity`] | the writer's identity: a node heartbeats and claims only as itself | Z2 |
 //! | [`bench`] | the register-child benchmark's method (cargo bench and `lineage bench registry`) | G1 |
 
 #![deny(missing_docs)]
@@ -26,6 +27,7 @@
 pub mod bench;
 pub mod client;
 pub mod error;
+pub mod identity;
 pub mod network;
 pub mod node;
 pub mod raft_types;

@@ -204,6 +204,11 @@ impl RegistryNode {
                 subjects::write_direct(&config.cluster, config.raft_id),
                 false,
             ),
+            (subjects::write_as_any(&config.cluster), true),
+            (
+                subjects::write_direct_as_any(&config.cluster, config.raft_id),
+                false,
+            ),
             (subjects::read(&config.cluster), true),
             (
                 subjects::read_direct(&config.cluster, config.raft_id),
@@ -217,7 +222,7 @@ impl RegistryNode {
                 nats.subscribe(subject.clone()).await
             }
             .map_err(|e| RegistryError::Nats(e.to_string()))?;
-            let is_write = subject.ends_with(".write");
+            let is_write = subject.ends_with(".write") || subject.ends_with(".write.*");
             tasks.push(tokio::spawn(server.clone().serve(
                 sub,
                 is_write,
@@ -551,6 +556,14 @@ impl Server {
                 _ = stop.changed() => break,
                 msg = sub.next() => {
                     let Some(msg) = msg else { break };
+                    // A push consumer's delivery keeps the stored message's own subject: anything
+                    // not on a registry subject is not a request to this member.
+                    if subjects::delivered_by_jetstream(&msg)
+                        || !msg.subject.as_str().contains(".registry.")
+                    {
+                        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
+                        continue;
+                    }
                     let Some(reply) = msg.reply.clone() else { continue };
                     let this = self.clone();
                     let span = request_span(
@@ -560,7 +573,8 @@ impl Server {
                     );
                     tokio::spawn(async move {
                         let body = if is_write {
-                            serde_json::to_vec(&this.write(&msg.payload).instrument(span).await)
+                            let sender = subjects::sender_of(msg.subject.as_str());
+                            serde_json::to_vec(&this.write(&msg.payload, sender).instrument(span).await)
                         } else {
                             serde_json::to_vec(&this.read(&msg.payload).instrument(span).await)
                         };
@@ -579,7 +593,8 @@ impl Server {
         let _ = sub.unsubscribe().await;
     }
 
-    async fn write(&self, payload: &[u8]) -> WriteReply {
+    /// Serves one write; `sender` is the writer's identity from an identified subject.
+    async fn write(&self, payload: &[u8], sender: Option<&str>) -> WriteReply {
         if payload.len() > self.max_command_bytes {
             // A larger entry might not fit in one append-entries request, which would stall
             // replication for good.
@@ -601,6 +616,13 @@ impl Server {
                 }
             }
         };
+        if let Some(sender) = sender {
+            if let Err(refusal) = crate::identity::check_sender(&cmd, sender) {
+                return WriteReply::Done {
+                    response: CommandResponse::Refused(refusal),
+                };
+            }
+        }
         let (reply, answer) = oneshot::channel();
         let pending = PendingWrite {
             cmd,

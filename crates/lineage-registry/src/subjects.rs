@@ -8,6 +8,8 @@
 //! | `lineage.<cluster>.registry.write` | every member, queue group `registry` | a [`crate::Command`] from any process |
 //! | `lineage.<cluster>.registry.read` | every member, queue group `registry` | a query from any process |
 //! | `lineage.<cluster>.registry.<raft_id>.write` | member `<raft_id>` | a write sent straight to the known leader |
+//! | `lineage.<cluster>.registry.write.<node>` | every member, queue group `registry` | a write by node `<node>`: heartbeats and claims only as itself (Z2) |
+//! | `lineage.<cluster>.registry.<raft_id>.write.<node>` | member `<raft_id>` | the same, straight to the known leader |
 //! | `lineage.<cluster>.registry.<raft_id>.read` | member `<raft_id>` | a read sent straight to the known leader |
 
 /// The queue group every member uses for the shared write and read subjects.
@@ -58,6 +60,49 @@ pub fn raft_rpc_wildcard(cluster: &str, raft_id: u64) -> String {
 /// `lineage.<cluster>.registry.write`
 pub fn write(cluster: &str) -> String {
     format!("lineage.{cluster}.registry.write")
+}
+
+/// `lineage.<cluster>.registry.write.<node>`: a write by node `<node>` (its identity, Z2).
+pub fn write_as(cluster: &str, node: &str) -> String {
+    format!("lineage.{cluster}.registry.write.{node}")
+}
+
+/// `lineage.<cluster>.registry.write.*`: every member serves identified writes (queue group).
+pub fn write_as_any(cluster: &str) -> String {
+    format!("lineage.{cluster}.registry.write.*")
+}
+
+/// `lineage.<cluster>.registry.<raft_id>.write.<node>`: an identified write straight to the
+/// known leader.
+pub fn write_direct_as(cluster: &str, raft_id: u64, node: &str) -> String {
+    format!("lineage.{cluster}.registry.{raft_id}.write.{node}")
+}
+
+/// `lineage.<cluster>.registry.<raft_id>.write.*`
+pub fn write_direct_as_any(cluster: &str, raft_id: u64) -> String {
+    format!("lineage.{cluster}.registry.{raft_id}.write.*")
+}
+
+/// The writer's identity of an identified write subject (`....write.<node>`), if it is one.
+pub fn sender_of(subject: &str) -> Option<&str> {
+    let (head, last) = subject.rsplit_once('.')?;
+    head.ends_with(".write").then_some(last)
+}
+
+/// True when a message was delivered by JetStream (a push consumer's delivery: its reply is a
+/// `$JS.ACK.` subject; a republished message: a `Nats-Stream` header) rather than sent by a
+/// client. Members never serve such a message: JetStream publishes on the consumer creator's
+/// behalf, past the subject permissions that keep non-voters off the registry and Raft
+/// subjects (Z2), so a stored message redirected there would otherwise be a forged command.
+pub fn delivered_by_jetstream(message: &async_nats::Message) -> bool {
+    message
+        .reply
+        .as_ref()
+        .is_some_and(|r| r.as_str().starts_with("$JS."))
+        || message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("Nats-Stream").is_some())
 }
 
 /// `lineage.<cluster>.registry.read`

@@ -475,6 +475,14 @@ pub enum RegistryRefusal {
         /// The kind it was first used for.
         first_kind: String,
     },
+    /// Z2: a node wrote, on its own identity subject (`registry.write.<sender>`), a command
+    /// that acts as another node (a heartbeat or a placement claim for `node`).
+    SenderMismatch {
+        /// The node the subject names (the writer's identity).
+        sender: NodeId,
+        /// The node the command acts as.
+        node: NodeId,
+    },
 }
 
 impl RegistryRefusal {
@@ -497,6 +505,7 @@ impl RegistryRefusal {
             RegistryRefusal::UndisposedChildren { .. } => "undisposed_children",
             RegistryRefusal::UseDispose { .. } => "use_dispose",
             RegistryRefusal::RequestIdReused { .. } => "request_id_reused",
+            RegistryRefusal::SenderMismatch { .. } => "sender_mismatch",
         }
     }
 }
@@ -579,6 +588,10 @@ impl fmt::Display for RegistryRefusal {
             } => write!(
                 f,
                 "request id {request_id} was already used for {first_kind}; use a fresh request id for a new command"
+            ),
+            RegistryRefusal::SenderMismatch { sender, node } => write!(
+                f,
+                "node {sender} cannot act as node {node}: a node heartbeats and claims placements only as itself"
             ),
         }
     }

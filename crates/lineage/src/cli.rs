@@ -29,6 +29,36 @@ pub struct Global {
     /// How long to wait for a reply, in milliseconds.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// natscli context to read the URL and credentials from (client verbs).
+    #[arg(long, env = "NATS_CONTEXT", global = true)]
+    pub context: Option<String>,
+    /// NATS credentials file (user JWT + nkey seed).
+    #[arg(long, env = "NATS_CREDS", global = true)]
+    pub creds: Option<String>,
+    /// File holding an nkey user seed.
+    #[arg(long, env = "NATS_NKEY", global = true)]
+    pub nkey: Option<String>,
+    /// NATS user (with --password).
+    #[arg(long, env = "NATS_USER", global = true)]
+    pub user: Option<String>,
+    /// NATS password (never printed; prefer NATS_PASSWORD or a context over the flag).
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<String>,
+    /// NATS token (never printed).
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// PEM CA bundle that verifies the NATS server (implies TLS).
+    #[arg(long, env = "NATS_CA", global = true)]
+    pub tlsca: Option<String>,
+    /// PEM client certificate (with --tlskey; implies TLS).
+    #[arg(long, env = "NATS_CERT", global = true)]
+    pub tlscert: Option<String>,
+    /// PEM client key (with --tlscert).
+    #[arg(long, env = "NATS_KEY", global = true)]
+    pub tlskey: Option<String>,
+    /// Refuse to connect without TLS.
+    #[arg(long, global = true)]
+    pub tls_required: bool,
 }
 
 /// The shape of a child (S1, S3).
@@ -129,6 +159,9 @@ pub enum Verb {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// The agent profiles each node offers (T4): name, driver, tools, description.
+    #[command(after_help = "Example:\n  lineage agents\n  lineage agents --json | jq .")]
+    Agents,
     /// Cluster status: leader, voters, nodes with lease age, sessions by state.
     #[command(after_help = "Example:\n  lineage status --nats nats://127.0.0.1:4222")]
     Status,
@@ -169,7 +202,11 @@ pub struct SpawnArgs {
     /// Script JSON, or @FILE.
     #[arg(long, conflicts_with = "acp")]
     pub script: Option<String>,
-    /// Run an ACP agent: the command line (program and arguments), e.g. --acp 'my-agent --stdio'.
+    /// Run an agent profile of the hosting node's config (`lineage agents` lists them).
+    #[arg(long, conflicts_with_all = ["script", "acp"])]
+    pub profile: Option<String>,
+    /// Run a raw ACP command line (program and arguments), e.g. --acp 'my-agent --stdio'.
+    /// Refused unless the hosting node sets agents.allow_raw_commands (development only).
     #[arg(long)]
     pub acp: Option<String>,
     /// The first user message.

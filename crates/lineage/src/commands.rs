@@ -41,6 +41,7 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Drain { .. } => Some("drain"),
         Verb::Watch { .. } => Some("watch"),
         Verb::Status => Some("status"),
+        Verb::Agents => Some("agents"),
         Verb::Node { .. } | Verb::Dev { .. } | Verb::Config(_) | Verb::Bench { .. } => None,
     };
     let outcome = match command {
@@ -113,13 +114,10 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Drain { roots } => drain(g, &roots).await,
         Verb::Watch { parent, count } => watch(g, &parent, count).await,
         Verb::Status => status(g).await,
+        Verb::Agents => crate::agents::agents(g).await,
         Verb::Config(ConfigVerb::Show { config }) => config_show(g, config),
         Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
     }
-}
-
-pub(crate) fn nats_url(g: &Global) -> String {
-    g.nats.clone().unwrap_or_else(|| DEFAULT_NATS.to_owned())
 }
 
 pub(crate) fn cluster(g: &Global) -> String {
@@ -133,28 +131,26 @@ pub(crate) fn subjects(g: &Global) -> Result<Subjects, ControlError> {
 }
 
 pub(crate) async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
-    let url = nats_url(g);
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        lineage_bus::connect(&url, "lineage-cli"),
-    )
-    .await
-    .map_err(|_| {
-        ControlError::new(
-            ErrorCode::Unavailable,
-            format!(
+    let how = crate::nats_auth::client_connect(g, "lineage-cli")?;
+    let url = lineage_bus::redact_url(&how.url);
+    tokio::time::timeout(Duration::from_secs(5), lineage_bus::connect_with(&how))
+        .await
+        .map_err(|_| {
+            ControlError::new(
+                ErrorCode::Unavailable,
+                format!(
                 "cannot connect to NATS at {url} within 5 s; start nats-server or pass --nats URL"
             ),
-        )
-    })?
-    .map_err(ControlError::from)
+            )
+        })?
+        .map_err(ControlError::from)
 }
 
 fn parse_session(what: &str, raw: &str) -> Result<SessionId, ControlError> {
     SessionId::parse(raw).map_err(|e| usage(format!("{what}: {e}")))
 }
 
-fn registry_error(e: RegistryError) -> ControlError {
+pub(crate) fn registry_error(e: RegistryError) -> ControlError {
     let text = e.to_string();
     let code = match &e {
         RegistryError::Refused(_) => ErrorCode::Refused,
@@ -171,7 +167,7 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn print_json(value: &impl serde::Serialize) {
+pub(crate) fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{text}"),
         Err(e) => eprintln!("error: cannot print JSON: {e}"),
@@ -182,6 +178,7 @@ async fn node(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), Contro
     let flags = FlagOverrides {
         nats_url: g.nats.clone(),
         cluster: g.cluster.clone(),
+        nats: crate::nats_auth::node_overrides(g)?,
     };
     let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
     let telemetry = crate::telemetry::init(Some(&loaded.config.node.id));
@@ -225,6 +222,7 @@ fn config_show(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), Contr
     let flags = FlagOverrides {
         nats_url: g.nats.clone(),
         cluster: g.cluster.clone(),
+        nats: crate::nats_auth::node_overrides(g)?,
     };
     let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
     let rows = loaded.with_sources();
@@ -270,6 +268,9 @@ pub(crate) fn read_script(raw: &str) -> Result<lineage_host::script::Script, Con
 
 async fn spawn(g: &Global, args: SpawnArgs) -> Result<(), ControlError> {
     let agent = match (&args.script, &args.acp) {
+        _ if args.profile.is_some() => AgentSpec::Profile {
+            profile: args.profile.clone().unwrap_or_default(),
+        },
         (Some(script), None) => AgentSpec::Script {
             script: read_script(script)?,
         },

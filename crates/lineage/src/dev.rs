@@ -148,7 +148,8 @@ impl DevCluster {
                 lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?;
             let config = dir.join(format!("node-{i}.toml"));
             let text = format!(
-                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
+                testagent = testagent_profile(),
                 url = nats.url(),
                 data = dir.join(format!("data-{i}")).display(),
                 boot = i == 1,
@@ -229,6 +230,9 @@ async fn run_dev(
 ) -> Result<(), ControlError> {
     let cluster_name = crate::commands::cluster(g);
     println!("starting nats-server and {nodes} lineage nodes ...");
+    println!(
+        "dev: agents.allow_raw_commands = true on every node (development only: requests may name any agent command line)"
+    );
     let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name).await?;
     println!(
         "cluster {cluster_name} up: NATS {} ; data and logs in {}",
@@ -261,4 +265,19 @@ async fn run_dev(
     println!("Ctrl-C stops everything.");
     std::future::pending::<()>().await;
     Ok(())
+}
+
+/// The `acp-testagent` profile when the test agent is built next to this binary.
+fn testagent_profile() -> String {
+    let agent = std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name("lineage-acp-testagent"))
+        .filter(|p| p.is_file());
+    match agent {
+        Some(path) => format!(
+            "\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {:?}\ndescription = \"deterministic ACP test agent\"\n",
+            path.display().to_string()
+        ),
+        None => String::new(),
+    }
 }

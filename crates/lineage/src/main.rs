@@ -4,6 +4,8 @@
 //! |---|---|
 //! | [`cli`] | clap definitions: global flags and verbs, each `--help` with an example |
 //! | [`commands`] | one function per verb |
+//! | [`agents`] | `lineage agents`: the profiles each node offers |
+//! | [`nats_auth`] | NATS credentials and TLS from flags, `NATS_*` env and natscli contexts |
 //! | [`dev`] | `lineage dev`: a local cluster of real processes |
 //! | [`demo`] | the demo workload `lineage dev` runs |
 //! | [`bench`] | `lineage bench`: statistics, baseline, workers |
@@ -12,11 +14,13 @@
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
 //! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
 
+mod agents;
 mod bench;
 mod cli;
 mod commands;
 mod demo;
 mod dev;
+mod nats_auth;
 mod output;
 mod progress;
 mod scenarios;

@@ -275,10 +275,11 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
     std::fs::write(
         &config,
         format!(
-            "cluster = \"{}\"\nnats_url = \"{}\"\n[node]\nid = \"node-c\"\ndata_dir = \"{}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n[registry]\nrole = \"client\"\nvoters = {{ 1 = \"node-1\" }}\nbootstrap = false\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+            "cluster = \"{}\"\nnats_url = \"{}\"\n[node]\nid = \"node-c\"\ndata_dir = \"{}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n[registry]\nrole = \"client\"\nvoters = {{ 1 = \"node-1\" }}\nbootstrap = false\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {:?}\ndescription = \"the ACP test agent\"\n",
             cluster.cluster,
             cluster.nats.url(),
-            cluster.path().join("data-c").display()
+            cluster.path().join("data-c").display(),
+            acp_testagent().display().to_string(),
         ),
     )
     .unwrap();
@@ -320,14 +321,14 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
         "{status}"
     );
 
-    let agent = acp_testagent();
+    // T4: the node runs the profile its operator configured, by name.
     let reply = cluster.spawn(&[
         "--node",
         "node-c",
         "--prompt",
         "hello from lineage",
-        "--acp",
-        agent.to_str().unwrap(),
+        "--profile",
+        "acp-testagent",
     ]);
     assert_eq!(reply["node"], "node-c", "{reply}");
     let session = common::id_of(&reply["session"]);

@@ -114,7 +114,7 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
         tool_filter: None,
         max_depth: None,
         request_id: None,
-        cwd: Some("/work".into()),
+        cwd: Some("work".into()),
         preset: None,
         policy: Some(lineage_core::policy::ParentPolicyView {
             sandbox_override: Some(lineage_core::policy::SandboxMode::WorkspaceWrite),

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use lineage_testkit::cluster::NatsCluster;
 use lineage_testkit::{free_port, NatsServer};
 
+pub mod shipped_nats;
+
 /// The `lineage` binary under test.
 pub fn lineage_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lineage"))
@@ -46,6 +48,22 @@ impl NodeProc {
             .spawn()
             .expect("spawn lineage node");
         self.child = Some(child);
+    }
+
+    /// Waits up to `limit` for the process to exit: its exit code (`None`: still running).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status.code().unwrap_or(-1));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The node's pid, while running.
@@ -136,18 +154,16 @@ impl Nats {
         }
     }
 
-    /// The URL node `index` (0-based) is given: its own cluster member (or the live one when
-    /// that member is killed), or the one server.
+    /// The `nats_url` node `index` (0-based) is given: the one server's URL, or every cluster
+    /// member's, comma-separated, its own member (`index % 3`) first.
     pub fn node_url(&self, index: usize) -> String {
         match self {
             Nats::One(server) => server.url(),
             Nats::Three(cluster) => {
                 let own = index % cluster.len();
-                if cluster.is_down(own) {
-                    cluster.live_url()
-                } else {
-                    cluster.url(own)
-                }
+                let mut urls = cluster.url_list();
+                urls.rotate_left(own);
+                urls.join(",")
             }
         }
     }
@@ -184,6 +200,8 @@ pub struct ClusterOptions {
     /// Create the events and inbox streams with this many replicas before any node starts
     /// (`None`: the nodes create them as configured).
     pub precreate_streams: Option<usize>,
+    /// Appended to every node's config file (say `[agents.<name>]` profiles).
+    pub extra_toml: String,
 }
 
 /// A local cluster: nats-server plus N node processes, all registry voters.
@@ -193,7 +211,23 @@ pub struct Cluster {
     pub nodes: Vec<NodeProc>,
     pub cluster: String,
     bus: std::sync::OnceLock<Bus>,
+    /// Set by [`Cluster::start_secured`]: the shipped NATS users' passwords.
+    pub secured: Option<Secured>,
 }
+
+/// The NATS side of a cluster started by [`Cluster::start_secured`].
+#[derive(Debug, Clone)]
+pub struct Secured {
+    /// The shipped users' passwords (nats-server config variables of the same names as the
+    /// environment variables `config/nats-server.conf` references).
+    pub passwords: shipped_nats::Passwords,
+    /// The harness's own user (`lineage-test-admin`, not a shipped user, no restrictions): the
+    /// test-side connection that reads session logs and sends raw requests.
+    pub admin_password: String,
+}
+
+/// The harness's own NATS user in a secured cluster.
+pub const TEST_ADMIN: &str = "lineage-test-admin";
 
 impl Cluster {
     /// Starts nats-server and `n` nodes (1, 3 or 5), and waits until every node is ready.
@@ -203,6 +237,12 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra environment variables for every node process.
     pub fn start_with_env(n: usize, env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_toml(n, env, "")
+    }
+
+    /// [`Cluster::start_with_env`] with `extra_toml` appended to every node's config file (say
+    /// `[agents.<name>]` profiles).
+    pub fn start_with_toml(n: usize, env: &[(&str, &str)], extra_toml: &str) -> Cluster {
         Cluster::start_opts(
             n,
             ClusterOptions {
@@ -210,6 +250,7 @@ impl Cluster {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
+                extra_toml: extra_toml.to_owned(),
                 ..ClusterOptions::default()
             },
         )
@@ -242,7 +283,8 @@ impl Cluster {
                 boot = i == 1,
                 voters = voters.join(", "),
             );
-            std::fs::write(&config, text).expect("write config");
+            std::fs::write(&config, format!("{text}\n{}", options.extra_toml))
+                .expect("write config");
             nodes.push(NodeProc {
                 id: format!("node-{i}"),
                 config,
@@ -261,9 +303,182 @@ impl Cluster {
             nodes,
             cluster,
             bus: std::sync::OnceLock::new(),
+            secured: None,
         };
         c.wait_ready(Duration::from_secs(60));
         c
+    }
+
+    /// Starts `n` voters (node-1..n) of cluster `dev` against a nats-server whose authorization
+    /// is the shipped `config/nats-server.conf` block (its users and permissions, verbatim),
+    /// plus the harness's own [`TEST_ADMIN`] user. Each node connects as NATS user `voter`
+    /// through `LINEAGE_NATS__USER` and `LINEAGE_NATS__PASSWORD_FILE`; [`Cluster::cli`] runs as
+    /// `operator` (`NATS_USER`/`NATS_PASSWORD`), [`Cluster::cli_as`] as any shipped user.
+    pub fn start_secured(n: usize) -> Cluster {
+        let passwords = shipped_nats::Passwords::shipped();
+        let admin_password = shipped_nats::generate_password();
+        let text = shipped_nats::shipped_config();
+        let users = shipped_nats::users_of(shipped_nats::authorization_block(&text));
+        let dir = tempfile::Builder::new()
+            .prefix("lineage-e2e-secured-")
+            .tempdir()
+            .expect("tempdir");
+        let extra_config = format!(
+            "log_file: {log:?}\n{vars}\nauthorization {{\n  users = [\n{users}\n    # the test harness's own connection, not a shipped user\n    {{ user: \"{TEST_ADMIN}\", password: \"{admin_password}\" }}\n  ]\n}}\n",
+            vars = passwords.as_config_vars(),
+            log = dir.path().join("nats-server.log").display().to_string(),
+        );
+        let nats = NatsServer::start_with(lineage_testkit::NatsOptions {
+            extra_config,
+            ..Default::default()
+        })
+        .expect("start nats-server with the shipped authorization");
+        let cluster = shipped_nats::SHIPPED_CLUSTER.to_owned();
+        let voter_password = write_password_file(dir.path(), "voter", passwords.of("voter"));
+        let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let http_port = free_port().expect("port");
+            let config = dir.path().join(format!("node-{i}.toml"));
+            let text = format!(
+                "cluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+                url = nats.url(),
+                data = dir.path().join(format!("data-{i}")).display(),
+                boot = i == 1,
+                voters = voters.join(", "),
+            );
+            std::fs::write(&config, text).expect("write config");
+            nodes.push(NodeProc {
+                id: format!("node-{i}"),
+                config,
+                http_port,
+                log: dir.path().join(format!("node-{i}.log")),
+                env: nats_user_env("voter", &voter_password),
+                child: None,
+            });
+        }
+        let url = nats.url();
+        for node in &mut nodes {
+            node.spawn(&url);
+        }
+        let c = Cluster {
+            nats: Nats::One(nats),
+            dir,
+            nodes,
+            cluster,
+            bus: std::sync::OnceLock::new(),
+            secured: Some(Secured {
+                passwords,
+                admin_password,
+            }),
+        };
+        c.wait_ready(Duration::from_secs(60));
+        c
+    }
+
+    /// Adds and starts a worker node (registry client, agent host) named `id` that connects as
+    /// the shipped NATS user of the same name (`node-4`), and waits until it is ready. Secured
+    /// clusters only.
+    pub fn add_worker(&mut self, id: &str) -> usize {
+        let secured = self
+            .secured
+            .as_ref()
+            .expect("add_worker needs a cluster from start_secured");
+        let password = write_password_file(self.dir.path(), id, secured.passwords.of(id));
+        // The voters line of the first voter's config.
+        let voters = std::fs::read_to_string(&self.nodes[0].config)
+            .expect("read node-1 config")
+            .lines()
+            .find(|l| l.starts_with("voters = "))
+            .expect("node-1 config has voters")
+            .to_owned();
+        let http_port = free_port().expect("port");
+        let config = self.dir.path().join(format!("{id}.toml"));
+        let text = format!(
+            "cluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"{id}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"client\"\nbootstrap = false\n{voters}\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+            cluster = self.cluster,
+            url = self.nats.url(),
+            data = self.dir.path().join(format!("data-{id}")).display(),
+        );
+        std::fs::write(&config, text).expect("write worker config");
+        let mut node = NodeProc {
+            id: id.to_owned(),
+            config,
+            http_port,
+            log: self.dir.path().join(format!("{id}.log")),
+            env: nats_user_env(id, &password),
+            child: None,
+        };
+        node.spawn(&self.nats.url());
+        self.nodes.push(node);
+        self.wait_ready(Duration::from_secs(60));
+        self.nodes.len() - 1
+    }
+
+    /// The nats-server log of a secured cluster (permission violations are `[ERR]` lines).
+    pub fn nats_server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nats-server.log")).unwrap_or_default()
+    }
+
+    /// The permission violations in a secured cluster's nats-server log, one line each.
+    pub fn permission_violations(&self) -> Vec<String> {
+        self.nats_server_log()
+            .lines()
+            .filter(|l| l.contains("Violation"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The password of shipped NATS user `user` in a secured cluster.
+    pub fn nats_password(&self, user: &str) -> String {
+        self.secured
+            .as_ref()
+            .expect("a secured cluster")
+            .passwords
+            .of(user)
+            .to_owned()
+    }
+
+    /// [`Cluster::cli`] as shipped NATS user `user` (`NATS_USER`/`NATS_PASSWORD`, the natscli
+    /// names the CLI reads).
+    pub fn cli_as(&self, user: &str, args: &[&str]) -> (i32, String, String) {
+        let password = self.nats_password(user);
+        self.cli_env(&[("NATS_USER", user), ("NATS_PASSWORD", &password)], args)
+    }
+
+    /// Adds a registry-client node (agent host) `id` with extra environment `env` and starts
+    /// it, without waiting for it to be ready (it may be expected to refuse to start).
+    pub fn add_client_node(&mut self, id: &str, env: &[(&str, &str)]) -> usize {
+        let voters = std::fs::read_to_string(&self.nodes[0].config)
+            .expect("read node-1 config")
+            .lines()
+            .find(|l| l.starts_with("voters = "))
+            .expect("node-1 config has voters")
+            .to_owned();
+        let index = self.nodes.len();
+        let url = self.nats.node_url(index);
+        let http_port = free_port().expect("port");
+        let config = self.dir.path().join(format!("{id}.toml"));
+        let text = format!(
+            "cluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"{id}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"client\"\nbootstrap = false\n{voters}\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+            cluster = self.cluster,
+            data = self.dir.path().join(format!("data-{id}")).display(),
+        );
+        std::fs::write(&config, text).expect("write node config");
+        let mut node = NodeProc {
+            id: id.to_owned(),
+            config,
+            http_port,
+            log: self.dir.path().join(format!("{id}.log")),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            child: None,
+        };
+        node.spawn(&url);
+        self.nodes.push(node);
+        index
     }
 
     /// Waits until every running node answers 200 on /readyz.
@@ -299,9 +514,21 @@ impl Cluster {
 
     /// [`Cluster::cli`] with extra environment variables (e.g. `TRACEPARENT`).
     pub fn cli_env(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+        // A secured cluster's CLI runs as `operator` unless `env` says otherwise.
+        let operator: Vec<(String, String)> = match &self.secured {
+            Some(s) => vec![
+                ("NATS_USER".into(), "operator".into()),
+                (
+                    "NATS_PASSWORD".into(),
+                    s.passwords.of("operator").to_owned(),
+                ),
+            ],
+            None => Vec::new(),
+        };
         let out: Output = Command::new(lineage_bin())
             .args(["--nats", &self.nats.url(), "--cluster", &self.cluster])
             .args(args)
+            .envs(operator.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(env.iter().copied())
             .output()
             .expect("run lineage");
@@ -377,7 +604,45 @@ pub struct Event {
     pub at_ms: u64,
 }
 
+/// Writes `password` to `<dir>/nats-<user>.password` (mode 0600) and returns the path.
+pub fn write_password_file(dir: &Path, user: &str, password: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("nats-{user}.password"));
+    std::fs::write(&path, password).expect("write password file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    path
+}
+
+/// The environment that makes a `lineage node` connect as NATS `user`: `LINEAGE_NATS__USER`
+/// and `LINEAGE_NATS__PASSWORD_FILE`.
+pub fn nats_user_env(user: &str, password_file: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LINEAGE_NATS__USER".into(), user.into()),
+        (
+            "LINEAGE_NATS__PASSWORD_FILE".into(),
+            password_file.display().to_string(),
+        ),
+    ]
+}
+
 impl Bus {
+    /// The test's own connection as `user` with `password`.
+    pub fn connect_as(url: &str, user: &str, password: &str) -> Bus {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("test runtime");
+        let client = rt
+            .block_on(
+                async_nats::ConnectOptions::new()
+                    .user_and_password(user.to_owned(), password.to_owned())
+                    .connect(url),
+            )
+            .expect("test NATS connection");
+        Bus { rt, client }
+    }
+
     /// Connects to any of `urls` (and fails over between them).
     fn connect(urls: &[String]) -> Bus {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -422,7 +687,10 @@ fn precreate_streams(urls: &[String], cluster: &str, replicas: usize) {
 impl Cluster {
     /// The test's own NATS connection (made on first use).
     pub fn bus(&self) -> &Bus {
-        self.bus.get_or_init(|| Bus::connect(&self.nats.url_list()))
+        self.bus.get_or_init(|| match &self.secured {
+            None => Bus::connect(&self.nats.url_list()),
+            Some(s) => Bus::connect_as(&self.nats.url(), TEST_ADMIN, &s.admin_password),
+        })
     }
 
     /// `LINEAGE_<CLUSTER>_EVENTS`.
