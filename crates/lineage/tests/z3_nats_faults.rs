@@ -1,5 +1,8 @@
 //! Z3, end to end, NATS faults under real `lineage node` processes:
-//! - a 3-server JetStream cluster with R3 streams, one server SIGKILLed under a concurrent
+//! - nodes finding R1 streams with `nats.stream_replicas = 3`: refuse to start (one line), or
+//!   update them with `nats.update_streams = true`;
+//! - a 3-server JetStream cluster with R3 streams (the nodes' `nats_url` lists all three
+//!   servers), one server SIGKILLed under a concurrent
 //!   spawn + report load: every acknowledged spawn is in the registry, every message the inbox
 //!   stream acknowledged is accepted by its parent exactly once, the nodes reconnect, new
 //!   spawns succeed within a bound, and the restarted server rejoins;
@@ -223,7 +226,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
         3,
         ClusterOptions {
             nats_cluster: true,
-            precreate_streams: Some(3),
+            env: vec![("LINEAGE_NATS__STREAM_REPLICAS".into(), "3".into())],
             ..ClusterOptions::default()
         },
     );
@@ -609,7 +612,6 @@ fn z3_nodes_reconnect_after_a_nats_restart_and_reports_still_reach_the_parent_on
 /// acknowledged; the child runs but never settles. Ignored until `spawn.rs` refuses (or
 /// re-registers) a retry whose first attempt was disposed.
 #[test]
-#[ignore = "spawn retry with a request id after a failed start acknowledges a disposed child (lineage-host spawn.rs)"]
 fn spawn_retried_with_its_request_id_after_a_failed_start_is_not_a_disposed_child() {
     let mut c = Cluster::start(3);
     let root = c.spawn_root(
@@ -771,4 +773,91 @@ fn z3_a_parent_that_cannot_log_for_a_while_accepts_its_inbox_once_it_can() {
             .contains("message not accepted yet; offering it again"),
         "node-1 offered the message again"
     );
+}
+
+#[test]
+fn z3_a_node_refuses_r1_streams_when_three_replicas_are_configured_or_updates_them() {
+    // The streams exist with one replica (made by nodes configured with the default).
+    let mut c = Cluster::start_opts(
+        3,
+        ClusterOptions {
+            nats_cluster: true,
+            precreate_streams: Some(1),
+            ..ClusterOptions::default()
+        },
+    );
+    let events = c.events_stream();
+    let inbox = inbox_stream(&c);
+    for name in [&events, &inbox] {
+        assert_eq!(stream_replicas(&c, name).0, 1, "{name}");
+    }
+    // A node configured for 3 replicas, without update_streams: refuses to start, one line.
+    let refusing = c.add_client_node("node-4", &[("LINEAGE_NATS__STREAM_REPLICAS", "3")]);
+    let code = c.nodes[refusing].wait_exit(T);
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "the node must exit with an error, got {code:?}\n{}",
+        c.nodes[refusing].log_text()
+    );
+    let log = c.nodes[refusing].log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("nats.update_streams = true"))
+        .unwrap_or_else(|| panic!("no refusal naming the fix:\n{log}"));
+    assert!(
+        line.contains(&format!("has 1 replica but nats.stream_replicas = 3"))
+            && (line.contains(&format!("`nats stream edit {inbox} --replicas 3`"))
+                || line.contains(&format!("`nats stream edit {events} --replicas 3`"))),
+        "{line}"
+    );
+    for name in [&events, &inbox] {
+        assert_eq!(stream_replicas(&c, name).0, 1, "{name} left as it was");
+    }
+    // With update_streams: the node updates both streams to 3 replicas and serves.
+    let updating = c.add_client_node(
+        "node-5",
+        &[
+            ("LINEAGE_NATS__STREAM_REPLICAS", "3"),
+            ("LINEAGE_NATS__UPDATE_STREAMS", "true"),
+        ],
+    );
+    c.wait_ready(T);
+    for name in [&events, &inbox] {
+        eventually(T, &format!("{name} with 3 current replicas"), || {
+            let (replicas, peers, leader) = stream_replicas(&c, name);
+            (replicas == 3
+                && leader.is_some()
+                && peers.len() == 2
+                && peers.iter().all(|(_, ok)| *ok))
+            .then_some(())
+        });
+    }
+    assert!(
+        c.nodes[updating]
+            .log_text()
+            .contains("updated the stream's replicas"),
+        "the update is logged"
+    );
+    // And the cluster works on the updated streams: a child on the new node reports to its parent.
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[{"do": "reply", "text": "root"}]], "after": {"do": "reply", "text": "ok"}}),
+    );
+    let reply = c.spawn(&[
+        "--parent",
+        &root,
+        "--shape",
+        "continuable",
+        "--node",
+        "node-5",
+        "--prompt",
+        "go",
+        "--script",
+        r#"{"turns":[[{"do":"report","content":"on r3"},{"do":"reply","text":"done"}]]}"#,
+    ]);
+    let kid = id_of(&reply["session"]);
+    c.wait_log(&root, T, "the report and the settlement", |l| {
+        accepted(l, "subagent-report", Some(&kid)).len() == 1
+            && accepted(l, "subagent-settled", Some(&kid)).len() == 1
+    });
 }
