@@ -805,7 +805,7 @@ fn z3_a_node_refuses_r1_streams_when_three_replicas_are_configured_or_updates_th
         .find(|l| l.contains("nats.update_streams = true"))
         .unwrap_or_else(|| panic!("no refusal naming the fix:\n{log}"));
     assert!(
-        line.contains(&format!("has 1 replica but nats.stream_replicas = 3"))
+        line.contains("has 1 replica but nats.stream_replicas = 3")
             && (line.contains(&format!("`nats stream edit {inbox} --replicas 3`"))
                 || line.contains(&format!("`nats stream edit {events} --replicas 3`"))),
         "{line}"
