@@ -430,6 +430,15 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         "{replay}"
     );
 
+    // Stream info by name; listing every stream (other clusters' too) is refused.
+    let info = nats.ok(&strs(&obs(&["stream", "info", "LINEAGE_DEV_INBOX"])));
+    assert!(info.contains("lineage.dev.parent.*.inbox"), "{info}");
+    let (_, out, err) = nats.run(&strs(&obs(&["stream", "ls"])));
+    assert!(
+        err.contains("Permissions Violation for Publish to \"$JS.API.STREAM.LIST\""),
+        "stream ls: {err}{out}"
+    );
+
     // `stream view` pages interactively: without a terminal it refuses; in one (a pty from
     // `script`) the operator sees the inbox. The observer may not create the consumer it needs.
     let (code, _, err) = nats.run(&strs(&op(&["stream", "view", "LINEAGE_DEV_INBOX"])));
@@ -496,6 +505,48 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         2,
         "a child was added by the observer"
     );
+
+    // Drain progress: the observer watches the drain the operator asks for.
+    let drain = uuid::Uuid::now_v7().to_string();
+    let progress_args = obs(&["sub", &format!("lineage.dev.drain.{drain}.progress")]);
+    let mut progress = background(
+        nats.command(&strs(&progress_args)),
+        nats.home.path().join("progress.out"),
+    );
+    eventually(Duration::from_secs(10), "nats sub to subscribe", || {
+        progress.output().contains("Subscribing on").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let body = json!({"roots": [root], "progress": drain}).to_string();
+    let out = nats.ok(&strs(&op(&["req", "lineage.dev.ctl.drain", &body])));
+    assert!(out.contains("\"result\""), "drain: {out}");
+    eventually(
+        Duration::from_secs(10),
+        "the drain's last wave_done",
+        || {
+            received(&progress.output())
+                .iter()
+                .any(|(_, v)| {
+                    v["phase"] == "wave_done"
+                        && v["wave"].as_u64().map(|w| w + 1) == v["waves"].as_u64()
+                })
+                .then_some(())
+        },
+    );
+    let shown = progress.stop();
+    let phases: Vec<String> = received(&shown)
+        .iter()
+        .map(|(s, v)| {
+            assert_eq!(s, &format!("lineage.dev.drain.{drain}.progress"));
+            v["phase"].as_str().unwrap_or("?").to_owned()
+        })
+        .collect();
+    assert_eq!(
+        phases.first().map(String::as_str),
+        Some("planned"),
+        "{shown}"
+    );
+    assert!(phases.iter().any(|p| p == "wave_done"), "{shown}");
 
     // Nothing the nodes, the CLI or the operator did was refused, but the pager's acks and
     // its consumer delete at exit (the operator may not ack or delete consumers: those could
