@@ -171,6 +171,13 @@ fn received(output: &str) -> Vec<(String, Value)> {
     messages
 }
 
+/// `--context lineage-<user>` and `args`.
+fn ctx(user: &str, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["--context".to_owned(), format!("lineage-{user}")];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all
+}
+
 /// Borrowed arguments.
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
@@ -265,7 +272,20 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
     eventually(Duration::from_secs(10), "nats sub to subscribe", || {
         sub.output().contains("Subscribing on").then_some(())
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The same from lineage, as the operator (it reads the natscli context).
+    let mut watch_cmd = Command::new(lineage_bin());
+    watch_cmd.args([
+        "--context",
+        "lineage-operator",
+        "--json",
+        "watch",
+        &root,
+        "--count",
+        "8",
+    ]);
+    nats.isolate(&mut watch_cmd);
+    let mut watch = background(watch_cmd, nats.home.path().join("watch.out"));
+    std::thread::sleep(Duration::from_millis(700));
 
     // The operator spawns with `nats req`: two children of the root (one on the worker, one that
     // has a child of its own, which the root's subscriber must not see) and one of the other.
@@ -309,6 +329,14 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
     eventually(Duration::from_secs(10), "8 messages in nats sub", || {
         (received(&sub.output()).len() >= 8).then_some(())
     });
+    eventually(
+        Duration::from_secs(10),
+        "lineage watch to exit after 8 events",
+        || watch.child.try_wait().ok().flatten().map(|_| ()),
+    );
+    let watched = watch.stop();
+    let watched: Vec<&str> = watched.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(watched.len(), 8, "lineage watch printed:\n{watched:?}");
     std::thread::sleep(Duration::from_millis(1000));
     let output = sub.stop();
     let messages = received(&output);
@@ -349,60 +377,96 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         );
     }
 
-    // Every node is a `lineage` service instance.
-    let ls = nats.ok(&strs(&obs(&["micro", "ls"])));
-    for node in ["node-1", "node-2", "node-3", "node-4"] {
-        assert!(
-            ls.contains(&format!("node {node}")),
-            "{node} missing:\n{ls}"
-        );
-    }
-    let info = nats.ok(&strs(&obs(&["micro", "info", "lineage"])));
-    for op_name in [
-        "spawn",
-        "followup",
-        "interrupt",
-        "drain",
-        "resume",
-        "status",
-    ] {
-        assert!(
-            info.contains(&format!("lineage.dev.ctl.{op_name}")),
-            "{op_name} missing:\n{info}"
-        );
-    }
-    let stats = nats.ok(&strs(&obs(&["micro", "stats", "lineage"])));
-    let ids: Vec<&str> = ls
-        .lines()
-        .filter(|l| l.contains("lineage control, cluster dev"))
-        .filter_map(|l| l.split('│').nth(3).map(str::trim))
-        .collect();
-    assert_eq!(ids.len(), 4, "{ls}");
-    for id in &ids {
-        assert!(
-            stats.contains(id),
-            "instance {id} missing in stats:\n{stats}"
-        );
-    }
+    // Both users read: services, streams, single messages.
+    for user in ["observer", "operator"] {
+        // Every node is a `lineage` service instance.
+        let ls = nats.ok(&strs(&ctx(user, &["micro", "ls"])));
+        for node in ["node-1", "node-2", "node-3", "node-4"] {
+            assert!(
+                ls.contains(&format!("node {node}")),
+                "{node} missing:\n{ls}"
+            );
+        }
+        let info = nats.ok(&strs(&ctx(user, &["micro", "info", "lineage"])));
+        for op_name in [
+            "spawn",
+            "followup",
+            "interrupt",
+            "drain",
+            "resume",
+            "status",
+        ] {
+            assert!(
+                info.contains(&format!("lineage.dev.ctl.{op_name}")),
+                "{op_name} missing:\n{info}"
+            );
+        }
+        let stats = nats.ok(&strs(&ctx(user, &["micro", "stats", "lineage"])));
+        let ids: Vec<&str> = ls
+            .lines()
+            .filter(|l| l.contains("lineage control, cluster dev"))
+            .filter_map(|l| l.split('│').nth(3).map(str::trim))
+            .collect();
+        assert_eq!(ids.len(), 4, "{ls}");
+        for id in &ids {
+            assert!(
+                stats.contains(id),
+                "instance {id} missing in stats:\n{stats}"
+            );
+        }
 
-    // The inbox stream: the root's last inbox message is its second child's settlement.
-    let get = nats.ok(&strs(&obs(&[
-        "stream",
-        "get",
-        "LINEAGE_DEV_INBOX",
-        "--last-for",
-        &format!("lineage.dev.parent.{root}.inbox"),
-    ])));
-    let json_line = get
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON in stream get:\n{get}"));
-    let last: Value = serde_json::from_str(json_line).unwrap();
-    assert_eq!(last["kind"], "subagent-settled", "{get}");
-    assert_eq!(last["parent_session_id"], root.as_str(), "{get}");
-    assert!(get.contains("Nats-Msg-Id"), "{get}");
-    let first = nats.ok(&strs(&obs(&["stream", "get", "LINEAGE_DEV_INBOX", "1"])));
-    assert!(first.contains("LINEAGE_DEV_INBOX#1"), "{first}");
+        // The inbox stream: the root's last inbox message is its second child's settlement.
+        let get = nats.ok(&strs(&ctx(
+            user,
+            &[
+                "stream",
+                "get",
+                "LINEAGE_DEV_INBOX",
+                "--last-for",
+                &format!("lineage.dev.parent.{root}.inbox"),
+            ],
+        )));
+        let json_line = get
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("no JSON in stream get:\n{get}"));
+        let last: Value = serde_json::from_str(json_line).unwrap();
+        assert_eq!(last["kind"], "subagent-settled", "{get}");
+        assert_eq!(last["parent_session_id"], root.as_str(), "{get}");
+        assert!(get.contains("Nats-Msg-Id"), "{get}");
+        let first = nats.ok(&strs(&ctx(
+            user,
+            &["stream", "get", "LINEAGE_DEV_INBOX", "1"],
+        )));
+        assert!(first.contains("LINEAGE_DEV_INBOX#1"), "{first}");
+        // The root's session log: its last message.
+        let get = nats.ok(&strs(&ctx(
+            user,
+            &[
+                "stream",
+                "get",
+                "LINEAGE_DEV_EVENTS",
+                "--last-for",
+                &format!("lineage.dev.session.{root}.events"),
+            ],
+        )));
+        assert!(
+            get.contains(&format!("lineage.dev.session.{root}.events")),
+            "{get}"
+        );
+        assert!(
+            get.lines()
+                .any(|l| l.starts_with('{') || l.starts_with('[')),
+            "{get}"
+        );
+        for stream in ["LINEAGE_DEV_INBOX", "LINEAGE_DEV_EVENTS"] {
+            let info = nats.ok(&strs(&ctx(user, &["stream", "info", stream])));
+            assert!(
+                info.contains(&format!("Information for Stream {stream}")),
+                "{info}"
+            );
+        }
+    }
 
     // The root's inbox from its first message, without a terminal (an ephemeral consumer of
     // the operator's own): its children's reports and settlements.
@@ -430,14 +494,14 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         "{replay}"
     );
 
-    // Stream info by name; listing every stream (other clusters' too) is refused.
-    let info = nats.ok(&strs(&obs(&["stream", "info", "LINEAGE_DEV_INBOX"])));
-    assert!(info.contains("lineage.dev.parent.*.inbox"), "{info}");
-    let (_, out, err) = nats.run(&strs(&obs(&["stream", "ls"])));
-    assert!(
-        err.contains("Permissions Violation for Publish to \"$JS.API.STREAM.LIST\""),
-        "stream ls: {err}{out}"
-    );
+    // Listing every stream (other clusters' too) is refused.
+    for user in ["observer", "operator"] {
+        let (_, out, err) = nats.run(&strs(&ctx(user, &["stream", "ls"])));
+        assert!(
+            err.contains("Permissions Violation for Publish to \"$JS.API.STREAM.LIST\""),
+            "{user} stream ls: {err}{out}"
+        );
+    }
 
     // `stream view` pages interactively: without a terminal it refuses; in one (a pty from
     // `script`) the operator sees the inbox. The observer may not create the consumer it needs.
@@ -548,7 +612,8 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
     );
     assert!(phases.iter().any(|p| p == "wave_done"), "{shown}");
 
-    // Nothing the nodes, the CLI or the operator did was refused, but the pager's acks and
+    // Nothing the nodes, the CLI or the operator did was refused, but its `stream ls` (above)
+    // and the pager's acks and
     // its consumer delete at exit (the operator may not ack or delete consumers: those could
     // be a parent's `inbox-<parent>`; nats-server removes the pager's consumer after its
     // inactivity threshold).
@@ -556,6 +621,7 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         .permission_violations()
         .into_iter()
         .filter(|l| !l.contains("user:observer"))
+        .filter(|l| !(l.contains("user:operator") && l.contains("\"$JS.API.STREAM.LIST\"")))
         .filter(|l| {
             !(l.contains("user:operator")
                 && (l.contains("\"$JS.ACK.LINEAGE_DEV_INBOX.stream_pager_")
