@@ -65,7 +65,7 @@ render() {
   grep -q "^  replicas: $n$" "$tmp/$name.yaml" || fail "$name: StatefulSet does not have replicas: $n"
   [ "$(grep '^    voters = {' "$tmp/$name.yaml" | grep -o '[0-9] = "' | wc -l)" = "$n" ] || fail "$name: lineage.toml does not list $n voters"
   grep -q 'podManagementPolicy: Parallel' "$tmp/$name.yaml" || fail "$name: podManagementPolicy is not Parallel"
-  grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep -q 'value: client$' || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
+  grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep 'value: client$' >/dev/null || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
   grep -q 'name: RUST_LOG$' "$tmp/$name.yaml" || fail "$name: RUST_LOG is not set"
   python3 - "$tmp/$name.yaml" "$n" "$name" <<'PY' || fail "$name: rendered YAML/TOML check"
 import re, sys, tomllib, yaml
@@ -174,6 +174,9 @@ if name in ("default", "five"):
     assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == secrets_of(test["spec"]) == []
 elif name == "minimal":
     assert n == 1 and workers == 0 and not pdbs, (n, workers, pdbs)
+    assert nats["nkey_seed_file"] == "/etc/lineage/nats/nkey.seed", nats
+    assert secrets_of(spec(sts)) == secrets_of(test["spec"]) == ["lineage-nats-nkey"]
+    assert env(test["spec"])["NATS_NKEY"]["value"] == "/etc/lineage/nats/nkey.seed"
 elif name == "secure":
     assert cfg["cluster"] == "prod-eu" and cfg["nats_url"] == "tls://nats.messaging:4222"
     assert nats == {"user": "voter", "password_file": "/etc/lineage/nats/password", "tls_required": True,
@@ -317,7 +320,7 @@ refuse "template guard" "nats.tls.clientCert is true" --set nats.tls.clientCert=
 refuse "template guard" "nats.auth.workers is set but nats.auth.method is empty" --set nats.auth.workers.existingSecret=w
 refuse "template guard" "nats.tls.workers.existingSecret is set" --set nats.tls.workers.existingSecret=w
 refuse "template guard" "natsPermissions.users.voter: set passwordEnv" --set natsPermissions.enabled=true --set natsPermissions.users.voter.passwordEnv=
-if helm template --help 2>/dev/null | grep -q -- --skip-schema-validation; then
+if helm template --help 2>/dev/null | grep -- --skip-schema-validation >/dev/null; then
   refuse "template guard" "voters must be 1, 3 or 5" --set voters=2 --skip-schema-validation
   refuse "template guard" "limits.maxDepth must be" --set limits.maxDepth=null --skip-schema-validation
   refuse "template guard" "nats.auth.existingSecret is empty" --set nats.auth.method=token --skip-schema-validation
@@ -606,13 +609,9 @@ fi
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 # Runs with only the pod's environment: no stray LINEAGE_*, NATS_URL (the --nats flag's env) etc.
 podenv() { env -i PATH="$tmp/shim:/usr/local/bin:/usr/bin:/bin" RUST_LOG=info "$@"; }
-# A binary built before the [nats]/[agents] config keys (issue 9) refuses those tables: it loads
-# the rest of the file (the tables cut off, they come last) and the new keys are not checked.
-legacy=0
-if ! podenv "$bin" config show 2>/dev/null | grep -q '^nats\.stream_replicas '; then
-  legacy=1
-  echo "check-chart: WARN $bin predates the [nats]/[agents] config keys: loading lineage.toml without those tables; the NATS and agent keys are NOT checked against the loader (rebuild: cargo build -p lineage)"
-fi
+podenv "$bin" config show >"$tmp/defaults.show" 2>&1 || { cat "$tmp/defaults.show" >&2; fail "$bin config show (built-in defaults) fails"; }
+grep -q '^nats\.stream_replicas ' "$tmp/defaults.show" \
+  || fail "$bin was built before the [nats]/[agents] config keys the chart renders: rebuild it (cargo build -p lineage) or point LINEAGE_BIN at a current one"
 echo "check-chart: loading the rendered lineage.toml with $bin"
 
 # lineage.toml of a rendered manifest (the ConfigMap's block scalar, 4-space indent).
@@ -638,7 +637,7 @@ expect() {
   got=$(value "$2" "$3")
   [ "$got" = "$4" ] || { cat "$2" >&2; fail "$1: $3 is $got, expected $4"; }
   if [ -n "${5:-}" ]; then
-    grep -E "^$3 " "$2" | grep -Eq "# .*$5" || { cat "$2" >&2; fail "$1: $3 does not come from /$5/"; }
+    grep -E "^$3 " "$2" | grep -E "# .*$5" >/dev/null || { cat "$2" >&2; fail "$1: $3 does not come from /$5/"; }
   fi
 }
 
@@ -655,9 +654,6 @@ loads() {
   local toml=$tmp/$name.toml
   extract_toml "$tmp/$name.yaml" >"$toml"
   grep -q '^\[lease\]$' "$toml" || fail "$name: could not extract lineage.toml from the ConfigMap"
-  if [ "$legacy" = 1 ]; then
-    sed -i '/^\[nats\]$/,$d' "$toml"
-  fi
   extract_entrypoint "$tmp/$name.yaml" >"$tmp/$name.entrypoint.sh"
   grep -q '^exec lineage node --config /etc/lineage/lineage.toml$' "$tmp/$name.entrypoint.sh" \
     || fail "$name: could not extract the voters' entrypoint snippet"
@@ -687,11 +683,10 @@ SH
     expect "$1" "$2" limits.max_depth "$depth" "TOML file"
     expect "$1" "$2" lease.lease_ms "$lease" "TOML file"
     expect "$1" "$2" lease.heartbeat_ms "$lease_hb" "TOML file"
-    [ "$legacy" = 0 ] || return 0
     expect "$1" "$2" nats.stream_replicas "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "stream_replicas" { print $3; exit }' "$toml")" "TOML file"
     expect "$1" "$2" nats.tls_required "$(awk '/^\[nats\]$/ { on = 1 } on && $1 == "tls_required" { print $3; exit }' "$toml")" "TOML file"
     expect "$1" "$2" agents.allow_raw_commands "$(awk '/^\[agents\]$/ { on = 1 } on && $1 == "allow_raw_commands" { print $3; exit }' "$toml")" "TOML file"
-    grep -q '^agents\.script\.driver = "script"' "$2" || { cat "$2" >&2; fail "$1: the script profile is not loaded"; }
+    expect "$1" "$2" agents.script.driver '"script"' "TOML file"
   }
 
   local ordinal pod out
@@ -752,10 +747,6 @@ loads secure 3 prod-eu tls://nats.messaging:4222 0.0.0.0:9464 8 3000 500 100 400
 loads large 5 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/large-values.yaml"
 loads token 3 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/token-values.yaml"
 
-if [ "$legacy" = 1 ]; then
-  echo "check-chart: all checks passed, except the [nats]/[agents] keys against the loader (the binary predates them)"
-  exit 0
-fi
 # The NATS keys as the node sees them (secure: user + password file, mutual TLS, R3).
 out=$tmp/secure.worker.out
 expect "secure worker" "$out" nats.user '"worker"' "environment"
@@ -765,7 +756,10 @@ expect "secure worker" "$out" nats.password_file '"/etc/lineage/nats/password"' 
 expect "secure worker" "$out" nats.tls_ca '"/etc/lineage/nats/tls/ca.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_cert '"/etc/lineage/nats/tls/tls.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_key '"/etc/lineage/nats/tls/tls.key"' "TOML file"
-grep -q '^agents\.claude-code\.pass_env = \["ANTHROPIC_API_KEY"\]' "$out" || { cat "$out" >&2; fail "secure: agents.claude-code.pass_env"; }
+expect "secure worker" "$out" agents.claude-code.pass_env '["ANTHROPIC_API_KEY"]' "TOML file"
+expect "secure worker" "$out" agents.claude-code.tools true "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.args '["--name", "two words"]' "TOML file"
+expect "secure worker" "$out" agents.fixed-dir.workdir '"/var/lib/lineage/shared"' "TOML file"
 echo "check-chart: ok   secure: nats.user (voter / worker from LINEAGE_NATS__USER), password_file, tls_ca/cert/key, update_streams, agent profiles"
 # A password given as a value (env here; the chart never renders one) is shown as <redacted>.
 sed '/^password_file = /d' "$tmp/secure.toml" >"$tmp/secure-pw.toml"
@@ -773,11 +767,22 @@ podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client LINEAGE_NATS__PASSWORD=h
   "$bin" config show --config "$tmp/secure-pw.toml" >"$tmp/pw.out" 2>&1 \
   || { cat "$tmp/pw.out" >&2; fail "a user + password config is refused"; }
 ! grep -q hunter2 "$tmp/pw.out" || fail "config show prints the NATS password"
-grep -Eq '^nats\.password = "?<redacted>"?' "$tmp/pw.out" || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
+value "$tmp/pw.out" nats.password | grep -E '^"?<redacted>"?$' >/dev/null || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
 echo "check-chart: ok   nats.password is shown as $(value "$tmp/pw.out" nats.password), its value nowhere in the output"
-# The helm test pod's flags exist.
+expect "large worker" "$tmp/large.worker.out" nats.creds '"/etc/lineage/nats/nats.creds"' "TOML file"
+loads minimal 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/minimal-values.yaml"
+expect "minimal worker" "$tmp/minimal.worker.out" nats.nkey_seed_file '"/etc/lineage/nats/nkey.seed"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" nats.token_file '"/etc/lineage/nats/token"' "TOML file"
+expect "token worker" "$tmp/token.worker.out" agents.allow_raw_commands true "TOML file"
+echo "check-chart: ok   large: nats.creds; minimal: nats.nkey_seed_file; token: nats.token_file, allow_raw_commands"
+# The helm test pod's flags and NATS_* variables (of every value set) are the CLI's.
+"$bin" status --help >"$tmp/status-help"
 for flag in --nats --cluster --tls-required; do
-  "$bin" status --help | grep -q -- "$flag" || fail "lineage status has no $flag (the helm test pod passes it)"
+  grep -q -- "$flag" "$tmp/status-help" || fail "lineage status has no $flag (the helm test pod passes it)"
 done
-echo "check-chart: ok   lineage status knows the test pod's flags (--nats --cluster --tls-required)"
+test_env=$(for set in "${sets[@]}"; do grep -A200 '^# Source: lineage/templates/tests/test-status.yaml' "$tmp/$set.yaml" | grep -o 'name: NATS_[A-Z_]*' | awk '{ print $2 }'; done | sort -u)
+for var in $test_env; do
+  grep -Eq "\[env: ${var}[]=]" "$tmp/status-help" || fail "the helm test pod sets $var, which lineage status does not read"
+done
+echo "check-chart: ok   lineage status reads the test pod's flags (--nats --cluster --tls-required) and variables ($(echo "$test_env" | tr '\n' ' '))"
 echo "check-chart: all checks passed"

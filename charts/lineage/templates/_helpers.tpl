@@ -105,7 +105,7 @@ the schema is skipped with --skip-schema-validation). Included by every template
 {{- end }}
 {{- $auth := .Values.nats.auth }}
 {{- if and $auth.method (not $auth.existingSecret) }}
-{{- fail (printf "nats.auth.method is %q but nats.auth.existingSecret is empty: create a Secret with the credentials (README \"NATS credentials\") and name it there" $auth.method) }}
+{{- fail (printf "nats.auth.method is %q but nats.auth.existingSecret is empty: create a Secret with the credentials (charts/lineage/README.md \"NATS credentials and TLS\") and name it there" $auth.method) }}
 {{- end }}
 {{- if and (eq $auth.method "userPassword") (not $auth.user) }}
 {{- fail "nats.auth.method is userPassword but nats.auth.user is empty: set the voters' NATS user name" }}

@@ -150,9 +150,22 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, BusErr
 pub async fn connect_with(how: &NatsConnect) -> Result<async_nats::Client, BusError> {
     how.check(|k| format!("nats.{k}"))?;
     let shown = redact_url(&how.url);
-    let fail = |reason: String| BusError::Connect {
-        url: shown.clone(),
-        reason: redact_text(&reason, how),
+    let tls_wanted = how.tls.required;
+    let fail = |reason: String| {
+        let lower = reason.to_ascii_lowercase();
+        let hint = if lower.contains("authorization") || lower.contains("authentication") {
+            "; check the NATS credentials (creds, nkey, user and password, or token)"
+        } else if tls_wanted && (lower.contains("corrupt message") || lower.contains("tls")) {
+            "; TLS is required but the server did not complete a TLS handshake: enable TLS on the server or check tls_ca"
+        } else if lower.contains("tls") {
+            "; the server requires TLS: use a tls:// URL or set tls_ca / tls_required"
+        } else {
+            "; start nats-server or pass --nats URL"
+        };
+        BusError::Connect {
+            url: shown.clone(),
+            reason: format!("{}{hint}", redact_text(&reason, how)),
+        }
     };
     let mut options = async_nats::ConnectOptions::new().name(&how.name);
     options = match &how.auth {

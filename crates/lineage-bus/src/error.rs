@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     /// The NATS server could not be reached.
-    #[error("cannot connect to NATS at {url}: {reason}; start nats-server or pass --nats URL")]
+    #[error("cannot connect to NATS at {url}: {reason}")]
     Connect {
         /// The URL tried.
         url: String,

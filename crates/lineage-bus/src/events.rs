@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
@@ -18,7 +20,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 
 use crate::error::BusError;
-use crate::streams::{open_stream, StreamOptions};
+use crate::streams::{open_stream, outcome_unknown, retry_pause, StreamOptions};
 use crate::subjects::Subjects;
 
 /// Appends to and reads session logs.
@@ -99,7 +101,10 @@ impl EventLogStore {
     /// Appends `events` (in order) as one message: all of them or none, one round trip. With
     /// `expected`, refuses if the log moved past that cursor. The message id (deduplication of
     /// a retried append) is `<session>-<first seq>` for one event, `<session>-<first>-<last>`
-    /// for a batch. Appending nothing returns `expected` (or the empty cursor) untouched.
+    /// for a batch. Appending nothing returns `expected` (or the empty cursor) untouched. A
+    /// publish whose outcome is unknown (ack lost, the stream's leader being replaced, a
+    /// reconnect) is sent again, the same message, for up to
+    /// [`crate::streams::UNKNOWN_OUTCOME_RETRY_FOR`]: it is appended once either way.
     pub async fn append_all(
         &self,
         session: &SessionId,
@@ -131,53 +136,107 @@ impl EventLogStore {
                 cursor.last_stream_seq.to_string().as_str(),
             );
         }
-        let ack = self
-            .js
-            .publish_with_headers(
-                self.subjects.session_events(session),
-                headers,
-                payload.clone(),
-            )
-            .await
-            .map_err(|e| BusError::js("append to a session log", e))?
-            .await;
-        match ack {
-            Ok(ack) => Ok(LogCursor {
-                last_stream_seq: ack.sequence,
-            }),
-            Err(e) if e.to_string().contains("wrong last sequence") => {
+        // An unknown outcome (ack lost, stream leader being replaced, reconnecting) is resolved
+        // by sending the same message again: it lands once, or it had landed and the expected
+        // sequence check plus `landed` recognise it.
+        let started = std::time::Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let outcome = match self
+                .js
+                .publish_with_headers(
+                    self.subjects.session_events(session),
+                    headers.clone(),
+                    payload.clone(),
+                )
+                .await
+            {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            let e = match outcome {
+                Ok(ack) => {
+                    return Ok(LogCursor {
+                        last_stream_seq: ack.sequence,
+                    })
+                }
+                Err(e) => e,
+            };
+            if e.kind() == PublishErrorKind::WrongLastSequence {
                 // The server checks the expected sequence before deduplication: a retry of an
                 // append that landed (its ack lost) looks like a conflict. It is ours when the
                 // log's last message carries this append's message id and bytes (the id alone
                 // is not enough: a fenced writer appending at the same seq has the same id).
-                if let Some(seq) = self.landed(session, &msg_id, &payload).await {
-                    return Ok(LogCursor {
-                        last_stream_seq: seq,
-                    });
+                match self.landed(session, &msg_id, &payload).await {
+                    Ok(Some(seq)) => {
+                        return Ok(LogCursor {
+                            last_stream_seq: seq,
+                        })
+                    }
+                    Ok(None) => {
+                        return Err(BusError::LogConflict {
+                            session: session.to_string(),
+                            expected: expected.map(|c| c.last_stream_seq).unwrap_or(0),
+                        })
+                    }
+                    // Cannot tell yet (the stream has no leader): ask again below.
+                    Err(reason) => match retry_pause(started, attempt) {
+                        Some(pause) => {
+                            tracing::debug!(%session, %reason, attempt, "cannot check whether a log append landed; asking again");
+                            attempt += 1;
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                        None => {
+                            return Err(BusError::js(
+                                "check whether a session log append landed",
+                                reason,
+                            ))
+                        }
+                    },
                 }
-                Err(BusError::LogConflict {
-                    session: session.to_string(),
-                    expected: expected.map(|c| c.last_stream_seq).unwrap_or(0),
-                })
             }
-            Err(e) => Err(BusError::js("acknowledge a session log append", e)),
+            match retry_pause(started, attempt).filter(|_| outcome_unknown(&e)) {
+                Some(pause) => {
+                    tracing::warn!(%session, error = %e, attempt, "session log append outcome unknown; sending it again");
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                }
+                None => return Err(BusError::js("acknowledge a session log append", e)),
+            }
         }
     }
 
     /// The stream sequence of `session`'s last log message when it is this append: message id
-    /// `msg_id` and these bytes.
-    async fn landed(&self, session: &SessionId, msg_id: &str, payload: &[u8]) -> Option<u64> {
+    /// `msg_id` and these bytes (`Ok(None)`: the last message is another one, or there is
+    /// none). `Err` when the stream cannot answer now.
+    async fn landed(
+        &self,
+        session: &SessionId,
+        msg_id: &str,
+        payload: &[u8],
+    ) -> Result<Option<u64>, String> {
         let stream = self
             .js
             .get_stream(self.subjects.events_stream())
             .await
-            .ok()?;
-        let last = stream
+            .map_err(|e| e.to_string())?;
+        let last = match stream
             .get_last_raw_message_by_subject(&self.subjects.session_events(session))
             .await
-            .ok()?;
-        let id = last.headers.get(async_nats::header::NATS_MESSAGE_ID)?;
-        (id.as_str() == msg_id && last.payload.as_ref() == payload).then_some(last.sequence)
+        {
+            Ok(last) => last,
+            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let ours = last
+            .headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .is_some_and(|id| id.as_str() == msg_id)
+            && last.payload.as_ref() == payload;
+        Ok(ours.then_some(last.sequence))
     }
 
     /// Reads a session's whole log, in order, with the cursor to append after it: batched

@@ -17,7 +17,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::InboxMessage;
 
 use crate::error::BusError;
-use crate::streams::{open_stream, StreamOptions};
+use crate::streams::{open_stream, outcome_unknown, retry_pause, StreamOptions};
 use crate::subjects::Subjects;
 
 /// How long the server remembers message ids for duplicate suppression.
@@ -75,7 +75,8 @@ impl ParentInbox {
     }
 
     /// Publishes a report or settlement to its parent's inbox and waits for the stream's ack.
-    /// Safe to retry: the dedup id makes a second copy a no-op. `traceparent` (a W3C value, see
+    /// Safe to retry: the dedup id makes a second copy a no-op. A publish whose outcome is
+    /// unknown is sent again for up to [`crate::streams::UNKNOWN_OUTCOME_RETRY_FOR`]. `traceparent` (a W3C value, see
     /// [`crate::trace`]) goes along as a header so the parent's span joins the sender's trace.
     pub async fn publish(
         &self,
@@ -91,17 +92,37 @@ impl ParentInbox {
             headers.insert(crate::trace::TRACEPARENT, tp);
         }
         let subject = self.subjects.parent_inbox(message.parent_session_id());
-        let ack = self
-            .js
-            .publish_with_headers(subject, headers, message.encode().into())
-            .await
-            .map_err(|e| BusError::js("publish to the parent inbox", e))?
-            .await
-            .map_err(|e| BusError::js("acknowledge a parent inbox publish", e))?;
-        Ok(Published {
-            sequence: ack.sequence,
-            duplicate: ack.duplicate,
-        })
+        let payload = bytes::Bytes::from(message.encode());
+        // An unknown outcome (ack lost, the stream's leader being replaced, a reconnect) is
+        // resolved by publishing the same message again: the dedup id drops a second copy.
+        let started = std::time::Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let outcome = match self
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await
+            {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(ack) => {
+                    return Ok(Published {
+                        sequence: ack.sequence,
+                        duplicate: ack.duplicate,
+                    })
+                }
+                Err(e) => match retry_pause(started, attempt).filter(|_| outcome_unknown(&e)) {
+                    Some(pause) => {
+                        tracing::warn!(dedup = %message.dedup_id(), error = %e, attempt, "parent inbox publish outcome unknown; sending it again");
+                        attempt += 1;
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => return Err(BusError::js("acknowledge a parent inbox publish", e)),
+                },
+            }
+        }
     }
 
     /// Opens (or re-opens after a restart) the durable consumer of one parent's inbox.
@@ -218,6 +239,15 @@ impl InboxDelivery {
             .ack()
             .await
             .map_err(|e| BusError::js("acknowledge an inbox message", e))
+    }
+
+    /// Tells the server the message is still being worked on (resets its ack wait), so it is
+    /// not redelivered while the parent retries accepting it.
+    pub async fn in_progress(&self) -> Result<(), BusError> {
+        self.raw
+            .ack_with(jetstream::AckKind::Progress)
+            .await
+            .map_err(|e| BusError::js("mark an inbox message in progress", e))
     }
 
     /// W3C trace context carried by the publisher, if any (the raw header value).

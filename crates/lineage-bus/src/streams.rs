@@ -7,9 +7,56 @@
 //! set and refused otherwise (one line naming the stream, both counts and the fix); one with
 //! more is kept as it is.
 
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
 
 use crate::error::BusError;
+
+/// How long a JetStream publish whose outcome is unknown (the ack timed out, no stream leader
+/// answered, the connection dropped) is sent again, the same message with the same
+/// `Nats-Msg-Id`, before the error is returned: a server of a replicated stream that dies
+/// takes a few seconds to be replaced as stream leader (about 5 s on loopback), and a client
+/// a moment to reconnect. The message id (and, for a log append, the expected last sequence)
+/// makes a copy that already landed a no-op.
+pub const UNKNOWN_OUTCOME_RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// True when a publish failed without saying whether the message was stored, so sending the
+/// same message again is the way to find out: the ack timed out, nobody answered for the
+/// stream (its leader is being replaced), the connection dropped, or the server said
+/// JetStream is temporarily unavailable.
+pub(crate) fn outcome_unknown(e: &PublishError) -> bool {
+    match e.kind() {
+        PublishErrorKind::TimedOut
+        | PublishErrorKind::StreamNotFound
+        | PublishErrorKind::BrokenPipe => true,
+        PublishErrorKind::Other => e.to_string().contains("unavailable"),
+        PublishErrorKind::WrongLastSequence | PublishErrorKind::WrongLastMessageId => false,
+    }
+}
+
+/// How long opening a stream asks again when JetStream answers that it is not ready (a
+/// timeout, "temporarily unavailable"): the cluster is still placing it.
+const OPEN_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// True when a stream create, info or update failed because JetStream was not ready, not
+/// because the request was refused.
+fn admin_transient(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::context::CreateStreamErrorKind as K;
+    match e.kind() {
+        K::TimedOut | K::JetStreamUnavailable => true,
+        K::JetStream(err) => err.code() == 503,
+        _ => false,
+    }
+}
+
+/// The retry schedule of [`UNKNOWN_OUTCOME_RETRY_FOR`]: `Some(pause)` before attempt
+/// `attempt + 1` while the deadline (from `started`) allows one, else `None`.
+pub(crate) fn retry_pause(started: Instant, attempt: u32) -> Option<Duration> {
+    let pause = Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(1));
+    (started.elapsed() + pause < UNKNOWN_OUTCOME_RETRY_FOR).then_some(pause)
+}
 
 /// Replication of lineage's JetStream streams (the session events and the parent inboxes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +106,22 @@ pub(crate) async fn open_stream(
     let name = config.name.clone();
     options.check(&name)?;
     config.num_replicas = options.replicas;
-    let mut stream = js.get_or_create_stream(config).await.map_err(|e| {
+    // Nodes start together: a replicated stream's creation (or a create raced by another
+    // node's) can time out or meet "temporarily unavailable" while the JetStream cluster
+    // places it; asked again, it is there or made.
+    let started = Instant::now();
+    let mut attempt = 0u32;
+    let created = loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Err(e) if admin_transient(&e) && started.elapsed() < OPEN_RETRY_FOR => {
+                attempt += 1;
+                tracing::info!(stream = %name, error = %e, attempt, "stream not ready yet; asking again");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(5)))).await;
+            }
+            other => break other,
+        }
+    };
+    let mut stream = created.map_err(|e| {
         if options.replicas > 1 {
             BusError::StreamReplicas {
                 stream: name.clone(),
@@ -96,13 +158,21 @@ pub(crate) async fn open_stream(
             ),
         });
     }
-    let info = js
-        .update_stream(stream::Config {
-            num_replicas: wanted,
-            ..existing
-        })
-        .await
-        .map_err(|e| BusError::StreamReplicas {
+    let update = stream::Config {
+        num_replicas: wanted,
+        ..existing
+    };
+    let started = Instant::now();
+    let updated = loop {
+        match js.update_stream(&update).await {
+            Err(e) if admin_transient(&e) && started.elapsed() < OPEN_RETRY_FOR => {
+                tracing::info!(stream = %name, error = %e, "stream update not answered yet; asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => break other,
+        }
+    };
+    let info = updated.map_err(|e| BusError::StreamReplicas {
             stream: name.clone(),
             problem: format!(
                 "cannot be updated from {found} to {wanted} replicas: {e}; that needs a JetStream cluster of {wanted} or more servers"

@@ -129,7 +129,9 @@ impl HostError {
                 | BusError::Config(_)
                 | BusError::Json { .. }
                 | BusError::Core(_) => ErrorCode::BadRequest,
-                BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => ErrorCode::Refused,
+                BusError::LogConflict { .. } | BusError::StreamReplicas { .. } => {
+                    ErrorCode::Refused
+                }
             },
             HostError::UnknownSession(_) | HostError::NotLive { .. } => ErrorCode::NotFound,
             HostError::Disposed(_) | HostError::ClaimLost { .. } | HostError::NotAuthorized(_) => {

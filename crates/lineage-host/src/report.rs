@@ -11,6 +11,9 @@
 //! `wakeup` starts a parent turn when the parent is idle; `quiet` only queues for the next turn.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use lineage_bus::control::ErrorCode;
 
 use lineage_core::ids::SessionId;
 use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
@@ -127,38 +130,56 @@ pub(crate) fn spawn_inbox_consumer(
             };
             let op = op_span!("inbox", node, delivery.trace_context(); sender = %message.sender_session_id(), kind = kind);
             op.record("session", &session);
-            let (tx, rx) = oneshot::channel();
-            if agent
-                .send(AgentCmd::Deliver {
-                    incoming: Incoming::Inbox(message),
-                    reply: tx,
-                    trace: Some(op.ctx),
-                })
-                .is_err()
-            {
-                return; // the agent is gone: leave the message for the next host
-            }
-            let accepted = op
-                .enter(async {
-                    tokio::select! {
-                        r = rx => Some(r),
-                        _ = stop.cancelled() => None,
-                    }
-                })
-                .await;
-            let Some(accepted) = accepted else { return };
-            match accepted {
-                Ok(Ok(())) => {
-                    if let Err(e) = delivery.ack().await {
-                        tracing::warn!(%session, error = %e, "inbox ack failed; the message will be redelivered and deduplicated");
-                    }
+            // Accepting can fail for a while without the agent being gone (its log append
+            // cannot reach JetStream: a NATS server restarting, a stream leader being
+            // replaced). The same message is offered again, in order, until the agent takes
+            // it; meanwhile the server is told it is in progress so it is not redelivered.
+            let mut attempt = 0u32;
+            loop {
+                let (tx, rx) = oneshot::channel();
+                if agent
+                    .send(AgentCmd::Deliver {
+                        incoming: Incoming::Inbox(message.clone()),
+                        reply: tx,
+                        trace: Some(op.ctx),
+                    })
+                    .is_err()
+                {
+                    return; // the agent is gone: leave the message for the next host
                 }
-                Ok(Err(e)) => {
-                    op.record("error", &e);
-                    tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
-                    return;
+                let accepted = op
+                    .enter(async {
+                        tokio::select! {
+                            r = rx => Some(r),
+                            _ = stop.cancelled() => None,
+                        }
+                    })
+                    .await;
+                let Some(accepted) = accepted else { return };
+                match accepted {
+                    Ok(Ok(())) => {
+                        if let Err(e) = delivery.ack().await {
+                            tracing::warn!(%session, error = %e, "inbox ack failed; the message will be redelivered and deduplicated");
+                        }
+                        break;
+                    }
+                    Ok(Err(e)) if e.code() == ErrorCode::Unavailable => {
+                        attempt += 1;
+                        tracing::warn!(%session, error = %e, attempt, "message not accepted yet; offering it again");
+                        let _ = delivery.in_progress().await;
+                        let pause = Duration::from_millis(100u64 << attempt.min(5));
+                        tokio::select! {
+                            _ = tokio::time::sleep(pause.min(Duration::from_secs(2))) => {}
+                            _ = stop.cancelled() => return,
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        op.record("error", &e);
+                        tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
+                        return;
+                    }
+                    Err(_) => return,
                 }
-                Err(_) => return,
             }
         }
     });

@@ -98,7 +98,7 @@ impl Shared {
         let registered = self
             .registry
             .write(Command::RegisterSession {
-                request_id,
+                request_id: request_id.clone(),
                 at_ms: self.now(),
                 header: header.clone(),
                 descriptor: Some(descriptor_json),
@@ -109,7 +109,9 @@ impl Shared {
             .await?;
         match registered {
             CommandResponse::Registered { session, depth } if session != child_id => {
-                // A retried request: the first attempt's child is the answer.
+                // A retried request: the first attempt's child is the answer, unless that
+                // birth never started (it was disposed): a retry never acknowledges it.
+                self.refuse_dead_birth(&session, &request_id).await?;
                 return Ok(SpawnReply {
                     session,
                     run: None,
@@ -375,10 +377,11 @@ impl Shared {
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset);
         let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
         self.admit_agent(&target, &request.agent).await?;
+        let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
         let registered = self
             .registry
             .write(Command::RegisterSession {
-                request_id: request.request_id.unwrap_or_else(|| self.mint.request()),
+                request_id: request_id.clone(),
                 at_ms: self.now(),
                 header: header.clone(),
                 descriptor: None,
@@ -393,6 +396,7 @@ impl Shared {
         } = &registered
         {
             if first != &session {
+                self.refuse_dead_birth(first, &request_id).await?;
                 return Ok(SpawnReply {
                     session: first.clone(),
                     run: None,
@@ -413,8 +417,38 @@ impl Shared {
             policy_view: Some(request.policy.unwrap_or_default()),
             parent_node: None,
         };
-        self.start_on(&target, start, SubagentShape::Continuable)
-            .await
+        let started = self
+            .start_on(&target, start, SubagentShape::Continuable)
+            .await;
+        if started.is_err() {
+            // Born but never hosted: a record that looks alive must not stay behind.
+            let _ = self
+                .write(|request_id, at_ms| Command::Dispose {
+                    request_id,
+                    at_ms,
+                    session: session.clone(),
+                })
+                .await;
+        }
+        started
+    }
+
+    /// A retried spawn whose first attempt registered `session`: refused when that birth never
+    /// started (the first attempt disposed it after its start failed), so a retry completes
+    /// or refuses and never reports success for a dead birth.
+    async fn refuse_dead_birth(
+        &self,
+        session: &SessionId,
+        request_id: &RequestId,
+    ) -> Result<(), HostError> {
+        match self.registry.session(session.clone()).await? {
+            Some(record) if record.state == SessionState::Disposed => {
+                Err(HostError::BadRequest(format!(
+                    "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

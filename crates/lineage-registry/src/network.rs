@@ -235,6 +235,10 @@ pub(crate) async fn serve_raft(
             _ = stop.changed() => break,
             msg = sub.next() => {
                 let Some(msg) = msg else { break };
+                if subjects::delivered_by_jetstream(&msg) {
+                    tracing::warn!(subject = %msg.subject, "dropped a Raft RPC delivered by JetStream (a redirected stored message, not a peer)");
+                    continue;
+                }
                 let Some(reply) = msg.reply.clone() else { continue };
                 let rpc = msg.subject.as_str().rsplit('.').next().and_then(RaftRpc::from_token);
                 let raft = raft.clone();

@@ -556,6 +556,14 @@ impl Server {
                 _ = stop.changed() => break,
                 msg = sub.next() => {
                     let Some(msg) = msg else { break };
+                    // A push consumer's delivery keeps the stored message's own subject: anything
+                    // not on a registry subject is not a request to this member.
+                    if subjects::delivered_by_jetstream(&msg)
+                        || !msg.subject.as_str().contains(".registry.")
+                    {
+                        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
+                        continue;
+                    }
                     let Some(reply) = msg.reply.clone() else { continue };
                     let this = self.clone();
                     let span = request_span(

@@ -89,6 +89,22 @@ pub fn sender_of(subject: &str) -> Option<&str> {
     head.ends_with(".write").then_some(last)
 }
 
+/// True when a message was delivered by JetStream (a push consumer's delivery: its reply is a
+/// `$JS.ACK.` subject; a republished message: a `Nats-Stream` header) rather than sent by a
+/// client. Members never serve such a message: JetStream publishes on the consumer creator's
+/// behalf, past the subject permissions that keep non-voters off the registry and Raft
+/// subjects (Z2), so a stored message redirected there would otherwise be a forged command.
+pub fn delivered_by_jetstream(message: &async_nats::Message) -> bool {
+    message
+        .reply
+        .as_ref()
+        .is_some_and(|r| r.as_str().starts_with("$JS."))
+        || message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("Nats-Stream").is_some())
+}
+
 /// `lineage.<cluster>.registry.read`
 pub fn read(cluster: &str) -> String {
     format!("lineage.{cluster}.registry.read")

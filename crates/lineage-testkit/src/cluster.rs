@@ -34,6 +34,8 @@ struct Ports {
 pub struct NatsCluster {
     servers: Vec<NatsServer>,
     ports: Vec<Ports>,
+    /// Which servers [`NatsCluster::kill`] stopped (and no restart started again).
+    down: Vec<bool>,
 }
 
 impl NatsCluster {
@@ -102,7 +104,11 @@ impl NatsCluster {
                 },
             )?);
         }
-        let mut cluster = NatsCluster { servers, ports };
+        let mut cluster = NatsCluster {
+            servers,
+            ports,
+            down: vec![false; SIZE],
+        };
         cluster.wait_ready(READY_WITHIN)?;
         Ok(cluster)
     }
@@ -132,12 +138,18 @@ impl NatsCluster {
         self.servers.iter().map(NatsServer::url).collect()
     }
 
-    /// The client URL of the first server that runs (for a client that takes one URL).
-    pub fn live_url(&mut self) -> String {
+    /// The client URL of the first server not stopped by [`NatsCluster::kill`] (for a client
+    /// that takes one URL).
+    pub fn live_url(&self) -> String {
         (0..self.len())
-            .find(|&i| self.is_running(i))
+            .find(|&i| !self.down[i])
             .map(|i| self.url(i))
             .unwrap_or_else(|| self.url(0))
+    }
+
+    /// True when server `i` was stopped by [`NatsCluster::kill`] and not restarted since.
+    pub fn is_down(&self, i: usize) -> bool {
+        self.down[i]
     }
 
     /// Server `i`.
@@ -163,6 +175,7 @@ impl NatsCluster {
     /// SIGKILLs server `i` (by pid) and waits for it to exit; its ports and store are kept.
     pub fn kill(&mut self, i: usize) {
         self.servers[i].kill();
+        self.down[i] = true;
     }
 
     /// Starts server `i` again (killing it first if it runs) on the same ports with the same
@@ -170,6 +183,7 @@ impl NatsCluster {
     /// the routes and JetStream, and caught up).
     pub fn restart(&mut self, i: usize) -> io::Result<()> {
         self.servers[i].restart()?;
+        self.down[i] = false;
         self.wait_ready(READY_WITHIN)
     }
 

@@ -1,4 +1,5 @@
-//! End-to-end harness: a real nats-server and real `lineage node` processes (not threads).
+//! End-to-end harness: a real nats-server (or a 3-server JetStream cluster) and real
+//! `lineage node` processes (not threads).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use lineage_testkit::cluster::NatsCluster;
 use lineage_testkit::{free_port, NatsServer};
 
 pub mod shipped_nats;
@@ -46,6 +48,22 @@ impl NodeProc {
             .spawn()
             .expect("spawn lineage node");
         self.child = Some(child);
+    }
+
+    /// Waits up to `limit` for the process to exit: its exit code (`None`: still running).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status.code().unwrap_or(-1));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The node's pid, while running.
@@ -109,9 +127,86 @@ impl Drop for NodeProc {
     }
 }
 
+/// The NATS side of a [`Cluster`]: one nats-server (the default) or three routed into one
+/// JetStream cluster ([`ClusterOptions::nats_cluster`]).
+pub enum Nats {
+    /// One server.
+    One(NatsServer),
+    /// A 3-server JetStream cluster; node `i` connects to server `i % 3`.
+    Three(NatsCluster),
+}
+
+impl Nats {
+    /// The URL the CLI and the test's own connection use: the server's, or the first cluster
+    /// member not killed.
+    pub fn url(&self) -> String {
+        match self {
+            Nats::One(server) => server.url(),
+            Nats::Three(cluster) => cluster.live_url(),
+        }
+    }
+
+    /// Every server's URL.
+    pub fn url_list(&self) -> Vec<String> {
+        match self {
+            Nats::One(server) => vec![server.url()],
+            Nats::Three(cluster) => cluster.url_list(),
+        }
+    }
+
+    /// The `nats_url` node `index` (0-based) is given: the one server's URL, or every cluster
+    /// member's, comma-separated, its own member (`index % 3`) first.
+    pub fn node_url(&self, index: usize) -> String {
+        match self {
+            Nats::One(server) => server.url(),
+            Nats::Three(cluster) => {
+                let own = index % cluster.len();
+                let mut urls = cluster.url_list();
+                urls.rotate_left(own);
+                urls.join(",")
+            }
+        }
+    }
+
+    /// The one server (panics for a cluster).
+    pub fn server(&mut self) -> &mut NatsServer {
+        match self {
+            Nats::One(server) => server,
+            Nats::Three(_) => panic!("this Cluster runs a 3-server NATS cluster; use cluster()"),
+        }
+    }
+
+    /// The 3-server cluster (panics for one server).
+    pub fn cluster(&mut self) -> &mut NatsCluster {
+        match self {
+            Nats::Three(cluster) => cluster,
+            Nats::One(_) => panic!("this Cluster runs one nats-server; use server()"),
+        }
+    }
+
+    /// Restarts the one server (SIGKILL, same port and store); see [`NatsServer::restart`].
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.server().restart()
+    }
+}
+
+/// How [`Cluster::start_opts`] sets a cluster up beyond the node count.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// Extra environment variables for every node process.
+    pub env: Vec<(String, String)>,
+    /// Three nats-servers (routes, clustered JetStream) instead of one.
+    pub nats_cluster: bool,
+    /// Create the events and inbox streams with this many replicas before any node starts
+    /// (`None`: the nodes create them as configured).
+    pub precreate_streams: Option<usize>,
+    /// Appended to every node's config file (say `[agents.<name>]` profiles).
+    pub extra_toml: String,
+}
+
 /// A local cluster: nats-server plus N node processes, all registry voters.
 pub struct Cluster {
-    pub nats: NatsServer,
+    pub nats: Nats,
     pub dir: tempfile::TempDir,
     pub nodes: Vec<NodeProc>,
     pub cluster: String,
@@ -148,12 +243,34 @@ impl Cluster {
     /// [`Cluster::start_with_env`] with `extra_toml` appended to every node's config file (say
     /// `[agents.<name>]` profiles).
     pub fn start_with_toml(n: usize, env: &[(&str, &str)], extra_toml: &str) -> Cluster {
-        let nats = NatsServer::start().expect("start nats-server");
+        Cluster::start_opts(
+            n,
+            ClusterOptions {
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                extra_toml: extra_toml.to_owned(),
+                ..ClusterOptions::default()
+            },
+        )
+    }
+
+    /// [`Cluster::start`] with [`ClusterOptions`].
+    pub fn start_opts(n: usize, options: ClusterOptions) -> Cluster {
+        let nats = if options.nats_cluster {
+            Nats::Three(NatsCluster::start().expect("start a 3-server NATS cluster"))
+        } else {
+            Nats::One(NatsServer::start().expect("start nats-server"))
+        };
         let dir = tempfile::Builder::new()
             .prefix("lineage-e2e-")
             .tempdir()
             .expect("tempdir");
         let cluster = "e2e".to_owned();
+        if let Some(replicas) = options.precreate_streams {
+            precreate_streams(&nats.url_list(), &cluster, replicas);
+        }
         let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
         let mut nodes = Vec::new();
         for i in 1..=n {
@@ -161,27 +278,24 @@ impl Cluster {
             let config = dir.path().join(format!("node-{i}.toml"));
             let text = format!(
                 "cluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
-                url = nats.url(),
+                url = nats.node_url(i - 1),
                 data = dir.path().join(format!("data-{i}")).display(),
                 boot = i == 1,
                 voters = voters.join(", "),
             );
-            std::fs::write(&config, format!("{text}\n{extra_toml}")).expect("write config");
+            std::fs::write(&config, format!("{text}\n{}", options.extra_toml))
+                .expect("write config");
             nodes.push(NodeProc {
                 id: format!("node-{i}"),
                 config,
                 http_port,
                 log: dir.path().join(format!("node-{i}.log")),
-                env: env
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
+                env: options.env.clone(),
                 child: None,
             });
         }
-        let url = nats.url();
-        for node in &mut nodes {
-            node.spawn(&url);
+        for (i, node) in nodes.iter_mut().enumerate() {
+            node.spawn(&nats.node_url(i));
         }
         let c = Cluster {
             nats,
@@ -248,7 +362,7 @@ impl Cluster {
             node.spawn(&url);
         }
         let c = Cluster {
-            nats,
+            nats: Nats::One(nats),
             dir,
             nodes,
             cluster,
@@ -332,6 +446,41 @@ impl Cluster {
         self.cli_env(&[("NATS_USER", user), ("NATS_PASSWORD", &password)], args)
     }
 
+    /// Adds a registry-client node (agent host) `id` with extra environment `env` and starts
+    /// it, without waiting for it to be ready (it may be expected to refuse to start).
+    pub fn add_client_node(&mut self, id: &str, env: &[(&str, &str)]) -> usize {
+        let voters = std::fs::read_to_string(&self.nodes[0].config)
+            .expect("read node-1 config")
+            .lines()
+            .find(|l| l.starts_with("voters = "))
+            .expect("node-1 config has voters")
+            .to_owned();
+        let index = self.nodes.len();
+        let url = self.nats.node_url(index);
+        let http_port = free_port().expect("port");
+        let config = self.dir.path().join(format!("{id}.toml"));
+        let text = format!(
+            "cluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"{id}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"client\"\nbootstrap = false\n{voters}\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n",
+            cluster = self.cluster,
+            data = self.dir.path().join(format!("data-{id}")).display(),
+        );
+        std::fs::write(&config, text).expect("write node config");
+        let mut node = NodeProc {
+            id: id.to_owned(),
+            config,
+            http_port,
+            log: self.dir.path().join(format!("{id}.log")),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            child: None,
+        };
+        node.spawn(&url);
+        self.nodes.push(node);
+        index
+    }
+
     /// Waits until every running node answers 200 on /readyz.
     pub fn wait_ready(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
@@ -354,7 +503,7 @@ impl Cluster {
 
     /// Restarts a stopped node with the same config and data dir.
     pub fn restart(&mut self, index: usize) {
-        let url = self.nats.url();
+        let url = self.nats.node_url(index);
         self.nodes[index].spawn(&url);
     }
 
@@ -494,24 +643,52 @@ impl Bus {
         Bus { rt, client }
     }
 
-    fn connect(url: &str) -> Bus {
+    /// Connects to any of `urls` (and fails over between them).
+    fn connect(urls: &[String]) -> Bus {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("test runtime");
+        let addrs: Vec<async_nats::ServerAddr> = urls
+            .iter()
+            .map(|u| u.parse().expect("a NATS URL"))
+            .collect();
         let client = rt
-            .block_on(async_nats::connect(url))
+            .block_on(async_nats::connect(addrs))
             .expect("test NATS connection");
         Bus { rt, client }
     }
+}
+
+/// Creates the events and inbox streams of `cluster` with `replicas` replicas, as a node
+/// configured with `nats.stream_replicas = replicas` would.
+fn precreate_streams(urls: &[String], cluster: &str, replicas: usize) {
+    let bus = Bus::connect(urls);
+    let subjects = lineage_bus::Subjects::new(cluster).expect("cluster name");
+    let options = lineage_bus::StreamOptions {
+        replicas,
+        update: false,
+    };
+    bus.rt.block_on(async {
+        lineage_bus::events::EventLogStore::open_with(
+            bus.client.clone(),
+            subjects.clone(),
+            options,
+        )
+        .await
+        .expect("create the events stream");
+        lineage_bus::inbox::ParentInbox::open_with(bus.client.clone(), subjects, options)
+            .await
+            .expect("create the inbox stream");
+    });
 }
 
 impl Cluster {
     /// The test's own NATS connection (made on first use).
     pub fn bus(&self) -> &Bus {
         self.bus.get_or_init(|| match &self.secured {
-            None => Bus::connect(&self.nats.url()),
+            None => Bus::connect(&self.nats.url_list()),
             Some(s) => Bus::connect_as(&self.nats.url(), TEST_ADMIN, &s.admin_password),
         })
     }
