@@ -37,6 +37,11 @@ impl Samples {
         self.pct(50.0)
     }
 
+    /// 99th percentile.
+    pub fn p99(&self) -> Duration {
+        self.pct(99.0)
+    }
+
     /// Operations per second over the wall time.
     pub fn throughput(&self) -> f64 {
         self.latencies.len() as f64 / self.wall.as_secs_f64().max(1e-9)
@@ -48,7 +53,7 @@ pub fn report(name: &str, s: &Samples, baseline: &Samples) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let base = ms(baseline.p50()).max(1e-6);
     println!(
-        "{name:<34} n={:<6} p50={:>8.3}ms p90={:>8.3}ms p99={:>8.3}ms  {:>9.1}/s   p50={:.1}x p99={:.1}x baseline",
+        "{name:<40} n={:<6} p50={:>8.3}ms p90={:>8.3}ms p99={:>8.3}ms  {:>9.1}/s   p50={:.1}x p99={:.1}x baseline",
         s.latencies.len(),
         ms(s.p50()),
         ms(s.pct(90.0)),

@@ -4,13 +4,14 @@
 //! registry voters, the `lineage dev` configuration) in a temp dir, unless `--nats` (or
 //! `NATS_URL`) names a running cluster: then it benchmarks that one, on its live nodes. Each
 //! measures the raw NATS request-reply round trip on the same server first (the baseline), then
-//! its workload, and prints p50/p90/p99, throughput and ratios to the baseline's p50.
+//! its workload, and prints p50/p90/p99, throughput and ratios to the baseline's p50. Each says
+//! which JetStream `sync_interval` its server runs with (`always` for its own server).
 //!
 //! | scenario | workload |
 //! |---|---|
 //! | `baseline` | NATS request-reply echo only (no lineage nodes are started) |
 //! | `registry` | register-child writes straight to the registry, 1 and 64 clients ([`lineage_registry::bench`]) |
-//! | `spawn` | a top-level parent on node 1 per worker; each request spawns a one-shot child on node 2 and returns once it settled; 1 and 64 parents |
+//! | `spawn` | a top-level parent on node 1 per worker; each request spawns a one-shot child on node 2 and returns once it settled; 1 and 64 parents; then (own cluster) both again with nats-server restarted at `sync_interval` 2m and at `always`, and the cost of `always` |
 //! | `settle` | a continuable child on node 2 of a parent on node 1 settles after one turn: time from its `subagent/end` (published right after the settle commit) to the notice on the parent's inbox subject, and to the notice accepted into the parent's log |
 //! | `resume` | continuable children with a 100-event log, settled (cold) on node 2, resumed on node 3 with `resume` |
 //! | `drain` | 1,000 sessions (one tree), 10,000 (ten trees of 1,000) and 10,000 (one tree), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
@@ -265,7 +266,8 @@ struct Bench {
     external: bool,
     /// Top-level sessions created in a given cluster, drained at the end.
     roots: Mutex<Vec<SessionId>>,
-    _cluster: Option<DevCluster>,
+    /// The bench's own cluster (its nats-server is restarted by the sync phase of `spawn`).
+    cluster: tokio::sync::Mutex<Option<DevCluster>>,
     _server: Option<lineage_testkit::NatsServer>,
     _scratch: Option<tempfile::TempDir>,
 }
@@ -311,6 +313,11 @@ impl Bench {
                 .map(|c| format!(", data and logs in {}", c.dir.display()))
                 .unwrap_or_default()
         );
+        let sync = cluster
+            .as_ref()
+            .map(|c| c.nats.options().sync_interval.clone())
+            .or_else(|| server.as_ref().map(|s| s.options().sync_interval.clone()));
+        println!("{}", sync_statement(sync.as_deref()));
         let registry = RegistryClient::new(client.clone(), cluster_name.clone());
         let nodes = if !with_nodes {
             Vec::new()
@@ -359,7 +366,7 @@ impl Bench {
             scratch,
             external: g.nats.is_some(),
             roots: Mutex::new(Vec::new()),
-            _cluster: cluster,
+            cluster: tokio::sync::Mutex::new(cluster),
             _server: server,
             _scratch: scratch_dir,
         })
@@ -499,51 +506,152 @@ async fn registry(b: &Bench) -> Result<(), ControlError> {
     Ok(())
 }
 
-/// `spawn`: a one-shot child on node 2 of a parent on node 1, settled when the reply comes.
+/// What the bench says about the JetStream sync it runs with (`None`: a server it did not
+/// start, whose config it cannot read).
+fn sync_statement(sync: Option<&str>) -> String {
+    match sync {
+        Some("always") => "JetStream sync_interval: always (every stream write is fsync'd before its ack)".to_owned(),
+        Some(other) => format!("JetStream sync_interval: {other} (acknowledged stream writes are fsync'd at most every {other})"),
+        None => "JetStream sync_interval: not known (a server given with --nats: see its config; lineage's shipped config sets always)".to_owned(),
+    }
+}
+
+/// `spawn`: a one-shot child on node 2 of a parent on node 1, settled when the reply comes;
+/// then (own cluster only) the same with nats-server's `sync_interval` at its default (2m)
+/// and at `always`, the server restarted between them, and the cost of `always`.
 async fn spawn(b: &Bench) -> Result<(), ControlError> {
     let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
     println!("one-shot child on {cn} of a top-level parent on {pn}; the spawn request goes to {pn} and returns the settled child's result");
-    for (name, parents, ops) in [
-        ("spawn one-shot, 1 parent", 1usize, scaled(200)),
-        ("spawn one-shot, 64 parents", 64, scaled(640).max(64)),
-    ] {
-        let mut roots = Vec::with_capacity(parents);
-        for _ in 0..parents {
-            roots.push(b.root(&pn).await?);
-        }
-        let roots = Arc::new(roots);
-        let op = {
-            let ctl = b.ctl.clone();
-            let (pn, cn) = (pn.clone(), cn.clone());
-            let roots = roots.clone();
-            move |i: usize| {
-                let ctl = ctl.clone();
-                let (pn, cn) = (pn.clone(), cn.clone());
-                let parent = roots[i % roots.len()].clone();
-                async move {
-                    let request = spawn_request(
-                        Some(&parent),
-                        Some(SubagentShape::OneShot),
-                        Script::done(),
-                        &cn,
-                    );
-                    let reply = ctl.spawn(&pn, &request).await?;
-                    match reply.result {
-                        Some(r) if r.stop_reason == StopReason::Completed => Ok(()),
-                        other => Err(internal(format!(
-                            "one-shot child {} did not complete: {other:?}",
-                            reply.session
-                        ))),
-                    }
-                }
-            }
-        };
-        // Warm up: one spawn per parent.
-        concurrent(parents, parents, op.clone()).await?;
-        let samples = concurrent(ops, parents, op).await?;
+    for (name, parents, ops) in SPAWN_PHASES {
+        let samples = spawn_phase(b, parents, ops).await?;
         b.report(name, &samples);
     }
+    sync_cost(b).await
+}
+
+/// The two spawn workloads: name, parents (= concurrent workers), spawns.
+const SPAWN_PHASES: [(&str, usize, usize); 2] = [
+    ("spawn one-shot, 1 parent", 1, 200),
+    ("spawn one-shot, 64 parents", 64, 640),
+];
+
+/// One spawn workload: `parents` top-level parents on node 1, `ops` (scaled) one-shot
+/// children on node 2 by `parents` concurrent workers, after one warm-up spawn per parent.
+async fn spawn_phase(b: &Bench, parents: usize, ops: usize) -> Result<Samples, ControlError> {
+    let ops = scaled(ops).max(parents);
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    let mut roots = Vec::with_capacity(parents);
+    for _ in 0..parents {
+        roots.push(b.root(&pn).await?);
+    }
+    let roots = Arc::new(roots);
+    let op = {
+        let ctl = b.ctl.clone();
+        let roots = roots.clone();
+        move |i: usize| {
+            let ctl = ctl.clone();
+            let (pn, cn) = (pn.clone(), cn.clone());
+            let parent = roots[i % roots.len()].clone();
+            async move {
+                let request = spawn_request(
+                    Some(&parent),
+                    Some(SubagentShape::OneShot),
+                    Script::done(),
+                    &cn,
+                );
+                let reply = ctl.spawn(&pn, &request).await?;
+                match reply.result {
+                    Some(r) if r.stop_reason == StopReason::Completed => Ok(()),
+                    other => Err(internal(format!(
+                        "one-shot child {} did not complete: {other:?}",
+                        reply.session
+                    ))),
+                }
+            }
+        }
+    };
+    // Warm up: one spawn per parent.
+    concurrent(parents, parents, op.clone()).await?;
+    concurrent(ops, parents, op).await
+}
+
+/// The sync phase of `spawn`: restarts the bench's own nats-server (same port and store) with
+/// `sync_interval` 2m (nats-server's default), then `always`, measures both spawn workloads
+/// after each restart, and prints what `always` costs.
+async fn sync_cost(b: &Bench) -> Result<(), ControlError> {
+    let mut guard = b.cluster.lock().await;
+    let Some(cluster) = guard.as_mut() else {
+        println!("sync_interval 2m vs always: skipped (the server is given with --nats; the bench restarts only its own)");
+        return Ok(());
+    };
+    println!("sync_interval 2m vs always: the same workloads, nats-server restarted (same port and store) with each");
+    let mut results: Vec<(&str, Vec<Samples>)> = Vec::new();
+    for sync in ["2m", "always"] {
+        let options = lineage_testkit::NatsOptions {
+            sync_interval: sync.to_owned(),
+            ..cluster.nats.options().clone()
+        };
+        tokio::task::block_in_place(|| cluster.nats.restart_with(options))
+            .map_err(|e| unavailable("cannot restart nats-server", e))?;
+        cluster.wait_ready(Duration::from_secs(60)).await?;
+        wait_spawns(b).await?;
+        let mut phases = Vec::new();
+        for (name, parents, ops) in SPAWN_PHASES {
+            let samples = spawn_phase(b, parents, ops).await?;
+            b.report(&format!("{name}, sync {sync}"), &samples);
+            phases.push(samples);
+        }
+        results.push((sync, phases));
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    if let [(_, lazy), (_, always)] = &results[..] {
+        for (((name, _, _), lazy), always) in SPAWN_PHASES.iter().zip(lazy).zip(always) {
+            let (p50a, p50l) = (ms(always.p50()), ms(lazy.p50()));
+            let (p99a, p99l) = (ms(always.p99()), ms(lazy.p99()));
+            println!(
+                "cost of sync_interval always, {name}: p50 {p50a:.3} vs {p50l:.3} ms ({:+.3} ms, {:+.0}%), p99 {p99a:.3} vs {p99l:.3} ms ({:+.3} ms), throughput {:.0} vs {:.0} /s",
+                p50a - p50l,
+                100.0 * (p50a - p50l) / p50l.max(1e-9),
+                p99a - p99l,
+                always.throughput(),
+                lazy.throughput(),
+            );
+        }
+    }
     Ok(())
+}
+
+/// After a nats-server restart: waits (up to 30 s) until a spawn goes through again (the nodes
+/// reconnected, the registry has a leader).
+async fn wait_spawns(b: &Bench) -> Result<(), ControlError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    loop {
+        let attempt = async {
+            let root = b.root(&pn).await?;
+            let request = spawn_request(
+                Some(&root),
+                Some(SubagentShape::OneShot),
+                Script::done(),
+                &cn,
+            );
+            b.ctl.spawn(&pn, &request).await
+        }
+        .await;
+        match attempt {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "spawn not served yet after the restart");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => {
+                return Err(unavailable(
+                    "no spawn within 30 s of the nats-server restart",
+                    e,
+                ))
+            }
+        }
+    }
 }
 
 /// `settle`: settlement delivery from a child on node 2 to its parent on node 1.
