@@ -574,13 +574,11 @@ msg get, one durable pull consumer per live parent filtered on its inbox, acks. 
     (printf "%s.STREAM.MSG.GET.%s" $api $inbox) }}
 {{- /* The operator's own ephemeral consumers (`nats stream view`). */}}
 {{- $jsView := list
-    (printf "%s.CONSUMER.CREATE.%s.*.>" $api $events)
     (printf "%s.CONSUMER.CREATE.%s.*.>" $api $inbox)
-    (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $events)
     (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox) }}
 {{- $reads := list (printf "%s.registry.read" $p) (printf "%s.registry.*.read" $p) }}
 {{- $srvServe := list "$SRV.*" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
-{{- $srvAsk := list "$SRV.PING" "$SRV.INFO" "$SRV.STATS" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- $srvAsk := list "$SRV.INFO" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
 {{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) }}
 {{- /* `registry.*.read` / `registry.*.write.*` also match these: no write from a node named
 `read`, nor a token that is not a Raft id. */}}

@@ -859,3 +859,140 @@ fn z2_voters_serve_a_spawn_end_to_end_under_the_shipped_permissions() {
     let cluster = common::Cluster::start_secured(3);
     spawn_end_to_end(&cluster, "node-1", &["node-2", "node-3"]);
 }
+
+/// A fresh request id.
+fn request_id() -> lineage_core::ids::RequestId {
+    lineage_core::ids::RequestId::parse(&uuid::Uuid::now_v7().to_string()).unwrap()
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn z2_a_worker_node_hosts_as_node_4_and_cannot_act_as_another_node() {
+    use lineage_core::ids::NodeId;
+    use lineage_registry::{RegistryClient, RegistryError, RegistryRefusal};
+    let mut cluster = common::Cluster::start_secured(3);
+    cluster.add_worker("node-4");
+    // The worker hosts a root and a child; another child is on a voter.
+    spawn_end_to_end(&cluster, "node-4", &["node-1", "node-4"]);
+
+    // The registry, through the worker's own NATS user: as itself it heartbeats; as node-1 it
+    // is refused by the voters (sender_mismatch); the voters-only subjects are refused by NATS.
+    let url = cluster.nats.url();
+    let password = cluster.nats_password("node-4");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = UserConn::connect(&url, "node-4", Some(&password))
+            .await
+            .unwrap();
+        let node4 = NodeId::parse("node-4").unwrap();
+        let node1 = NodeId::parse("node-1").unwrap();
+        let as_node4 = RegistryClient::new(conn.client.clone(), "dev").as_node(&node4);
+        as_node4
+            .heartbeat(request_id(), now_ms(), node4.clone(), 2_000, None)
+            .await
+            .expect("node-4 heartbeats as itself");
+        match as_node4
+            .heartbeat(request_id(), now_ms(), node1.clone(), 60_000, None)
+            .await
+        {
+            Err(RegistryError::Refused(RegistryRefusal::SenderMismatch { sender, node })) => {
+                assert_eq!((sender.as_str(), node.as_str()), ("node-4", "node-1"));
+            }
+            other => panic!("node-4 heartbeat as node-1: {other:?}"),
+        }
+        // The trusted subjects (bare `registry.write`): NATS drops them, the call times out.
+        let bare =
+            RegistryClient::new(conn.client.clone(), "dev").with_deadline(Duration::from_secs(3));
+        let refused = bare
+            .heartbeat(request_id(), now_ms(), node1.clone(), 60_000, None)
+            .await;
+        assert!(
+            refused.is_err(),
+            "node-4 wrote on the voters' subject: {refused:?}"
+        );
+        assert!(
+            conn.violation("lineage.dev.registry.write", "publish")
+                .await
+                .is_some(),
+            "{:?}",
+            conn.errors()
+        );
+    });
+    let worker_violations: Vec<String> = cluster
+        .permission_violations()
+        .into_iter()
+        .filter(|l| l.contains("user:node-4") && !l.contains("z2-test-node-4"))
+        .collect();
+    assert!(
+        worker_violations.is_empty(),
+        "the worker node was refused what it needs:\n{}",
+        worker_violations.join("\n")
+    );
+}
+
+#[test]
+/// Failed before 77c7e90: the voters served the redirected message as a trusted write.
+fn z2_a_worker_cannot_inject_registry_writes_through_a_jetstream_push_consumer() {
+    let mut cluster = common::Cluster::start_secured(3);
+    cluster.add_worker("node-4");
+    let url = cluster.nats.url();
+    let password = cluster.nats_password("node-4");
+    let fake = "01936c1e-7a3b-7cde-8f00-0000000000f1";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = UserConn::connect(&url, "node-4", Some(&password)).await.unwrap();
+        // Everything here is within node-4's permissions: consumers on the inbox stream
+        // filtered on one (fake) parent's inbox, and a publish to that inbox. The consumers
+        // deliver to the voters' subjects: the queue group `registry` on the bare write
+        // subject, and each member's direct write subject (a plain subscription).
+        let filter = format!("lineage.dev.parent.{fake}.inbox");
+        for (name, deliver, group) in [
+            ("forge-q", "lineage.dev.registry.write", Some("registry")),
+            ("forge-1", "lineage.dev.registry.1.write", None),
+            ("forge-2", "lineage.dev.registry.2.write", None),
+            ("forge-3", "lineage.dev.registry.3.write", None),
+        ] {
+            let create = format!("$JS.API.CONSUMER.CREATE.LINEAGE_DEV_INBOX.{name}.{filter}");
+            let mut config = serde_json::json!({"name": name, "filter_subject": filter,
+                "deliver_subject": deliver, "ack_policy": "none", "deliver_policy": "all"});
+            if let Some(g) = group {
+                config["deliver_group"] = g.into();
+            }
+            let body = serde_json::json!({"stream_name": "LINEAGE_DEV_INBOX", "config": config});
+            let reply = conn
+                .client
+                .request(create, body.to_string().into())
+                .await
+                .expect("consumer create");
+            let text = String::from_utf8_lossy(&reply.payload).to_string();
+            eprintln!("consumer {name} -> {deliver}: {}", &text[..text.len().min(160)]);
+        }
+        let forged = serde_json::json!({"cmd": "heartbeat", "request_id": uuid::Uuid::now_v7().to_string(),
+            "at_ms": now_ms(), "node": "node-9", "lease_ms": 600_000});
+        let js = async_nats::jetstream::new(conn.client.clone());
+        js.publish(filter.clone(), forged.to_string().into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored in the inbox stream");
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let status = cluster.cli_json(&["status"]);
+    let nodes: Vec<String> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    assert!(
+        !nodes.iter().any(|n| n == "node-9"),
+        "a forged heartbeat for node-9 reached the registry through a push consumer: {nodes:?}"
+    );
+}
