@@ -244,15 +244,6 @@ impl AgentProfiles {
             .collect()
     }
 
-    /// The known profile names, comma-separated (for refusals).
-    fn known(&self) -> String {
-        if self.profiles.is_empty() {
-            "none".into()
-        } else {
-            self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
-        }
-    }
-
     /// Decides whether this node runs `spec` for `session`, and what exactly. `data_dir` is
     /// the node's data directory; `env` looks up the node's environment (passed in, so the
     /// decision stays a function of its inputs). Refusals are one-line `BadRequest`s naming
@@ -267,12 +258,7 @@ impl AgentProfiles {
         match spec {
             AgentSpec::Script { script } => Ok(Admitted::Script(script.clone())),
             AgentSpec::Acp { command } => {
-                if !self.allow_raw_commands {
-                    return Err(HostError::BadRequest(format!(
-                        "raw agent command lines are refused on this node; name a profile instead (known: {}), or set agents.allow_raw_commands = true (development only)",
-                        self.known()
-                    )));
-                }
+                check_offer(&offer_of(self), spec)?;
                 if command.first().is_none_or(|p| p.trim().is_empty()) {
                     return Err(HostError::BadRequest(
                         "the ACP agent command is empty; give a program and its arguments".into(),
@@ -287,10 +273,10 @@ impl AgentProfiles {
                 }))
             }
             AgentSpec::Profile { profile } => {
+                check_offer(&offer_of(self), spec)?;
                 let Some(p) = self.profiles.get(profile) else {
-                    return Err(HostError::BadRequest(format!(
-                        "unknown agent profile {profile:?}; this node offers: {} (see `lineage agents`)",
-                        self.known()
+                    return Err(HostError::Internal(format!(
+                        "profile {profile:?} passed the offer check but is not configured"
                     )));
                 };
                 match p.driver {
