@@ -160,6 +160,10 @@ pub struct FollowupRequest {
     pub session: SessionId,
     /// The text.
     pub content: String,
+    /// Idempotency key (M3): a retried followup with the same id is recognised and not
+    /// accepted twice (`lineage send` mints one per invocation; `--request-id` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<RequestId>,
     /// Set by a forwarding node.
     #[serde(default)]
     pub forwarded: bool,
@@ -173,6 +177,8 @@ pub enum FollowupOutcome {
     Delivered,
     /// The session was cold; it was resumed here first, then the message was delivered.
     ResumedAndDelivered,
+    /// A followup with this request id was accepted before (a retry): nothing was added.
+    AlreadyDelivered,
 }
 
 /// `followup` reply.

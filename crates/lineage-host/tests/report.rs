@@ -117,6 +117,7 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
         .followup(FollowupRequest {
             session: child.session.clone(),
             content: "go on".into(),
+            request_id: None,
             forwarded: false,
         })
         .await

@@ -22,6 +22,7 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
         .followup(FollowupRequest {
             session: child.clone(),
             content: "second".into(),
+            request_id: None,
             forwarded: false,
         })
         .await
@@ -90,6 +91,7 @@ async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
             .followup(FollowupRequest {
                 session: child.clone(),
                 content: format!("n{i}"),
+                request_id: None,
                 forwarded: false,
             })
             .await;

@@ -113,6 +113,10 @@ pub enum Verb {
         session: String,
         /// The message.
         content: String,
+        /// Idempotency key: a retried send with the same id is recognised and delivered once
+        /// (default: a fresh UUIDv7 per invocation; print it with --json to retry by hand).
+        #[arg(long)]
+        request_id: Option<String>,
     },
     /// Cancel a live child's current turn.
     #[command(

@@ -104,7 +104,11 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
             nats_port,
         } => crate::dev::dev(g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
         Verb::Spawn(args) => spawn(g, args).await,
-        Verb::Send { session, content } => send(g, &session, content).await,
+        Verb::Send {
+            session,
+            content,
+            request_id,
+        } => send(g, &session, content, request_id).await,
         Verb::Interrupt {
             target,
             as_user,
@@ -366,8 +370,18 @@ async fn spawn(g: &Global, args: SpawnArgs) -> Result<(), ControlError> {
     Ok(())
 }
 
-async fn send(g: &Global, session: &str, content: String) -> Result<(), ControlError> {
+async fn send(
+    g: &Global,
+    session: &str,
+    content: String,
+    request_id: Option<String>,
+) -> Result<(), ControlError> {
     let session = parse_session("session", session)?;
+    let request_id = match request_id {
+        Some(r) => RequestId::parse(&r).map_err(|e| usage(format!("--request-id: {e}")))?,
+        None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
+            .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
+    };
     let client = connect(g).await?;
     let reply: FollowupReply = control::request(
         &client,
@@ -375,6 +389,7 @@ async fn send(g: &Global, session: &str, content: String) -> Result<(), ControlE
         &FollowupRequest {
             session,
             content,
+            request_id: Some(request_id),
             forwarded: false,
         },
         Duration::from_millis(g.timeout_ms),

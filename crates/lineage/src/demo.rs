@@ -191,6 +191,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
         &FollowupRequest {
             session: worker_id.clone(),
             content: "please wrap up".into(),
+            request_id: None,
             forwarded: false,
         },
         timeout,
