@@ -17,6 +17,8 @@
 //! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
 //! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
 //! | [`log`] | the append-only session event log | L1, P1, C3 |
+//! | [`journal`] | the typed events a hosted agent writes to its log | X2, M1–M3, E1 |
+//! | [`engine`] | one live agent's rules: accept, turns, restore, settle, as commands | X2, M1–M4, S1 |
 //! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
 //! | [`drain`] | the leaves-first drain planner | X1, H2 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
@@ -31,10 +33,12 @@ pub mod composition;
 pub mod depth;
 pub mod descriptor;
 pub mod drain;
+pub mod engine;
 pub mod error;
 pub mod header;
 pub mod ids;
 pub mod index;
+pub mod journal;
 pub mod log;
 pub mod messages;
 pub mod policy;

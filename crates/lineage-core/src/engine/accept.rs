@@ -1,0 +1,93 @@
+//! Messages in (M1–M3): accept once, into the log first, then answer; and adoption.
+//!
+//! A message is accepted whether or not a turn runs: it is logged as `inbox/accepted`, made
+//! durable, answered at once, and queued for the next turn (a waking one wakes an idle agent).
+//! A dedup id seen before (an inbox redelivery, a retried followup) is answered `Duplicate` and
+//! adds nothing. A settled agent answers `NotLive`: the sender resumes the session.
+
+use crate::activation::{ActivationEvent, ActivationState};
+use crate::ids::SessionId;
+use crate::journal::{Accepted, JournalEvent};
+
+use super::{AgentEngine, Answer, Arrival, EngineCommand, ReplyTo};
+
+impl AgentEngine {
+    pub(super) fn deliver(
+        &mut self,
+        arrival: Arrival,
+        reply: ReplyTo,
+        out: &mut Vec<EngineCommand>,
+        now_ms: u64,
+    ) {
+        if let Some(id) = &arrival.dedup_id {
+            if self.accepted.contains(id) {
+                out.push(self.answer(reply, Answer::Duplicate));
+                return;
+            }
+        }
+        if let Some(act) = &self.activation {
+            if act.state() == ActivationState::Settled {
+                out.push(self.answer(reply, Answer::NotLive));
+                return;
+            }
+        }
+        let Arrival {
+            message,
+            wake,
+            dedup_id,
+            settled_child,
+        } = arrival;
+        let seq = self.stage(
+            JournalEvent::Accepted(Accepted {
+                message: message.clone(),
+                wake,
+                dedup_id: dedup_id.clone(),
+            }),
+            out,
+        );
+        let after_seq = self.flush(out);
+        out.push(EngineCommand::Answer {
+            reply,
+            answer: Answer::Accepted,
+            after_seq,
+        });
+        if let Some(id) = dedup_id {
+            self.accepted.insert(id);
+        }
+        if wake {
+            self.wake.push_back((seq, message));
+            self.queued(out, now_ms);
+        } else {
+            self.quiet.push((seq, message));
+        }
+        if let Some(child) = settled_child {
+            self.feed(ActivationEvent::ChildDisposed(child), out, now_ms);
+        }
+    }
+
+    /// A waking message was queued: the activation decides; a top-level session takes a turn
+    /// when none runs or is due.
+    pub(super) fn queued(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
+        match self.activation {
+            Some(_) => self.feed(ActivationEvent::MessageQueued, out, now_ms),
+            None => {
+                if !self.busy {
+                    self.busy = true;
+                    self.want_turn(out);
+                }
+            }
+        }
+    }
+
+    pub(super) fn adopt(&mut self, child: SessionId, out: &mut Vec<EngineCommand>, now_ms: u64) {
+        self.feed(ActivationEvent::ChildAdopted(child), out, now_ms);
+    }
+
+    /// The executor should take a turn (once).
+    pub(super) fn want_turn(&mut self, out: &mut Vec<EngineCommand>) {
+        if !self.turn_due {
+            self.turn_due = true;
+            out.push(EngineCommand::TakeTurn);
+        }
+    }
+}

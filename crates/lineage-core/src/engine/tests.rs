@@ -1,0 +1,276 @@
+//! Unit tests of the engine: each asserts on the command list.
+
+use super::restore::fold;
+use super::*;
+use crate::journal::TurnMessage;
+use crate::log::SessionEvent;
+
+fn sid(n: u32) -> SessionId {
+    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+}
+
+fn engine(shape: Option<SubagentShape>) -> AgentEngine {
+    let init = EngineInit {
+        session: sid(2),
+        parent: shape.map(|_| sid(1)),
+        shape,
+        label: Some("worker".into()),
+        descriptor_pending: false,
+    };
+    fold(init, &[], 3, false, 0).unwrap().0
+}
+
+fn user(text: &str, dedup: Option<&str>) -> EngineEvent {
+    EngineEvent::Deliver {
+        arrival: Arrival {
+            message: TurnMessage::User {
+                content: text.into(),
+            },
+            wake: true,
+            dedup_id: dedup.map(str::to_owned),
+            settled_child: None,
+        },
+        reply: 7,
+    }
+}
+
+fn kinds(cmds: &[EngineCommand]) -> Vec<String> {
+    cmds.iter()
+        .map(|c| match c {
+            EngineCommand::Stage { event, .. } => format!("stage {}", event.kind()),
+            EngineCommand::Answer { answer, .. } => format!("answer {answer:?}"),
+            EngineCommand::RunTurn { index, .. } => format!("run {index}"),
+            EngineCommand::CommitSettlement { dispose, .. } => format!("commit dispose={dispose}"),
+            EngineCommand::PublishNotice(n) => format!("notice seq={}", n.seq),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn m3_a_message_is_logged_and_durable_before_its_answer_and_a_retry_is_a_duplicate() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    let cmds = e.handle(user("hi", Some("followup-r1")), 10);
+    assert_eq!(
+        kinds(&cmds),
+        [
+            "stage inbox/accepted",
+            "Flush",
+            "answer Accepted",
+            "TakeTurn"
+        ]
+    );
+    assert!(matches!(
+        cmds[2],
+        EngineCommand::Answer { after_seq: 4, .. }
+    ));
+    let again = e.handle(user("hi", Some("followup-r1")), 11);
+    assert_eq!(kinds(&again), ["answer Duplicate"]);
+}
+
+#[test]
+fn m3_a_message_during_a_turn_is_accepted_at_once_and_is_the_next_turn() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    e.handle(user("first", None), 1);
+    let begin = e.handle(EngineEvent::BeginTurn, 2);
+    assert_eq!(
+        kinds(&begin),
+        ["stage turn/start", "stage turn/user", "Flush", "run 0"]
+    );
+    // Mid-turn: answered at once, no second turn while one runs.
+    let mid = e.handle(user("second", Some("followup-r2")), 3);
+    assert_eq!(
+        kinds(&mid),
+        ["stage inbox/accepted", "Flush", "answer Accepted"]
+    );
+    let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 4);
+    assert_eq!(kinds(&end), ["stage turn/end", "TakeTurn", "Flush"]);
+    let next = e.handle(EngineEvent::BeginTurn, 5);
+    match &next[..] {
+        [EngineCommand::Stage {
+            event: JournalEvent::TurnStart { index: 1, inputs },
+            ..
+        }, ..] => assert_eq!(inputs, &vec![7]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn x2_settlement_order_commit_before_notice_and_top_level_never_settles() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    e.handle(
+        EngineEvent::Replied {
+            text: "done".into(),
+            reply: 1,
+        },
+        3,
+    );
+    let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 4);
+    assert_eq!(
+        kinds(&end),
+        [
+            "stage turn/end",
+            "stage outbox/settled",
+            "Flush",
+            "commit dispose=false",
+            "Leave",
+            "PublishEnd { stop_reason: Completed, output: Some(\"done\") }",
+            "notice seq=1",
+        ]
+    );
+    assert!(e.has_left());
+    assert_eq!(kinds(&e.handle(user("late", None), 5)), ["answer NotLive"]);
+
+    let mut top = engine(None);
+    top.handle(user("go", None), 1);
+    top.handle(EngineEvent::BeginTurn, 2);
+    let end = top.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 3);
+    assert_eq!(kinds(&end), ["stage turn/end", "Flush"]);
+    assert!(!top.has_left());
+}
+
+#[test]
+fn s1_a_one_shot_run_settles_as_a_dispose_and_returns_its_result() {
+    let mut e = engine(Some(SubagentShape::OneShot));
+    e.handle(user("go", None), 1);
+    let begin = e.handle(EngineEvent::BeginTurn, 2);
+    assert_eq!(
+        kinds(&begin),
+        ["stage turn/start", "stage turn/user", "run 0"]
+    );
+    let end = e.handle(
+        EngineEvent::TurnEnded(TurnOutcome::Failed("boom".into())),
+        3,
+    );
+    assert_eq!(
+        kinds(&end),
+        [
+            "stage turn/end",
+            "Flush",
+            "commit dispose=true",
+            "Leave",
+            "PublishEnd { stop_reason: Failed, output: None }",
+            "ReturnResult { output: None, stop_reason: Failed }",
+        ]
+    );
+}
+
+#[test]
+fn x1_a_drain_stop_makes_the_cut_short_turn_disposed() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    let stop = e.handle(EngineEvent::Stop, 3);
+    assert!(stop.contains(&EngineCommand::CancelTurn));
+    let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Cancelled), 4);
+    assert!(end.iter().any(|c| matches!(
+        c,
+        EngineCommand::CommitSettlement {
+            stop_reason: StopReason::Disposed,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn m1_a_report_is_durable_before_it_is_published_and_top_level_cannot_report() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    let cmds = e.handle(
+        EngineEvent::Report {
+            content: "half".into(),
+            delivery: Delivery::Wakeup,
+            reply: 9,
+        },
+        3,
+    );
+    assert_eq!(
+        kinds(&cmds)[..2],
+        ["stage outbox/report".to_owned(), "Flush".to_owned()]
+    );
+    assert!(matches!(
+        &cmds[2],
+        EngineCommand::PublishReport { report, .. } if report.seq == 1
+    ));
+    let mut top = engine(None);
+    let cmds = top.handle(
+        EngineEvent::Report {
+            content: "x".into(),
+            delivery: Delivery::Quiet,
+            reply: 1,
+        },
+        1,
+    );
+    assert!(matches!(
+        &cmds[..],
+        [EngineCommand::Answer { answer: Answer::Refused(m), .. }] if m.contains("top level")
+    ));
+}
+
+fn ev(seq: u64, event: JournalEvent) -> SessionEvent {
+    let (kind, data) = event.to_parts();
+    SessionEvent {
+        seq,
+        kind: kind.into(),
+        data,
+        at_ms: 0,
+    }
+}
+
+#[test]
+fn k1_restore_closes_a_cut_short_turn_and_queues_what_no_turn_consumed() {
+    let accepted = |text: &str, dedup: &str| {
+        JournalEvent::Accepted(crate::journal::Accepted {
+            message: TurnMessage::User {
+                content: text.into(),
+            },
+            wake: true,
+            dedup_id: Some(dedup.into()),
+        })
+    };
+    let log = vec![
+        ev(1, accepted("one", "a")),
+        ev(
+            2,
+            JournalEvent::TurnStart {
+                index: 0,
+                inputs: vec![1],
+            },
+        ),
+        ev(
+            3,
+            JournalEvent::ReportSent {
+                seq: 4,
+                content: "r".into(),
+                delivery: Delivery::Quiet,
+            },
+        ),
+        ev(4, accepted("two", "b")),
+    ];
+    let init = EngineInit {
+        session: sid(2),
+        parent: Some(sid(1)),
+        shape: Some(SubagentShape::Continuable),
+        label: None,
+        descriptor_pending: false,
+    };
+    let (e, cmds) = fold(init, &log, 4, true, 0).unwrap();
+    assert_eq!(kinds(&cmds), ["stage turn/end", "Flush", "TakeTurn"]);
+    assert!(matches!(
+        &cmds[0],
+        EngineCommand::Stage {
+            seq: 5,
+            event: JournalEvent::TurnEnd {
+                index: 0,
+                stop_reason: StopReason::Interrupted,
+                ..
+            }
+        }
+    ));
+    assert_eq!(e.next_turn_index(), 1);
+    assert!(e.has_accepted("a") && e.has_accepted("b"));
+    assert_eq!(e.pending(), (1, 0));
+}
