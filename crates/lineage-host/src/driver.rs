@@ -18,30 +18,7 @@ use crate::error::HostError;
 /// A boxed future, so drivers can be `dyn`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Where a message in a turn's input came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum TurnMessage {
-    /// A user (or parent followup) message.
-    User {
-        /// The text.
-        content: String,
-    },
-    /// A child's report (M1), relayed into this agent's inbox.
-    SubagentReport {
-        /// The reporting child.
-        sender_session_id: SessionId,
-        /// The text.
-        content: String,
-    },
-    /// A child's settlement notice (M2): one line.
-    SubagentSettled {
-        /// The settled child.
-        sender_session_id: SessionId,
-        /// One-line summary.
-        summary: String,
-    },
-}
+pub use lineage_core::journal::TurnMessage;
 
 /// The input of one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +99,74 @@ pub enum DriverAction {
     Fail(String),
 }
 
+/// What a driver asks for *during* a turn ([`TurnCtx::act`]); the outcome comes back inside
+/// the same turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnAction {
+    /// Record the assistant's reply.
+    Reply(String),
+    /// Report to the direct parent (M1).
+    Report {
+        /// The text.
+        content: String,
+        /// quiet or wakeup.
+        delivery: Delivery,
+    },
+    /// Spawn a child: a one-shot child's outcome carries its result (the call waits for it), a
+    /// continuable child's only its id (its reports and settlement reach the inbox).
+    Spawn(Box<ChildSpec>),
+}
+
+/// The outcome of a [`TurnAction`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionOutcome {
+    /// Done (a reply recorded, a report sent).
+    Done,
+    /// The child was born.
+    Born {
+        /// The child.
+        child: SessionId,
+        /// A one-shot child's result.
+        result: Option<crate::control::OneShotResult>,
+    },
+    /// Refused, one line (the turn goes on; the driver decides).
+    Refused(String),
+}
+
+/// A turn's way back to its host: actions during the turn. Cheap to clone; it stops working
+/// when the turn ends.
+#[derive(Debug, Clone)]
+pub struct TurnCtx {
+    tx: tokio::sync::mpsc::UnboundedSender<TurnRequest>,
+}
+
+/// One [`TurnAction`] on its way to the agent task, with where its outcome goes.
+#[derive(Debug)]
+pub struct TurnRequest {
+    /// The action.
+    pub action: TurnAction,
+    /// Where the outcome goes.
+    pub reply: tokio::sync::oneshot::Sender<ActionOutcome>,
+}
+
+impl TurnCtx {
+    /// A context whose requests arrive on the returned receiver.
+    pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<TurnRequest>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (TurnCtx { tx }, rx)
+    }
+
+    /// Asks the host for `action` and waits for its outcome (the turn ended: refused).
+    pub async fn act(&self, action: TurnAction) -> ActionOutcome {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(TurnRequest { action, reply }).is_err() {
+            return ActionOutcome::Refused("the turn has ended".to_owned());
+        }
+        rx.await
+            .unwrap_or_else(|_| ActionOutcome::Refused("the turn has ended".to_owned()))
+    }
+}
+
 /// Everything a driver may read when it starts or resumes.
 #[derive(Debug, Clone)]
 pub struct DriverStart {
@@ -143,6 +188,17 @@ pub trait AgentDriver: Send {
         &'a mut self,
         input: TurnInput,
     ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>>;
+    /// Runs one turn with a [`TurnCtx`] for actions during the turn (outcomes come back at
+    /// once); the returned actions run after, in order, as if asked through the context.
+    /// Default: [`AgentDriver::turn`].
+    fn turn_with<'a>(
+        &'a mut self,
+        input: TurnInput,
+        ctx: TurnCtx,
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+        let _ = ctx;
+        self.turn(input)
+    }
     /// A log event `(kind, data)` the host appends right after [`AgentDriver::start`], so that a
     /// later cold resume finds the agent's own state again (ACP: `acp/session`). Default: none.
     fn start_record(&self) -> Option<(String, serde_json::Value)> {

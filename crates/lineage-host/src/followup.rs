@@ -11,16 +11,22 @@ use std::sync::Arc;
 use lineage_core::descriptor::SubagentShape;
 use lineage_registry::types::SessionState;
 
-use crate::agent::{AgentCmd, Incoming};
+use crate::agent::{AgentCmd, Delivered, Incoming};
 use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, ResumeOutcome};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
 use crate::telemetry::op_span;
 
 impl Shared {
-    async fn deliver_user(self: &Arc<Self>, request: &FollowupRequest) -> Result<(), HostError> {
+    async fn deliver_user(
+        self: &Arc<Self>,
+        request: &FollowupRequest,
+    ) -> Result<Delivered, HostError> {
         self.ask(&request.session, |reply| AgentCmd::Deliver {
-            incoming: Incoming::User(request.content.clone()),
+            incoming: Incoming::User {
+                content: request.content.clone(),
+                request_id: request.request_id.clone(),
+            },
             reply,
             trace: lineage_bus::trace::current(),
         })
@@ -37,11 +43,14 @@ impl Shared {
             if handle.shape == Some(SubagentShape::OneShot) {
                 return Err(one_shot(&session));
             }
-            if self.deliver_user(&request).await.is_ok() {
+            if let Ok(delivered) = self.deliver_user(&request).await {
                 return Ok(FollowupReply {
                     session,
                     node: self.cfg.node.clone(),
-                    outcome: FollowupOutcome::Delivered,
+                    outcome: match delivered {
+                        Delivered::Accepted => FollowupOutcome::Delivered,
+                        Delivered::Duplicate => FollowupOutcome::AlreadyDelivered,
+                    },
                 });
             }
             // It settled between the lookup and the delivery: it is cold now.
@@ -76,10 +85,15 @@ impl Shared {
         loop {
             let resumed = self.resume_local(session.clone()).await?;
             match self.deliver_user(&request).await {
-                Ok(()) => {
-                    let outcome = match resumed.outcome {
-                        ResumeOutcome::Resumed => FollowupOutcome::ResumedAndDelivered,
-                        ResumeOutcome::AlreadyLive => FollowupOutcome::Delivered,
+                Ok(delivered) => {
+                    let outcome = match (delivered, resumed.outcome) {
+                        (Delivered::Duplicate, _) => FollowupOutcome::AlreadyDelivered,
+                        (Delivered::Accepted, ResumeOutcome::Resumed) => {
+                            FollowupOutcome::ResumedAndDelivered
+                        }
+                        (Delivered::Accepted, ResumeOutcome::AlreadyLive) => {
+                            FollowupOutcome::Delivered
+                        }
                     };
                     return Ok(FollowupReply {
                         session,

@@ -1,6 +1,6 @@
 //! Reports (M1) and the durable inbox consumer (N2).
 //!
-//! Child side: a report is logged in the child's own log (`outbox/report`, with its outbox
+//! Child side (the engine's `report`, executed by the agent task): a report is logged in the child's own log (`outbox/report`, with its outbox
 //! sequence number) and published to the direct parent's inbox subject with `Nats-Msg-Id =
 //! <child>-<seq>`, wherever the parent runs.
 //!
@@ -16,64 +16,13 @@ use std::time::Duration;
 use lineage_bus::control::ErrorCode;
 
 use lineage_core::ids::SessionId;
-use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
-use serde_json::json;
+use lineage_core::messages::InboxMessage;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentCmd, AgentTask, Incoming, REPORT_SENT_EVENT};
-use crate::error::HostError;
+use crate::agent::{AgentCmd, Incoming};
 use crate::host::Shared;
-use crate::settle::publish_with_retry;
 use crate::telemetry::op_span;
-
-impl AgentTask {
-    /// Reports to the direct parent (M1), in a `report` span. A top-level session has no
-    /// parent: refused.
-    pub(crate) async fn report(
-        &mut self,
-        content: String,
-        delivery: Delivery,
-    ) -> Result<(), HostError> {
-        let op = op_span!("report", self.shared.node());
-        op.record("session", &self.session)
-            .record_opt("parent", self.header.parent_session())
-            .record_opt("run", self.run.as_ref().map(|r| &r.run_id));
-        op.run(self.report_inner(content, delivery)).await
-    }
-
-    async fn report_inner(&mut self, content: String, delivery: Delivery) -> Result<(), HostError> {
-        let Some(parent) = self.header.parent_session().cloned() else {
-            return Err(HostError::BadRequest(format!(
-                "session {} is top level and has no parent to report to",
-                self.session
-            )));
-        };
-        self.outbox_seq += 1;
-        let seq = self.outbox_seq;
-        let delivery_text = match delivery {
-            Delivery::Quiet => "quiet",
-            Delivery::Wakeup => "wakeup",
-        };
-        self.append(
-            REPORT_SENT_EVENT,
-            json!({"seq": seq, "content": content, "delivery": delivery_text}),
-        )
-        .await?;
-        let report = SubagentReport {
-            sender_session_id: self.session.clone(),
-            parent_session_id: parent,
-            seq,
-            content,
-            delivery,
-            at_ms: self.shared.now(),
-        };
-        if publish_with_retry(&self.shared, &self.session, InboxMessage::Report(report)).await {
-            self.shared.metrics.reported();
-        }
-        Ok(())
-    }
-}
 
 /// Reads `session`'s durable inbox until `stop`, handing each message to the agent and acking
 /// it once the agent durably accepted it.
@@ -157,7 +106,7 @@ pub(crate) fn spawn_inbox_consumer(
                     .await;
                 let Some(accepted) = accepted else { return };
                 match accepted {
-                    Ok(Ok(())) => {
+                    Ok(Ok(_)) => {
                         if let Err(e) = delivery.ack().await {
                             tracing::warn!(%session, error = %e, "inbox ack failed; the message will be redelivered and deduplicated");
                         }

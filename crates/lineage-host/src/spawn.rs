@@ -32,12 +32,10 @@ use lineage_core::policy::{
     DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_registry::types::{Admission, Command, CommandResponse, RegistryRefusal, SessionState};
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::agent::{
-    launch, Accepted, AgentCmd, AgentInit, AgentRecord, AgentTask, ACCEPTED_EVENT, AGENT_EVENT,
-    RESULT_EVENT, SPAWNED_EVENT, SPAWN_REFUSED_EVENT,
+    launch, Accepted, AgentCmd, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT,
 };
 use crate::control::{OneShotResult, SpawnReply, SpawnRequest, StartRequest};
 use crate::driver::ChildSpec;
@@ -458,70 +456,6 @@ fn child_policy_view(policy: &DelegatedPolicyOverrides) -> ParentPolicyView {
     ParentPolicyView {
         sandbox_override: policy.sandbox_mode,
         has_approval_service: policy.approval_policy.is_some(),
-    }
-}
-
-impl AgentTask {
-    /// A `Spawn` action from this agent's own turn.
-    pub(crate) async fn spawn_from_turn(&mut self, spec: ChildSpec) {
-        let parent = ParentCtx {
-            header: self.header.clone(),
-            policy_view: self.policy_view,
-            preset: self.preset.clone(),
-        };
-        let shape = spec.shape;
-        // The child's birth is visible to others: what the turn staged goes first.
-        if let Err(e) = self.flush().await {
-            tracing::warn!(session = %self.session, error = %e, "spawn refused: the parent's log is not writable");
-            return;
-        }
-        // Its children write to this inbox: a one-shot run reads it from now on.
-        self.open_inbox();
-        let request_id = self.shared.mint.request();
-        let op = op_span!("spawn", self.shared.node());
-        op.record("parent", &self.session)
-            .record("shape", shape.as_str());
-        let outcome = op
-            .run(
-                self.shared
-                    .clone()
-                    .spawn_child(parent, spec, request_id, None, false),
-            )
-            .await;
-        if let Ok(reply) = &outcome {
-            op.record("session", &reply.session)
-                .record_opt("run", reply.run.as_ref());
-        }
-        match outcome {
-            Ok(reply) => {
-                if shape == SubagentShape::Continuable {
-                    self.feed(lineage_core::activation::ActivationEvent::ChildAdopted(
-                        reply.session.clone(),
-                    ))
-                    .await;
-                }
-                let _ = self
-                    .record(
-                        SPAWNED_EVENT,
-                        json!({"child": reply.session, "shape": shape.as_str(), "node": reply.node, "run": reply.run}),
-                    )
-                    .await;
-                if let Some(result) = reply.result {
-                    let _ = self
-                        .record(
-                            RESULT_EVENT,
-                            json!({"child": reply.session, "result": result}),
-                        )
-                        .await;
-                }
-            }
-            Err(e) => {
-                tracing::info!(session = %self.session, error = %e, "spawn refused");
-                let _ = self
-                    .record(SPAWN_REFUSED_EVENT, json!({"error": e.to_string()}))
-                    .await;
-            }
-        }
     }
 }
 

@@ -369,6 +369,11 @@ impl AgentEngine {
         self.accepted.contains(dedup_id)
     }
 
+    /// The log seq of the waking message the next turn takes.
+    pub fn next_wake_seq(&self) -> Option<u64> {
+        self.wake.front().map(|(seq, _)| *seq)
+    }
+
     /// Messages waiting for a turn: (waking, quiet).
     pub fn pending(&self) -> (usize, usize) {
         (self.wake.len(), self.quiet.len())

@@ -1,0 +1,327 @@
+//! Executing the engine's commands, in order (the shell of `lineage_core::engine`).
+//!
+//! Durability conditions are checked, not assumed: an answer, a report, a birth or the
+//! settlement commit that depends on log seq N runs only once the log is durable through N
+//! (the executor flushes first if it is not, and does not run the command if that fails). A
+//! failed flush answers whoever waits with the error, fails the turn it was to start, refuses
+//! the birth it was to allow, and stops the agent before a settlement commit: never notify
+//! before the commit.
+
+use lineage_core::descriptor::append_descriptor_at_first_pre_step;
+use lineage_core::engine::{Answer, EngineCommand, EngineEvent, RecordedState, TurnOutcome};
+use lineage_core::messages::{InboxMessage, LifecycleEvent, StopReason};
+use lineage_registry::types::{Command, RegistryRefusal, SessionState};
+
+use super::{AgentTask, Delivered, Pending};
+use crate::control::OneShotResult;
+use crate::driver::ActionOutcome;
+use crate::error::HostError;
+use crate::settle::publish_with_retry;
+use crate::telemetry::op_span;
+
+/// What a list left for the turn runner.
+#[derive(Debug, Default)]
+pub(crate) struct Leftover {
+    /// `RunTurn`: the driver runs on these.
+    pub(crate) run: Option<(u64, Vec<lineage_core::journal::TurnMessage>)>,
+    /// `BeforeBirth` passed (the birth may go ahead), or its flush failed.
+    pub(crate) birth: Option<Result<(), String>>,
+}
+
+impl AgentTask {
+    /// Executes `commands` in order. A settlement (a list with a commit) runs in a `settle`
+    /// span, continuing the current operation or the last turn.
+    pub(crate) fn exec(
+        &mut self,
+        commands: Vec<EngineCommand>,
+    ) -> crate::driver::BoxFuture<'_, Leftover> {
+        Box::pin(async move {
+            let settles = commands
+                .iter()
+                .any(|c| matches!(c, EngineCommand::CommitSettlement { .. }));
+            if !settles {
+                return self.exec_all(commands).await;
+            }
+            let parent = lineage_bus::trace::current().or(self.trace);
+            let op = op_span!("settle", self.shared.node(), parent);
+            op.record("session", &self.session)
+                .record_opt("parent", self.header.parent_session())
+                .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
+                .record_opt("shape", self.shape.map(|s| s.as_str()));
+            let left = op.enter(self.exec_all(commands)).await;
+            op.record("stop_reason", self.engine.last_stop().as_str());
+            left
+        })
+    }
+
+    async fn exec_all(&mut self, commands: Vec<EngineCommand>) -> Leftover {
+        let mut left = Leftover::default();
+        let mut failed: Option<String> = None;
+        let mut follow = Vec::new();
+        for command in commands {
+            match command {
+                EngineCommand::Stage { seq, event } => {
+                    if let lineage_core::journal::JournalEvent::Accepted(a) = &event {
+                        self.staged_wake = a.wake.then_some(seq);
+                    }
+                    let (kind, data) = event.to_parts();
+                    let at = self.log.append(kind, data, self.shared.now()).seq;
+                    self.unflushed += 1;
+                    debug_assert_eq!(at, seq, "engine and log disagree on seqs");
+                }
+                EngineCommand::StageDescriptor { seq } => {
+                    if let Some(descriptor) = self.descriptor.clone() {
+                        match append_descriptor_at_first_pre_step(
+                            &mut self.log,
+                            &descriptor,
+                            self.shared.now(),
+                        ) {
+                            Ok(true) => self.unflushed += 1,
+                            Ok(false) => {}
+                            Err(e) => failed = Some(e.to_string()),
+                        }
+                    }
+                    debug_assert_eq!(self.log.last_seq(), seq);
+                }
+                EngineCommand::Flush => {
+                    if failed.is_none() {
+                        if let Err(e) = self.flush().await {
+                            failed = Some(e.to_string());
+                        }
+                    }
+                }
+                EngineCommand::Answer { reply, answer, .. } => {
+                    self.answer(reply, answer, failed.as_deref()).await
+                }
+                EngineCommand::TakeTurn => self.want_turn = true,
+                EngineCommand::RunTurn {
+                    index, messages, ..
+                } => match &failed {
+                    None => left.run = Some((index, messages)),
+                    Some(e) => follow.push(EngineEvent::TurnEnded(TurnOutcome::Failed(e.clone()))),
+                },
+                EngineCommand::CancelTurn => self.cancel_turn(),
+                EngineCommand::RecordState(state) => {
+                    let state = match state {
+                        RecordedState::Running => SessionState::Running,
+                        RecordedState::Waiting => SessionState::Waiting,
+                    };
+                    if let Err(e) = self
+                        .shared
+                        .set_state(&self.session, state, self.epoch)
+                        .await
+                    {
+                        tracing::warn!(session = %self.session, error = %e, state = state.as_str(), "cannot record the state");
+                    }
+                }
+                EngineCommand::PublishReport { report, .. } => {
+                    if failed.is_none()
+                        && publish_with_retry(
+                            &self.shared,
+                            &self.session,
+                            InboxMessage::Report(report),
+                        )
+                        .await
+                    {
+                        self.shared.metrics.reported();
+                    }
+                }
+                EngineCommand::BeforeBirth { .. } => match &failed {
+                    None => {
+                        self.open_inbox();
+                        left.birth = Some(Ok(()));
+                    }
+                    Some(e) => left.birth = Some(Err(e.clone())),
+                },
+                EngineCommand::CommitSettlement {
+                    dispose,
+                    stop_reason,
+                    ..
+                } => {
+                    let committed = match &failed {
+                        None => self.commit(dispose, stop_reason).await,
+                        Some(e) => Err(HostError::Unavailable(e.clone())),
+                    };
+                    if let Err(e) = committed {
+                        // Never notify before the commit: stop here, resumable later.
+                        tracing::error!(session = %self.session, error = %e, "settlement not committed; not notifying");
+                        self.done = true;
+                        return left;
+                    }
+                }
+                EngineCommand::PublishEnd {
+                    stop_reason,
+                    output,
+                } => self.publish_end(stop_reason, output).await,
+                EngineCommand::PublishNotice(notice) => {
+                    publish_with_retry(&self.shared, &self.session, InboxMessage::Settled(notice))
+                        .await;
+                }
+                EngineCommand::ReturnResult {
+                    output,
+                    stop_reason,
+                } => self.return_result(output, stop_reason).await,
+                EngineCommand::Leave => self.done = true,
+            }
+        }
+        for event in follow {
+            let commands = self.engine.handle(event, self.shared.now());
+            let more = Box::pin(self.exec_all(commands)).await;
+            left.run = left.run.or(more.run);
+        }
+        left
+    }
+
+    /// Sends an engine answer to whoever waits; after a failed flush, the failure instead.
+    async fn answer(&mut self, reply: u64, answer: Answer, failed: Option<&str>) {
+        let Some(pending) = self.pending.remove(&reply) else {
+            return;
+        };
+        // A duplicate is acknowledged only once the original is durable too.
+        let mut failed = failed.map(str::to_owned);
+        if failed.is_none() && self.unflushed > 0 && matches!(answer, Answer::Duplicate) {
+            if let Err(e) = self.flush().await {
+                failed = Some(e.to_string());
+            }
+        }
+        match pending {
+            Pending::Deliver {
+                reply,
+                inbox_lag,
+                trace,
+            } => {
+                let outcome = match (failed, answer) {
+                    (Some(e), _) => Err(HostError::Unavailable(e)),
+                    (None, Answer::Accepted) => {
+                        if let Some(lag) = inbox_lag {
+                            self.shared.metrics.inbox_accepted(lag);
+                        }
+                        // The turn this message wakes joins the sender's trace.
+                        if let (Some(ctx), Some(seq)) = (trace, self.staged_wake.take()) {
+                            self.wake_traces.insert(seq, ctx);
+                        }
+                        Ok(Delivered::Accepted)
+                    }
+                    (None, Answer::Duplicate) => {
+                        if inbox_lag.is_some() {
+                            self.shared.metrics.inbox_duplicate();
+                        }
+                        Ok(Delivered::Duplicate)
+                    }
+                    (None, Answer::NotLive) => Err(self.shared.not_live(&self.session)),
+                    (None, other) => Err(HostError::Internal(format!(
+                        "unexpected answer to a delivery: {other:?}"
+                    ))),
+                };
+                let _ = reply.send(outcome);
+            }
+            Pending::Action(reply) => {
+                let outcome = match (failed, answer) {
+                    (Some(e), _) => ActionOutcome::Refused(e),
+                    (None, Answer::Done) => ActionOutcome::Done,
+                    (None, Answer::Born { child, result }) => ActionOutcome::Born {
+                        child,
+                        result: result.and_then(|r| serde_json::from_value(r).ok()),
+                    },
+                    (None, Answer::Refused(e)) => ActionOutcome::Refused(e),
+                    (None, other @ (Answer::Accepted | Answer::Duplicate | Answer::NotLive)) => {
+                        ActionOutcome::Refused(format!("unexpected answer to an action: {other:?}"))
+                    }
+                };
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    /// The settlement commit: `settled`, or for a one-shot run a dispose in the same write
+    /// (only `settled` when the registry still holds undisposed children it does not own).
+    async fn commit(&mut self, dispose: bool, stop: StopReason) -> Result<(), HostError> {
+        self.flush().await?;
+        let mut disposed = false;
+        if dispose {
+            let session = self.session.clone();
+            match self
+                .shared
+                .write(|request_id, at_ms| Command::Dispose {
+                    request_id,
+                    at_ms,
+                    session: session.clone(),
+                })
+                .await
+            {
+                Ok(_) => disposed = true,
+                Err(HostError::Refused(RegistryRefusal::UndisposedChildren { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.disposed_at_settle = disposed;
+        if !disposed {
+            self.shared
+                .set_state(&self.session, SessionState::Settled, self.epoch)
+                .await?;
+        }
+        self.shared.metrics.settled(stop);
+        tracing::info!(session = %self.session, stop_reason = stop.as_str(), "settled (committed)");
+        Ok(())
+    }
+
+    /// `subagent/end` on the parent's end subject (E1), paired by run id.
+    async fn publish_end(&mut self, stop: StopReason, output: Option<String>) {
+        let Some(run) = &self.run else { return };
+        let end = run.ended(stop, output, self.shared.now());
+        if let Err(e) = lineage_bus::lifecycle::publish(
+            &self.shared.nats,
+            &self.shared.cfg.subjects,
+            &LifecycleEvent::End(end),
+        )
+        .await
+        {
+            tracing::warn!(session = %self.session, error = %e, "cannot publish subagent/end");
+        }
+    }
+
+    /// A one-shot run's result to its caller, once committed; its inbox consumer (which
+    /// exists only if it spawned) is cleanup, after it.
+    async fn return_result(&mut self, output: Option<String>, stop: StopReason) {
+        if let Some(tx) = self.one_shot.take() {
+            let _ = tx.send(OneShotResult {
+                output,
+                structured: None,
+                stop_reason: stop,
+            });
+        }
+        if self.disposed_at_settle && self.unopened_inbox.is_none() {
+            let _ = self.shared.inbox.delete_consumer(&self.session).await;
+        }
+    }
+
+    /// Makes every staged event durable, as one message. Optimistic: a conflict means another
+    /// node owns the session now, and this agent stops. On failure the staged events stay
+    /// staged (the next flush writes them).
+    pub(crate) async fn flush(&mut self) -> Result<(), HostError> {
+        if self.unflushed == 0 {
+            return Ok(());
+        }
+        let events = self.log.events();
+        let staged = &events[events.len().saturating_sub(self.unflushed)..];
+        match self
+            .shared
+            .events
+            .append_all(&self.session, staged, Some(self.cursor))
+            .await
+        {
+            Ok(cursor) => {
+                self.cursor = cursor;
+                self.unflushed = 0;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, lineage_bus::BusError::LogConflict { .. }) {
+                    tracing::warn!(session = %self.session, "log fenced by another node; stopping");
+                    self.done = true;
+                }
+                Err(e.into())
+            }
+        }
+    }
+}

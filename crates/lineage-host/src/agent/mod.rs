@@ -1,0 +1,517 @@
+//! One live agent: a tokio task that executes what its engine decides (X2, M1–M4).
+//!
+//! The rules are in `lineage_core::engine::AgentEngine`: the task feeds it what happened and
+//! executes the commands it returns, in order ([`exec`]). The task owns the I/O: the driver,
+//! the in-memory log and its durable cursor, the registry and NATS through `Shared`, the reply
+//! channels. A turn runs concurrently with the mailbox ([`turn`]): a followup or inbox message
+//! that arrives mid-turn is accepted into the log and answered at once, and the driver's
+//! actions during its turn (reply, report, spawn) come back with their outcome.
+//!
+//! Log events are the core's typed journal (`lineage_core::journal`); the constants below are
+//! their kinds, for readers of a log.
+
+mod exec;
+mod turn;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use lineage_bus::events::LogCursor;
+use lineage_bus::trace::TraceContext;
+use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
+use lineage_core::engine::restore::fold;
+use lineage_core::engine::{AgentEngine, Arrival, EngineEvent, EngineInit};
+use lineage_core::header::{AgentPreset, SessionHeader};
+use lineage_core::ids::{RequestId, SessionId};
+use lineage_core::log::SessionLog;
+use lineage_core::messages::{InboxMessage, StopReason, SubagentRunInfo};
+use lineage_core::policy::ParentPolicyView;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::control::OneShotResult;
+use crate::driver::{AgentDriver, AgentSpec, DriverStart, TurnMessage};
+use crate::error::HostError;
+use crate::host::{AgentHandle, Shared};
+
+pub(crate) use lineage_core::journal::Accepted;
+
+/// Log event: what to run on cold resume.
+pub const AGENT_EVENT: &str = "host/agent";
+/// Log event: a message durably accepted.
+pub const ACCEPTED_EVENT: &str = "inbox/accepted";
+
+/// Data of a `host/agent` event: the typed view of `lineage_core::journal::HostAgent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The agent to run.
+    pub agent: AgentSpec,
+    /// The session's own policy view (what its children inherit).
+    #[serde(default)]
+    pub policy_view: ParentPolicyView,
+}
+
+/// What comes into an agent.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A user message (followup), with its request id when the sender gave one (M3: a retry
+    /// with the same id is recognised).
+    User {
+        content: String,
+        request_id: Option<RequestId>,
+    },
+    /// A child's report or settlement from the durable inbox.
+    Inbox(InboxMessage),
+}
+
+/// How a delivered message was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivered {
+    /// Accepted into the log now.
+    Accepted,
+    /// Accepted before under the same dedup id: nothing added.
+    Duplicate,
+}
+
+/// A command to a live agent.
+pub(crate) enum AgentCmd {
+    /// Accept a message into the log; the reply says it is durable (then the inbox acks it).
+    /// `trace` is the context of the operation that delivers it; the turn it wakes joins it.
+    Deliver {
+        incoming: Incoming,
+        reply: oneshot::Sender<Result<Delivered, HostError>>,
+        trace: Option<TraceContext>,
+    },
+    /// Adopt a child spawned on this agent's behalf (not from its own turn).
+    Adopt(SessionId),
+    /// Drain step 2: take no more turns.
+    Stop {
+        reply: oneshot::Sender<()>,
+        trace: Option<TraceContext>,
+    },
+    /// Drain wave: settle (stop reason `disposed`) and leave.
+    Release {
+        reply: oneshot::Sender<()>,
+        trace: Option<TraceContext>,
+    },
+    /// Re-adoption at start-up (see `readopt`): with no turn to take, the engine decides as if
+    /// the last turn had just finished.
+    Recover,
+}
+
+/// Everything needed to bring an agent to life (at birth or on cold resume).
+pub(crate) struct AgentInit {
+    pub(crate) header: SessionHeader,
+    pub(crate) shape: Option<SubagentShape>,
+    pub(crate) descriptor: Option<SubagentDescriptor>,
+    pub(crate) spec: AgentSpec,
+    pub(crate) policy_view: ParentPolicyView,
+    pub(crate) preset: Option<AgentPreset>,
+    pub(crate) log: SessionLog,
+    pub(crate) cursor: LogCursor,
+    pub(crate) run: Option<SubagentRunInfo>,
+    pub(crate) owner: Option<SessionId>,
+    pub(crate) resumed: bool,
+    pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
+    /// The placement epoch this agent holds (1 at birth; the claim's on resume): its registry
+    /// state writes are fenced by it (K1).
+    pub(crate) epoch: Option<u64>,
+}
+
+/// Who waits for an engine answer.
+pub(crate) enum Pending {
+    /// A delivery; `inbox_lag` is set for an inbox message (metrics).
+    Deliver {
+        reply: oneshot::Sender<Result<Delivered, HostError>>,
+        inbox_lag: Option<u64>,
+        trace: Option<TraceContext>,
+    },
+    /// A driver action during a turn.
+    Action(oneshot::Sender<crate::driver::ActionOutcome>),
+}
+
+/// The task state of one live agent: its engine and its I/O.
+pub(crate) struct AgentTask {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) session: SessionId,
+    pub(crate) engine: AgentEngine,
+    pub(crate) header: SessionHeader,
+    pub(crate) shape: Option<SubagentShape>,
+    pub(crate) descriptor: Option<SubagentDescriptor>,
+    pub(crate) policy_view: ParentPolicyView,
+    pub(crate) preset: Option<AgentPreset>,
+    /// Taken out while a turn runs (the turn's future owns it).
+    pub(crate) driver: Option<Box<dyn AgentDriver>>,
+    pub(crate) log: SessionLog,
+    pub(crate) cursor: LogCursor,
+    /// How many events at the end of `log` are staged but not yet durable.
+    pub(crate) unflushed: usize,
+    pub(crate) run: Option<SubagentRunInfo>,
+    pub(crate) epoch: Option<u64>,
+    pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
+    /// A one-shot run's inbox consumer, not started yet: only its own children can write to
+    /// its inbox, so it starts with the first spawn (the stream keeps what came before).
+    pub(crate) unopened_inbox: Option<mpsc::UnboundedSender<AgentCmd>>,
+    /// Whether the settlement commit also disposed the session (one-shot runs).
+    pub(crate) disposed_at_settle: bool,
+    pub(crate) turn_slot: Arc<Mutex<Option<CancellationToken>>>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) done: bool,
+    pub(crate) want_turn: bool,
+    /// Commands taken off the mailbox and not yet handled (a drain release that arrived during
+    /// a turn waits here, with whatever came after it, until the turn is over).
+    pub(crate) backlog: VecDeque<AgentCmd>,
+    pub(crate) pending: HashMap<u64, Pending>,
+    pub(crate) next_reply: u64,
+    /// The trace context of the current (or last) turn: what a settlement outside any
+    /// operation continues.
+    pub(crate) trace: Option<TraceContext>,
+    /// Trace contexts of queued waking messages, by log sequence.
+    pub(crate) wake_traces: HashMap<u64, TraceContext>,
+    /// The seq of the waking message staged last (its trace is recorded when it is answered).
+    pub(crate) staged_wake: Option<u64>,
+}
+
+/// Starts the driver, registers the agent, publishes `subagent/start` (a child with a run),
+/// and spawns its task and its inbox consumer. Returns once the agent is live: idle, or due to
+/// take a turn on the waking messages its log holds unconsumed (the first prompt at birth).
+pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), HostError> {
+    shared.check_running()?;
+    let init_run = init.run.clone();
+    let session = init.header.id().clone();
+    if shared.is_live(&session) {
+        return Err(HostError::Internal(format!(
+            "session {session} is already live on node {}",
+            shared.node()
+        )));
+    }
+    let mut driver = shared.drivers.make(&init.spec, &session)?;
+    driver
+        .start(DriverStart {
+            session: session.clone(),
+            log: init.log.events().to_vec(),
+            resumed: init.resumed,
+        })
+        .await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let turn_slot = Arc::new(Mutex::new(None));
+    let stop = shared.shutdown.child_token();
+    let handle = AgentHandle {
+        tx: tx.clone(),
+        turn: turn_slot.clone(),
+        header: init.header.clone(),
+        owner: init.owner.clone(),
+        shape: init.shape,
+        policy_view: init.policy_view,
+        preset: init.preset.clone(),
+    };
+    if let Err(e) = shared.insert(session.clone(), handle) {
+        driver.shutdown().await;
+        return Err(e);
+    }
+    let start_record = driver.start_record();
+    let descriptor_pending = init.shape == Some(SubagentShape::OneShot)
+        && init.descriptor.is_some()
+        && init.log.descriptor_event().is_none();
+    let engine_init = EngineInit {
+        session: session.clone(),
+        parent: init.header.parent_session().cloned(),
+        shape: init.shape,
+        label: init.descriptor.as_ref().and_then(|d| d.label.clone()),
+        descriptor_pending,
+    };
+    let mut task = AgentTask {
+        shared: shared.clone(),
+        session: session.clone(),
+        // Replaced below, once the driver's own record is in the log.
+        engine: fold(engine_init.clone(), &[], init.log.last_seq(), false, 0)
+            .map_err(HostError::from)?
+            .0,
+        header: init.header,
+        shape: init.shape,
+        descriptor: init.descriptor,
+        policy_view: init.policy_view,
+        preset: init.preset,
+        driver: Some(driver),
+        log: init.log,
+        cursor: init.cursor,
+        unflushed: 0,
+        run: init.run,
+        epoch: init.epoch,
+        one_shot: init.one_shot,
+        unopened_inbox: match init.shape {
+            Some(SubagentShape::OneShot) => Some(tx.clone()),
+            Some(SubagentShape::Continuable) | None => None,
+        },
+        disposed_at_settle: false,
+        turn_slot,
+        stop: stop.clone(),
+        done: false,
+        want_turn: false,
+        backlog: VecDeque::new(),
+        pending: HashMap::new(),
+        next_reply: 0,
+        trace: lineage_bus::trace::current(),
+        wake_traces: HashMap::new(),
+        staged_wake: None,
+    };
+    if let Some((kind, data)) = start_record {
+        task.log.append(&kind, data, shared.now());
+        task.unflushed += 1;
+        if let Err(e) = task.flush().await {
+            task.abandon_launch().await;
+            return Err(e);
+        }
+    }
+    let restored = fold(
+        engine_init,
+        task.log.events_after_seed(),
+        task.log.last_seq(),
+        init.resumed,
+        shared.now(),
+    );
+    let commands = match restored {
+        Ok((engine, commands)) => {
+            task.engine = engine;
+            commands
+        }
+        Err(e) => {
+            task.abandon_launch().await;
+            return Err(e.into());
+        }
+    };
+    task.exec(commands).await;
+    // A restored waking message (at birth: the first prompt, accepted with the creation
+    // window) starts its turn in the trace of whoever brought the agent to life.
+    if let (Some(ctx), Some(seq)) = (task.trace, task.engine.next_wake_seq()) {
+        task.wake_traces.insert(seq, ctx);
+    }
+    // E1: the child is ready; announced before its task can take a turn (and so settle).
+    if let Some(info) = &init_run {
+        if let Err(e) = lineage_bus::lifecycle::publish(
+            &shared.nats,
+            &shared.cfg.subjects,
+            &lineage_core::messages::LifecycleEvent::Start(info.clone()),
+        )
+        .await
+        {
+            tracing::warn!(%session, error = %e, "cannot publish subagent/start");
+        }
+    }
+    if task.unopened_inbox.is_none() {
+        crate::report::spawn_inbox_consumer(shared, session.clone(), tx, stop.clone());
+    }
+    let join = tokio::spawn(task.run(rx));
+    if let Ok(mut tasks) = shared.tasks.lock() {
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(join);
+    }
+    Ok(())
+}
+
+impl AgentTask {
+    /// A launch that failed after the handle was registered: undo it.
+    async fn abandon_launch(&mut self) {
+        if let Some(mut driver) = self.driver.take() {
+            driver.shutdown().await;
+        }
+        self.shared.remove(&self.session);
+    }
+
+    /// The task's main loop.
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<AgentCmd>) {
+        loop {
+            if self.done {
+                break;
+            }
+            if self.want_turn {
+                self.want_turn = false;
+                self.take_turn(&mut rx).await;
+                continue;
+            }
+            let cmd = match self.backlog.pop_front() {
+                Some(cmd) => Some(cmd),
+                None => tokio::select! {
+                    cmd = rx.recv() => cmd,
+                    _ = self.stop.cancelled() => None,
+                },
+            };
+            let Some(cmd) = cmd else { break };
+            self.handle(cmd).await;
+        }
+        self.leave().await;
+    }
+
+    /// The agent is gone: write what is staged, stop the driver, answer whoever still waits.
+    async fn leave(&mut self) {
+        if let Err(e) = self.flush().await {
+            tracing::debug!(session = %self.session, error = %e, "staged events not recorded at stop");
+        }
+        if let Some(mut driver) = self.driver.take() {
+            driver.shutdown().await;
+        }
+        self.stop.cancel();
+        self.shared.remove(&self.session);
+        // Commands left in the backlog: the agent is gone, which is what a stop or release
+        // asked for; a message was not accepted (its sender resumes the session or retries).
+        for cmd in std::mem::take(&mut self.backlog) {
+            match cmd {
+                AgentCmd::Deliver { reply, .. } => {
+                    let _ = reply.send(Err(self.shared.not_live(&self.session)));
+                }
+                AgentCmd::Stop { reply, .. } | AgentCmd::Release { reply, .. } => {
+                    let _ = reply.send(());
+                }
+                AgentCmd::Adopt(_) | AgentCmd::Recover => {}
+            }
+        }
+        for (_, pending) in std::mem::take(&mut self.pending) {
+            match pending {
+                Pending::Deliver { reply, .. } => {
+                    let _ = reply.send(Err(self.shared.not_live(&self.session)));
+                }
+                Pending::Action(reply) => {
+                    let _ = reply.send(crate::driver::ActionOutcome::Refused(format!(
+                        "session {} has stopped",
+                        self.session
+                    )));
+                }
+            }
+        }
+        // A one-shot caller waiting for a result that never came gets a disposed result.
+        if let Some(tx) = self.one_shot.take() {
+            let _ = tx.send(OneShotResult {
+                output: self.engine.last_assistant().map(str::to_owned),
+                structured: None,
+                stop_reason: StopReason::Disposed,
+            });
+        }
+    }
+
+    /// Handles one command, with the sender's trace context current.
+    async fn handle(&mut self, cmd: AgentCmd) {
+        let trace = match &cmd {
+            AgentCmd::Deliver { trace, .. }
+            | AgentCmd::Stop { trace, .. }
+            | AgentCmd::Release { trace, .. } => *trace,
+            AgentCmd::Adopt(_) | AgentCmd::Recover => None,
+        };
+        lineage_bus::trace::maybe_scope(trace, self.handle_inner(cmd)).await
+    }
+
+    async fn handle_inner(&mut self, cmd: AgentCmd) {
+        match cmd {
+            AgentCmd::Deliver {
+                incoming,
+                reply,
+                trace,
+            } => self.deliver(incoming, reply, trace).await,
+            AgentCmd::Adopt(child) => self.feed(EngineEvent::Adopt(child)).await,
+            AgentCmd::Recover => self.feed(EngineEvent::Recover).await,
+            AgentCmd::Stop { reply, .. } => {
+                self.cancel_turn();
+                self.feed(EngineEvent::Stop).await;
+                let _ = reply.send(());
+            }
+            AgentCmd::Release { reply, .. } => {
+                self.cancel_turn();
+                self.feed(EngineEvent::Release).await;
+                self.done = true;
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Hands a message to the engine (log first, answer when durable).
+    async fn deliver(
+        &mut self,
+        incoming: Incoming,
+        reply: oneshot::Sender<Result<Delivered, HostError>>,
+        trace: Option<TraceContext>,
+    ) {
+        let (arrival, inbox_lag) = arrival_of(incoming, self.shared.now());
+        let id = self.reply_id(Pending::Deliver {
+            reply,
+            inbox_lag,
+            trace,
+        });
+        self.feed(EngineEvent::Deliver { arrival, reply: id }).await;
+    }
+
+    /// Feeds the engine and executes what it returns.
+    pub(crate) async fn feed(&mut self, event: EngineEvent) {
+        let commands = self.engine.handle(event, self.shared.now());
+        self.exec(commands).await;
+    }
+
+    pub(crate) fn reply_id(&mut self, pending: Pending) -> u64 {
+        self.next_reply += 1;
+        self.pending.insert(self.next_reply, pending);
+        self.next_reply
+    }
+
+    pub(crate) fn cancel_turn(&self) {
+        if let Ok(slot) = self.turn_slot.lock() {
+            if let Some(token) = slot.as_ref() {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Starts a one-shot run's inbox consumer if it has not started yet.
+    pub(crate) fn open_inbox(&mut self) {
+        if let Some(tx) = self.unopened_inbox.take() {
+            crate::report::spawn_inbox_consumer(
+                &self.shared,
+                self.session.clone(),
+                tx,
+                self.stop.clone(),
+            );
+        }
+    }
+}
+
+/// The engine's view of an incoming message, and an inbox message's lag (acceptance time minus
+/// its `at_ms`).
+fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u64>) {
+    match incoming {
+        Incoming::User {
+            content,
+            request_id,
+        } => (
+            Arrival {
+                message: TurnMessage::User { content },
+                wake: true,
+                dedup_id: request_id.map(|r| format!("followup-{r}")),
+                settled_child: None,
+            },
+            None,
+        ),
+        Incoming::Inbox(msg) => {
+            let dedup = msg.dedup_id();
+            let lag = now_ms.saturating_sub(msg.at_ms());
+            let arrival = match msg {
+                InboxMessage::Report(r) => Arrival {
+                    wake: matches!(r.delivery, lineage_core::messages::Delivery::Wakeup),
+                    message: TurnMessage::SubagentReport {
+                        sender_session_id: r.sender_session_id,
+                        content: r.content,
+                    },
+                    dedup_id: Some(dedup),
+                    settled_child: None,
+                },
+                InboxMessage::Settled(s) => Arrival {
+                    message: TurnMessage::SubagentSettled {
+                        sender_session_id: s.sender_session_id.clone(),
+                        summary: s.summary.as_str().to_owned(),
+                    },
+                    wake: true,
+                    dedup_id: Some(dedup),
+                    settled_child: Some(s.sender_session_id),
+                },
+            };
+            (arrival, Some(lag))
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Taking a turn, with the mailbox open (H1, M1, M3, S1).
+//!
+//! The driver runs in its own future (it owns the driver for the turn), so the task keeps
+//! serving while it runs: the driver's actions ([`TurnCtx`]), births it asked for (a one-shot
+//! child is awaited without blocking anything else) and the mailbox. A followup or inbox
+//! message that arrives mid-turn is accepted into the log and answered at once; it is the next
+//! turn. A drain stop cancels the turn; a drain release that arrives mid-turn cancels it and
+//! waits, with whatever follows it, until the turn is over.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::engine::{EngineEvent, TurnOutcome};
+use tokio::sync::mpsc;
+
+use super::{AgentCmd, AgentTask, Pending};
+use crate::control::SpawnReply;
+use crate::driver::{
+    ActionOutcome, AgentDriver, DriverAction, TurnAction, TurnCtx, TurnInput, TurnRequest,
+};
+use crate::error::HostError;
+use crate::spawn::ParentCtx;
+use crate::telemetry::op_span;
+
+/// A birth in flight: who waits, the child's shape, the outcome.
+type Birth =
+    Pin<Box<dyn Future<Output = (u64, SubagentShape, Result<SpawnReply, HostError>)> + Send>>;
+
+impl AgentTask {
+    /// Runs one turn in a `turn` span that joins the trace of its waking message.
+    pub(crate) async fn take_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
+        let parent = self
+            .engine
+            .next_wake_seq()
+            .and_then(|seq| self.wake_traces.remove(&seq));
+        let op =
+            op_span!("turn", self.shared.node(), parent; index = self.engine.next_turn_index());
+        op.record("session", &self.session)
+            .record_opt("parent", self.header.parent_session())
+            .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
+            .record_opt("shape", self.shape.map(|s| s.as_str()));
+        self.trace = Some(op.ctx);
+        op.enter(self.take_turn_inner(rx)).await;
+        op.record("stop_reason", self.engine.last_stop().as_str());
+    }
+
+    async fn take_turn_inner(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
+        // A child of the agent's stop token: host shutdown cancels the turn too.
+        let token = self.stop.child_token();
+        if let Ok(mut slot) = self.turn_slot.lock() {
+            *slot = Some(token.clone());
+        }
+        let commands = self
+            .engine
+            .handle(EngineEvent::BeginTurn, self.shared.now());
+        let left = self.exec(commands).await;
+        let (Some((index, messages)), Some(mut driver)) = (left.run, self.driver.take()) else {
+            self.clear_slot();
+            return;
+        };
+        let (ctx, mut requests) = TurnCtx::channel();
+        let input = TurnInput {
+            turn_index: index,
+            messages,
+        };
+        let cancel = token.clone();
+        let mut turn = Box::pin(async move {
+            let outcome = if cancel.is_cancelled() {
+                None
+            } else {
+                tokio::select! {
+                    r = drive(driver.as_mut(), input, ctx) => Some(r),
+                    _ = cancel.cancelled() => None,
+                }
+            };
+            if outcome.is_none() {
+                driver.cancel().await;
+            }
+            (driver, outcome)
+        });
+        let mut births: FuturesUnordered<Birth> = FuturesUnordered::new();
+        let mut mailbox = true;
+        let (driver, outcome) = loop {
+            tokio::select! {
+                biased;
+                r = &mut turn => break r,
+                Some(request) = requests.recv() => self.on_request(request, &mut births).await,
+                Some(born) = births.next(), if !births.is_empty() => self.on_birth(born).await,
+                cmd = rx.recv(), if mailbox => match cmd {
+                    Some(cmd) => mailbox = self.mid_turn(cmd).await,
+                    None => mailbox = false,
+                },
+            }
+        };
+        // A birth still in flight (the turn was cancelled while it ran) is seen through.
+        while let Some(born) = births.next().await {
+            self.on_birth(born).await;
+        }
+        self.driver = Some(driver);
+        self.clear_slot();
+        // What arrived as the turn ended is taken before the engine hears of its end: a
+        // followup sent mid-turn is the next turn, not a settlement and a cold resume.
+        while mailbox {
+            match rx.try_recv() {
+                Ok(cmd) => mailbox = self.mid_turn(cmd).await,
+                Err(_) => break,
+            }
+        }
+        let outcome = match outcome {
+            None => TurnOutcome::Cancelled,
+            Some(Err(e)) => TurnOutcome::Failed(e),
+            Some(Ok(())) => TurnOutcome::Completed,
+        };
+        // Host shutdown: no settlement, the session stays resumable.
+        let event = match self.done || self.stop.is_cancelled() {
+            true => EngineEvent::TurnAbandoned(outcome),
+            false => EngineEvent::TurnEnded(outcome),
+        };
+        self.feed(event).await;
+    }
+
+    fn clear_slot(&self) {
+        if let Ok(mut slot) = self.turn_slot.lock() {
+            *slot = None;
+        }
+    }
+
+    /// A command that arrived during the turn; false once the mailbox must wait (a release).
+    async fn mid_turn(&mut self, cmd: AgentCmd) -> bool {
+        match cmd {
+            AgentCmd::Release { .. } => {
+                self.cancel_turn();
+                self.feed(EngineEvent::Stop).await;
+                self.backlog.push_back(cmd);
+                false
+            }
+            AgentCmd::Deliver { .. }
+            | AgentCmd::Adopt(_)
+            | AgentCmd::Stop { .. }
+            | AgentCmd::Recover => {
+                self.handle(cmd).await;
+                true
+            }
+        }
+    }
+
+    /// An action the driver asked for during its turn.
+    async fn on_request(&mut self, request: TurnRequest, births: &mut FuturesUnordered<Birth>) {
+        let TurnRequest { action, reply } = request;
+        let id = self.reply_id(Pending::Action(reply));
+        match action {
+            TurnAction::Reply(text) => self.feed(EngineEvent::Replied { text, reply: id }).await,
+            TurnAction::Report { content, delivery } => {
+                let op = op_span!("report", self.shared.node());
+                op.record("session", &self.session)
+                    .record_opt("parent", self.header.parent_session())
+                    .record_opt("run", self.run.as_ref().map(|r| &r.run_id));
+                op.enter(self.feed(EngineEvent::Report {
+                    content,
+                    delivery,
+                    reply: id,
+                }))
+                .await;
+            }
+            TurnAction::Spawn(spec) => {
+                let shape = spec.shape;
+                let commands = self
+                    .engine
+                    .handle(EngineEvent::Spawn { shape, reply: id }, self.shared.now());
+                match self.exec(commands).await.birth {
+                    Some(Ok(())) => births.push(self.birth(*spec, id)),
+                    Some(Err(e)) => {
+                        let error = format!("spawn refused: the parent's log is not writable: {e}");
+                        self.feed(EngineEvent::BirthRefused { error, reply: id })
+                            .await
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// The birth of a child this agent asked for, in a `spawn` span (runs beside the task).
+    fn birth(&self, spec: crate::driver::ChildSpec, reply: u64) -> Birth {
+        let parent = ParentCtx {
+            header: self.header.clone(),
+            policy_view: self.policy_view,
+            preset: self.preset.clone(),
+        };
+        let shared = self.shared.clone();
+        let session = self.session.clone();
+        Box::pin(async move {
+            let shape = spec.shape;
+            let request_id = shared.mint.request();
+            let op = op_span!("spawn", shared.node());
+            op.record("parent", &session)
+                .record("shape", shape.as_str());
+            let outcome = op
+                .run(
+                    shared
+                        .clone()
+                        .spawn_child(parent, spec, request_id, None, false),
+                )
+                .await;
+            if let Ok(reply) = &outcome {
+                op.record("session", &reply.session)
+                    .record_opt("run", reply.run.as_ref());
+            }
+            (reply, shape, outcome)
+        })
+    }
+
+    async fn on_birth(&mut self, born: (u64, SubagentShape, Result<SpawnReply, HostError>)) {
+        let (reply, shape, outcome) = born;
+        let event = match outcome {
+            Ok(r) => EngineEvent::ChildBorn {
+                child: r.session,
+                shape,
+                node: r.node,
+                run: r.run,
+                result: r.result.and_then(|res| serde_json::to_value(res).ok()),
+                reply,
+            },
+            Err(e) => {
+                tracing::info!(session = %self.session, error = %e, "spawn refused");
+                EngineEvent::BirthRefused {
+                    error: e.to_string(),
+                    reply,
+                }
+            }
+        };
+        self.feed(event).await;
+    }
+}
+
+/// Runs the driver's turn, then the actions it returned, in order, through the same context
+/// (so they are done inside the turn, as if asked during it). A refused reply or report fails
+/// the turn; a refused spawn does not (it is in the log as feedback for the agent).
+async fn drive(driver: &mut dyn AgentDriver, input: TurnInput, ctx: TurnCtx) -> Result<(), String> {
+    let actions = driver
+        .turn_with(input, ctx.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    for action in actions {
+        match action {
+            DriverAction::Reply(text) => {
+                if let ActionOutcome::Refused(e) = ctx.act(TurnAction::Reply(text)).await {
+                    return Err(e);
+                }
+            }
+            DriverAction::Report { content, delivery } => {
+                if let ActionOutcome::Refused(e) =
+                    ctx.act(TurnAction::Report { content, delivery }).await
+                {
+                    return Err(e);
+                }
+            }
+            DriverAction::Spawn(spec) => {
+                ctx.act(TurnAction::Spawn(spec)).await;
+            }
+            DriverAction::WaitChildren => {}
+            DriverAction::SleepMs(ms) => {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await
+            }
+            DriverAction::Fail(reason) => return Err(reason),
+        }
+    }
+    Ok(())
+}
