@@ -14,7 +14,7 @@
 //! | kind | variant | data |
 //! |---|---|---|
 //! | `host/agent` | [`JournalEvent::HostAgent`] | `{agent, policy_view}`: what to run on cold resume |
-//! | `inbox/accepted` | [`JournalEvent::Accepted`] | `{message, wake, dedup_id}`: a message durably accepted |
+//! | `inbox/accepted` | [`JournalEvent::Accepted`] | `{message, wake, dedup_id, request_id?}`: a message durably accepted |
 //! | `turn/start` | [`JournalEvent::TurnStart`] | `{index, inputs}`: the log seqs a turn consumed |
 //! | `turn/user` | [`JournalEvent::TurnUser`] | `{text}`: each input as transcript text |
 //! | `turn/assistant` | [`JournalEvent::TurnAssistant`] | `{text}` |
@@ -96,10 +96,22 @@ pub struct Accepted {
     /// Whether it wakes the agent (a followup, a settlement, a `wakeup` report) or only waits
     /// for the next turn (a `quiet` report).
     pub wake: bool,
-    /// Its dedup id (`<child>-<seq>` for an inbox message, `followup-<request id>` for a
-    /// followup that carried one): accepted once, ever.
+    /// An inbox message's dedup id (`<child>-<seq>`, its `Nats-Msg-Id`): accepted once, ever.
     #[serde(default)]
     pub dedup_id: Option<String>,
+    /// A followup's request id, when its sender gave one (M3): a retry is recognised by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl Accepted {
+    /// The keys this message is accepted once under (its dedup id, its followup request id).
+    pub fn once_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.dedup_id
+            .iter()
+            .cloned()
+            .chain(self.request_id.iter().map(|r| format!("followup-{r}")))
+    }
 }
 
 /// One event of an agent's journal (see the module docs for the table).

@@ -24,7 +24,8 @@ use lineage_core::messages::Delivery;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{
-    AgentDriver, AgentSpec, BoxFuture, ChildSpec, DriverAction, DriverStart, TurnInput, TurnMessage,
+    ActionOutcome, AgentDriver, AgentSpec, BoxFuture, ChildSpec, DriverAction, DriverStart,
+    TurnAction, TurnCtx, TurnInput, TurnMessage,
 };
 use crate::error::HostError;
 
@@ -85,6 +86,10 @@ pub enum Step {
         #[serde(default)]
         tool_filter: Option<Vec<String>>,
     },
+    /// Reply with the outcome of this turn's last spawn, received inside the turn: a one-shot
+    /// child's output (its stop reason when it has none), `spawned <child>` for a continuable
+    /// child, `refused: <why>`, or `no spawn` (H1: actions during a turn).
+    ReplyResult,
     /// Do not finish before every owned child settled.
     WaitChildren,
     /// Simulated work.
@@ -149,6 +154,27 @@ impl Script {
     pub fn from_json(text: &str) -> Result<Self, HostError> {
         serde_json::from_str(text)
             .map_err(|e| HostError::BadRequest(format!("malformed script: {e}")))
+    }
+
+    /// The steps of one turn (what is done after the script's turns run out, as steps).
+    pub fn steps_for(&self, input: &TurnInput) -> Vec<Step> {
+        let index = usize::try_from(input.turn_index).unwrap_or(usize::MAX);
+        match self.turns.get(index) {
+            Some(steps) => steps.clone(),
+            None => match &self.after {
+                AfterScript::Reply { text } => vec![Step::Reply { text: text.clone() }],
+                AfterScript::Echo => vec![Step::Echo],
+                AfterScript::RepeatLast => match self.turns.last() {
+                    Some(steps) => steps.clone(),
+                    None => vec![Step::Reply {
+                        text: "done".to_owned(),
+                    }],
+                },
+                AfterScript::Fail { reason } => vec![Step::Fail {
+                    reason: reason.clone(),
+                }],
+            },
+        }
     }
 
     /// The actions of one turn: pure, deterministic.
@@ -216,9 +242,32 @@ fn step_action(step: &Step, input: &TurnInput) -> DriverAction {
             persona: persona.clone(),
             tool_filter: tool_filter.clone(),
         })),
+        // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
+        // a turn without a spawn gives.
+        Step::ReplyResult => DriverAction::Reply("no spawn".to_owned()),
         Step::WaitChildren => DriverAction::WaitChildren,
         Step::Sleep { ms } => DriverAction::SleepMs(*ms),
         Step::Fail { reason } => DriverAction::Fail(reason.clone()),
+    }
+}
+
+/// The text a `reply_result` step replies with.
+fn spawn_outcome_text(outcome: Option<&ActionOutcome>) -> String {
+    match outcome {
+        None => "no spawn".to_owned(),
+        Some(ActionOutcome::Born {
+            result: Some(result),
+            ..
+        }) => result
+            .output
+            .clone()
+            .unwrap_or_else(|| result.stop_reason.as_str().to_owned()),
+        Some(ActionOutcome::Born {
+            child,
+            result: None,
+        }) => format!("spawned {child}"),
+        Some(ActionOutcome::Refused(e)) => format!("refused: {e}"),
+        Some(ActionOutcome::Done) => "done".to_owned(),
     }
 }
 
@@ -251,6 +300,48 @@ impl AgentDriver for ScriptDriver {
     ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
         let actions = self.script.actions_for(&input);
         Box::pin(async move { Ok(actions) })
+    }
+
+    /// Runs the turn's actions through `ctx`, in order, so a step sees the outcome of the ones
+    /// before it (a `reply_result` after a spawn); a `fail` step ends the turn there.
+    fn turn_with<'a>(
+        &'a mut self,
+        input: TurnInput,
+        ctx: TurnCtx,
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+        let steps = self.script.steps_for(&input);
+        Box::pin(async move {
+            let mut last_spawn: Option<ActionOutcome> = None;
+            for step in steps {
+                let action = match &step {
+                    Step::ReplyResult => {
+                        DriverAction::Reply(spawn_outcome_text(last_spawn.as_ref()))
+                    }
+                    other => step_action(other, &input),
+                };
+                let outcome = match action {
+                    DriverAction::Reply(text) => ctx.act(TurnAction::Reply(text)).await,
+                    DriverAction::Report { content, delivery } => {
+                        ctx.act(TurnAction::Report { content, delivery }).await
+                    }
+                    DriverAction::Spawn(spec) => {
+                        let outcome = ctx.act(TurnAction::Spawn(spec)).await;
+                        last_spawn = Some(outcome);
+                        continue;
+                    }
+                    DriverAction::WaitChildren => continue,
+                    DriverAction::SleepMs(ms) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                        continue;
+                    }
+                    DriverAction::Fail(reason) => return Ok(vec![DriverAction::Fail(reason)]),
+                };
+                if let ActionOutcome::Refused(e) = outcome {
+                    return Ok(vec![DriverAction::Fail(e)]);
+                }
+            }
+            Ok(Vec::new())
+        })
     }
 
     fn cancel<'a>(&'a mut self) -> BoxFuture<'a, ()> {

@@ -290,6 +290,7 @@ impl Shared {
             },
             wake: true,
             dedup_id: None,
+            request_id: None,
         };
         let accepted = serde_json::to_value(&accepted)
             .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;

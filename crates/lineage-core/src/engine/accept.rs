@@ -19,11 +19,22 @@ impl AgentEngine {
         out: &mut Vec<EngineCommand>,
         now_ms: u64,
     ) {
-        if let Some(id) = &arrival.dedup_id {
-            if self.accepted.contains(id) {
-                out.push(self.answer(reply, Answer::Duplicate));
-                return;
-            }
+        let Arrival {
+            message,
+            wake,
+            dedup_id,
+            request_id,
+            settled_child,
+        } = arrival;
+        let record = Accepted {
+            message,
+            wake,
+            dedup_id,
+            request_id,
+        };
+        if record.once_keys().any(|k| self.accepted.contains(&k)) {
+            out.push(self.answer(reply, Answer::Duplicate));
+            return;
         }
         if let Some(act) = &self.activation {
             if act.state() == ActivationState::Settled {
@@ -31,29 +42,15 @@ impl AgentEngine {
                 return;
             }
         }
-        let Arrival {
-            message,
-            wake,
-            dedup_id,
-            settled_child,
-        } = arrival;
-        let seq = self.stage(
-            JournalEvent::Accepted(Accepted {
-                message: message.clone(),
-                wake,
-                dedup_id: dedup_id.clone(),
-            }),
-            out,
-        );
+        self.accepted.extend(record.once_keys());
+        let message = record.message.clone();
+        let seq = self.stage(JournalEvent::Accepted(record), out);
         let after_seq = self.flush(out);
         out.push(EngineCommand::Answer {
             reply,
             answer: Answer::Accepted,
             after_seq,
         });
-        if let Some(id) = dedup_id {
-            self.accepted.insert(id);
-        }
         if wake {
             self.wake.push_back((seq, message));
             self.queued(out, now_ms);

@@ -58,8 +58,10 @@ pub struct Arrival {
     pub message: TurnMessage,
     /// Whether it wakes the agent.
     pub wake: bool,
-    /// Accepted at most once under this id.
+    /// An inbox message's dedup id: accepted at most once under it.
     pub dedup_id: Option<String>,
+    /// A followup's request id: a retry with the same id is recognised (M3).
+    pub request_id: Option<String>,
     /// A settlement notice: the child that settled (an owned child is gone).
     pub settled_child: Option<SessionId>,
 }

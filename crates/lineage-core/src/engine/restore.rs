@@ -57,9 +57,7 @@ pub fn fold(
                 open_turn = None;
             }
             JournalEvent::Accepted(a) => {
-                if let Some(id) = &a.dedup_id {
-                    dedup.insert(id.clone());
-                }
+                dedup.extend(a.once_keys());
                 accepted.push((event.seq, a));
             }
             JournalEvent::ReportSent { seq, .. } | JournalEvent::SettledSent { seq, .. } => {

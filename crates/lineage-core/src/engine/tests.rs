@@ -27,7 +27,8 @@ fn user(text: &str, dedup: Option<&str>) -> EngineEvent {
                 content: text.into(),
             },
             wake: true,
-            dedup_id: dedup.map(str::to_owned),
+            dedup_id: None,
+            request_id: dedup.map(str::to_owned),
             settled_child: None,
         },
         reply: 7,
@@ -50,7 +51,7 @@ fn kinds(cmds: &[EngineCommand]) -> Vec<String> {
 #[test]
 fn m3_a_message_is_logged_and_durable_before_its_answer_and_a_retry_is_a_duplicate() {
     let mut e = engine(Some(SubagentShape::Continuable));
-    let cmds = e.handle(user("hi", Some("followup-r1")), 10);
+    let cmds = e.handle(user("hi", Some("r1")), 10);
     assert_eq!(
         kinds(&cmds),
         [
@@ -64,7 +65,7 @@ fn m3_a_message_is_logged_and_durable_before_its_answer_and_a_retry_is_a_duplica
         cmds[2],
         EngineCommand::Answer { after_seq: 4, .. }
     ));
-    let again = e.handle(user("hi", Some("followup-r1")), 11);
+    let again = e.handle(user("hi", Some("r1")), 11);
     assert_eq!(kinds(&again), ["answer Duplicate"]);
 }
 
@@ -78,7 +79,7 @@ fn m3_a_message_during_a_turn_is_accepted_at_once_and_is_the_next_turn() {
         ["stage turn/start", "stage turn/user", "Flush", "run 0"]
     );
     // Mid-turn: answered at once, no second turn while one runs.
-    let mid = e.handle(user("second", Some("followup-r2")), 3);
+    let mid = e.handle(user("second", Some("r2")), 3);
     assert_eq!(
         kinds(&mid),
         ["stage inbox/accepted", "Flush", "answer Accepted"]
@@ -229,6 +230,7 @@ fn k1_restore_closes_a_cut_short_turn_and_queues_what_no_turn_consumed() {
             },
             wake: true,
             dedup_id: Some(dedup.into()),
+            request_id: None,
         })
     };
     let log = vec![

@@ -483,7 +483,8 @@ fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u64>) {
             Arrival {
                 message: TurnMessage::User { content },
                 wake: true,
-                dedup_id: request_id.map(|r| format!("followup-{r}")),
+                dedup_id: None,
+                request_id: request_id.map(|r| r.to_string()),
                 settled_child: None,
             },
             None,
@@ -499,6 +500,7 @@ fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u64>) {
                         content: r.content,
                     },
                     dedup_id: Some(dedup),
+                    request_id: None,
                     settled_child: None,
                 },
                 InboxMessage::Settled(s) => Arrival {
@@ -508,6 +510,7 @@ fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u64>) {
                     },
                     wake: true,
                     dedup_id: Some(dedup),
+                    request_id: None,
                     settled_child: Some(s.sender_session_id),
                 },
             };
