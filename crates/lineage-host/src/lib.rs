@@ -9,14 +9,14 @@
 //!
 //! | module | what | ids |
 //! |---|---|---|
-//! | [`driver`] | the `AgentDriver` trait and `DriverAction` data | H1 |
+//! | [`driver`] | the `AgentDriver` trait, `DriverAction` data, `TurnCtx` (actions during a turn) | H1 |
 //! | [`script`] | the deterministic scripted driver | H1 |
 //! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio | H1 |
 //! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
 //! | [`clock`] | injected time ([`Clock`]) and id minting | |
 //! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
-//! | `agent` | one live agent: a task with driver, log, activation, queues | X2 |
+//! | `agent` | one live agent: a task executing `lineage_core::engine` commands; turns beside the mailbox | X2, M3 |
 //! | [`spawn`] | birth: depth, policy snapshot, header, register, creation window, start event | S1–S3, D2–D4, L1, C1–C3, P1, E1 |
 //! | [`settle`] | settlement: commit, end event, notice to the parent inbox | X2, M2, E1 |
 //! | [`report`] | reports and the durable inbox consumer | M1, N2 |
