@@ -11,7 +11,11 @@
 //! their kinds, for readers of a log.
 
 mod exec;
+mod mail;
 mod turn;
+
+use mail::arrival_of;
+pub(crate) use mail::{Delivered, Incoming};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -20,18 +24,18 @@ use lineage_bus::events::LogCursor;
 use lineage_bus::trace::TraceContext;
 use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::engine::restore::fold;
-use lineage_core::engine::{AgentEngine, Arrival, EngineEvent, EngineInit};
+use lineage_core::engine::{AgentEngine, EngineEvent, EngineInit};
 use lineage_core::header::{AgentPreset, SessionHeader};
-use lineage_core::ids::{RequestId, SessionId};
+use lineage_core::ids::SessionId;
 use lineage_core::log::SessionLog;
-use lineage_core::messages::{InboxMessage, StopReason, SubagentRunInfo};
+use lineage_core::messages::{StopReason, SubagentRunInfo};
 use lineage_core::policy::ParentPolicyView;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::control::OneShotResult;
-use crate::driver::{AgentDriver, AgentSpec, DriverStart, TurnMessage};
+use crate::driver::{AgentDriver, AgentSpec, DriverStart};
 use crate::error::HostError;
 use crate::host::{AgentHandle, Shared};
 
@@ -50,28 +54,6 @@ pub struct AgentRecord {
     /// The session's own policy view (what its children inherit).
     #[serde(default)]
     pub policy_view: ParentPolicyView,
-}
-
-/// What comes into an agent.
-#[derive(Debug)]
-pub(crate) enum Incoming {
-    /// A user message (followup), with its request id when the sender gave one (M3: a retry
-    /// with the same id is recognised).
-    User {
-        content: String,
-        request_id: Option<RequestId>,
-    },
-    /// A child's report or settlement from the durable inbox.
-    Inbox(InboxMessage),
-}
-
-/// How a delivered message was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Delivered {
-    /// Accepted into the log now.
-    Accepted,
-    /// Accepted before under the same dedup id: nothing added.
-    Duplicate,
 }
 
 /// A command to a live agent.
@@ -468,53 +450,6 @@ impl AgentTask {
                 tx,
                 self.stop.clone(),
             );
-        }
-    }
-}
-
-/// The engine's view of an incoming message, and an inbox message's lag (acceptance time minus
-/// its `at_ms`).
-fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u64>) {
-    match incoming {
-        Incoming::User {
-            content,
-            request_id,
-        } => (
-            Arrival {
-                message: TurnMessage::User { content },
-                wake: true,
-                dedup_id: None,
-                request_id: request_id.map(|r| r.to_string()),
-                settled_child: None,
-            },
-            None,
-        ),
-        Incoming::Inbox(msg) => {
-            let dedup = msg.dedup_id();
-            let lag = now_ms.saturating_sub(msg.at_ms());
-            let arrival = match msg {
-                InboxMessage::Report(r) => Arrival {
-                    wake: matches!(r.delivery, lineage_core::messages::Delivery::Wakeup),
-                    message: TurnMessage::SubagentReport {
-                        sender_session_id: r.sender_session_id,
-                        content: r.content,
-                    },
-                    dedup_id: Some(dedup),
-                    request_id: None,
-                    settled_child: None,
-                },
-                InboxMessage::Settled(s) => Arrival {
-                    message: TurnMessage::SubagentSettled {
-                        sender_session_id: s.sender_session_id.clone(),
-                        summary: s.summary.as_str().to_owned(),
-                    },
-                    wake: true,
-                    dedup_id: Some(dedup),
-                    request_id: None,
-                    settled_child: Some(s.sender_session_id),
-                },
-            };
-            (arrival, Some(lag))
         }
     }
 }
