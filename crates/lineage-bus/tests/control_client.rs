@@ -127,7 +127,12 @@ async fn n3_control_client_maps_replies_and_errors() {
 
     let err = client.followup(&followup("garbage")).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Internal);
-    assert!(err.message.starts_with("malformed reply on lineage.t.ctl.followup"), "{}", err.message);
+    assert!(
+        err.message
+            .starts_with("malformed reply on lineage.t.ctl.followup"),
+        "{}",
+        err.message
+    );
 
     let err = client
         .with_timeout(Duration::from_millis(300))
@@ -138,10 +143,18 @@ async fn n3_control_client_maps_replies_and_errors() {
     assert!(err.message.contains("within 300 ms"), "{}", err.message);
 
     // Nobody serves another cluster's subjects.
-    let other = ControlClient::new(nats.clone(), Subjects::new("u").unwrap(), Duration::from_secs(2));
+    let other = ControlClient::new(
+        nats.clone(),
+        Subjects::new("u").unwrap(),
+        Duration::from_secs(2),
+    );
     let err = other.status().await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Unavailable);
-    assert!(err.message.contains("nobody serves lineage.u.ctl.status"), "{}", err.message);
+    assert!(
+        err.message.contains("nobody serves lineage.u.ctl.status"),
+        "{}",
+        err.message
+    );
 
     // An op the responder does not know: its bad_request comes back as it was sent.
     let err = client
@@ -168,14 +181,22 @@ async fn n3_control_client_per_node_subjects_and_the_forwarded_header() {
     );
     let node = NodeId::parse("node-1").unwrap();
 
-    assert_eq!(client.status().await.unwrap().cluster, "lineage.t.ctl.status");
+    assert_eq!(
+        client.status().await.unwrap().cluster,
+        "lineage.t.ctl.status"
+    );
     let per_node = client.on(&node).status().await.unwrap();
     assert_eq!(per_node.cluster, "lineage.t.node.node-1.status");
     assert_eq!(per_node.live.len(), 1);
 
     // A client never marks its requests forwarded; a forwarding node sets the header.
     assert_eq!(
-        client.on(&node).followup(&followup("x")).await.unwrap().outcome,
+        client
+            .on(&node)
+            .followup(&followup("x"))
+            .await
+            .unwrap()
+            .outcome,
         FollowupOutcome::Delivered
     );
     let forwarded: FollowupReply = control::request_with(
@@ -217,5 +238,9 @@ async fn n3_control_client_per_node_subjects_and_the_forwarded_header() {
     .await
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::BadRequest);
-    assert!(err.message.contains("Lineage-Forwarded header"), "{}", err.message);
+    assert!(
+        err.message.contains("Lineage-Forwarded header"),
+        "{}",
+        err.message
+    );
 }

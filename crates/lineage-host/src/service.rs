@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::control::{
-    ops, AgentsRequest, Hop, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest,
+    ops, AgentsRequest, DrainRequest, FollowupRequest, Hop, InterruptRequest, ResumeRequest,
     SpawnRequest, StartRequest, StatusRequest, StopRequest,
 };
 use crate::error::HostError;

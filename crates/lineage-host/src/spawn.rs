@@ -535,7 +535,11 @@ impl Host {
 
     /// [`Host::spawn`] of a request that reached this node by `hop` (a forwarded one is never
     /// forwarded again).
-    pub async fn spawn_via(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
+    pub async fn spawn_via(
+        &self,
+        request: SpawnRequest,
+        hop: Hop,
+    ) -> Result<SpawnReply, HostError> {
         let op = op_span!("spawn", self.node());
         op.record_opt("parent", request.parent.as_ref())
             .record_opt("shape", request.shape.map(|s| s.as_str()));

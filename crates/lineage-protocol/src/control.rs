@@ -560,9 +560,8 @@ mod tests {
         assert_eq!(with.progress.as_ref().map(DrainId::as_str), Some("d-1"));
         for bad in ["a.b", "*", ">", "", "a b"] {
             let body = serde_json::json!({"roots": [ROOT], "progress": bad}).to_string();
-            let err =
-                crate::envelope::decode_request::<DrainRequest>("drain", body.as_bytes())
-                    .unwrap_err();
+            let err = crate::envelope::decode_request::<DrainRequest>("drain", body.as_bytes())
+                .unwrap_err();
             assert_eq!(err.code, crate::envelope::ErrorCode::BadRequest);
             assert!(err.message.contains("drain id"), "{}", err.message);
             assert!(!err.message.contains('\n'), "{}", err.message);

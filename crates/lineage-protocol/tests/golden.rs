@@ -159,7 +159,10 @@ fn m3_followup_bodies_are_pinned() {
         content: "more".into(),
         request_id: None,
     };
-    pin(&without, &format!(r#"{{"session":"{A}","content":"more"}}"#));
+    pin(
+        &without,
+        &format!(r#"{{"session":"{A}","content":"more"}}"#),
+    );
     let with = FollowupRequest {
         request_id: Some(RequestId::parse(R).unwrap()),
         ..without
@@ -170,7 +173,10 @@ fn m3_followup_bodies_are_pinned() {
     );
     for (outcome, word) in [
         (FollowupOutcome::Delivered, "delivered"),
-        (FollowupOutcome::ResumedAndDelivered, "resumed_and_delivered"),
+        (
+            FollowupOutcome::ResumedAndDelivered,
+            "resumed_and_delivered",
+        ),
         (FollowupOutcome::AlreadyDelivered, "already_delivered"),
     ] {
         pin(
@@ -403,7 +409,11 @@ fn h1_script_language_is_pinned() {
         }
     );
     let err = Script::from_json(r#"{"turns":[],"bogus":1}"#).unwrap_err();
-    assert!(err.to_string().starts_with("malformed script: unknown field `bogus`"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("malformed script: unknown field `bogus`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -433,8 +443,7 @@ fn n3_envelopes_are_pinned() {
 fn n3_routing_is_a_header_and_a_legacy_forwarded_field_is_dropped() {
     let body = format!(r#"{{"session":"{A}","content":"x"}}"#);
     let (r, hop) =
-        decode_routed_request::<FollowupRequest>("followup", body.as_bytes(), Hop::Client)
-            .unwrap();
+        decode_routed_request::<FollowupRequest>("followup", body.as_bytes(), Hop::Client).unwrap();
     assert_eq!((r.content.as_str(), hop), ("x", Hop::Client));
     let (_, hop) =
         decode_routed_request::<FollowupRequest>("followup", body.as_bytes(), Hop::Forwarded)
@@ -447,7 +456,9 @@ fn n3_routing_is_a_header_and_a_legacy_forwarded_field_is_dropped() {
             .unwrap();
     assert_eq!((r.session, hop), (sid(A), Hop::Client));
     // An older node forwarding said so in the body: it still counts as forwarded.
-    let old_node = format!(r#"{{"target":"{B}","authority":{{"kind":"ancestor","session":"{A}"}},"forwarded":true}}"#);
+    let old_node = format!(
+        r#"{{"target":"{B}","authority":{{"kind":"ancestor","session":"{A}"}},"forwarded":true}}"#
+    );
     let (_, hop) =
         decode_routed_request::<InterruptRequest>("interrupt", old_node.as_bytes(), Hop::Client)
             .unwrap();
@@ -457,16 +468,27 @@ fn n3_routing_is_a_header_and_a_legacy_forwarded_field_is_dropped() {
     let err = decode_routed_request::<FollowupRequest>("followup", bad.as_bytes(), Hop::Client)
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::BadRequest);
-    assert!(err.message.contains("Lineage-Forwarded header"), "{}", err.message);
+    assert!(
+        err.message.contains("Lineage-Forwarded header"),
+        "{}",
+        err.message
+    );
     // The plain decoder (per-node ops) still refuses the field: it is not part of any body.
     let err = decode_request::<FollowupRequest>("followup", old_client.as_bytes()).unwrap_err();
-    assert!(err.message.contains("unknown field `forwarded`"), "{}", err.message);
+    assert!(
+        err.message.contains("unknown field `forwarded`"),
+        "{}",
+        err.message
+    );
     // A prompt that merely mentions the word is not the field.
     let prompt = format!(r#"{{"session":"{A}","content":"\"forwarded\": yes"}}"#);
     let (r, hop) =
         decode_routed_request::<FollowupRequest>("followup", prompt.as_bytes(), Hop::Client)
             .unwrap();
-    assert_eq!((r.content.as_str(), hop), (r#""forwarded": yes"#, Hop::Client));
+    assert_eq!(
+        (r.content.as_str(), hop),
+        (r#""forwarded": yes"#, Hop::Client)
+    );
     // Header values: only `1` means forwarded.
     assert_eq!(Hop::from_header(Some("1")), Hop::Forwarded);
     assert_eq!(Hop::from_header(Some("0")), Hop::Client);

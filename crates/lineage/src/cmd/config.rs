@@ -31,4 +31,3 @@ pub(crate) fn show(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), C
     }
     Ok(())
 }
-

@@ -59,4 +59,3 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     }
     Ok(())
 }
-

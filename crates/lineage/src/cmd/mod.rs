@@ -243,4 +243,3 @@ pub(crate) fn read_script(raw: &str) -> Result<Script, ControlError> {
         })
     }
 }
-

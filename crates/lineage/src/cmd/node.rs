@@ -29,4 +29,3 @@ pub(crate) async fn run(g: &Global, file: Option<std::path::PathBuf>) -> Result<
     telemetry.shutdown().await;
     outcome
 }
-

@@ -192,4 +192,3 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     }
     Ok(())
 }
-

@@ -91,4 +91,3 @@ pub(crate) fn describe_event(
         .unwrap_or_default();
     (what, who, detail)
 }
-
