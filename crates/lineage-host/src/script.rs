@@ -146,6 +146,8 @@ impl AgentDriver for ScriptDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lineage_core::descriptor::SubagentShape;
+    use lineage_core::messages::Delivery;
 
     fn input(turn_index: u64, texts: &[&str]) -> TurnInput {
         TurnInput {
