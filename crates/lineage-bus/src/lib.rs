@@ -10,7 +10,8 @@
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
 //! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
-//! | [`control`] | the `lineage` NATS micro service's requests and replies | N3 |
+//! | [`control`] | the control request helper over NATS; envelope and codes re-exported from `lineage_protocol` | N3 |
+//! | [`client`] | [`ControlClient`]: one typed method per control op, node-wide or per node | N3, O3 |
 //! | [`trace`] | W3C `traceparent`: format, strict parse, the task-local current context | O2 |
 //! | [`error`] | [`BusError`], the crate's one error enum | |
 //!
@@ -19,6 +20,7 @@
 
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod connect;
 pub mod control;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod streams;
 pub mod subjects;
 pub mod trace;
 
+pub use client::ControlClient;
 pub use error::BusError;
 pub use streams::StreamOptions;
 pub use subjects::Subjects;

@@ -53,28 +53,8 @@ pub struct ChildSpec {
     pub tool_filter: Option<Vec<String>>,
 }
 
-/// What kind of agent a session runs: the provider in its descriptor (P1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "driver", rename_all = "kebab-case")]
-pub enum AgentSpec {
-    /// The deterministic scripted agent.
-    Script {
-        /// The script.
-        script: crate::script::Script,
-    },
-    /// An ACP agent subprocess from a raw command line: refused unless the hosting node sets
-    /// `agents.allow_raw_commands` (T4).
-    Acp {
-        /// Program and arguments.
-        command: Vec<String>,
-    },
-    /// A profile of the hosting node's config (`[agents.<name>]`, T4): the node decides what
-    /// runs.
-    Profile {
-        /// The profile's name.
-        profile: String,
-    },
-}
+/// What kind of agent a session runs (P1): defined with the wire bodies in `lineage_protocol`.
+pub use lineage_protocol::agent::AgentSpec;
 
 /// What a driver asks the host to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_registry::types::SessionState;
 
 use crate::agent::{AgentCmd, Delivered, Incoming};
-use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, ResumeOutcome};
+use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, Hop, ResumeOutcome};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
 use crate::telemetry::op_span;
@@ -36,6 +36,7 @@ impl Shared {
     pub(crate) async fn followup(
         self: &Arc<Self>,
         request: FollowupRequest,
+        hop: Hop,
     ) -> Result<FollowupReply, HostError> {
         self.check_running()?;
         let session = request.session.clone();
@@ -66,14 +67,12 @@ impl Shared {
         if record.is_one_shot() {
             return Err(one_shot(&session));
         }
-        if let Some(node) = self.forward_target(&record, request.forwarded).await? {
-            let mut forwarded = request.clone();
-            forwarded.forwarded = true;
+        if let Some(node) = self.forward_target(&record, hop.is_forwarded()).await? {
             return self
-                .node_request(
+                .forward(
                     &node,
                     crate::control::ops::FOLLOWUP,
-                    &forwarded,
+                    &request,
                     self.cfg.request_timeout,
                 )
                 .await;
@@ -119,10 +118,20 @@ fn one_shot(session: &lineage_core::ids::SessionId) -> HostError {
 }
 
 impl Host {
-    /// `followup` (M3), in a `followup` span.
+    /// `followup` (M3) from a client, in a `followup` span.
     pub async fn followup(&self, request: FollowupRequest) -> Result<FollowupReply, HostError> {
+        self.followup_via(request, Hop::Client).await
+    }
+
+    /// `followup` (M3) that reached this node by `hop` (a forwarded one is never forwarded
+    /// again), in a `followup` span.
+    pub async fn followup_via(
+        &self,
+        request: FollowupRequest,
+        hop: Hop,
+    ) -> Result<FollowupReply, HostError> {
         let op = op_span!("followup", self.node());
         op.record("session", &request.session);
-        op.run(self.shared.followup(request)).await
+        op.run(self.shared.followup(request, hop)).await
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use lineage_core::authority::{check_interrupt_authority, Ancestry, InterruptAuthority};
 use lineage_core::ids::SessionId;
 
-use crate::control::{InterruptOutcome, InterruptReply, InterruptRequest};
+use crate::control::{Hop, InterruptOutcome, InterruptReply, InterruptRequest};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
 use crate::telemetry::op_span;
@@ -40,6 +40,7 @@ impl Shared {
     pub(crate) async fn interrupt(
         self: &Arc<Self>,
         request: InterruptRequest,
+        hop: Hop,
     ) -> Result<InterruptReply, HostError> {
         let target = request.target.clone();
         let record = self
@@ -104,14 +105,12 @@ impl Shared {
                 },
             });
         }
-        if let Some(node) = self.forward_target(&record, request.forwarded).await? {
-            let mut forwarded = request.clone();
-            forwarded.forwarded = true;
+        if let Some(node) = self.forward_target(&record, hop.is_forwarded()).await? {
             return self
-                .node_request(
+                .forward(
                     &node,
                     crate::control::ops::INTERRUPT,
-                    &forwarded,
+                    &request,
                     self.cfg.request_timeout,
                 )
                 .await;
@@ -128,8 +127,18 @@ impl Host {
     /// `interrupt` (M4): refused (`NotAuthorized`, nothing changes) unless the authority holds.
     /// Runs in an `interrupt` span (`session`: the target).
     pub async fn interrupt(&self, request: InterruptRequest) -> Result<InterruptReply, HostError> {
+        self.interrupt_via(request, Hop::Client).await
+    }
+
+    /// [`Host::interrupt`] of a request that reached this node by `hop` (a forwarded one is
+    /// never forwarded again).
+    pub async fn interrupt_via(
+        &self,
+        request: InterruptRequest,
+        hop: Hop,
+    ) -> Result<InterruptReply, HostError> {
         let op = op_span!("interrupt", self.node());
         op.record("session", &request.target);
-        op.run(self.shared.interrupt(request)).await
+        op.run(self.shared.interrupt(request, hop)).await
     }
 }

@@ -10,7 +10,7 @@
 //! | module | what | ids |
 //! |---|---|---|
 //! | [`driver`] | the `AgentDriver` trait, `DriverAction` data, `TurnCtx` (actions during a turn) | H1 |
-//! | [`script`] | the deterministic scripted driver | H1 |
+//! | [`script`] | the deterministic scripted driver (the script's data types are `lineage_protocol::script`) | H1 |
 //! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio | H1 |
 //! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
@@ -25,8 +25,8 @@
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
-//! | [`control`] | request/reply bodies of the `lineage` service | N3 |
-//! | [`service`] | the `lineage` NATS micro service | N3, O3 |
+//! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
+//! | [`service`] | the `lineage` NATS micro service; reads the `Lineage-Forwarded` header, forwards with it | N3, O3 |
 //! | [`telemetry`] | operation spans with W3C trace context; [`HostMetrics`] counters | O2 |
 //! | [`error`] | [`HostError`], the crate's one error enum | |
 

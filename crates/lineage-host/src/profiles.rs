@@ -20,25 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::driver::AgentSpec;
 use crate::error::HostError;
 
-/// Which driver a profile runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProfileDriver {
-    /// The scripted agent (no process).
-    Script,
-    /// An Agent Client Protocol agent subprocess on stdio.
-    Acp,
-}
-
-impl ProfileDriver {
-    /// `script` or `acp`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProfileDriver::Script => "script",
-            ProfileDriver::Acp => "acp",
-        }
-    }
-}
+pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 
 /// One `[agents.<name>]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,19 +125,6 @@ pub struct AcpLaunch {
     pub prompt_timeout_ms: u64,
     /// Whether the agent gets the delegation tools.
     pub tools: bool,
-}
-
-/// One profile as `lineage agents` shows it: no command line, no environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProfileInfo {
-    /// The name a spawn uses.
-    pub name: String,
-    /// `script` or `acp`.
-    pub driver: ProfileDriver,
-    /// Whether it gets the delegation tools.
-    pub tools: bool,
-    /// The operator's description.
-    pub description: String,
 }
 
 /// Variables every ACP agent gets from the node when set there (a program needs a `PATH` to

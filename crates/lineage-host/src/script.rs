@@ -2,7 +2,7 @@
 //!
 //! A [`Script`] is a list of turns, each a list of [`Step`]s, plus what to do once the turns run
 //! out ([`AfterScript`], by default: reply `"done"`). Interpretation is pure: turn `i` gives the
-//! same [`DriverAction`]s every time ([`Script::actions_for`]), so a cold-resumed scripted agent
+//! same [`DriverAction`]s every time ([`ScriptActions::actions_for`]), so a cold-resumed scripted agent
 //! continues exactly where it left off (the turn index counts every turn ever taken).
 //!
 //! JSON (TOML is the same shape):
@@ -18,146 +18,24 @@
 //!  "after": {"do": "reply", "text": "done"}}
 //! ```
 
-use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::NodeId;
-use lineage_core::messages::Delivery;
-use serde::{Deserialize, Serialize};
-
 use crate::driver::{
     ActionOutcome, AgentDriver, AgentSpec, BoxFuture, ChildSpec, DriverAction, DriverStart,
     TurnAction, TurnCtx, TurnInput, TurnMessage,
 };
 use crate::error::HostError;
 
-/// The provider name of scripted agents in descriptors (P1).
-pub const SCRIPT_PROVIDER: &str = "script";
+pub use lineage_protocol::script::{AfterScript, Script, Step, SCRIPT_PROVIDER};
 
-/// A scripted agent: turns of steps, then [`AfterScript`].
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Script {
-    /// Turn `i` runs `turns[i]`.
-    #[serde(default)]
-    pub turns: Vec<Vec<Step>>,
-    /// What every turn past the end does.
-    #[serde(default)]
-    pub after: AfterScript,
-}
-
-/// One step of a scripted turn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Step {
-    /// Reply with this text.
-    Reply {
-        /// The assistant text.
-        text: String,
-    },
-    /// Reply with the text of this turn's input messages, joined by newlines (handy in tests).
-    Echo,
-    /// Report to the direct parent (M1).
-    Report {
-        /// The text.
-        content: String,
-        /// `quiet` (default) or `wakeup`.
-        #[serde(default = "quiet")]
-        delivery: Delivery,
-    },
-    /// Spawn a child.
-    Spawn {
-        /// `one-shot` or `continuable`.
-        shape: SubagentShape,
-        /// The child's agent; a scripted child that replies "done" when absent.
-        #[serde(default)]
-        agent: Option<Box<AgentSpec>>,
-        /// The first user message.
-        #[serde(default)]
-        prompt: String,
-        /// Preferred node.
-        #[serde(default)]
-        node: Option<NodeId>,
-        /// A human label.
-        #[serde(default)]
-        label: Option<String>,
-        /// Persona (C1).
-        #[serde(default)]
-        persona: Option<String>,
-        /// Tool filter (C1).
-        #[serde(default)]
-        tool_filter: Option<Vec<String>>,
-    },
-    /// Reply with the outcome of this turn's last spawn, received inside the turn: a one-shot
-    /// child's output (its stop reason when it has none), `spawned <child>` for a continuable
-    /// child, `refused: <why>`, or `no spawn` (H1: actions during a turn).
-    ReplyResult,
-    /// Do not finish before every owned child settled.
-    WaitChildren,
-    /// Simulated work.
-    Sleep {
-        /// Milliseconds.
-        ms: u64,
-    },
-    /// The turn fails.
-    Fail {
-        /// Why.
-        reason: String,
-    },
-}
-
-fn quiet() -> Delivery {
-    Delivery::Quiet
-}
-
-/// What a scripted agent does once its turns are used up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
-pub enum AfterScript {
-    /// Reply with this text (default: `"done"`).
-    Reply {
-        /// The text.
-        text: String,
-    },
-    /// Reply with the input, like [`Step::Echo`].
-    Echo,
-    /// Repeat the last scripted turn (reply `"done"` if there is none).
-    RepeatLast,
-    /// Fail every further turn.
-    Fail {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl Default for AfterScript {
-    fn default() -> Self {
-        AfterScript::Reply {
-            text: "done".to_owned(),
-        }
-    }
-}
-
-impl Script {
-    /// A script whose every turn replies with its input (what a `script` profile runs).
-    pub fn echo() -> Self {
-        Script {
-            turns: Vec::new(),
-            after: AfterScript::Echo,
-        }
-    }
-
-    /// A script whose every turn replies `"done"`.
-    pub fn done() -> Self {
-        Script::default()
-    }
-
-    /// Parses a script from JSON, refusing unknown fields with a one-line error.
-    pub fn from_json(text: &str) -> Result<Self, HostError> {
-        serde_json::from_str(text)
-            .map_err(|e| HostError::BadRequest(format!("malformed script: {e}")))
-    }
-
+/// The interpretation of a [`Script`] (its data is `lineage_protocol::script`).
+pub trait ScriptActions {
+    /// The actions of one turn: pure, deterministic.
+    fn actions_for(&self, input: &TurnInput) -> Vec<DriverAction>;
     /// The steps of one turn (what is done after the script's turns run out, as steps).
-    pub fn steps_for(&self, input: &TurnInput) -> Vec<Step> {
+    fn steps_for(&self, input: &TurnInput) -> Vec<Step>;
+}
+
+impl ScriptActions for Script {
+    fn steps_for(&self, input: &TurnInput) -> Vec<Step> {
         let index = usize::try_from(input.turn_index).unwrap_or(usize::MAX);
         match self.turns.get(index) {
             Some(steps) => steps.clone(),
@@ -177,8 +55,7 @@ impl Script {
         }
     }
 
-    /// The actions of one turn: pure, deterministic.
-    pub fn actions_for(&self, input: &TurnInput) -> Vec<DriverAction> {
+    fn actions_for(&self, input: &TurnInput) -> Vec<DriverAction> {
         let index = usize::try_from(input.turn_index).unwrap_or(usize::MAX);
         match self.turns.get(index) {
             Some(steps) => steps.iter().map(|s| step_action(s, input)).collect(),
@@ -325,8 +202,7 @@ impl AgentDriver for ScriptDriver {
                         ctx.act(TurnAction::Report { content, delivery }).await
                     }
                     DriverAction::Spawn(spec) => {
-                        let outcome = ctx.act(TurnAction::Spawn(spec)).await;
-                        last_spawn = Some(outcome);
+                        last_spawn = Some(ctx.act(TurnAction::Spawn(spec)).await);
                         continue;
                     }
                     DriverAction::WaitChildren => continue,
@@ -357,6 +233,8 @@ impl AgentDriver for ScriptDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lineage_core::descriptor::SubagentShape;
+    use lineage_core::messages::Delivery;
 
     fn input(turn_index: u64, texts: &[&str]) -> TurnInput {
         TurnInput {

@@ -11,20 +11,30 @@
 //! nothing; no handler panics on input. Each request runs in its own task, so a long one-shot
 //! run does not hold up other requests. A valid `traceparent` header on a request becomes the
 //! parent of the operation's span ([`crate::telemetry`]); an invalid one is ignored.
+//!
+//! Routing is a header, not a body field: a node that forwards a `spawn`, `followup` or
+//! `interrupt` to the node hosting the session sets `Lineage-Forwarded: 1`
+//! ([`Shared::forward`]), and a request carrying it is served where it lands, never forwarded
+//! again ([`Hop`]). A body from an older client or node that still carries the retired
+//! `"forwarded"` field is accepted: the field is dropped, and `true` counts as the header
+//! (`lineage_protocol::envelope::decode_routed_request`).
 
 use futures::StreamExt;
-use lineage_bus::control::{decode_request, encode_reply, ControlError, SERVICE_NAME};
+use lineage_bus::control::{
+    decode_request, decode_routed_request, encode_reply, ControlError, FORWARDED_HEADER,
+    SERVICE_NAME,
+};
 use lineage_bus::trace::TraceContext;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::control::{
-    ops, AgentsRequest, DrainRequest, FollowupRequest, InterruptRequest, ResumeRequest,
+    ops, AgentsRequest, DrainRequest, FollowupRequest, Hop, InterruptRequest, ResumeRequest,
     SpawnRequest, StartRequest, StatusRequest, StopRequest,
 };
 use crate::error::HostError;
-use crate::host::Host;
+use crate::host::{Host, Shared};
 
 /// The running service. It runs until the host's shutdown token is cancelled or
 /// [`ServiceHandle::stop`] is called; dropping the handle does not stop it.
@@ -140,10 +150,16 @@ fn run_endpoint(
             let host = host.clone();
             tokio::spawn(async move {
                 // The caller's trace context: the operation's span continues its trace.
-                let remote = TraceContext::from_headers(request.message.headers.as_ref());
+                let headers = request.message.headers.as_ref();
+                let remote = TraceContext::from_headers(headers);
+                let hop = Hop::from_header(
+                    headers
+                        .and_then(|h| h.get(FORWARDED_HEADER))
+                        .map(|v| v.as_str()),
+                );
                 let body = lineage_bus::trace::maybe_scope(
                     remote,
-                    Box::pin(handle(&host, op, &request.message.payload)),
+                    Box::pin(handle_via(&host, op, &request.message.payload, hop)),
                 )
                 .await;
                 if let Err(e) = request.respond(Ok(body.into())).await {
@@ -162,8 +178,22 @@ fn reply<T: Serialize>(outcome: Result<T, HostError>) -> Vec<u8> {
     encode_reply(&outcome.map_err(|e| e.to_control()))
 }
 
-/// Handles one request body for `op` and returns the reply body (always an envelope).
+/// Handles one request body for `op` from a client and returns the reply body (always an
+/// envelope).
 pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
+    handle_via(host, op, body, Hop::Client).await
+}
+
+/// [`handle`] of a request that reached this node by `hop` (the `Lineage-Forwarded` header).
+pub async fn handle_via(host: &Host, op: &str, body: &[u8], hop: Hop) -> Vec<u8> {
+    macro_rules! routed {
+        ($ty:ty, |$req:ident, $hop:ident| $call:expr) => {
+            match decode_routed_request::<$ty>(op, body, hop) {
+                Ok(($req, $hop)) => reply(Box::pin($call).await),
+                Err(e) => encode_reply::<()>(&Err(e)),
+            }
+        };
+    }
     macro_rules! run {
         ($ty:ty, |$req:ident| $call:expr) => {
             match parse::<$ty>(op, body) {
@@ -174,9 +204,9 @@ pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
         };
     }
     match op {
-        ops::SPAWN => run!(SpawnRequest, |r| host.spawn(r)),
-        ops::FOLLOWUP => run!(FollowupRequest, |r| host.followup(r)),
-        ops::INTERRUPT => run!(InterruptRequest, |r| host.interrupt(r)),
+        ops::SPAWN => routed!(SpawnRequest, |r, h| host.spawn_via(r, h)),
+        ops::FOLLOWUP => routed!(FollowupRequest, |r, h| host.followup_via(r, h)),
+        ops::INTERRUPT => routed!(InterruptRequest, |r, h| host.interrupt_via(r, h)),
         ops::DRAIN => run!(DrainRequest, |r| host.drain_with_progress(r.roots, r.progress)),
         ops::RESUME => run!(ResumeRequest, |r| host.resume(r.session)),
         ops::STATUS => run!(StatusRequest, |_r| async { Ok::<_, HostError>(host.status()) }),
@@ -192,5 +222,32 @@ pub async fn handle(host: &Host, op: &str, body: &[u8]) -> Vec<u8> {
             lineage_bus::control::ErrorCode::BadRequest,
             format!("unknown op {other:?}; use one of spawn, followup, interrupt, drain, resume, status"),
         ))),
+    }
+}
+
+impl Shared {
+    /// Forwards a request to `node`, the node hosting its session, with `Lineage-Forwarded: 1`
+    /// (and the current trace context): that node serves it and never forwards it again.
+    pub(crate) async fn forward<Req: Serialize, Res: DeserializeOwned>(
+        &self,
+        node: &lineage_core::ids::NodeId,
+        op: &str,
+        body: &Req,
+        timeout: std::time::Duration,
+    ) -> Result<Res, HostError> {
+        let subject = self.cfg.subjects.node_control(node, op);
+        lineage_bus::control::request_with(
+            &self.nats,
+            subject,
+            body,
+            timeout,
+            lineage_bus::trace::current(),
+            Hop::Forwarded,
+        )
+        .await
+        .map_err(|e: ControlError| match e.code {
+            lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
+            _ => HostError::Remote(e),
+        })
     }
 }

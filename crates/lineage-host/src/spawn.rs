@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 use crate::agent::{
     launch, Accepted, AgentCmd, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT,
 };
-use crate::control::{OneShotResult, SpawnReply, SpawnRequest, StartRequest};
+use crate::control::{Hop, OneShotResult, SpawnReply, SpawnRequest, StartRequest};
 use crate::driver::ChildSpec;
 use crate::driver::TurnMessage;
 use crate::error::HostError;
@@ -465,10 +465,20 @@ impl Host {
     /// be live on this node (the service forwards to the node that hosts it). Runs in a `spawn`
     /// span (see [`crate::telemetry`]).
     pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnReply, HostError> {
+        self.spawn_via(request, Hop::Client).await
+    }
+
+    /// [`Host::spawn`] of a request that reached this node by `hop` (a forwarded one is never
+    /// forwarded again).
+    pub async fn spawn_via(
+        &self,
+        request: SpawnRequest,
+        hop: Hop,
+    ) -> Result<SpawnReply, HostError> {
         let op = op_span!("spawn", self.node());
         op.record_opt("parent", request.parent.as_ref())
             .record_opt("shape", request.shape.map(|s| s.as_str()));
-        let reply = op.run(self.spawn_inner(request)).await;
+        let reply = op.run(self.spawn_inner(request, hop)).await;
         if let Ok(reply) = &reply {
             op.record("session", &reply.session)
                 .record_opt("run", reply.run.as_ref());
@@ -476,7 +486,7 @@ impl Host {
         reply
     }
 
-    async fn spawn_inner(&self, request: SpawnRequest) -> Result<SpawnReply, HostError> {
+    async fn spawn_inner(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
         let max_depth = match &request.max_depth {
             Some(v) => Some(lineage_core::depth::validate_max_depth(v)?),
             None => None,
@@ -486,7 +496,7 @@ impl Host {
         };
         let handle = self.shared.handle(&parent);
         let Some(handle) = handle else {
-            return self.spawn_elsewhere(parent, request).await;
+            return self.spawn_elsewhere(parent, request, hop).await;
         };
         let shape = request.shape.ok_or_else(|| {
             HostError::BadRequest("a child spawn needs a shape: one-shot or continuable".to_owned())
@@ -521,7 +531,8 @@ impl Host {
     async fn spawn_elsewhere(
         &self,
         parent: SessionId,
-        mut request: SpawnRequest,
+        request: SpawnRequest,
+        hop: Hop,
     ) -> Result<SpawnReply, HostError> {
         let record = self
             .shared
@@ -542,20 +553,19 @@ impl Host {
         }
         let node = record.placement.map(|p| p.node);
         match node {
-            Some(node) if !request.forwarded && node != self.shared.cfg.node => {
+            Some(node) if !hop.is_forwarded() && node != self.shared.cfg.node => {
                 if !self.shared.node_alive(&node).await? {
                     return Err(HostError::NotLive {
                         session: parent.to_string(),
                         node: node.to_string(),
                     });
                 }
-                request.forwarded = true;
                 let timeout = match request.shape {
                     Some(SubagentShape::OneShot) => self.shared.cfg.one_shot_timeout,
                     Some(SubagentShape::Continuable) | None => self.shared.cfg.request_timeout,
                 };
                 self.shared
-                    .node_request(&node, crate::control::ops::SPAWN, &request, timeout)
+                    .forward(&node, crate::control::ops::SPAWN, &request, timeout)
                     .await
             }
             Some(_) | None => Err(self.shared.not_live(&parent)),

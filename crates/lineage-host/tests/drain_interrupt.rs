@@ -176,7 +176,6 @@ async fn m4_interrupt_is_refused_for_a_sibling_and_allowed_for_the_parent() {
             authority: InterruptAuthority::Ancestor {
                 session: s2.session.clone(),
             },
-            forwarded: false,
         })
         .await
         .unwrap_err();
@@ -191,7 +190,6 @@ async fn m4_interrupt_is_refused_for_a_sibling_and_allowed_for_the_parent() {
             authority: InterruptAuthority::User {
                 parent_session_id: s2.session.clone(),
             },
-            forwarded: false,
         })
         .await;
     assert!(wrong_user.is_err());
@@ -209,7 +207,6 @@ async fn m4_interrupt_is_refused_for_a_sibling_and_allowed_for_the_parent() {
             authority: InterruptAuthority::User {
                 parent_session_id: root.session.clone(),
             },
-            forwarded: false,
         })
         .await
         .unwrap();

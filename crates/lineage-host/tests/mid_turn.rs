@@ -14,7 +14,6 @@ fn followup(session: &lineage_core::ids::SessionId, text: &str, id: &str) -> Fol
         session: session.clone(),
         content: text.into(),
         request_id: Some(RequestId::parse(id).unwrap()),
-        forwarded: false,
     }
 }
 
@@ -59,7 +58,6 @@ async fn m3_a_followup_mid_turn_is_answered_before_the_turn_ends_and_a_retry_is_
         authority: lineage_core::authority::InterruptAuthority::Ancestor {
             session: root.clone(),
         },
-        forwarded: false,
     })
     .await
     .unwrap();

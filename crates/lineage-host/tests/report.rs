@@ -118,7 +118,6 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
             session: child.session.clone(),
             content: "go on".into(),
             request_id: None,
-            forwarded: false,
         })
         .await
         .unwrap();

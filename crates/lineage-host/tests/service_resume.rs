@@ -138,7 +138,6 @@ async fn k1_cold_child_resumes_on_another_node_without_owner_and_still_reports_h
             session: child.session.clone(),
             content: "continue".into(),
             request_id: None,
-            forwarded: false,
         },
         Duration::from_secs(10),
     )

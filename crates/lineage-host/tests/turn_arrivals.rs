@@ -23,7 +23,6 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
             session: child.clone(),
             content: "second".into(),
             request_id: None,
-            forwarded: false,
         })
         .await
         .unwrap();
@@ -92,7 +91,6 @@ async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
                 session: child.clone(),
                 content: format!("n{i}"),
                 request_id: None,
-                forwarded: false,
             })
             .await;
         match reply {

@@ -69,7 +69,7 @@ pub async fn nats_round_trips(
     client: &async_nats::Client,
     n: usize,
 ) -> Result<Samples, ControlError> {
-    let subject = format!("lineage.bench.echo.{}", crate::commands::now_ms());
+    let subject = format!("lineage.bench.echo.{}", crate::cmd::now_ms());
     let mut sub = client
         .subscribe(subject.clone())
         .await

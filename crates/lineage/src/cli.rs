@@ -1,8 +1,9 @@
-//! clap definitions. Every verb's `--help` ends with an example.
+//! clap definitions: the global flags and the verbs. Every verb's `--help` ends with an example;
+//! each verb's own arguments live with its `run` in [`crate::cmd`].
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 /// lineage: a distributed coordinator for agents that spawn child agents.
 #[derive(Debug, Parser)]
@@ -61,15 +62,6 @@ pub struct Global {
     pub tls_required: bool,
 }
 
-/// The shape of a child (S1, S3).
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum ShapeArg {
-    /// One turn; the run settles with its result.
-    OneShot,
-    /// Multi-turn; settles with a notice to the parent.
-    Continuable,
-}
-
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Verb {
@@ -105,41 +97,20 @@ pub enum Verb {
     #[command(
         after_help = "Example:\n  lineage spawn --shape continuable --prompt start --script '{\"turns\":[[{\"do\":\"reply\",\"text\":\"hi\"}]]}'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
     )]
-    Spawn(SpawnArgs),
+    Spawn(crate::cmd::spawn::Args),
     /// Send the next user message to a session (followup; cold-resumes a cold child).
     #[command(after_help = "Example:\n  lineage send 0193...child 'continue with part 2'")]
-    Send {
-        /// The session.
-        session: String,
-        /// The message.
-        content: String,
-        /// Idempotency key: a retried send with the same id is recognised and delivered once
-        /// (default: a fresh UUIDv7 per invocation; print it with --json to retry by hand).
-        #[arg(long)]
-        request_id: Option<String>,
-    },
+    Send(crate::cmd::send::Args),
     /// Cancel a live child's current turn.
     #[command(
         after_help = "Example:\n  lineage interrupt 0193...child --as-user 0193...parent\n  lineage interrupt 0193...grandchild --as-ancestor 0193...root"
     )]
-    Interrupt {
-        /// The session to interrupt.
-        target: String,
-        /// Act as the user of this parent session.
-        #[arg(long, conflicts_with = "as_ancestor")]
-        as_user: Option<String>,
-        /// Act as this ancestor session.
-        #[arg(long)]
-        as_ancestor: Option<String>,
-    },
+    Interrupt(crate::cmd::interrupt::Args),
     /// Show a subtree: session, shape, state, depth, node, owner, age.
     #[command(
         after_help = "Example:\n  lineage tree 0193...root\n  lineage tree 0193...root --json | jq ."
     )]
-    Tree {
-        /// The subtree's root.
-        root: String,
-    },
+    Tree(crate::cmd::tree::Args),
     /// Drain subtrees: close admission, stop descendants, dispose leaves first.
     ///
     /// While the drain runs, and when stderr is a terminal, a live bar per wave is drawn on
@@ -149,20 +120,10 @@ pub enum Verb {
     /// there are no live bars. When the drain returns, stdout gets one line per wave with its
     /// disposals per node and a summary (or, with `--json`, the whole report).
     #[command(after_help = "Example:\n  lineage drain 0193...root")]
-    Drain {
-        /// Roots of the subtrees to drain.
-        #[arg(required = true)]
-        roots: Vec<String>,
-    },
+    Drain(crate::cmd::drain::Args),
     /// Stream start/end/report/settled events of a parent's children.
     #[command(after_help = "Example:\n  lineage watch 0193...parent")]
-    Watch {
-        /// The parent session.
-        parent: String,
-        /// Stop after this many events (default: run until Ctrl-C).
-        #[arg(long)]
-        count: Option<u64>,
-    },
+    Watch(crate::cmd::watch::Args),
     /// The agent profiles each node offers (T4): name, driver, tools, description.
     #[command(after_help = "Example:\n  lineage agents\n  lineage agents --json | jq .")]
     Agents,
@@ -192,40 +153,4 @@ pub enum ConfigVerb {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-}
-
-/// `spawn` arguments.
-#[derive(Debug, Args)]
-pub struct SpawnArgs {
-    /// Parent session (omit for a top-level session).
-    #[arg(long)]
-    pub parent: Option<String>,
-    /// Child shape.
-    #[arg(long, value_enum, default_value_t = ShapeArg::Continuable)]
-    pub shape: ShapeArg,
-    /// Script JSON, or @FILE.
-    #[arg(long, conflicts_with = "acp")]
-    pub script: Option<String>,
-    /// Run an agent profile of the hosting node's config (`lineage agents` lists them).
-    #[arg(long, conflicts_with_all = ["script", "acp"])]
-    pub profile: Option<String>,
-    /// Run a raw ACP command line (program and arguments), e.g. --acp 'my-agent --stdio'.
-    /// Refused unless the hosting node sets agents.allow_raw_commands (development only).
-    #[arg(long)]
-    pub acp: Option<String>,
-    /// The first user message.
-    #[arg(long, default_value = "")]
-    pub prompt: String,
-    /// Preferred node.
-    #[arg(long)]
-    pub node: Option<String>,
-    /// Max delegation depth for this tree (D4): a non-negative integer.
-    #[arg(long, allow_hyphen_values = true)]
-    pub max_depth: Option<String>,
-    /// A label.
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Idempotency key: a retried spawn with the same id returns the first result.
-    #[arg(long)]
-    pub request_id: Option<String>,
 }

@@ -5,18 +5,18 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use lineage_bus::control::{self, ControlError, ErrorCode};
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_bus::ControlClient;
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, SessionId};
-use lineage_host::control::{
-    ops, DrainReport, DrainRequest, FollowupReply, FollowupRequest, SpawnReply, SpawnRequest,
-};
-use lineage_host::driver::AgentSpec;
+use lineage_protocol::control::{FollowupRequest, SpawnRequest};
+use lineage_protocol::AgentSpec;
 use lineage_registry::{Consistency, RegistryClient, SessionRecord};
 use serde_json::json;
 
 use crate::cli::Global;
-use crate::commands::{connect, read_script, render_tree, subjects};
+use crate::cmd::tree::{live_owners, render_tree};
+use crate::cmd::{control, read_script};
 use crate::dev::DevCluster;
 
 /// The root's script: three continuable children on three nodes, then it answers every turn
@@ -57,8 +57,7 @@ fn root_script() -> serde_json::Value {
 }
 
 async fn print_tree(
-    client: &async_nats::Client,
-    subjects: &lineage_bus::Subjects,
+    control: &ControlClient,
     registry: &RegistryClient,
     root: &SessionId,
     title: &str,
@@ -74,8 +73,8 @@ async fn print_tree(
                 .iter()
                 .filter_map(|r| r.placement.as_ref().map(|p| p.node.clone()))
                 .collect();
-            let owners = crate::commands::live_owners(client, subjects, nodes).await;
-            for line in render_tree(&records, &owners, crate::commands::now_ms()) {
+            let owners = live_owners(control, nodes).await;
+            for line in render_tree(&records, &owners, crate::cmd::now_ms()) {
                 println!("   {line}");
             }
             records
@@ -99,20 +98,18 @@ fn label_of<'a>(records: &'a [SessionRecord], label: &str) -> Option<&'a Session
 
 /// Runs the demo against a freshly started dev cluster.
 pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlError> {
-    let client = connect(g).await?;
-    let subjects = subjects(g)?;
+    let control = control(g).await?;
+    let client = control.nats().clone();
+    let subjects = control.subjects().clone();
     let registry = RegistryClient::new(client.clone(), subjects.cluster().to_owned());
-    let timeout = Duration::from_millis(g.timeout_ms);
     let script = read_script(&root_script().to_string())?;
 
     println!();
     println!("── demo: a root agent on node-1 delegates to three continuable children on node-2 and node-3");
     let node1 = NodeId::parse("node-1")
         .map_err(|e| ControlError::new(ErrorCode::Internal, e.to_string()))?;
-    let root: SpawnReply = control::request(
-        &client,
-        subjects.control(ops::SPAWN),
-        &SpawnRequest {
+    let root = control
+        .spawn(&SpawnRequest {
             parent: None,
             shape: Some(SubagentShape::Continuable),
             agent: AgentSpec::Script { script },
@@ -126,11 +123,8 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             cwd: None,
             preset: None,
             policy: None,
-            forwarded: false,
-        },
-        timeout,
-    )
-    .await?;
+        })
+        .await?;
     let root_id = root.session.clone();
     println!("   root {root_id} on {}", root.node);
 
@@ -147,15 +141,14 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
         while let Some(msg) = sub.next().await {
             let body: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap_or_default();
             let kind = msg.subject.rsplit('.').next().unwrap_or("?").to_owned();
-            let (what, who, detail) = crate::commands::describe_event(&kind, &body);
+            let (what, who, detail) = crate::cmd::watch::describe_event(&kind, &body);
             println!("   ⟶ {what:16} {who}  {detail}");
         }
     });
 
     tokio::time::sleep(Duration::from_secs(3)).await;
     let records = print_tree(
-        &client,
-        &subjects,
+        &control,
         &registry,
         &root_id,
         "the tree after the first turns",
@@ -185,23 +178,17 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
 
     println!();
     println!("── followup to the worker: a surviving node claims it (epoch +1) and resumes it from its log");
-    let reply: FollowupReply = control::request(
-        &client,
-        subjects.control(ops::FOLLOWUP),
-        &FollowupRequest {
+    let reply = control
+        .followup(&FollowupRequest {
             session: worker_id.clone(),
             content: "please wrap up".into(),
             request_id: None,
-            forwarded: false,
-        },
-        timeout,
-    )
-    .await?;
+        })
+        .await?;
     println!("   worker now on {} ({:?})", reply.node, reply.outcome);
     tokio::time::sleep(Duration::from_secs(2)).await;
     print_tree(
-        &client,
-        &subjects,
+        &control,
         &registry,
         &root_id,
         "after the cold resume: worker on a new node, its settlement delivered to the root",
@@ -220,16 +207,10 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
     println!(
         "── drain the root: admission closed for the subtree, leaves disposed first, across nodes"
     );
-    let report: DrainReport = control::request(
-        &client,
-        subjects.control(ops::DRAIN),
-        &DrainRequest {
-            roots: vec![root_id.clone()],
-            progress: None,
-        },
-        Duration::from_secs(60),
-    )
-    .await?;
+    let report = control
+        .with_timeout(Duration::from_secs(60))
+        .drain(vec![root_id.clone()])
+        .await?;
     for (i, wave) in report.waves.iter().enumerate() {
         let items: Vec<String> = wave
             .iter()
@@ -252,7 +233,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     watcher.abort();
-    print_tree(&client, &subjects, &registry, &root_id, "after the drain").await;
+    print_tree(&control, &registry, &root_id, "after the drain").await;
     println!();
     println!("demo done: root {root_id}");
     Ok(())

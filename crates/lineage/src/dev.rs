@@ -213,7 +213,7 @@ pub async fn dev(
 ) -> Result<(), ControlError> {
     tokio::select! {
         outcome = run_dev(g, nodes, demo, exit_after_demo, dir, nats_port) => outcome,
-        _ = crate::commands::wait_for_signal() => {
+        _ = crate::cmd::wait_for_signal() => {
             println!("stopping ...");
             Ok(())
         }
@@ -228,7 +228,7 @@ async fn run_dev(
     dir: Option<PathBuf>,
     nats_port: Option<u16>,
 ) -> Result<(), ControlError> {
-    let cluster_name = crate::commands::cluster(g);
+    let cluster_name = crate::cmd::cluster(g);
     println!("starting nats-server and {nodes} lineage nodes ...");
     println!(
         "dev: agents.allow_raw_commands = true on every node (development only: requests may name any agent command line)"

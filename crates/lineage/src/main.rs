@@ -3,8 +3,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`cli`] | clap definitions: global flags and verbs, each `--help` with an example |
-//! | [`commands`] | one function per verb |
-//! | [`agents`] | `lineage agents`: the profiles each node offers |
+//! | [`cmd`] | one module per verb (its clap args and `run`), over `ControlClient`; dispatch and shared helpers |
 //! | [`nats_auth`] | NATS credentials and TLS from flags, `NATS_*` env and natscli contexts |
 //! | [`dev`] | `lineage dev`: a local cluster of real processes |
 //! | [`demo`] | the demo workload `lineage dev` runs |
@@ -14,10 +13,9 @@
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
 //! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
 
-mod agents;
 mod bench;
 mod cli;
-mod commands;
+mod cmd;
 mod demo;
 mod dev;
 mod nats_auth;
@@ -40,6 +38,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = runtime.block_on(commands::run(cli));
+    let code = runtime.block_on(cmd::run(cli));
     std::process::exit(code);
 }

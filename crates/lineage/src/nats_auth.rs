@@ -102,7 +102,7 @@ fn pick(flag: &Option<String>, context: &str) -> Option<String> {
 /// The URL a client verb uses: `--nats`/`NATS_URL`, else the context's, else the default.
 fn client_url(g: &Global, context: Option<&NatsContext>) -> String {
     pick(&g.nats, context.map(|c| c.url.as_str()).unwrap_or(""))
-        .unwrap_or_else(|| crate::commands::DEFAULT_NATS.to_owned())
+        .unwrap_or_else(|| crate::cmd::DEFAULT_NATS.to_owned())
 }
 
 /// How a client verb connects: flags and environment over the natscli context. Half-configured

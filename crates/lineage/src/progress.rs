@@ -5,7 +5,7 @@
 //! line. One line per wave, `wave  3 [#########.......]  412/1000`; the current wave's line is
 //! redrawn in place (`\r`), a finished wave's line is ended with `\n` and kept.
 
-use lineage_host::control::{DrainPhase, DrainProgress, DRAIN_PROGRESS_VERSION};
+use lineage_protocol::control::{DrainPhase, DrainProgress, DRAIN_PROGRESS_VERSION};
 
 /// Width of a live bar, between the brackets.
 pub const BAR_WIDTH: usize = 40;
@@ -47,8 +47,14 @@ impl LiveBars {
     }
 
     /// The text to write for one raw message (malformed or of another version: nothing).
+    #[cfg(test)]
     pub fn apply_raw(&mut self, payload: &[u8]) -> String {
-        match serde_json::from_slice::<DrainProgress>(payload) {
+        self.apply_decoded(serde_json::from_slice(payload))
+    }
+
+    /// The text to write for one decoded message (one that did not decode: nothing).
+    pub fn apply_decoded(&mut self, msg: Result<DrainProgress, serde_json::Error>) -> String {
+        match msg {
             Ok(p) => self.apply(&p),
             Err(_) => String::new(),
         }

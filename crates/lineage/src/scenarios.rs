@@ -24,23 +24,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use lineage_bus::control::{self, ControlError, ErrorCode};
-use lineage_bus::Subjects;
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_bus::{ControlClient, Subjects};
 use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::header::{child_session_meta, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_core::messages::{InboxMessage, LifecycleEvent, StopReason};
-use lineage_host::control::{
-    ops, DrainReport, DrainRequest, ResumeOutcome, ResumeReply, ResumeRequest, SpawnReply,
-    SpawnRequest,
-};
-use lineage_host::driver::AgentSpec;
-use lineage_host::script::{Script, Step};
+use lineage_protocol::control::{ResumeOutcome, SpawnReply, SpawnRequest};
+use lineage_protocol::{AgentSpec, Script, Step};
 use lineage_registry::bench::RegisterBench;
 use lineage_registry::client::NewSession;
 use lineage_registry::{Consistency, RegistryClient, SessionState};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use crate::bench::{concurrent, nats_round_trips, report, Samples};
 use crate::cli::Global;
@@ -162,31 +156,23 @@ fn print_machine() {
     }
 }
 
-/// Control requests from the bench process.
+/// Control requests from the bench process: the same [`ControlClient`] as the CLI's, plus its
+/// connection and subjects for the subscriptions the scenarios time.
 #[derive(Clone)]
 struct Ctl {
     client: async_nats::Client,
     subjects: Subjects,
-    timeout: Duration,
+    control: ControlClient,
 }
 
 impl Ctl {
-    async fn request<Req: Serialize, Res: DeserializeOwned>(
-        &self,
-        subject: String,
-        body: &Req,
-    ) -> Result<Res, ControlError> {
-        control::request(&self.client, subject, body, self.timeout).await
-    }
-
     /// Spawns on `via`'s per-node subject (the parent's node for a child).
     async fn spawn(
         &self,
         via: &NodeId,
         request: &SpawnRequest,
     ) -> Result<SpawnReply, ControlError> {
-        self.request(self.subjects.node_control(via, ops::SPAWN), request)
-            .await
+        self.control.on(via).spawn(request).await
     }
 
     /// A top-level scripted session on `node` (replies "done" to everything).
@@ -218,7 +204,6 @@ fn spawn_request(
         cwd: None,
         preset: None,
         policy: None,
-        forwarded: false,
     }
 }
 
@@ -274,8 +259,8 @@ struct Bench {
 
 impl Bench {
     async fn setup(g: &Global, with_nodes: bool) -> Result<Bench, ControlError> {
-        let cluster_name = crate::commands::cluster(g);
-        let subjects = crate::commands::subjects(g)?;
+        let cluster_name = crate::cmd::cluster(g);
+        let subjects = crate::cmd::subjects(g)?;
         let temp = || {
             tempfile::Builder::new()
                 .prefix("lineage-bench-")
@@ -327,7 +312,7 @@ impl Bench {
                 .map(|n| NodeId::parse(&n.id).map_err(|e| internal(e.to_string())))
                 .collect::<Result<_, _>>()?
         } else {
-            let now = crate::commands::now_ms();
+            let now = crate::cmd::now_ms();
             let mut live: Vec<NodeId> = registry
                 .nodes(Consistency::Linearizable)
                 .await
@@ -356,9 +341,13 @@ impl Bench {
         report("nats request-reply (baseline)", &baseline, &baseline);
         Ok(Bench {
             ctl: Ctl {
+                control: ControlClient::new(
+                    client.clone(),
+                    subjects.clone(),
+                    Duration::from_millis(g.timeout_ms.max(30_000)),
+                ),
                 client,
                 subjects,
-                timeout: Duration::from_millis(g.timeout_ms.max(30_000)),
             },
             registry,
             nodes,
@@ -395,16 +384,12 @@ impl Bench {
         if !self.external || roots.is_empty() {
             return;
         }
-        let outcome: Result<DrainReport, _> = control::request(
-            &self.ctl.client,
-            self.ctl.subjects.control(ops::DRAIN),
-            &DrainRequest {
-                roots,
-                progress: None,
-            },
-            Duration::from_secs(120),
-        )
-        .await;
+        let outcome = self
+            .ctl
+            .control
+            .with_timeout(Duration::from_secs(120))
+            .drain(roots)
+            .await;
         if let Err(e) = outcome {
             println!("warning: cannot drain the sessions this scenario created: {e}");
         }
@@ -849,15 +834,7 @@ async fn resume(b: &Bench) -> Result<(), ControlError> {
     let start = Instant::now();
     for child in &children {
         let t = Instant::now();
-        let reply: ResumeReply = b
-            .ctl
-            .request(
-                b.ctl.subjects.node_control(&rn, ops::RESUME),
-                &ResumeRequest {
-                    session: child.clone(),
-                },
-            )
-            .await?;
+        let reply = b.ctl.control.on(&rn).resume(child.clone()).await?;
         latencies.push(t.elapsed());
         if reply.outcome != ResumeOutcome::Resumed {
             return Err(internal(format!(
@@ -931,16 +908,12 @@ async fn drain_roots(
     roots: Vec<SessionId>,
     size: usize,
 ) -> Result<(), ControlError> {
-    let body = DrainRequest {
-        roots: roots.clone(),
-        progress: None,
-    };
-    let request = control::request::<_, DrainReport>(
-        &b.ctl.client,
-        b.ctl.subjects.node_control(b.node(0), ops::DRAIN),
-        &body,
-        Duration::from_secs(180),
-    );
+    let drainer = b
+        .ctl
+        .control
+        .on(b.node(0))
+        .with_timeout(Duration::from_secs(180));
+    let request = drainer.drain(roots.clone());
     tokio::pin!(request);
     let t = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -1099,7 +1072,7 @@ async fn register_level(
             registry
                 .register_session(
                     request,
-                    crate::commands::now_ms(),
+                    crate::cmd::now_ms(),
                     header,
                     NewSession {
                         descriptor,

@@ -120,7 +120,6 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
             sandbox_override: Some(lineage_core::policy::SandboxMode::WorkspaceWrite),
             has_approval_service: true,
         }),
-        forwarded: false,
     }
 }
 
@@ -171,7 +170,6 @@ pub fn child_request(
         cwd: None,
         preset: None,
         policy: None,
-        forwarded: false,
     }
 }
 

@@ -4,33 +4,26 @@
 
 use std::time::Duration;
 
-use lineage_bus::control::{self, ControlError};
-use lineage_host::control::{ops, AgentsReply, AgentsRequest};
+use lineage_bus::control::ControlError;
 use lineage_registry::{Consistency, RegistryClient};
 use serde_json::json;
 
+use super::{cluster, control, now_ms, print_json, registry_error};
 use crate::cli::Global;
-use crate::commands::{cluster, connect, now_ms, print_json, registry_error, subjects};
 
 /// Prints, per node with a live lease, its profiles and whether it takes raw command lines.
-pub(crate) async fn agents(g: &Global) -> Result<(), ControlError> {
-    let client = connect(g).await?;
-    let registry = RegistryClient::new(client.clone(), cluster(g));
+pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
+    let control = control(g).await?;
+    let registry = RegistryClient::new(control.nats().clone(), cluster(g));
     let nodes = registry
         .nodes(Consistency::Linearizable)
         .await
         .map_err(registry_error)?;
-    let subjects = subjects(g)?;
+    let per_node = control.with_timeout(Duration::from_millis(g.timeout_ms.min(5_000)));
     let now = now_ms();
     let mut rows = Vec::new();
     for n in nodes.iter().filter(|n| n.lease_expires_at_ms > now) {
-        let reply: Result<AgentsReply, ControlError> = control::request(
-            &client,
-            subjects.node_control(&n.node, ops::AGENTS),
-            &AgentsRequest {},
-            Duration::from_millis(g.timeout_ms.min(5_000)),
-        )
-        .await;
+        let reply = per_node.on(&n.node).agents().await;
         rows.push((n.node.to_string(), reply));
     }
     if g.json {

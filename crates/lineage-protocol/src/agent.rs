@@ -1,0 +1,59 @@
+//! The agent a session runs, as a request names it (P1, T4), and what a node offers.
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of agent a session runs: the provider in its descriptor (P1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "driver", rename_all = "kebab-case")]
+pub enum AgentSpec {
+    /// The deterministic scripted agent.
+    Script {
+        /// The script.
+        script: crate::script::Script,
+    },
+    /// An ACP agent subprocess from a raw command line: refused unless the hosting node sets
+    /// `agents.allow_raw_commands` (T4).
+    Acp {
+        /// Program and arguments.
+        command: Vec<String>,
+    },
+    /// A profile of the hosting node's config (`[agents.<name>]`, T4): the node decides what
+    /// runs.
+    Profile {
+        /// The profile's name.
+        profile: String,
+    },
+}
+
+/// Which driver a profile runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileDriver {
+    /// The scripted agent (no process).
+    Script,
+    /// An Agent Client Protocol agent subprocess on stdio.
+    Acp,
+}
+
+impl ProfileDriver {
+    /// `script` or `acp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileDriver::Script => "script",
+            ProfileDriver::Acp => "acp",
+        }
+    }
+}
+
+/// One profile as `lineage agents` shows it: no command line, no environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileInfo {
+    /// The name a spawn uses.
+    pub name: String,
+    /// `script` or `acp`.
+    pub driver: ProfileDriver,
+    /// Whether it gets the delegation tools.
+    pub tools: bool,
+    /// The operator's description.
+    pub description: String,
+}

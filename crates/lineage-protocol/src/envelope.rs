@@ -1,0 +1,232 @@
+//! The control envelope (N3): every reply of the `lineage` service is versioned JSON, either
+//! `{"v":1,"result":...}` or `{"v":1,"error":{"code":"...","message":"..."}}`; the error codes
+//! and what the CLI exits with for each; and the routing header a forwarding node sets.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The NATS header a node sets on a request it forwards to the node hosting the session
+/// (value `1`). A forwarded request is served where it lands, never forwarded again. Routing is
+/// not part of any body: clients never set it.
+pub const FORWARDED_HEADER: &str = "Lineage-Forwarded";
+
+/// How a request reached the node serving it (read from [`FORWARDED_HEADER`] by the service).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hop {
+    /// Straight from a client: it may be forwarded once to the node that hosts the session.
+    #[default]
+    Client,
+    /// Forwarded by another node: serve it here, never forward it again.
+    Forwarded,
+}
+
+impl Hop {
+    /// The hop a request's [`FORWARDED_HEADER`] value says (`None`: no header). Any value but
+    /// `1` is read as absent: the request came from a client.
+    pub fn from_header(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            Some("1") => Hop::Forwarded,
+            Some(_) | None => Hop::Client,
+        }
+    }
+
+    /// True for [`Hop::Forwarded`].
+    pub fn is_forwarded(self) -> bool {
+        match self {
+            Hop::Forwarded => true,
+            Hop::Client => false,
+        }
+    }
+}
+
+/// The service name every node registers (`nats micro ls`).
+pub const SERVICE_NAME: &str = "lineage";
+
+/// Wire version of control envelopes.
+pub const CONTROL_VERSION: u64 = 1;
+
+/// Why a control request failed; the CLI maps each to its own exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request was malformed or invalid (exit 2).
+    BadRequest,
+    /// A named session or node does not exist (exit 3).
+    NotFound,
+    /// A rule refused it: closed admission, depth, authority (exit 4).
+    Refused,
+    /// The cluster could not serve it now: no leader, no node, timeout (exit 5).
+    Unavailable,
+    /// A bug or an unexpected failure (exit 1).
+    Internal,
+}
+
+impl ErrorCode {
+    /// The process exit code the CLI uses for this error.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorCode::BadRequest => 2,
+            ErrorCode::NotFound => 3,
+            ErrorCode::Refused => 4,
+            ErrorCode::Unavailable => 5,
+            ErrorCode::Internal => 1,
+        }
+    }
+}
+
+/// A failed control request: a code and one line saying what was wrong and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ControlError {
+    /// The class of failure.
+    pub code: ErrorCode,
+    /// One line.
+    pub message: String,
+}
+
+impl ControlError {
+    /// Builds an error; newlines in `message` are folded so it stays one line.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let message: String = message.into();
+        ControlError {
+            code,
+            message: message.replace(['\n', '\r'], " "),
+        }
+    }
+}
+
+/// The reply envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "T: Deserialize<'de>"))]
+pub struct Reply<T> {
+    /// Always [`CONTROL_VERSION`].
+    pub v: u64,
+    /// Present on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<T>,
+    /// Present on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ControlError>,
+}
+
+/// Encodes a handler's outcome as a reply body.
+pub fn encode_reply<T: Serialize>(outcome: &Result<T, ControlError>) -> Vec<u8> {
+    let body = match outcome {
+        Ok(result) => serde_json::to_vec(&Reply {
+            v: CONTROL_VERSION,
+            result: Some(result),
+            error: None,
+        }),
+        Err(error) => serde_json::to_vec(&Reply::<&T> {
+            v: CONTROL_VERSION,
+            result: None,
+            error: Some(error.clone()),
+        }),
+    };
+    body.unwrap_or_else(|e| {
+        format!(r#"{{"v":1,"error":{{"code":"internal","message":"cannot encode reply: {e}"}}}}"#)
+            .into_bytes()
+    })
+}
+
+/// Decodes a request body, mapping malformed JSON to a `bad_request` error naming the op.
+pub fn decode_request<T: DeserializeOwned>(op: &str, body: &[u8]) -> Result<T, ControlError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| {
+        ControlError::new(
+            ErrorCode::BadRequest,
+            format!("malformed {op} request: {e}; see `lineage {op} --help` for the JSON shape"),
+        )
+    })
+}
+
+/// Decodes a request body like [`decode_request`], and says how it reached this node: `hop` is
+/// what the [`FORWARDED_HEADER`] said. A body from an older client or node may still carry the
+/// retired `"forwarded"` field: it is removed before decoding (`false` changes nothing; `true`,
+/// from an older forwarding node, counts as [`Hop::Forwarded`]); a non-boolean value is a
+/// `bad_request`.
+pub fn decode_routed_request<T: DeserializeOwned>(
+    op: &str,
+    body: &[u8],
+    hop: Hop,
+) -> Result<(T, Hop), ControlError> {
+    const LEGACY: &[u8] = b"\"forwarded\"";
+    if !body.windows(LEGACY.len()).any(|w| w == LEGACY) {
+        return decode_request(op, body).map(|request| (request, hop));
+    }
+    let mut value: serde_json::Value = decode_request(op, body)?;
+    let legacy = match value.as_object_mut().map(|o| o.remove("forwarded")) {
+        Some(Some(serde_json::Value::Bool(flag))) => flag,
+        Some(Some(other)) => {
+            return Err(ControlError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "malformed {op} request: \"forwarded\" is {other}, not a boolean; drop the field (routing is the {FORWARDED_HEADER} header now)"
+                ),
+            ))
+        }
+        Some(None) | None => false,
+    };
+    let request = serde_json::from_value(value).map_err(|e| {
+        ControlError::new(
+            ErrorCode::BadRequest,
+            format!("malformed {op} request: {e}; see `lineage {op} --help` for the JSON shape"),
+        )
+    })?;
+    let hop = match (hop, legacy) {
+        (Hop::Forwarded, _) | (Hop::Client, true) => Hop::Forwarded,
+        (Hop::Client, false) => Hop::Client,
+    };
+    Ok((request, hop))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n3_reply_envelopes_are_pinned() {
+        let ok: Result<u32, ControlError> = Ok(7);
+        assert_eq!(encode_reply(&ok), br#"{"v":1,"result":7}"#);
+        let err: Result<u32, ControlError> = Err(ControlError::new(
+            ErrorCode::Refused,
+            "admission closed\nunder X",
+        ));
+        assert_eq!(
+            String::from_utf8(encode_reply(&err)).unwrap(),
+            r#"{"v":1,"error":{"code":"refused","message":"admission closed under X"}}"#
+        );
+    }
+
+    #[test]
+    fn n3_malformed_request_is_a_bad_request_naming_the_op() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Spawn {
+            prompt: String,
+        }
+        let err = decode_request::<Spawn>("spawn", b"{not json").unwrap_err();
+        assert_eq!(err.code, ErrorCode::BadRequest);
+        assert!(err.message.starts_with("malformed spawn request"));
+        assert!(!err.message.contains('\n'));
+    }
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let codes: std::collections::HashSet<i32> = [
+            ErrorCode::BadRequest,
+            ErrorCode::NotFound,
+            ErrorCode::Refused,
+            ErrorCode::Unavailable,
+            ErrorCode::Internal,
+        ]
+        .iter()
+        .map(|c| c.exit_code())
+        .collect();
+        assert_eq!(codes.len(), 5);
+    }
+}

@@ -1,0 +1,10 @@
+//! [`ProtocolError`], the crate's one error enum.
+
+/// What can go wrong reading protocol data outside a control request (a request's body errors
+/// are [`crate::envelope::ControlError`]s, with a code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// A script's JSON did not parse (unknown field, wrong type): the parser's line.
+    #[error("malformed script: {0}")]
+    MalformedScript(String),
+}

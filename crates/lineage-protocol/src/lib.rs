@@ -1,0 +1,30 @@
+//! `lineage-protocol`: what both ends of the lineage wire agree on (N3, O3), with no IO.
+//!
+//! A client (the `lineage` CLI, `lineage bench`, a test, another program) and every node read
+//! and write these types; the NATS side (subjects, the request helper, the typed
+//! `ControlClient`) is `lineage_bus`, and the node's handlers are `lineage_host`. Dependencies:
+//! `lineage-core`, `serde`, `serde_json`, `thiserror`.
+//!
+//! | module | what | ids |
+//! |---|---|---|
+//! | [`envelope`] | reply envelope, error codes (and their exit codes), the `Lineage-Forwarded` routing header, request decoding | N3 |
+//! | [`control`] | request and reply bodies of every control op; op names | N3, M3, M4, K1, X1, T4 |
+//! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
+//! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`] | H1 |
+//! | [`error`] | [`ProtocolError`], the crate's one error enum | |
+//!
+//! Wire JSON is pinned by golden tests (`tests/golden.rs`): a change to any body's bytes fails
+//! them.
+
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod control;
+pub mod envelope;
+pub mod error;
+pub mod script;
+
+pub use agent::{AgentSpec, ProfileDriver, ProfileInfo};
+pub use envelope::{ControlError, ErrorCode, Hop, Reply, FORWARDED_HEADER};
+pub use error::ProtocolError;
+pub use script::{AfterScript, Script, Step, SCRIPT_PROVIDER};

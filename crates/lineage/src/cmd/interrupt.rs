@@ -1,0 +1,61 @@
+//! `lineage interrupt`: cancel a live session's current turn, as its parent's user or as an
+//! ancestor (M4, R3).
+
+use lineage_bus::control::ControlError;
+use lineage_core::authority::InterruptAuthority;
+use lineage_protocol::control::InterruptRequest;
+
+use super::{control, parse_session, print_json};
+use crate::cli::Global;
+use crate::output::usage;
+
+/// `interrupt` arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The session to interrupt.
+    pub target: String,
+    /// Act as the user of this parent session.
+    #[arg(long, conflicts_with = "as_ancestor")]
+    pub as_user: Option<String>,
+    /// Act as this ancestor session.
+    #[arg(long)]
+    pub as_ancestor: Option<String>,
+}
+
+/// Sends the interrupt and prints what it did.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let Args {
+        target,
+        as_user,
+        as_ancestor,
+    } = args;
+    let target = parse_session("target", &target)?;
+    let authority = match (as_user, as_ancestor) {
+        (Some(p), None) => InterruptAuthority::User {
+            parent_session_id: parse_session("--as-user", &p)?,
+        },
+        (None, Some(a)) => InterruptAuthority::Ancestor {
+            session: parse_session("--as-ancestor", &a)?,
+        },
+        _ => {
+            return Err(usage(
+                "say who interrupts: --as-user PARENT_SESSION or --as-ancestor SESSION",
+            ))
+        }
+    };
+    let reply = control(g)
+        .await?
+        .interrupt(&InterruptRequest { target, authority })
+        .await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "{}: {:?}{}",
+            reply.target,
+            reply.outcome,
+            reply.node.map(|n| format!(" on {n}")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}

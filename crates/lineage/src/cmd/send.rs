@@ -1,0 +1,55 @@
+//! `lineage send`: the next user message to a session (followup, M3); a cold child is
+//! cold-resumed first. Each invocation mints a request id, so a retried send is delivered once.
+
+use lineage_bus::control::ControlError;
+use lineage_core::ids::RequestId;
+use lineage_protocol::control::FollowupRequest;
+
+use super::{control, parse_session, print_json};
+use crate::cli::Global;
+use crate::output::usage;
+
+/// `send` arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The session.
+    pub session: String,
+    /// The message.
+    pub content: String,
+    /// Idempotency key: a retried send with the same id is recognised and delivered once
+    /// (default: a fresh UUIDv7 per invocation; print it with --json to retry by hand).
+    #[arg(long)]
+    pub request_id: Option<String>,
+}
+
+/// Sends the followup and prints how it was delivered.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let Args {
+        session,
+        content,
+        request_id,
+    } = args;
+    let session = parse_session("session", &session)?;
+    let request_id = match request_id {
+        Some(r) => RequestId::parse(&r).map_err(|e| usage(format!("--request-id: {e}")))?,
+        None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
+            .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
+    };
+    let reply = control(g)
+        .await?
+        .followup(&FollowupRequest {
+            session,
+            content,
+            request_id: Some(request_id),
+        })
+        .await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "delivered to {} on {} ({:?})",
+            reply.session, reply.node, reply.outcome
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! `lineage spawn`: a top-level session, or a child of `--parent` (S1, S3, D4, T4).
+
+use clap::ValueEnum;
+use lineage_bus::control::ControlError;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::ids::{NodeId, RequestId};
+use lineage_protocol::control::SpawnRequest;
+use lineage_protocol::AgentSpec;
+
+use super::{control, parse_session, print_json, read_script};
+use crate::cli::Global;
+use crate::output::usage;
+
+/// The shape of a child (S1, S3).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ShapeArg {
+    /// One turn; the run settles with its result.
+    OneShot,
+    /// Multi-turn; settles with a notice to the parent.
+    Continuable,
+}
+
+/// `spawn` arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Parent session (omit for a top-level session).
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// Child shape.
+    #[arg(long, value_enum, default_value_t = ShapeArg::Continuable)]
+    pub shape: ShapeArg,
+    /// Script JSON, or @FILE.
+    #[arg(long, conflicts_with = "acp")]
+    pub script: Option<String>,
+    /// Run an agent profile of the hosting node's config (`lineage agents` lists them).
+    #[arg(long, conflicts_with_all = ["script", "acp"])]
+    pub profile: Option<String>,
+    /// Run a raw ACP command line (program and arguments), e.g. --acp 'my-agent --stdio'.
+    /// Refused unless the hosting node sets agents.allow_raw_commands (development only).
+    #[arg(long)]
+    pub acp: Option<String>,
+    /// The first user message.
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    /// Preferred node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Max delegation depth for this tree (D4): a non-negative integer.
+    #[arg(long, allow_hyphen_values = true)]
+    pub max_depth: Option<String>,
+    /// A label.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Idempotency key: a retried spawn with the same id returns the first result.
+    #[arg(long)]
+    pub request_id: Option<String>,
+}
+
+/// Builds the spawn request from the flags, sends it and prints the new session.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let agent = match (&args.script, &args.acp) {
+        _ if args.profile.is_some() => AgentSpec::Profile {
+            profile: args.profile.clone().unwrap_or_default(),
+        },
+        (Some(script), None) => AgentSpec::Script {
+            script: read_script(script)?,
+        },
+        (None, Some(cmd)) => {
+            let command: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
+            if command.is_empty() {
+                return Err(usage(
+                    "--acp needs a command line, e.g. --acp 'my-agent --stdio'",
+                ));
+            }
+            AgentSpec::Acp { command }
+        }
+        (None, None) => AgentSpec::Script {
+            script: read_script(r#"{"turns":[[{"do":"echo"}]]}"#)?,
+        },
+        (Some(_), Some(_)) => return Err(usage("give either --script or --acp, not both")),
+    };
+    let parent = args
+        .parent
+        .as_deref()
+        .map(|p| parse_session("--parent", p))
+        .transpose()?;
+    let node = args
+        .node
+        .as_deref()
+        .map(|n| NodeId::parse(n).map_err(|e| usage(format!("--node: {e}"))))
+        .transpose()?;
+    let max_depth = match &args.max_depth {
+        None => None,
+        Some(raw) => {
+            let value: serde_json::Value = serde_json::from_str(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(raw.clone()));
+            lineage_core::depth::validate_max_depth(&value)
+                .map_err(|e| usage(format!("--max-depth: {e}")))?;
+            Some(value)
+        }
+    };
+    let request_id = args
+        .request_id
+        .as_deref()
+        .map(|r| RequestId::parse(r).map_err(|e| usage(format!("--request-id: {e}"))))
+        .transpose()?;
+    let request = SpawnRequest {
+        parent,
+        shape: Some(match args.shape {
+            ShapeArg::OneShot => SubagentShape::OneShot,
+            ShapeArg::Continuable => SubagentShape::Continuable,
+        }),
+        agent,
+        prompt: args.prompt,
+        node,
+        label: args.label,
+        persona: None,
+        tool_filter: None,
+        max_depth,
+        request_id,
+        cwd: None,
+        preset: None,
+        policy: None,
+    };
+    let reply = control(g).await?.spawn(&request).await?;
+    if g.json {
+        print_json(&reply);
+    } else {
+        println!(
+            "spawned {} on {} (depth {}{})",
+            reply.session,
+            reply.node,
+            reply.depth,
+            reply
+                .run
+                .as_ref()
+                .map(|r| format!(", run {r}"))
+                .unwrap_or_default()
+        );
+        if let Some(result) = &reply.result {
+            println!(
+                "result: {} ({})",
+                result.output.as_deref().unwrap_or("-"),
+                result.stop_reason.as_str()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! `lineage status`: leader, voters, nodes with lease age and live agents, sessions by state.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lineage_bus::control::ControlError;
+use lineage_registry::{Consistency, RegistryClient};
+use serde_json::json;
+
+use super::{cluster, control, now_ms, print_json, registry_error};
+use crate::cli::Global;
+
+/// Reads the registry's status, nodes and session counts, asks each node what it hosts, and
+/// prints it.
+pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
+    let control = control(g).await?;
+    let registry = RegistryClient::new(control.nats().clone(), cluster(g));
+    let raft = registry
+        .status(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let nodes = registry
+        .nodes(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let counts = registry
+        .session_counts(Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let now = now_ms();
+    let subjects = control.subjects().clone();
+    let per_node = control.with_timeout(Duration::from_millis(1000));
+    let mut live = BTreeMap::new();
+    for n in &nodes {
+        let reply = per_node.on(&n.node).status().await;
+        live.insert(n.node.to_string(), reply.map(|r| r.live.len()).ok());
+    }
+    if g.json {
+        print_json(&json!({
+            "cluster": subjects.cluster(),
+            "registry": raft,
+            "nodes": nodes.iter().map(|n| json!({
+                "node": n.node,
+                "lease_expires_at_ms": n.lease_expires_at_ms,
+                "last_heartbeat_age_ms": now.saturating_sub(n.last_heartbeat_ms),
+                "lease_live": n.lease_expires_at_ms > now,
+                "live_agents": live.get(n.node.as_str()).cloned().flatten(),
+            })).collect::<Vec<_>>(),
+            "sessions": counts,
+        }));
+    } else {
+        println!("cluster   {}", subjects.cluster());
+        println!(
+            "leader    {}   term {}   applied {}",
+            raft.leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "none".into()),
+            raft.term,
+            raft.last_applied
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "-".into())
+        );
+        println!("voters    {:?}", raft.voters);
+        println!("learners  {:?}", raft.learners);
+        println!("nodes");
+        for n in &nodes {
+            let lease = if n.lease_expires_at_ms > now {
+                "live"
+            } else {
+                "expired"
+            };
+            println!(
+                "  {:12} lease {:7}  last heartbeat {:>6} ms ago  live agents {}",
+                n.node.as_str(),
+                lease,
+                now.saturating_sub(n.last_heartbeat_ms),
+                live.get(n.node.as_str())
+                    .cloned()
+                    .flatten()
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "?".into())
+            );
+        }
+        let line: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("sessions  {}", line.join(" "));
+    }
+    Ok(())
+}
