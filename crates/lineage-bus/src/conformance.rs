@@ -245,13 +245,25 @@ pub async fn log_multi_event_append_is_all_or_nothing(b: &dyn Backend) {
 pub async fn inbox_dedup_by_message_id(b: &dyn Backend) {
     let inbox = b.inbox().await;
     let first = inbox.publish(&report(1), None).await.expect("publish 1");
-    let retry = inbox.publish(&report(1), None).await.expect("publish 1 again");
+    let retry = inbox
+        .publish(&report(1), None)
+        .await
+        .expect("publish 1 again");
     assert!(!first.duplicate);
     assert!(retry.duplicate, "the retried publish must be suppressed");
-    assert_eq!(retry.sequence, first.sequence, "a duplicate names the original");
+    assert_eq!(
+        retry.sequence, first.sequence,
+        "a duplicate names the original"
+    );
     // Another handle (a retry from another process) is deduplicated too.
     let other = b.inbox().await;
-    assert!(other.publish(&report(1), None).await.expect("again").duplicate);
+    assert!(
+        other
+            .publish(&report(1), None)
+            .await
+            .expect("again")
+            .duplicate
+    );
     let second = inbox.publish(&report(2), None).await.expect("publish 2");
     assert!(!second.duplicate);
     let mut reader = inbox.consumer(&sid(1)).await.expect("consumer");
@@ -284,7 +296,10 @@ pub async fn inbox_in_order_delivery(b: &dyn Backend) {
         let d = next_within(reader.as_mut(), DELIVERY, "in order").await;
         assert_eq!(seq_of(&d), seq);
         assert_eq!(
-            d.message.as_ref().map(|m| m.parent_session_id().clone()).ok(),
+            d.message
+                .as_ref()
+                .map(|m| m.parent_session_id().clone())
+                .ok(),
             Some(sid(1))
         );
         assert_eq!(d.traceparent().as_deref(), (seq == 3).then_some(tp));
@@ -379,7 +394,11 @@ pub async fn inbox_consumer_survives_reopen(b: &dyn Backend) {
     );
     let mut fresh = inbox.consumer(&sid(1)).await.expect("a new consumer");
     let d = next_within(fresh.as_mut(), DELIVERY, "a new consumer").await;
-    assert_eq!(seq_of(&d), 1, "a new consumer starts from the first message");
+    assert_eq!(
+        seq_of(&d),
+        1,
+        "a new consumer starts from the first message"
+    );
     let _ = inbox.consumer(&sid(6)).await.expect("another consumer");
     assert_eq!(
         inbox

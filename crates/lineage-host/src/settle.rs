@@ -118,12 +118,11 @@ impl AgentTask {
             self.last_assistant.clone(),
             self.shared.now(),
         );
-        if let Err(e) = lineage_bus::lifecycle::publish(
-            &self.shared.nats,
-            &self.shared.cfg.subjects,
-            &LifecycleEvent::End(end),
-        )
-        .await
+        if let Err(e) = self
+            .shared
+            .lifecycle
+            .publish(&LifecycleEvent::End(end))
+            .await
         {
             tracing::warn!(session = %self.session, error = %e, "cannot publish subagent/end");
         }
