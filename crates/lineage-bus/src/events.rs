@@ -23,7 +23,8 @@ use crate::error::BusError;
 use crate::streams::{open_stream, outcome_unknown, retry_pause, StreamOptions};
 use crate::subjects::Subjects;
 
-/// Appends to and reads session logs.
+/// Appends to and reads session logs on JetStream: the NATS implementation of
+/// [`crate::ports::EventLog`].
 #[derive(Clone)]
 pub struct EventLogStore {
     client: async_nats::Client,
@@ -111,22 +112,8 @@ impl EventLogStore {
         events: &[SessionEvent],
         expected: Option<LogCursor>,
     ) -> Result<LogCursor, BusError> {
-        let (first, last) = match (events.first(), events.last()) {
-            (Some(first), Some(last)) => (first.seq, last.seq),
-            _ => return Ok(expected.unwrap_or_default()),
-        };
-        let encoded = match events {
-            [one] => serde_json::to_vec(one),
-            many => serde_json::to_vec(many),
-        };
-        let payload = bytes::Bytes::from(encoded.map_err(|e| BusError::Json {
-            what: "session event",
-            reason: e.to_string(),
-        })?);
-        let msg_id = if events.len() == 1 {
-            format!("{session}-{first}")
-        } else {
-            format!("{session}-{first}-{last}")
+        let Some(EncodedAppend { msg_id, payload }) = encode_append(session, events)? else {
+            return Ok(expected.unwrap_or_default());
         };
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
@@ -309,6 +296,58 @@ impl EventLogStore {
         }
         let _ = replies.unsubscribe().await;
         Ok((events, cursor))
+    }
+}
+
+/// One append as it is stored: its message id and its bytes.
+pub(crate) struct EncodedAppend {
+    /// `<session>-<first seq>` for one event, `<session>-<first>-<last>` for a batch.
+    pub(crate) msg_id: String,
+    /// One event (a JSON object) or a batch (a JSON array of events, in order).
+    pub(crate) payload: bytes::Bytes,
+}
+
+/// Encodes `events` as one log message (`None`: there is nothing to append). Shared by the
+/// NATS store and its in-memory twin, so both store (and recognise) the same bytes.
+pub(crate) fn encode_append(
+    session: &SessionId,
+    events: &[SessionEvent],
+) -> Result<Option<EncodedAppend>, BusError> {
+    let (first, last) = match (events.first(), events.last()) {
+        (Some(first), Some(last)) => (first.seq, last.seq),
+        _ => return Ok(None),
+    };
+    let encoded = match events {
+        [one] => serde_json::to_vec(one),
+        many => serde_json::to_vec(many),
+    };
+    let payload = bytes::Bytes::from(encoded.map_err(|e| BusError::Json {
+        what: "session event",
+        reason: e.to_string(),
+    })?);
+    let msg_id = if events.len() == 1 {
+        format!("{session}-{first}")
+    } else {
+        format!("{session}-{first}-{last}")
+    };
+    Ok(Some(EncodedAppend { msg_id, payload }))
+}
+
+impl crate::ports::EventLog for EventLogStore {
+    fn append_all<'a>(
+        &'a self,
+        session: &'a SessionId,
+        events: &'a [SessionEvent],
+        expected: Option<LogCursor>,
+    ) -> crate::ports::BoxFuture<'a, Result<LogCursor, BusError>> {
+        Box::pin(EventLogStore::append_all(self, session, events, expected))
+    }
+
+    fn read<'a>(
+        &'a self,
+        session: &'a SessionId,
+    ) -> crate::ports::BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
+        Box::pin(EventLogStore::read(self, session))
     }
 }
 

@@ -17,6 +17,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::InboxMessage;
 
 use crate::error::BusError;
+use crate::ports::{Acknowledge, BoxFuture, Inbox, InboxReader};
 use crate::streams::{open_stream, outcome_unknown, retry_pause, StreamOptions};
 use crate::subjects::Subjects;
 
@@ -32,12 +33,18 @@ pub struct Published {
     pub duplicate: bool,
 }
 
-/// Publishes to and reads from parent inboxes.
+/// Publishes to and reads from parent inboxes on JetStream: the NATS implementation of
+/// [`crate::ports::Inbox`].
 #[derive(Clone)]
 pub struct ParentInbox {
     js: jetstream::Context,
     subjects: Subjects,
+    ack_wait: Duration,
 }
+
+/// How long a delivered inbox message may stay unacknowledged before it is delivered again
+/// (unless [`InboxDelivery::in_progress`] restarts the wait).
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
 
 impl ParentInbox {
     /// Binds to the inbox stream of a cluster with one replica ([`StreamOptions::default`]);
@@ -71,7 +78,18 @@ impl ParentInbox {
             "create the parent inbox stream",
         )
         .await?;
-        Ok(ParentInbox { js, subjects })
+        Ok(ParentInbox {
+            js,
+            subjects,
+            ack_wait: ACK_WAIT,
+        })
+    }
+
+    /// The same inbox with another ack wait for the consumers it creates (default
+    /// [`ACK_WAIT`]); a consumer that exists already keeps the wait it was created with.
+    pub fn with_ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = ack_wait;
+        self
     }
 
     /// Publishes a report or settlement to its parent's inbox and waits for the stream's ack.
@@ -140,7 +158,7 @@ impl ParentInbox {
                     durable_name: Some(name.clone()),
                     filter_subject: self.subjects.parent_inbox(parent),
                     ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: Duration::from_secs(30),
+                    ack_wait: self.ack_wait,
                     deliver_policy: consumer::DeliverPolicy::All,
                     ..Default::default()
                 },
@@ -219,7 +237,7 @@ impl ParentInbox {
 /// How many consumer deletions [`ParentInbox::delete_consumers`] keeps in flight.
 pub const DELETE_CONCURRENCY: usize = 16;
 
-/// One parent's inbox, in order. Messages stay until [`InboxDelivery::ack`].
+/// One parent's inbox on JetStream, in order. Messages stay until [`InboxDelivery::ack`].
 pub struct InboxConsumer {
     messages: consumer::pull::Stream,
 }
@@ -229,39 +247,83 @@ pub struct InboxDelivery {
     /// The decoded message; `Err` when the payload is malformed (ack it to drop it: it can
     /// never become valid, and it must not block the inbox).
     pub message: Result<InboxMessage, BusError>,
-    raw: jetstream::Message,
+    traceparent: Option<String>,
+    acknowledge: Box<dyn Acknowledge>,
 }
 
 impl InboxDelivery {
-    /// Acknowledges the message: the server will not deliver it again.
-    pub async fn ack(&self) -> Result<(), BusError> {
-        self.raw
-            .ack()
-            .await
-            .map_err(|e| BusError::js("acknowledge an inbox message", e))
+    /// A delivery of `message` (as decoded), with the publisher's `traceparent` header and the
+    /// implementation's way to acknowledge it.
+    pub fn new(
+        message: Result<InboxMessage, BusError>,
+        traceparent: Option<String>,
+        acknowledge: Box<dyn Acknowledge>,
+    ) -> Self {
+        InboxDelivery {
+            message,
+            traceparent,
+            acknowledge,
+        }
     }
 
-    /// Tells the server the message is still being worked on (resets its ack wait), so it is
+    /// Acknowledges the message: it will not be delivered again.
+    pub async fn ack(&self) -> Result<(), BusError> {
+        self.acknowledge.ack().await
+    }
+
+    /// Tells the inbox the message is still being worked on (resets its ack wait), so it is
     /// not redelivered while the parent retries accepting it.
     pub async fn in_progress(&self) -> Result<(), BusError> {
-        self.raw
-            .ack_with(jetstream::AckKind::Progress)
-            .await
-            .map_err(|e| BusError::js("mark an inbox message in progress", e))
+        self.acknowledge.in_progress().await
     }
 
     /// W3C trace context carried by the publisher, if any (the raw header value).
     pub fn traceparent(&self) -> Option<String> {
-        self.raw
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(crate::trace::TRACEPARENT))
-            .map(|v| v.to_string())
+        self.traceparent.clone()
     }
 
     /// The publisher's trace context, when the header is present and valid.
     pub fn trace_context(&self) -> Option<crate::trace::TraceContext> {
-        crate::trace::TraceContext::from_headers(self.raw.headers.as_ref())
+        let value = self.traceparent.as_deref()?;
+        match crate::trace::TraceContext::parse(value) {
+            Ok(ctx) => Some(ctx),
+            Err(e) => {
+                tracing::debug!(error = %e, "ignoring an invalid traceparent header");
+                None
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for InboxDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxDelivery")
+            .field("message", &self.message)
+            .field("traceparent", &self.traceparent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A JetStream message's acks.
+struct JetStreamAck(jetstream::Message);
+
+impl Acknowledge for JetStreamAck {
+    fn ack(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        Box::pin(async move {
+            self.0
+                .ack()
+                .await
+                .map_err(|e| BusError::js("acknowledge an inbox message", e))
+        })
+    }
+
+    fn in_progress(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        Box::pin(async move {
+            self.0
+                .ack_with(jetstream::AckKind::Progress)
+                .await
+                .map_err(|e| BusError::js("mark an inbox message in progress", e))
+        })
     }
 }
 
@@ -273,6 +335,52 @@ impl InboxConsumer {
             Err(e) => return Some(Err(BusError::js("receive from the parent inbox", e))),
         };
         let message = InboxMessage::decode(&raw.payload).map_err(BusError::from);
-        Some(Ok(InboxDelivery { message, raw }))
+        let traceparent = raw
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(crate::trace::TRACEPARENT))
+            .map(|v| v.to_string());
+        Some(Ok(InboxDelivery::new(
+            message,
+            traceparent,
+            Box::new(JetStreamAck(raw)),
+        )))
+    }
+}
+
+impl InboxReader for InboxConsumer {
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<InboxDelivery, BusError>>> {
+        Box::pin(InboxConsumer::next(self))
+    }
+}
+
+impl Inbox for ParentInbox {
+    fn publish<'a>(
+        &'a self,
+        message: &'a InboxMessage,
+        traceparent: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Published, BusError>> {
+        Box::pin(ParentInbox::publish(self, message, traceparent))
+    }
+
+    fn consumer<'a>(
+        &'a self,
+        parent: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Box<dyn InboxReader>, BusError>> {
+        Box::pin(async move {
+            let consumer = ParentInbox::consumer(self, parent).await?;
+            Ok(Box::new(consumer) as Box<dyn InboxReader>)
+        })
+    }
+
+    fn delete_consumer<'a>(&'a self, parent: &'a SessionId) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(ParentInbox::delete_consumer(self, parent))
+    }
+
+    fn delete_consumers<'a>(
+        &'a self,
+        parents: &'a [SessionId],
+    ) -> BoxFuture<'a, Result<usize, BusError>> {
+        Box::pin(ParentInbox::delete_consumers(self, parents))
     }
 }

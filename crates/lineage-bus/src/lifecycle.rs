@@ -8,6 +8,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::LifecycleEvent;
 
 use crate::error::BusError;
+use crate::ports::{BoxFuture, Lifecycle, LifecycleFeed};
 use crate::subjects::Subjects;
 
 /// Publishes a lifecycle event on its parent's `start` or `end` subject, with the current trace
@@ -68,5 +69,41 @@ impl LifecycleWatch {
             m = self.end.next() => m,
         }?;
         Some(LifecycleEvent::decode(&msg.payload).map_err(BusError::from))
+    }
+}
+
+/// Lifecycle events on core NATS: the NATS implementation of [`crate::ports::Lifecycle`].
+#[derive(Clone)]
+pub struct NatsLifecycle {
+    client: async_nats::Client,
+    subjects: Subjects,
+}
+
+impl NatsLifecycle {
+    /// Lifecycle events of `subjects`' cluster on `client`.
+    pub fn new(client: async_nats::Client, subjects: Subjects) -> Self {
+        NatsLifecycle { client, subjects }
+    }
+}
+
+impl Lifecycle for NatsLifecycle {
+    fn publish<'a>(&'a self, event: &'a LifecycleEvent) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(publish(&self.client, &self.subjects, event))
+    }
+
+    fn watch<'a>(
+        &'a self,
+        parent: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Box<dyn LifecycleFeed>, BusError>> {
+        Box::pin(async move {
+            let watch = LifecycleWatch::subscribe(&self.client, &self.subjects, parent).await?;
+            Ok(Box::new(watch) as Box<dyn LifecycleFeed>)
+        })
+    }
+}
+
+impl LifecycleFeed for LifecycleWatch {
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<LifecycleEvent, BusError>>> {
+        Box::pin(LifecycleWatch::next(self))
     }
 }

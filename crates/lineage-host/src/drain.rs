@@ -138,10 +138,13 @@ impl Shared {
                 "drain needs at least one root session".to_owned(),
             ));
         }
-        let progress = progress.map(|drain| Progress {
-            nats: self.nats.clone(),
-            subject: self.cfg.subjects.drain_progress(&drain),
-            drain,
+        // Progress goes on NATS; a host without it (in-memory ports) sends none.
+        let progress = progress.and_then(|drain| {
+            Some(Progress {
+                nats: self.nats.clone()?,
+                subject: self.cfg.subjects.drain_progress(&drain),
+                drain,
+            })
         });
         let mut report = DrainReport::default();
         // 1. Close admission on the whole subtrees, one write, before anything is read: a

@@ -1,7 +1,8 @@
 //! [`Host`]: the live agents of one node, and the node lease.
 //!
 //! The node process builds one [`Host`] with [`Host::start`] from a [`HostConfig`] (node id,
-//! cluster, lease), a [`HostDeps`] (NATS client, [`RegistryPort`], [`Clock`], [`DriverFactory`])
+//! cluster, lease), a [`HostDeps`] (the bus ports and the NATS control transport, [`RegistryPort`],
+//! [`Clock`], [`DriverFactory`])
 //! and a shutdown [`CancellationToken`]. Each live agent is a tokio task ([`crate::agent`]) with
 //! its driver, its activation, its runtime owner and a durable inbox consumer. The lifecycle
 //! operations live one per file: [`crate::spawn`], [`crate::settle`], [`crate::report`],
@@ -12,8 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lineage_bus::control::ControlError;
-use lineage_bus::events::EventLogStore;
-use lineage_bus::inbox::ParentInbox;
+use lineage_bus::ports::{BusPorts, EventLog, Inbox, Lifecycle};
 use lineage_bus::Subjects;
 use lineage_core::authority::LocalAncestry;
 use lineage_core::depth::MaxDepth;
@@ -142,17 +142,58 @@ impl HostConfig {
     }
 }
 
-/// What a host talks to.
+/// What a host talks to. [`HostDeps::nats`] for a node on NATS; [`HostDeps::with_ports`] for a
+/// host on other ports (the in-memory twins of [`lineage_bus::memory`]) and no NATS at all.
 #[derive(Clone)]
 pub struct HostDeps {
-    /// The NATS connection (core NATS and JetStream).
-    pub nats: async_nats::Client,
+    /// The NATS connection, the control transport: requests to other nodes, the control
+    /// service ([`crate::service::serve`]), drain progress. `None`: this host reaches no other
+    /// node and serves no control requests (a single-process host on in-memory ports).
+    pub nats: Option<async_nats::Client>,
+    /// The session event log, the parent inbox and the lifecycle events. `None`: [`Host::start`]
+    /// opens the NATS ports on `nats` (streams as [`HostConfig::streams`] says).
+    pub ports: Option<BusPorts>,
     /// The registry.
     pub registry: Arc<dyn RegistryPort>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Drivers.
     pub drivers: Arc<dyn DriverFactory>,
+}
+
+impl HostDeps {
+    /// A host on NATS: the ports are opened on `nats` by [`Host::start`].
+    pub fn nats(
+        nats: async_nats::Client,
+        registry: Arc<dyn RegistryPort>,
+        clock: Arc<dyn Clock>,
+        drivers: Arc<dyn DriverFactory>,
+    ) -> Self {
+        HostDeps {
+            nats: Some(nats),
+            ports: None,
+            registry,
+            clock,
+            drivers,
+        }
+    }
+
+    /// A host on the given ports and no NATS (e.g. [`BusPorts::memory`]): it hosts agents,
+    /// but cannot reach another node (such a request is refused as unavailable).
+    pub fn with_ports(
+        ports: BusPorts,
+        registry: Arc<dyn RegistryPort>,
+        clock: Arc<dyn Clock>,
+        drivers: Arc<dyn DriverFactory>,
+    ) -> Self {
+        HostDeps {
+            nats: None,
+            ports: Some(ports),
+            registry,
+            clock,
+            drivers,
+        }
+    }
 }
 
 /// A live agent as the host sees it (the task owns everything else).
@@ -170,13 +211,14 @@ pub(crate) struct AgentHandle {
 /// State shared by the host and its agent tasks.
 pub(crate) struct Shared {
     pub(crate) cfg: HostConfig,
-    pub(crate) nats: async_nats::Client,
+    pub(crate) nats: Option<async_nats::Client>,
     pub(crate) registry: Arc<dyn RegistryPort>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) mint: IdMint,
     pub(crate) drivers: Arc<dyn DriverFactory>,
-    pub(crate) inbox: ParentInbox,
-    pub(crate) events: EventLogStore,
+    pub(crate) inbox: Arc<dyn Inbox>,
+    pub(crate) events: Arc<dyn EventLog>,
+    pub(crate) lifecycle: Arc<dyn Lifecycle>,
     pub(crate) agents: Mutex<HashMap<SessionId, AgentHandle>>,
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -354,6 +396,19 @@ impl Shared {
         }
     }
 
+    /// The NATS client that reaches `node` (none on in-memory ports: `unavailable`).
+    pub(crate) fn control_transport(
+        &self,
+        node: &NodeId,
+    ) -> Result<&async_nats::Client, HostError> {
+        self.nats.as_ref().ok_or_else(|| {
+            HostError::Unavailable(format!(
+                "node {node} cannot be reached: node {} has no NATS control transport (it runs on in-memory ports)",
+                self.cfg.node
+            ))
+        })
+    }
+
     /// A control request to another node's per-node subject (with the current trace context as
     /// its `traceparent`).
     pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(
@@ -363,8 +418,9 @@ impl Shared {
         body: &Req,
         timeout: Duration,
     ) -> Result<Res, HostError> {
+        let nats = self.control_transport(node)?;
         let subject = self.cfg.subjects.node_control(node, op);
-        lineage_bus::control::request(&self.nats, subject, body, timeout)
+        lineage_bus::control::request(nats, subject, body, timeout)
             .await
             .map_err(|e: ControlError| match e.code {
                 lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
@@ -417,7 +473,7 @@ impl Shared {
 }
 
 impl Host {
-    /// Opens the inbox and event streams, writes the first heartbeat, and starts the heartbeat
+    /// Opens the bus ports (on NATS: the inbox and event streams), writes the first heartbeat, and starts the heartbeat
     /// task. Everything stops when `shutdown` is cancelled (or [`Host::shutdown`] is called):
     /// live agents stop without settling, their registry records stay, and any node can
     /// cold-resume them once this node's lease expires (or this node comes back).
@@ -426,12 +482,18 @@ impl Host {
         deps: HostDeps,
         shutdown: CancellationToken,
     ) -> Result<Host, HostError> {
-        let inbox =
-            ParentInbox::open_with(deps.nats.clone(), config.subjects.clone(), config.streams)
-                .await?;
-        let events =
-            EventLogStore::open_with(deps.nats.clone(), config.subjects.clone(), config.streams)
-                .await?;
+        let ports = match (deps.ports, &deps.nats) {
+            (Some(ports), _) => ports,
+            (None, Some(nats)) => {
+                BusPorts::nats(nats.clone(), config.subjects.clone(), config.streams).await?
+            }
+            (None, None) => {
+                return Err(HostError::Internal(
+                    "a host needs NATS or bus ports (HostDeps::nats or HostDeps::with_ports)"
+                        .to_owned(),
+                ))
+            }
+        };
         let shared = Arc::new(Shared {
             mint: IdMint::new(deps.clock.clone()),
             cfg: config,
@@ -439,8 +501,9 @@ impl Host {
             registry: deps.registry,
             clock: deps.clock,
             drivers: deps.drivers,
-            inbox,
-            events,
+            inbox: ports.inbox,
+            events: ports.events,
+            lifecycle: ports.lifecycle,
             agents: Mutex::new(HashMap::new()),
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
@@ -498,9 +561,9 @@ impl Host {
         &self.shared.cfg.subjects
     }
 
-    /// The NATS connection.
-    pub fn nats(&self) -> &async_nats::Client {
-        &self.shared.nats
+    /// The NATS connection (the control transport); `None` for a host on in-memory ports.
+    pub fn nats(&self) -> Option<&async_nats::Client> {
+        self.shared.nats.as_ref()
     }
 
     /// The shutdown signal this host obeys.

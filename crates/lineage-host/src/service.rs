@@ -69,8 +69,12 @@ pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
     let subjects = host.subjects().clone();
     let cluster = subjects.cluster().to_owned();
     let node = host.node().clone();
-    let service = host
-        .nats()
+    let nats = host.nats().cloned().ok_or_else(|| {
+        HostError::Unavailable(format!(
+            "node {node} has no NATS connection (in-memory ports): there is no lineage service to serve"
+        ))
+    })?;
+    let service = nats
         .service_builder()
         .description(format!("lineage control, cluster {cluster}, node {node}"))
         .metadata(
@@ -109,7 +113,7 @@ pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
     // Make sure the server has every subscription before anyone is told we serve: a request
     // to our own status endpoint goes through the server after our subscriptions.
     let probe: Result<crate::control::StatusReply, ControlError> = lineage_bus::control::request(
-        host.nats(),
+        &nats,
         subjects.node_control(&node, ops::STATUS),
         &StatusRequest {},
         std::time::Duration::from_secs(5),
@@ -235,9 +239,10 @@ impl Shared {
         body: &Req,
         timeout: std::time::Duration,
     ) -> Result<Res, HostError> {
+        let nats = self.control_transport(node)?;
         let subject = self.cfg.subjects.node_control(node, op);
         lineage_bus::control::request_with(
-            &self.nats,
+            nats,
             subject,
             body,
             timeout,

@@ -1,5 +1,8 @@
 //! Reports (M1): quiet only queues, wakeup starts a parent turn; a restarted parent gets every
 //! report queued while it was down exactly once (N2).
+//!
+//! M1 is host logic and runs on the in-memory bus twins and `MemoryRegistry`; N2 keeps a real
+//! nats-server and Raft registry: it crosses nodes and republishes a raw JetStream copy.
 
 mod common;
 
@@ -15,7 +18,8 @@ fn turn_starts(log: &[lineage_core::log::SessionEvent]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn m1_quiet_only_queues_and_wakeup_starts_a_parent_turn() {
-    let cluster = Cluster::start().await;
+    // Host logic: on the in-memory twins, no nats-server.
+    let cluster = MemCluster::start();
     let host = cluster.host("node-a").await;
     let root = host
         .spawn(root_request(

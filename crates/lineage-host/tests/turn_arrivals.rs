@@ -1,6 +1,10 @@
 //! What arrives while a turn runs counts before the activation decides what comes next (X2):
 //! a followup sent mid-turn is the child's next turn, not a settlement followed by a cold
 //! resume (M3); a drain stop that cancels the turn settles the child as `disposed` (X1).
+//!
+//! Host logic only: these run on the in-memory bus twins and `MemoryRegistry` (no nats-server,
+//! no Raft); the twins pass the same conformance suite as the NATS ports
+//! (`lineage-bus/tests/conformance_*.rs`), and the end-to-end suites keep real NATS.
 
 mod common;
 
@@ -9,7 +13,7 @@ use lineage_host::control::{FollowupOutcome, FollowupRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn m3_followup_during_a_turn_is_the_next_turn() {
-    let cluster = Cluster::start().await;
+    let cluster = MemCluster::start();
     let host = cluster.host("node-a").await;
     let (_root, child) = root_and_continuable_child(
         &host,
@@ -50,7 +54,7 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn x1_drain_stop_mid_turn_settles_disposed() {
-    let cluster = Cluster::start().await;
+    let cluster = MemCluster::start();
     let host = cluster.host("node-a").await;
     let (root, child) = root_and_continuable_child(
         &host,
@@ -72,7 +76,7 @@ async fn x1_drain_stop_mid_turn_settles_disposed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
-    let cluster = Cluster::start().await;
+    let cluster = MemCluster::start();
     let host = cluster.host("node-a").await;
     let (_root, child) = root_and_continuable_child(
         &host,

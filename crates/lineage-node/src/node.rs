@@ -91,15 +91,15 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     };
     let host = Host::start(
         host_cfg,
-        HostDeps {
-            nats: nats.clone(),
-            registry: Arc::new(registry.clone()),
-            clock: Arc::new(SystemClock),
-            drivers: Arc::new(NodeDrivers::new(
+        HostDeps::nats(
+            nats.clone(),
+            Arc::new(registry.clone()),
+            Arc::new(SystemClock),
+            Arc::new(NodeDrivers::new(
                 PathBuf::from(&config.node.data_dir),
                 config.agents.clone(),
             )),
-        },
+        ),
         shutdown.child_token(),
     )
     .await

@@ -269,12 +269,11 @@ impl AgentTask {
     async fn publish_end(&mut self, stop: StopReason, output: Option<String>) {
         let Some(run) = &self.run else { return };
         let end = run.ended(stop, output, self.shared.now());
-        if let Err(e) = lineage_bus::lifecycle::publish(
-            &self.shared.nats,
-            &self.shared.cfg.subjects,
-            &LifecycleEvent::End(end),
-        )
-        .await
+        if let Err(e) = self
+            .shared
+            .lifecycle
+            .publish(&LifecycleEvent::End(end))
+            .await
         {
             tracing::warn!(session = %self.session, error = %e, "cannot publish subagent/end");
         }

@@ -271,12 +271,10 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
     }
     // E1: the child is ready; announced before its task can take a turn (and so settle).
     if let Some(info) = &init_run {
-        if let Err(e) = lineage_bus::lifecycle::publish(
-            &shared.nats,
-            &shared.cfg.subjects,
-            &lineage_core::messages::LifecycleEvent::Start(info.clone()),
-        )
-        .await
+        if let Err(e) = shared
+            .lifecycle
+            .publish(&lineage_core::messages::LifecycleEvent::Start(info.clone()))
+            .await
         {
             tracing::warn!(%session, error = %e, "cannot publish subagent/start");
         }

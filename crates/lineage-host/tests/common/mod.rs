@@ -61,12 +61,12 @@ impl Cluster {
         cfg.one_shot_timeout = Duration::from_secs(30);
         let host = Host::start(
             cfg,
-            HostDeps {
+            HostDeps::nats(
                 nats,
-                registry: Arc::new(self.registry.clone()) as Arc<dyn RegistryPort>,
-                clock: Arc::new(SystemClock),
-                drivers: Arc::new(ScriptDrivers),
-            },
+                Arc::new(self.registry.clone()) as Arc<dyn RegistryPort>,
+                Arc::new(SystemClock),
+                Arc::new(ScriptDrivers),
+            ),
             CancellationToken::new(),
         )
         .await
@@ -197,4 +197,55 @@ pub fn kinds(log: &[SessionEvent]) -> Vec<String> {
 
 pub fn count_kind(log: &[SessionEvent], kind: &str) -> usize {
     log.iter().filter(|e| e.kind == kind).count()
+}
+
+/// The same fixture without a nats-server or Raft: hosts on the in-memory bus twins
+/// (`lineage_bus::memory`) and the registry's own state machine (`MemoryRegistry`). Hosts of
+/// one `MemCluster` share the bus and the registry; they cannot reach each other (no control
+/// transport), so a test on it keeps to one node.
+pub struct MemCluster {
+    pub bus: lineage_bus::memory::MemoryBus,
+    pub registry: lineage_host::MemoryRegistry,
+}
+
+impl MemCluster {
+    pub fn start() -> MemCluster {
+        MemCluster {
+            bus: lineage_bus::memory::MemoryBus::new(),
+            registry: lineage_host::MemoryRegistry::new(),
+        }
+    }
+
+    pub async fn host(&self, name: &str) -> Host {
+        let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
+        cfg.lease = Duration::from_secs(3);
+        cfg.heartbeat_every = Duration::from_millis(500);
+        cfg.request_timeout = Duration::from_secs(10);
+        cfg.one_shot_timeout = Duration::from_secs(30);
+        Host::start(
+            cfg,
+            HostDeps::with_ports(
+                lineage_bus::BusPorts::memory(&self.bus),
+                Arc::new(self.registry.clone()) as Arc<dyn RegistryPort>,
+                Arc::new(SystemClock),
+                Arc::new(ScriptDrivers),
+            ),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("host")
+    }
+
+    pub async fn log(&self, session: &SessionId) -> Vec<SessionEvent> {
+        use lineage_bus::EventLog;
+        self.bus.events().read(session).await.unwrap().0
+    }
+
+    pub async fn record(&self, session: &SessionId) -> lineage_registry::SessionRecord {
+        self.registry
+            .session(session.clone())
+            .await
+            .unwrap()
+            .expect("registered")
+    }
 }

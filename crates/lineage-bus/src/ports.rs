@@ -1,0 +1,188 @@
+//! The bus as narrow, object-safe ports (issue 10): what the host needs from the session event
+//! log, the parent inbox and the lifecycle events, and nothing more.
+//!
+//! Each port has two implementations that pass the same [`crate::conformance`] suite:
+//!
+//! | port | NATS (JetStream / core NATS) | in memory ([`crate::memory`]) |
+//! |---|---|---|
+//! | [`EventLog`] | [`crate::events::EventLogStore`] | [`crate::memory::MemoryEventLog`] |
+//! | [`Inbox`] | [`crate::inbox::ParentInbox`] | [`crate::memory::MemoryInbox`] |
+//! | [`Lifecycle`] | [`crate::lifecycle::NatsLifecycle`] | [`crate::memory::MemoryLifecycle`] |
+//!
+//! Async methods return [`BoxFuture`] (the same shape as the host's), so the host keeps
+//! `Arc<dyn EventLog>` and friends and never names a NATS type.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use lineage_core::ids::SessionId;
+use lineage_core::log::SessionEvent;
+use lineage_core::messages::{InboxMessage, LifecycleEvent};
+
+use crate::error::BusError;
+use crate::events::LogCursor;
+use crate::inbox::{InboxDelivery, Published};
+
+/// A boxed, sendable future: what every port method returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The session event log (L3, P1, K1): one append-only log per session, fenced by an
+/// expected-last cursor.
+///
+/// Contract (checked by [`crate::conformance`]):
+/// - [`EventLog::append_all`] stores its events as one unit: all of them or none; it returns the
+///   cursor to append after them.
+/// - With `expected`, an append is refused with [`BusError::LogConflict`] when the log moved
+///   past that cursor, unless the log's last unit *is* this append (same events, same first and
+///   last seq: a retry whose first ack was lost), which returns that unit's cursor.
+/// - A retry without `expected` of an append that landed is recognised by its id
+///   (`<session>-<first>[-<last>]`) and not stored twice.
+/// - [`EventLog::read`] returns every event of the session, in order, with the cursor after
+///   them; other sessions' events never mix in. Appending nothing returns `expected` untouched.
+pub trait EventLog: Send + Sync + 'static {
+    /// Appends `events` (in order) as one unit; see the trait docs.
+    fn append_all<'a>(
+        &'a self,
+        session: &'a SessionId,
+        events: &'a [SessionEvent],
+        expected: Option<LogCursor>,
+    ) -> BoxFuture<'a, Result<LogCursor, BusError>>;
+
+    /// Reads a session's whole log, in order, with the cursor to append after it.
+    fn read<'a>(
+        &'a self,
+        session: &'a SessionId,
+    ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>>;
+
+    /// Appends one event ([`EventLog::append_all`] of one).
+    fn append<'a>(
+        &'a self,
+        session: &'a SessionId,
+        event: &'a SessionEvent,
+        expected: Option<LogCursor>,
+    ) -> BoxFuture<'a, Result<LogCursor, BusError>> {
+        self.append_all(session, std::slice::from_ref(event), expected)
+    }
+}
+
+/// The parent inbox (M1, M2, N2): reports and settlement notices a parent must not lose.
+///
+/// Contract (checked by [`crate::conformance`]):
+/// - A publish is deduplicated by [`InboxMessage::dedup_id`] within
+///   [`crate::inbox::DUPLICATE_WINDOW`]: a second copy reports `duplicate` and is not delivered.
+/// - Each parent has one durable consumer ([`Inbox::consumer`] opens it or re-opens it, from any
+///   handle on the same store): messages come in publish order, stay until acked, and one
+///   delivered but not acked within the ack wait is delivered again (at least once).
+///   [`InboxDelivery::in_progress`] restarts its ack wait.
+/// - [`Inbox::delete_consumer`] forgets the consumer (a new one starts from the first message);
+///   deleting one that does not exist is not an error.
+pub trait Inbox: Send + Sync + 'static {
+    /// Publishes a report or settlement notice to its parent's inbox, with `traceparent` (a W3C
+    /// value) carried to the delivery.
+    fn publish<'a>(
+        &'a self,
+        message: &'a InboxMessage,
+        traceparent: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Published, BusError>>;
+
+    /// Opens (or re-opens) the durable consumer of one parent's inbox.
+    fn consumer<'a>(
+        &'a self,
+        parent: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Box<dyn InboxReader>, BusError>>;
+
+    /// Deletes a parent's durable consumer once the parent is disposed.
+    fn delete_consumer<'a>(&'a self, parent: &'a SessionId) -> BoxFuture<'a, Result<(), BusError>>;
+
+    /// Deletes the durable consumers of many parents; returns how many existed and were
+    /// deleted. The first failure is returned after every deletion was tried.
+    fn delete_consumers<'a>(
+        &'a self,
+        parents: &'a [SessionId],
+    ) -> BoxFuture<'a, Result<usize, BusError>>;
+}
+
+/// One parent's durable inbox consumer, read in order.
+pub trait InboxReader: Send {
+    /// Waits for the next delivery; `None` when the consumer is gone.
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<InboxDelivery, BusError>>>;
+}
+
+/// How a delivery is acknowledged: the implementation's side of [`InboxDelivery`].
+pub trait Acknowledge: Send + Sync {
+    /// The message is done: never deliver it again.
+    fn ack(&self) -> BoxFuture<'_, Result<(), BusError>>;
+    /// The message is still being worked on: restart its ack wait.
+    fn in_progress(&self) -> BoxFuture<'_, Result<(), BusError>>;
+}
+
+/// `subagent/start` and `subagent/end` (E1, E2): at most once, to whoever listens on the
+/// parent when the event is published.
+///
+/// Contract (checked by [`crate::conformance`]): a watch on a parent sees its direct children's
+/// events published after the watch opened, in publish order, and nothing of other parents.
+pub trait Lifecycle: Send + Sync + 'static {
+    /// Publishes an event on its parent's start or end subject, with the current trace context
+    /// ([`crate::trace::current`]) when there is one.
+    fn publish<'a>(&'a self, event: &'a LifecycleEvent) -> BoxFuture<'a, Result<(), BusError>>;
+
+    /// A live feed of `parent`'s children's lifecycle events.
+    fn watch<'a>(
+        &'a self,
+        parent: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Box<dyn LifecycleFeed>, BusError>>;
+}
+
+/// A live feed of one parent's lifecycle events.
+pub trait LifecycleFeed: Send {
+    /// The next event; `None` when the feed closed.
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<LifecycleEvent, BusError>>>;
+}
+
+/// The three bus ports a host uses, as shared trait objects.
+#[derive(Clone)]
+pub struct BusPorts {
+    /// The session event log.
+    pub events: std::sync::Arc<dyn EventLog>,
+    /// The parent inbox.
+    pub inbox: std::sync::Arc<dyn Inbox>,
+    /// Lifecycle events.
+    pub lifecycle: std::sync::Arc<dyn Lifecycle>,
+}
+
+impl std::fmt::Debug for BusPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BusPorts").finish_non_exhaustive()
+    }
+}
+
+impl BusPorts {
+    /// The NATS ports: opens (creating or reconciling, see [`crate::streams`]) the events and
+    /// inbox streams of `subjects`' cluster on `client`.
+    pub async fn nats(
+        client: async_nats::Client,
+        subjects: crate::Subjects,
+        options: crate::StreamOptions,
+    ) -> Result<Self, BusError> {
+        let inbox =
+            crate::inbox::ParentInbox::open_with(client.clone(), subjects.clone(), options).await?;
+        let events =
+            crate::events::EventLogStore::open_with(client.clone(), subjects.clone(), options)
+                .await?;
+        Ok(BusPorts {
+            events: std::sync::Arc::new(events),
+            inbox: std::sync::Arc::new(inbox),
+            lifecycle: std::sync::Arc::new(crate::lifecycle::NatsLifecycle::new(client, subjects)),
+        })
+    }
+
+    /// The in-memory twins of one [`crate::memory::MemoryBus`] (every handle made from it sees
+    /// the same logs, inboxes and lifecycle feed).
+    pub fn memory(bus: &crate::memory::MemoryBus) -> Self {
+        BusPorts {
+            events: std::sync::Arc::new(bus.events()),
+            inbox: std::sync::Arc::new(bus.inbox()),
+            lifecycle: std::sync::Arc::new(bus.lifecycle()),
+        }
+    }
+}

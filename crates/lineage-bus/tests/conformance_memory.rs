@@ -1,0 +1,31 @@
+//! The bus conformance suite against the in-memory twins (`lineage_bus::memory`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lineage_bus::conformance::Backend;
+use lineage_bus::memory::MemoryBus;
+use lineage_bus::ports::BoxFuture;
+use lineage_bus::{EventLog, Inbox, Lifecycle};
+
+/// Every handle is made from one bus, as every connection reaches one server.
+struct Memory(MemoryBus);
+
+const ACK_WAIT: Duration = Duration::from_millis(300);
+
+impl Backend for Memory {
+    fn events(&self) -> BoxFuture<'_, Arc<dyn EventLog>> {
+        Box::pin(async { Arc::new(self.0.events()) as Arc<dyn EventLog> })
+    }
+    fn inbox(&self) -> BoxFuture<'_, Arc<dyn Inbox>> {
+        Box::pin(async { Arc::new(self.0.inbox()) as Arc<dyn Inbox> })
+    }
+    fn lifecycle(&self) -> BoxFuture<'_, Arc<dyn Lifecycle>> {
+        Box::pin(async { Arc::new(self.0.lifecycle()) as Arc<dyn Lifecycle> })
+    }
+    fn ack_wait(&self) -> Duration {
+        ACK_WAIT
+    }
+}
+
+lineage_bus::conformance_suite!(async { Memory(MemoryBus::with_ack_wait(ACK_WAIT)) });
