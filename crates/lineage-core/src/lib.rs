@@ -18,6 +18,7 @@
 //! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
 //! | [`log`] | the append-only session event log | L1, P1, C3 |
 //! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
+//! | [`lifecycle`] | `SessionState` (starting, running, waiting, settled, disposed), shared with the registry; overdue births: `expire_births` | X2, S1, M2 |
 //! | [`drain`] | the leaves-first drain planner | X1, H2 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
@@ -35,6 +36,7 @@ pub mod error;
 pub mod header;
 pub mod ids;
 pub mod index;
+pub mod lifecycle;
 pub mod log;
 pub mod messages;
 pub mod policy;
