@@ -134,9 +134,7 @@ pub fn expire_births(candidates: &[OverdueBirth], now_ms: u64) -> Vec<BirthExpir
         .iter()
         .filter(|b| b.start_deadline_ms <= now_ms)
         .collect();
-    due.sort_by(|a, b| {
-        (a.start_deadline_ms, &a.session).cmp(&(b.start_deadline_ms, &b.session))
-    });
+    due.sort_by(|a, b| (a.start_deadline_ms, &a.session).cmp(&(b.start_deadline_ms, &b.session)));
     due.into_iter().map(|b| expire_one(b, now_ms)).collect()
 }
 
@@ -285,9 +283,12 @@ mod tests {
 
     #[test]
     fn m2_a_continuable_child_that_never_started_tells_its_parent_once_as_seq_1() {
-        let expiry = expire_births(&[birth(2, Some(1), SubagentShape::Continuable, 40_000)], 41_000)
-            .pop()
-            .unwrap();
+        let expiry = expire_births(
+            &[birth(2, Some(1), SubagentShape::Continuable, 40_000)],
+            41_000,
+        )
+        .pop()
+        .unwrap();
         let notice = expiry.notice.unwrap();
         assert_eq!(notice.sender_session_id, sid(2));
         assert_eq!(notice.parent_session_id, sid(1));

@@ -81,7 +81,8 @@ impl RegisterBench {
             .register_session(request_id(run, 0)?, 0, root.clone(), NewSession::default())
             .await?;
         // A birth is `starting` until a node confirms it; only then does it take children.
-        let starter = NodeId::parse("bench").map_err(|e| RegistryError::Unexpected(e.to_string()))?;
+        let starter =
+            NodeId::parse("bench").map_err(|e| RegistryError::Unexpected(e.to_string()))?;
         client
             .confirm_start(request_id(run, u64::MAX)?, 0, root.id().clone(), starter, 0)
             .await?;

@@ -579,8 +579,7 @@ impl RegistryState {
         record.placement = Some(placement.clone());
         record.state = SessionState::Running;
         record.updated_at_ms = at_ms;
-        self.births_by_deadline
-            .remove(&(deadline, session.clone()));
+        self.births_by_deadline.remove(&(deadline, session.clone()));
         Ok(CommandResponse::Started {
             session: session.clone(),
             placement,
@@ -692,8 +691,8 @@ impl RegistryState {
     pub fn session_counts(&self) -> std::collections::BTreeMap<String, u64> {
         let mut counts: std::collections::BTreeMap<String, u64> = SessionState::ALL
             .iter()
-        .map(|s| (s.as_str().to_owned(), 0))
-        .collect();
+            .map(|s| (s.as_str().to_owned(), 0))
+            .collect();
         for record in self.sessions() {
             *counts.entry(record.state.as_str().to_owned()).or_default() += 1;
         }

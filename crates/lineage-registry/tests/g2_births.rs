@@ -34,7 +34,12 @@ fn register(n: u32, header: SessionHeader, at_ms: u64, within: Option<u64>) -> C
     }
 }
 fn root(n: u32, at_ms: u64, within: Option<u64>) -> Command {
-    register(n, SessionHeader::top_level(sid(n), None, None), at_ms, within)
+    register(
+        n,
+        SessionHeader::top_level(sid(n), None, None),
+        at_ms,
+        within,
+    )
 }
 fn child(s: &RegistryState, parent: u32, n: u32, at_ms: u64, within: Option<u64>) -> Command {
     let p = s.session(&sid(parent)).unwrap();
@@ -175,7 +180,9 @@ fn g2_a_starting_session_cannot_be_claimed_change_state_or_take_children() {
     ] {
         for fence in [None, Some(1)] {
             let set = Command::SetState {
-                request_id: rid(&format!("set-{}-{fence:?}", state.as_str()).replace(['(', ')'], "")),
+                request_id: rid(
+                    &format!("set-{}-{fence:?}", state.as_str()).replace(['(', ')'], "")
+                ),
                 at_ms: 20,
                 session: sid(1),
                 state,
@@ -243,7 +250,10 @@ fn s1_a_starting_session_may_be_disposed_and_then_never_starts() {
         }),
         CommandResponse::Disposed { already: false, .. }
     ));
-    assert!(overdue(&s, 1_000).is_empty(), "a disposed birth is not overdue");
+    assert!(
+        overdue(&s, 1_000).is_empty(),
+        "a disposed birth is not overdue"
+    );
     // The node's late confirmation is refused: it launches nothing.
     assert_eq!(
         refused(&mut s, &confirm("late", 1, "n1", 1, 30)).kind(),
@@ -323,8 +333,7 @@ fn g2_the_births_index_survives_a_snapshot_round_trip() {
     s.apply(&root(1, 10, Some(5)));
     s.apply(&root(2, 10, Some(50)));
     s.apply(&confirm("c2", 2, "n1", 1, 11));
-    let restored: RegistryState =
-        serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+    let restored: RegistryState = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
     assert_eq!(restored, s);
     assert_eq!(overdue(&restored, 1_000), [sid(1)]);
     assert_eq!(restored.digest(), s.digest());
