@@ -196,7 +196,7 @@ fn expire_one(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
 /// The one line a parent reads for a child that never started, e.g. `subagent reviewer never
 /// started: no node hosted it within 30s`.
 pub fn never_started_summary(label: &str, within_ms: u64) -> String {
-    let within = if within_ms % 1000 == 0 {
+    let within = if within_ms.is_multiple_of(1000) {
         format!("{}s", within_ms / 1000)
     } else {
         format!("{within_ms}ms")
