@@ -20,6 +20,7 @@
 //! | [`journal`] | the typed events a hosted agent writes to its log | X2, M1–M3, E1 |
 //! | [`engine`] | one live agent's rules: accept, turns, restore, settle, as commands | X2, M1–M4, S1 |
 //! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
+//! | [`lifecycle`] | `SessionState` (starting, running, waiting, settled, disposed), shared with the registry; overdue births: `expire_births` | X2, S1, M2 |
 //! | [`drain`] | the leaves-first drain planner | X1, H2 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
@@ -39,6 +40,7 @@ pub mod header;
 pub mod ids;
 pub mod index;
 pub mod journal;
+pub mod lifecycle;
 pub mod log;
 pub mod messages;
 pub mod policy;

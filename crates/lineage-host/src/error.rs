@@ -37,6 +37,12 @@ pub enum HostError {
         /// This node.
         node: String,
     },
+    /// The session is still `starting`: registered, but no node hosts it yet (its node is
+    /// writing its creation window, or it never starts and the sweeper disposes it).
+    #[error(
+        "session {0} is still starting (registered, not yet hosted by any node); retry shortly"
+    )]
+    Starting(String),
     /// The session is disposed: it can take no message, no turn and no child any more.
     #[error("session {0} is disposed; start a new session instead")]
     Disposed(String),
@@ -114,9 +120,15 @@ impl HostError {
                 | RegistryRefusal::UndisposedChildren { .. }
                 | RegistryRefusal::UseDispose { .. }
                 | RegistryRefusal::RequestIdReused { .. }
+                | RegistryRefusal::NotStarting { .. }
+                | RegistryRefusal::StartNotDue { .. }
+                | RegistryRefusal::WrongNode { .. }
                 | RegistryRefusal::SenderMismatch { .. } => ErrorCode::Refused,
+                // Transient: it runs shortly, or is disposed at its start deadline.
+                RegistryRefusal::NotStarted { .. } => ErrorCode::Unavailable,
             },
             HostError::RegistryUnavailable(_)
+            | HostError::Starting(_)
             | HostError::Unavailable(_)
             | HostError::ShuttingDown(_)
             | HostError::DriverUnavailable(_) => ErrorCode::Unavailable,

@@ -121,6 +121,10 @@ pub struct HostConfig {
     /// Replicas of the events and inbox streams, and whether an existing stream with fewer is
     /// updated (`nats.stream_replicas`, `nats.update_streams`; Z3).
     pub streams: lineage_bus::StreamOptions,
+    /// How long a birth registered here has to be started (confirmed by its node) before the
+    /// birth sweeper disposes it (S1; default
+    /// [`lineage_core::lifecycle::DEFAULT_START_WITHIN_MS`]).
+    pub start_within: Duration,
 }
 
 impl HostConfig {
@@ -138,6 +142,7 @@ impl HostConfig {
             registry_attempts: 5,
             takeover_after: None,
             streams: lineage_bus::StreamOptions::default(),
+            start_within: Duration::from_millis(lineage_core::lifecycle::DEFAULT_START_WITHIN_MS),
         }
     }
 }
@@ -519,6 +524,27 @@ impl Host {
                     _ = tokio::time::sleep(beat.cfg.heartbeat_every) => {
                         if let Err(e) = heartbeat(&beat).await {
                             tracing::warn!(error = %e, "heartbeat failed");
+                        }
+                    }
+                }
+            }
+        });
+        if let Ok(mut tasks) = shared.tasks.lock() {
+            tasks.push(task);
+        }
+        // S1: births no node started in time are disposed (and their parents told), every
+        // lease period, by the sweeper (see `crate::births`).
+        let births = shared.clone();
+        let every = births.cfg.lease.max(Duration::from_millis(500));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = births.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {
+                        match births.sweep_births().await {
+                            Ok(r) if r.expired.is_empty() && r.failed.is_empty() => {}
+                            Ok(r) => tracing::info!(expired = r.expired.len(), failed = r.failed.len(), "swept births that never started"),
+                            Err(e) => tracing::warn!(error = %e, "birth sweep failed"),
                         }
                     }
                 }

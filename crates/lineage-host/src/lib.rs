@@ -23,6 +23,7 @@
 //! | [`followup`] | next user message, cold-resuming first | M3 |
 //! | [`interrupt`] | authority-checked turn cancellation | M4, R3 |
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
+//! | [`births`] | the birth sweeper: dispose births no node started in time, tell the parent | S1, M2 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
@@ -34,6 +35,7 @@
 
 pub mod acp;
 mod agent;
+pub mod births;
 pub mod clock;
 pub mod control;
 pub mod drain;

@@ -16,7 +16,9 @@
 //!    stop reason `interrupted` for a turn the stop cut short) or waits for its owned children.
 //!    Pending input (accepted, not consumed) simply starts a turn.
 //!
-//! Settled sessions stay cold: they come back on their next followup, as anywhere.
+//! Settled sessions stay cold: they come back on their next followup, as anywhere. `starting`
+//! sessions (born, never hosted) are not adopted either ([`adoptable`]): there is no log to
+//! resume them from, and the birth sweeper ([`crate::births`]) owns them.
 //!
 //! Takeover applies the same steps to a node that does not come back: with
 //! `HostConfig::takeover_after` set, the live node with the smallest id checks every lease
@@ -29,7 +31,7 @@
 use std::sync::Arc;
 
 use lineage_core::ids::{NodeId, SessionId};
-use lineage_registry::types::{NodeRecord, SessionState};
+use lineage_registry::types::{NodeRecord, SessionRecord, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::error::HostError;
@@ -76,10 +78,7 @@ impl Shared {
             .sessions_on_node(node)
             .await?
             .into_iter()
-            .filter(|r| matches!(r.state, SessionState::Running | SessionState::Waiting))
-            // A one-shot run is never resumed: the caller that started it disposes it when
-            // its start fails.
-            .filter(|r| !r.is_one_shot())
+            .filter(adoptable)
             .filter(|r| !self.is_live(r.header.id()))
             .collect();
         mine.sort_by_key(|r| (r.depth(), r.header.id().to_string()));
@@ -101,22 +100,41 @@ impl Shared {
     }
 }
 
-/// The nodes whose sessions `me` takes over at `now_ms`: none unless `me` is the sweeper (the
-/// smallest id among the nodes whose lease is current, `me` counted as current); else every
-/// other node whose lease expired at least `grace_ms` ago. Pure: the sweep's decision.
-pub fn takeover_targets(
-    nodes: &[NodeRecord],
-    me: &NodeId,
-    now_ms: u64,
-    grace_ms: u64,
-) -> Vec<NodeId> {
+/// True when re-adoption or takeover resumes `record`: `running` or `waiting` (an agent was
+/// hosted and cut short), and not a one-shot run (never resumed: the caller that started it
+/// disposes it when its start fails). A `starting` birth was never hosted and is the birth
+/// sweeper's; a settled one stays cold until a followup. Pure.
+pub fn adoptable(record: &SessionRecord) -> bool {
+    let hosted = match record.state {
+        SessionState::Running | SessionState::Waiting => true,
+        SessionState::Starting | SessionState::Settled | SessionState::Disposed => false,
+    };
+    hosted && !record.is_one_shot()
+}
+
+/// True when `me` is the cluster's sweeper at `now_ms`: the smallest id among the nodes whose
+/// lease is current (`me` counted as current). Pure. The takeover sweep and the birth sweep
+/// run there.
+pub fn is_sweeper(nodes: &[NodeRecord], me: &NodeId, now_ms: u64) -> bool {
     let sweeper = nodes
         .iter()
         .filter(|n| n.lease_expires_at_ms > now_ms || &n.node == me)
         .map(|n| &n.node)
         .chain(std::iter::once(me))
         .min();
-    if sweeper != Some(me) {
+    sweeper == Some(me)
+}
+
+/// The nodes whose sessions `me` takes over at `now_ms`: none unless `me` is the sweeper
+/// ([`is_sweeper`]); else every other node whose lease expired at least `grace_ms` ago. Pure:
+/// the sweep's decision.
+pub fn takeover_targets(
+    nodes: &[NodeRecord],
+    me: &NodeId,
+    now_ms: u64,
+    grace_ms: u64,
+) -> Vec<NodeId> {
+    if !is_sweeper(nodes, me, now_ms) {
         return Vec::new();
     }
     nodes
@@ -186,6 +204,52 @@ mod tests {
         // A node never sweeps itself, even with a stale record of its own lease.
         let nodes = [node("node-2", 100)];
         assert!(takeover_targets(&nodes, &me2, 2000, 500).is_empty());
+    }
+
+    #[test]
+    fn k1_x2_only_hosted_continuable_sessions_are_adopted_never_a_starting_birth() {
+        use lineage_core::header::SessionHeader;
+        use lineage_core::ids::SessionId;
+        let mut record = SessionRecord {
+            header: SessionHeader::top_level(
+                SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
+                None,
+                None,
+            ),
+            descriptor: None,
+            placement: None,
+            state: SessionState::Starting,
+            admission: lineage_registry::types::Admission::Open,
+            children: Default::default(),
+            runs: vec![],
+            max_depth: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            start_deadline_ms: Some(30_000),
+        };
+        let adopted: Vec<SessionState> = SessionState::ALL
+            .into_iter()
+            .filter(|s| {
+                record.state = *s;
+                adoptable(&record)
+            })
+            .collect();
+        assert_eq!(adopted, [SessionState::Running, SessionState::Waiting]);
+        record.state = SessionState::Running;
+        record.descriptor = Some(serde_json::json!({"provider": "script", "mode": "one-shot"}));
+        assert!(!adoptable(&record), "a one-shot run is never resumed");
+    }
+
+    #[test]
+    fn k1_the_sweeper_is_the_smallest_live_node() {
+        let nodes = [node("node-1", 1000), node("node-2", 9000)];
+        let me1 = NodeId::parse("node-1").unwrap();
+        let me2 = NodeId::parse("node-2").unwrap();
+        assert!(is_sweeper(&nodes, &me1, 500));
+        assert!(!is_sweeper(&nodes, &me2, 500));
+        // node-1's lease expired: node-2 sweeps (node-1 still thinks it does, as it is alive
+        // to itself; the registry's rules make two sweepers harmless).
+        assert!(is_sweeper(&nodes, &me2, 2000));
     }
 
     #[test]

@@ -39,6 +39,13 @@ pub trait RegistryPort: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
     /// Every node's lease record.
     fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>>;
+    /// One page (at most `limit`) of the `starting` sessions whose start is overdue at
+    /// `now_ms`, oldest deadline first (the birth sweeper's read).
+    fn overdue_births(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
 }
 
 /// Maps a registry error to the host's error.
@@ -124,6 +131,16 @@ impl RegistryPort for MemoryRegistry {
         let out = self.with(|s| s.nodes());
         Box::pin(async move { out })
     }
+
+    fn overdue_births(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        let out =
+            self.with(|s| s.overdue_births(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)));
+        Box::pin(async move { out })
+    }
 }
 
 /// The real registry. Writes go to the leader (retried with the same request id); reads are
@@ -180,6 +197,18 @@ impl RegistryPort for RegistryClient {
     fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
         Box::pin(async move {
             RegistryClient::nodes(self, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn overdue_births(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::overdue_births(self, now_ms, limit, Consistency::Linearizable)
                 .await
                 .map_err(registry_error)
         })

@@ -57,12 +57,16 @@ impl Shared {
                 epoch,
             });
         }
-        if record.state == SessionState::Disposed {
-            return Err(HostError::Disposed(session.to_string()));
+        match record.state {
+            SessionState::Disposed => return Err(HostError::Disposed(session.to_string())),
+            // Born, not hosted yet: its node confirms the start shortly, or the sweeper
+            // disposes it at its deadline; a claim now would host a birth without its log.
+            SessionState::Starting => return Err(HostError::Starting(session.to_string())),
+            SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
         }
         // A session that runs on another live node is not cold.
         if let Some(p) = &record.placement {
-            let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
+            let active = record.state.is_active();
             if active && p.node != self.cfg.node && self.node_alive(&p.node).await? {
                 return Err(HostError::ClaimLost {
                     session: session.to_string(),

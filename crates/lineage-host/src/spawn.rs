@@ -7,13 +7,20 @@
 //! 3. capture the policy snapshot synchronously, before the first await (C2);
 //! 4. build the child's frozen header with `child_session_meta` (L1);
 //! 5. `RegisterSession` in the registry: the commit is the birth (idempotent by request id;
-//!    refused when admission is closed or the depth is exceeded, G2);
+//!    refused when admission is closed or the depth is exceeded, G2). The birth is recorded
+//!    `starting`, due to start within `HostConfig::start_within`;
 //! 6. ask the target node to host it (this node, or any other through its per-node `start`);
 //! 7. on the hosting node, the creation window ([`start_local`]): composition (C1), the policy
 //!    events with `source: "delegation"` (C3), the descriptor (P1: continuable after the seed
 //!    and before the first turn; one-shot at its first pre-step) and the accepted prompt, all
-//!    written to the log as one message; then `subagent/start` on the parent's start subject
-//!    (E1), then the first turn with the prompt.
+//!    written to the log as one message; then `confirm_start` in the registry (`starting ->
+//!    running`, fenced by node and epoch: refused if the sweeper disposed the birth meanwhile,
+//!    and then nothing is launched); then `subagent/start` on the parent's start subject (E1),
+//!    then the first turn with the prompt.
+//!
+//! A retried spawn (same request id) whose first birth is still `starting` is refused as
+//! unavailable ("still starting; retry shortly"); one whose first birth was disposed is
+//! refused for good; neither ever reports success for a birth that did not start.
 //!
 //! A one-shot child's result comes back to the caller (S1); a continuable child's results
 //! reach its parent as settlement notices (S3).
@@ -103,13 +110,15 @@ impl Shared {
                 max_depth,
                 node: Some(target.clone()),
                 run: Some(run.clone()),
+                start_within_ms: Some(self.start_within_ms()),
             })
             .await?;
         match registered {
             CommandResponse::Registered { session, depth } if session != child_id => {
                 // A retried request: the first attempt's child is the answer, unless that
-                // birth never started (it was disposed): a retry never acknowledges it.
-                self.refuse_dead_birth(&session, &request_id).await?;
+                // birth has not started (still starting, or disposed): a retry never
+                // acknowledges it.
+                self.check_first_birth(&session, &request_id).await?;
                 return Ok(SpawnReply {
                     session,
                     run: None,
@@ -305,6 +314,17 @@ impl Shared {
                 Some(lineage_bus::events::LogCursor::default()),
             )
             .await?;
+        // S1, K1: only now is it hosted: `starting -> running`, fenced by this node and the
+        // placement epoch it was registered with. Refused (the sweeper or a drain disposed the
+        // birth, or another node hosts it): nothing is launched.
+        self.write(|request_id, at_ms| Command::ConfirmStart {
+            request_id,
+            at_ms,
+            session: session.clone(),
+            node: self.cfg.node.clone(),
+            expected_epoch: 1,
+        })
+        .await?;
         let parent = header.parent_session().cloned();
         let owner = parent.clone().filter(|p| self.is_live(p));
         let run_info = match (&parent, &request.run, shape) {
@@ -387,6 +407,7 @@ impl Shared {
                 max_depth: max_depth.or(self.cfg.max_depth),
                 node: Some(target.clone()),
                 run: None,
+                start_within_ms: Some(self.start_within_ms()),
             })
             .await?;
         if let CommandResponse::Registered {
@@ -395,7 +416,7 @@ impl Shared {
         } = &registered
         {
             if first != &session {
-                self.refuse_dead_birth(first, &request_id).await?;
+                self.check_first_birth(first, &request_id).await?;
                 return Ok(SpawnReply {
                     session: first.clone(),
                     run: None,
@@ -433,21 +454,30 @@ impl Shared {
     }
 
     /// A retried spawn whose first attempt registered `session`: refused when that birth never
-    /// started (the first attempt disposed it after its start failed), so a retry completes
-    /// or refuses and never reports success for a dead birth.
-    async fn refuse_dead_birth(
+    /// started (the first attempt disposed it after its start failed, or the sweeper did), and
+    /// unavailable while it is still `starting` (it runs shortly, or is disposed at its start
+    /// deadline), so a retry completes or refuses and never reports success for a birth that
+    /// did not start.
+    async fn check_first_birth(
         &self,
         session: &SessionId,
         request_id: &RequestId,
     ) -> Result<(), HostError> {
-        match self.registry.session(session.clone()).await? {
-            Some(record) if record.state == SessionState::Disposed => {
-                Err(HostError::BadRequest(format!(
-                    "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
-                )))
-            }
-            _ => Ok(()),
+        let Some(record) = self.registry.session(session.clone()).await? else {
+            return Ok(());
+        };
+        match record.state {
+            SessionState::Disposed => Err(HostError::BadRequest(format!(
+                "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
+            ))),
+            SessionState::Starting => Err(HostError::Starting(session.to_string())),
+            SessionState::Running | SessionState::Waiting | SessionState::Settled => Ok(()),
         }
+    }
+
+    /// `HostConfig::start_within` in ms.
+    fn start_within_ms(&self) -> u64 {
+        u64::try_from(self.cfg.start_within.as_millis()).unwrap_or(u64::MAX)
     }
 }
 

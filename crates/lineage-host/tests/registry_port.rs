@@ -24,6 +24,14 @@ async fn suite(port: &dyn RegistryPort) {
         max_depth: None,
         node: Some(node("node-a")),
         run: None,
+        start_within_ms: Some(1_000),
+    };
+    let confirm = |session: &SessionId, request_id: RequestId| Command::ConfirmStart {
+        request_id,
+        at_ms: 1,
+        session: session.clone(),
+        node: node("node-a"),
+        expected_epoch: 1,
     };
     let first = rid();
     port.write(register(root.clone(), first.clone()))
@@ -34,7 +42,24 @@ async fn suite(port: &dyn RegistryPort) {
     assert!(matches!(again, CommandResponse::Registered { .. }));
     let child_id = mint.session();
     let child = child_session_meta(&root, child_id.clone(), 1, 0, None).unwrap();
+    // A `starting` parent takes no child; once its node confirmed the start, it does.
+    let early = port
+        .write(register(child.clone(), rid()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            early,
+            HostError::Refused(RegistryRefusal::NotStarted { .. })
+        ),
+        "{early:?}"
+    );
+    assert!(port.overdue_births(1_000, 10).await.unwrap().is_empty());
+    assert_eq!(port.overdue_births(1_001, 10).await.unwrap().len(), 1);
+    port.write(confirm(&root_id, rid())).await.unwrap();
+    assert!(port.overdue_births(1_001, 10).await.unwrap().is_empty());
     port.write(register(child, rid())).await.unwrap();
+    port.write(confirm(&child_id, rid())).await.unwrap();
     assert!(port
         .is_ancestor(root_id.clone(), child_id.clone())
         .await

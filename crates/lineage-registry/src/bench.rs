@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lineage_core::header::{child_session_meta, SessionHeader};
-use lineage_core::ids::{RequestId, SessionId};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
 
 use crate::client::{NewSession, RegistryClient};
 use crate::error::RegistryError;
@@ -79,6 +79,12 @@ impl RegisterBench {
         let root = SessionHeader::top_level(bench_session_id(run, 0)?, None, None);
         client
             .register_session(request_id(run, 0)?, 0, root.clone(), NewSession::default())
+            .await?;
+        // A birth is `starting` until a node confirms it; only then does it take children.
+        let starter =
+            NodeId::parse("bench").map_err(|e| RegistryError::Unexpected(e.to_string()))?;
+        client
+            .confirm_start(request_id(run, u64::MAX)?, 0, root.id().clone(), starter, 0)
             .await?;
         let bench = RegisterBench {
             client,

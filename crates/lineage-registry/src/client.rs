@@ -47,6 +47,8 @@ pub struct NewSession {
     pub node: Option<NodeId>,
     /// The first run.
     pub run: Option<RunId>,
+    /// How long its node has to confirm the start; `None`: the default (30 s).
+    pub start_within_ms: Option<u64>,
 }
 
 /// A cheap, cloneable handle on the registry of one cluster.
@@ -268,10 +270,51 @@ impl RegistryClient {
             max_depth: new.max_depth,
             node: new.node,
             run: new.run,
+            start_within_ms: new.start_within_ms,
         };
         match self.accepted(cmd).await? {
             CommandResponse::Registered { depth, .. } => Ok(depth),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Confirms, as `node`, the start of a `starting` session (`starting -> running`). Returns
+    /// its placement.
+    pub async fn confirm_start(
+        &self,
+        request_id: RequestId,
+        at_ms: u64,
+        session: SessionId,
+        node: NodeId,
+        expected_epoch: u64,
+    ) -> Result<Placement, RegistryError> {
+        let cmd = Command::ConfirmStart {
+            request_id,
+            at_ms,
+            session,
+            node,
+            expected_epoch,
+        };
+        match self.accepted(cmd).await? {
+            CommandResponse::Started { placement, .. } => Ok(placement),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The `starting` sessions whose start is overdue at `now_ms`, oldest deadline first, at
+    /// most `limit` (clamped to 1..=[`crate::state::OVERDUE_BIRTHS_PAGE`]).
+    pub async fn overdue_births(
+        &self,
+        now_ms: u64,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<Vec<SessionRecord>, RegistryError> {
+        match self
+            .query(Query::OverdueBirths { now_ms, limit }, consistency)
+            .await?
+        {
+            QueryResult::Sessions(r) => Ok(r),
+            other => Err(unexpected_read(&other)),
         }
     }
 

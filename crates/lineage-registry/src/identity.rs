@@ -3,8 +3,8 @@
 //! own subject), and the serving member refuses a command that acts as another node before it
 //! is proposed. Pure: a function of the command and the subject's identity token.
 //!
-//! Acting *as a node* means: renewing its lease (`heartbeat`) and claiming a placement onto it
-//! (`claim_placement`). Other commands name sessions, not nodes, and are fenced by the state
+//! Acting *as a node* means: renewing its lease (`heartbeat`), claiming a placement onto it
+//! (`claim_placement`) and confirming that it hosts a session (`confirm_start`). Other commands name sessions, not nodes, and are fenced by the state
 //! machine's own rules (epochs, admission, lineage); a spawn may register a child on another
 //! node (its target), so `register_session` is not an identity claim.
 
@@ -19,8 +19,11 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
         reason: format!("the write subject's identity token is not a node id: {e}"),
     })?;
     let acts_as = match cmd {
-        Command::Heartbeat { node, .. } | Command::ClaimPlacement { node, .. } => Some(node),
+        Command::Heartbeat { node, .. }
+        | Command::ClaimPlacement { node, .. }
+        | Command::ConfirmStart { node, .. } => Some(node),
         Command::RegisterSession { .. }
+        | Command::ExpireStart { .. }
         | Command::SetState { .. }
         | Command::CloseAdmission { .. }
         | Command::Dispose { .. }

@@ -706,6 +706,9 @@ impl Server {
                 descendant,
             } => QueryResult::Bool(s.is_ancestor(&ancestor, &descendant)),
             Query::SessionsOnNode { node } => QueryResult::Sessions(s.sessions_on_node(&node)),
+            Query::OverdueBirths { now_ms, limit } => QueryResult::Sessions(
+                s.overdue_births(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)),
+            ),
             Query::Children { session } => QueryResult::Children(s.children(&session)),
             Query::Nodes => QueryResult::Nodes(s.nodes()),
             Query::Digest => QueryResult::Digest(s.digest()),

@@ -10,6 +10,10 @@
 //!   a duplicate (so no cycle can ever form).
 //! - X1: a child is refused when admission is closed on any ancestor; dispose is refused while
 //!   children are undisposed.
+//! - S1, K1 (births): a session is registered `starting`, with a start deadline; only its
+//!   hosting node moves it to `running` (`confirm_start`, fenced by node and epoch). Until then
+//!   it cannot be claimed, change state or take children (`not_started`); the sweeper disposes
+//!   it once overdue (`expire_start`, refused for a birth that started or is not due yet).
 //! - idempotency: an accepted command's response is stored under its request id; a retry returns
 //!   it unchanged (this table is part of the state, so it survives leader change and restart).
 //!   The table is bounded by time: see [`REQUEST_RETENTION_MS`].
@@ -22,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+use lineage_core::lifecycle::DEFAULT_START_WITHIN_MS;
 use lineage_core::CoreError;
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +72,14 @@ pub struct RegistryState {
     /// serialized (snapshots and digests are unchanged by it) and is rebuilt on load.
     #[serde(skip)]
     requests_by_age: BTreeSet<(u64, RequestId)>,
+    /// The `starting` sessions by start deadline, for the overdue-births query: derived from
+    /// `sessions` (not serialized, rebuilt on load) like `requests_by_age`.
+    #[serde(skip)]
+    births_by_deadline: BTreeSet<(u64, SessionId)>,
 }
+
+/// The most records one [`RegistryState::overdue_births`] answer holds (the sweeper's page).
+pub const OVERDUE_BIRTHS_PAGE: usize = 256;
 
 /// The serialized form of [`RegistryState`] (everything but the derived age index).
 #[derive(Deserialize)]
@@ -84,11 +96,18 @@ impl From<StateRepr> for RegistryState {
             .iter()
             .map(|(id, outcome)| (outcome.at_ms, id.clone()))
             .collect();
+        let births_by_deadline = repr
+            .sessions
+            .values()
+            .filter(|r| r.state == SessionState::Starting)
+            .map(|r| (r.start_deadline_ms.unwrap_or(0), r.id().clone()))
+            .collect();
         Self {
             sessions: repr.sessions,
             nodes: repr.nodes,
             requests: repr.requests,
             requests_by_age,
+            births_by_deadline,
         }
     }
 }
@@ -121,8 +140,25 @@ impl RegistryState {
                 max_depth,
                 node,
                 run,
+                start_within_ms,
                 ..
-            } => self.register(*at_ms, header, descriptor, *max_depth, node, run),
+            } => self.register(
+                *at_ms,
+                header,
+                descriptor,
+                *max_depth,
+                node,
+                run,
+                start_within_ms.unwrap_or(DEFAULT_START_WITHIN_MS),
+            ),
+            Command::ConfirmStart {
+                at_ms,
+                session,
+                node,
+                expected_epoch,
+                ..
+            } => self.confirm_start(*at_ms, session, node, *expected_epoch),
+            Command::ExpireStart { at_ms, session, .. } => self.expire_start(*at_ms, session),
             Command::ClaimPlacement {
                 at_ms,
                 session,
@@ -202,6 +238,7 @@ impl RegistryState {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn register(
         &mut self,
         at_ms: u64,
@@ -210,6 +247,7 @@ impl RegistryState {
         max_depth: Option<MaxDepth>,
         node: &Option<NodeId>,
         run: &Option<RunId>,
+        start_within_ms: u64,
     ) -> Refusal {
         header.validate().map_err(refusal_from_core)?;
         let id = header.id().clone();
@@ -225,10 +263,21 @@ impl RegistryState {
                         .ok_or_else(|| RegistryRefusal::ParentMissing {
                             parent: parent_id.clone(),
                         })?;
-                if parent.state == SessionState::Disposed {
-                    return Err(RegistryRefusal::ParentDisposed {
-                        parent: parent_id.clone(),
-                    });
+                match parent.state {
+                    SessionState::Disposed => {
+                        return Err(RegistryRefusal::ParentDisposed {
+                            parent: parent_id.clone(),
+                        })
+                    }
+                    // Not hosted yet, so it cannot delegate; and the sweeper must always be able
+                    // to dispose an overdue birth (no undisposed children under it).
+                    SessionState::Starting => {
+                        return Err(RegistryRefusal::NotStarted {
+                            session: parent_id.clone(),
+                            refused: "a child".to_owned(),
+                        })
+                    }
+                    SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
                 }
                 let parent_root = parent.header.root_session();
                 if header.root_session() != parent_root {
@@ -271,14 +320,17 @@ impl RegistryState {
                 node: n.clone(),
                 epoch: 1,
             }),
-            state: SessionState::Running,
+            state: SessionState::Starting,
             admission: Admission::Open,
             children: BTreeSet::new(),
             runs: run.iter().cloned().collect(),
             max_depth: effective_max,
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
+            start_deadline_ms: Some(at_ms.saturating_add(start_within_ms)),
         };
+        self.births_by_deadline
+            .insert((at_ms.saturating_add(start_within_ms), id.clone()));
         self.sessions.insert(id.clone(), record);
         Ok(CommandResponse::Registered { session: id, depth })
     }
@@ -329,6 +381,12 @@ impl RegistryState {
         activate: bool,
     ) -> Refusal {
         let record = self.live(session)?;
+        if record.state == SessionState::Starting {
+            return Err(RegistryRefusal::NotStarted {
+                session: session.clone(),
+                refused: "a placement claim (cold resume)".to_owned(),
+            });
+        }
         let current = record.placement.as_ref().map_or(0, |p| p.epoch);
         if current != expected_epoch {
             return Err(RegistryRefusal::EpochMismatch {
@@ -369,6 +427,15 @@ impl RegistryState {
             });
         }
         let record = self.live(session)?;
+        if record.state == SessionState::Starting {
+            return Err(RegistryRefusal::NotStarted {
+                session: session.clone(),
+                refused: format!(
+                    "set_state {} (only confirm_start moves it to running)",
+                    state.as_str()
+                ),
+            });
+        }
         let current = record.placement.as_ref().map_or(0, |p| p.epoch);
         if let Some(expected) = expected_epoch {
             if current != expected {
@@ -445,6 +512,10 @@ impl RegistryState {
             });
         }
         if let Some(record) = self.sessions.get_mut(session) {
+            if record.state == SessionState::Starting {
+                self.births_by_deadline
+                    .remove(&(record.start_deadline_ms.unwrap_or(0), session.clone()));
+            }
             record.state = SessionState::Disposed;
             record.admission = Admission::Closed;
             record.updated_at_ms = at_ms;
@@ -453,6 +524,100 @@ impl RegistryState {
             session: session.clone(),
             already: false,
         })
+    }
+
+    /// S1, K1: the hosting node confirms a start: `starting -> running`.
+    fn confirm_start(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        node: &NodeId,
+        expected_epoch: u64,
+    ) -> Refusal {
+        let record = self.live(session)?;
+        match record.state {
+            SessionState::Starting => {}
+            state @ (SessionState::Running
+            | SessionState::Waiting
+            | SessionState::Settled
+            | SessionState::Disposed) => {
+                return Err(RegistryRefusal::NotStarting {
+                    session: session.clone(),
+                    state,
+                })
+            }
+        }
+        let placement = match &record.placement {
+            Some(p) if &p.node != node => {
+                return Err(RegistryRefusal::WrongNode {
+                    session: session.clone(),
+                    node: node.clone(),
+                    placed_on: p.node.clone(),
+                })
+            }
+            Some(p) if p.epoch != expected_epoch => {
+                return Err(RegistryRefusal::EpochMismatch {
+                    session: session.clone(),
+                    expected: expected_epoch,
+                    current: p.epoch,
+                })
+            }
+            Some(p) => p.clone(),
+            None if expected_epoch != 0 => {
+                return Err(RegistryRefusal::EpochMismatch {
+                    session: session.clone(),
+                    expected: expected_epoch,
+                    current: 0,
+                })
+            }
+            None => Placement {
+                node: node.clone(),
+                epoch: 1,
+            },
+        };
+        let deadline = record.start_deadline_ms.unwrap_or(0);
+        record.placement = Some(placement.clone());
+        record.state = SessionState::Running;
+        record.updated_at_ms = at_ms;
+        self.births_by_deadline.remove(&(deadline, session.clone()));
+        Ok(CommandResponse::Started {
+            session: session.clone(),
+            placement,
+        })
+    }
+
+    /// S1: the sweeper disposes a birth whose start is overdue at `at_ms`.
+    fn expire_start(&mut self, at_ms: u64, session: &SessionId) -> Refusal {
+        let record = self
+            .sessions
+            .get(session)
+            .ok_or_else(|| RegistryRefusal::UnknownSession {
+                session: session.clone(),
+            })?;
+        match record.state {
+            SessionState::Starting => {}
+            // Disposed meanwhile (a drain, the spawning node): nothing to expire, nobody to tell.
+            SessionState::Disposed => {
+                return Ok(CommandResponse::Disposed {
+                    session: session.clone(),
+                    already: true,
+                })
+            }
+            state @ (SessionState::Running | SessionState::Waiting | SessionState::Settled) => {
+                return Err(RegistryRefusal::NotStarting {
+                    session: session.clone(),
+                    state,
+                })
+            }
+        }
+        let deadline = record.start_deadline_ms.unwrap_or(0);
+        if deadline > at_ms {
+            return Err(RegistryRefusal::StartNotDue {
+                session: session.clone(),
+                start_deadline_ms: deadline,
+            });
+        }
+        self.dispose(at_ms, session)
     }
 
     fn heartbeat(
@@ -524,15 +689,10 @@ impl RegistryState {
 
     /// How many sessions are in each state (every state listed, zero included).
     pub fn session_counts(&self) -> std::collections::BTreeMap<String, u64> {
-        let mut counts: std::collections::BTreeMap<String, u64> = [
-            SessionState::Running,
-            SessionState::Waiting,
-            SessionState::Settled,
-            SessionState::Disposed,
-        ]
-        .iter()
-        .map(|s| (s.as_str().to_owned(), 0))
-        .collect();
+        let mut counts: std::collections::BTreeMap<String, u64> = SessionState::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), 0))
+            .collect();
         for record in self.sessions() {
             *counts.entry(record.state.as_str().to_owned()).or_default() += 1;
         }
@@ -654,6 +814,18 @@ impl RegistryState {
             .collect()
     }
 
+    /// The `starting` sessions whose start deadline is at or before `now_ms` (the caller's
+    /// clock), oldest deadline first, at most `limit` (at least 1, at most
+    /// [`OVERDUE_BIRTHS_PAGE`]): one page for the sweeper, which disposes them and asks again.
+    pub fn overdue_births(&self, now_ms: u64, limit: usize) -> Vec<SessionRecord> {
+        self.births_by_deadline
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now_ms)
+            .take(limit.clamp(1, OVERDUE_BIRTHS_PAGE))
+            .filter_map(|(_, id)| self.sessions.get(id).cloned())
+            .collect()
+    }
+
     /// Direct children of `id`, each with counts of its subagent descendants (I1).
     pub fn children(&self, id: &SessionId) -> Vec<ChildSummary> {
         let Some(record) = self.sessions.get(id) else {
@@ -759,7 +931,29 @@ mod tests {
             max_depth: max.map(|m| MaxDepth::new(m).unwrap()),
             node: Some(NodeId::parse("n1").unwrap()),
             run: None,
+            start_within_ms: None,
         }
+    }
+    /// Confirms the start of session `n` on `n1` (a root is placed there at epoch 1; a child
+    /// registered without a node is placed by the confirmation).
+    fn start(s: &mut RegistryState, n: u32) {
+        let epoch = s
+            .session(&sid(n))
+            .unwrap()
+            .placement
+            .as_ref()
+            .map_or(0, |p| p.epoch);
+        let confirm = Command::ConfirmStart {
+            request_id: rid(&format!("start-{n}")),
+            at_ms: 2,
+            session: sid(n),
+            node: NodeId::parse("n1").unwrap(),
+            expected_epoch: epoch,
+        };
+        assert!(
+            matches!(s.apply(&confirm), CommandResponse::Started { .. }),
+            "start of {n}"
+        );
     }
     fn child_cmd(state: &RegistryState, parent: u32, n: u32) -> Command {
         let p = state.session(&sid(parent)).unwrap();
@@ -772,6 +966,7 @@ mod tests {
             max_depth: None,
             node: None,
             run: None,
+            start_within_ms: None,
         }
     }
 
@@ -782,6 +977,7 @@ mod tests {
             s.apply(&root_cmd(1, Some(2))),
             CommandResponse::Registered { depth: 0, .. }
         ));
+        start(&mut s, 1);
         let c = child_cmd(&s, 1, 2);
         assert!(matches!(
             s.apply(&c),
@@ -798,9 +994,13 @@ mod tests {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, None));
         // 1 -> {2, 3}, 2 -> {4, 5}, 3 -> {6}, 6 -> {7}
+        start(&mut s, 1);
         for (parent, child) in [(1, 3), (1, 2), (3, 6), (2, 5), (2, 4), (6, 7)] {
             let c = child_cmd(&s.clone(), parent, child);
             assert!(matches!(s.apply(&c), CommandResponse::Registered { .. }));
+            if [2, 3, 6].contains(&child) {
+                start(&mut s, child);
+            }
         }
         for limit in 1..=8 {
             let mut all = Vec::new();
@@ -829,7 +1029,9 @@ mod tests {
     fn g2_depth_over_the_recorded_max_is_refused() {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, Some(1)));
+        start(&mut s, 1);
         s.apply(&child_cmd(&s.clone(), 1, 2));
+        start(&mut s, 2);
         let before = s.digest();
         let r = s.apply(&child_cmd(&s.clone(), 2, 3));
         assert_eq!(
@@ -913,7 +1115,9 @@ mod tests {
     fn x1_dispose_refused_while_children_live_and_admission_blocks_children() {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
         s.apply(&child_cmd(&s.clone(), 1, 2));
+        start(&mut s, 2);
         let d = Command::Dispose {
             request_id: rid("d1"),
             at_ms: 3,
@@ -959,6 +1163,7 @@ mod tests {
     fn k1_claim_placement_has_one_winner() {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
         let claim = |r: &str, node: &str| Command::ClaimPlacement {
             request_id: rid(r),
             at_ms: 9,
@@ -981,6 +1186,7 @@ mod tests {
     fn k1_claim_records_the_run_and_running_state_in_the_same_write() {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
         let set = Command::SetState {
             request_id: rid("s"),
             at_ms: 3,
@@ -1021,6 +1227,7 @@ mod tests {
     fn k1_a_state_write_from_a_superseded_placement_is_refused() {
         let mut s = RegistryState::new();
         s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
         let epoch = s
             .session(&sid(1))
             .unwrap()

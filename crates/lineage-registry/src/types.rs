@@ -22,31 +22,10 @@ pub struct Placement {
     pub epoch: u64,
 }
 
-/// Activation state of a session as recorded in the registry (X2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionState {
-    /// Taking turns.
-    Running,
-    /// Idle, but owned children remain.
-    Waiting,
-    /// Finished; the settlement was (or will be) delivered to the parent.
-    Settled,
-    /// Gone for good: no host, no new children, never re-registered.
-    Disposed,
-}
-
-impl SessionState {
-    /// The wire name (`running`, `waiting`, `settled`, `disposed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Running => "running",
-            SessionState::Waiting => "waiting",
-            SessionState::Settled => "settled",
-            SessionState::Disposed => "disposed",
-        }
-    }
-}
+/// The lifecycle state of a session (X2): defined once in `lineage-core`
+/// ([`lineage_core::lifecycle`]) and re-exported here so `lineage_registry::types::SessionState`
+/// keeps working.
+pub use lineage_core::lifecycle::SessionState;
 
 /// Whether a session accepts new children (X1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -81,6 +60,11 @@ pub struct SessionRecord {
     pub created_at_ms: u64,
     /// When it last changed (caller's clock).
     pub updated_at_ms: u64,
+    /// When its start was due (caller's clock): set at registration, `at_ms` plus the
+    /// command's `start_within_ms`. Past it, a session still `starting` is an overdue birth
+    /// that the sweeper disposes. Kept once it started, as a record of the birth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_deadline_ms: Option<u64>,
 }
 
 impl SessionRecord {
@@ -130,7 +114,8 @@ pub struct NodeRecord {
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Command {
     /// Register a new session: a top-level session, or a child of a registered parent (the
-    /// commit is the birth).
+    /// commit is the birth). It is recorded `starting` until its hosting node confirms the
+    /// start ([`Command::ConfirmStart`]), due `start_within_ms` after `at_ms`.
     RegisterSession {
         /// Idempotency key.
         request_id: RequestId,
@@ -151,6 +136,36 @@ pub enum Command {
         /// The first run, if any.
         #[serde(default)]
         run: Option<RunId>,
+        /// How long the hosting node has to confirm the start (ms from `at_ms`); `None`:
+        /// [`lineage_core::lifecycle::DEFAULT_START_WITHIN_MS`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_within_ms: Option<u64>,
+    },
+    /// The hosting node confirms the start of a `starting` session (its creation window is
+    /// durable): `starting -> running`, fenced by the placement (node and epoch). A session
+    /// registered without a node is placed on `node` at epoch 1 by it (`expected_epoch` 0).
+    ConfirmStart {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// The node that hosts it now.
+        node: NodeId,
+        /// The placement epoch the node was given (1 at registration; 0 when unplaced).
+        expected_epoch: u64,
+    },
+    /// The sweeper disposes an overdue birth: refused unless the session is still `starting`
+    /// and its start deadline is at or before `at_ms` (so a birth that started meanwhile is
+    /// never disposed by it).
+    ExpireStart {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock (the sweep's now).
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
     },
     /// Claim a session's placement by compare-and-swap on the epoch (K1): one winner.
     ClaimPlacement {
@@ -247,6 +262,8 @@ impl Command {
     pub fn request_id(&self) -> &RequestId {
         match self {
             Command::RegisterSession { request_id, .. }
+            | Command::ConfirmStart { request_id, .. }
+            | Command::ExpireStart { request_id, .. }
             | Command::ClaimPlacement { request_id, .. }
             | Command::SetState { request_id, .. }
             | Command::CloseAdmission { request_id, .. }
@@ -261,6 +278,8 @@ impl Command {
     pub fn at_ms(&self) -> u64 {
         match self {
             Command::RegisterSession { at_ms, .. }
+            | Command::ConfirmStart { at_ms, .. }
+            | Command::ExpireStart { at_ms, .. }
             | Command::ClaimPlacement { at_ms, .. }
             | Command::SetState { at_ms, .. }
             | Command::CloseAdmission { at_ms, .. }
@@ -275,6 +294,8 @@ impl Command {
     pub fn kind(&self) -> &'static str {
         match self {
             Command::RegisterSession { .. } => "register_session",
+            Command::ConfirmStart { .. } => "confirm_start",
+            Command::ExpireStart { .. } => "expire_start",
             Command::ClaimPlacement { .. } => "claim_placement",
             Command::SetState { .. } => "set_state",
             Command::CloseAdmission { .. } => "close_admission",
@@ -321,6 +342,13 @@ pub enum CommandResponse {
         session: SessionId,
         /// Its depth.
         depth: u64,
+    },
+    /// The start was confirmed: the session is `running` on this placement.
+    Started {
+        /// The session.
+        session: SessionId,
+        /// Its placement (unchanged, or epoch 1 on the confirming node when it was unplaced).
+        placement: Placement,
     },
     /// The claim won: this is the new placement.
     Placed {
@@ -475,6 +503,37 @@ pub enum RegistryRefusal {
         /// The kind it was first used for.
         first_kind: String,
     },
+    /// The session is still `starting` (registered, not hosted by any node yet): it cannot be
+    /// claimed, change state or take children until its start is confirmed.
+    NotStarted {
+        /// The session.
+        session: SessionId,
+        /// What was refused, e.g. `a placement claim`.
+        refused: String,
+    },
+    /// `confirm_start` or `expire_start` for a session that is not `starting` (any more).
+    NotStarting {
+        /// The session.
+        session: SessionId,
+        /// Its state now.
+        state: SessionState,
+    },
+    /// `expire_start` before the start deadline.
+    StartNotDue {
+        /// The session.
+        session: SessionId,
+        /// When its start is due.
+        start_deadline_ms: u64,
+    },
+    /// `confirm_start` by a node the session is not placed on.
+    WrongNode {
+        /// The session.
+        session: SessionId,
+        /// The node that tried to confirm.
+        node: NodeId,
+        /// The node it is placed on.
+        placed_on: NodeId,
+    },
     /// Z2: a node wrote, on its own identity subject (`registry.write.<sender>`), a command
     /// that acts as another node (a heartbeat or a placement claim for `node`).
     SenderMismatch {
@@ -505,6 +564,10 @@ impl RegistryRefusal {
             RegistryRefusal::UndisposedChildren { .. } => "undisposed_children",
             RegistryRefusal::UseDispose { .. } => "use_dispose",
             RegistryRefusal::RequestIdReused { .. } => "request_id_reused",
+            RegistryRefusal::NotStarted { .. } => "not_started",
+            RegistryRefusal::NotStarting { .. } => "not_starting",
+            RegistryRefusal::StartNotDue { .. } => "start_not_due",
+            RegistryRefusal::WrongNode { .. } => "wrong_node",
             RegistryRefusal::SenderMismatch { .. } => "sender_mismatch",
         }
     }
@@ -588,6 +651,30 @@ impl fmt::Display for RegistryRefusal {
             } => write!(
                 f,
                 "request id {request_id} was already used for {first_kind}; use a fresh request id for a new command"
+            ),
+            RegistryRefusal::NotStarted { session, refused } => write!(
+                f,
+                "session {session} is still starting (registered, not yet hosted by any node), so {refused} is refused; retry shortly: it runs once its node confirms the start, or is disposed at its start deadline"
+            ),
+            RegistryRefusal::NotStarting { session, state } => write!(
+                f,
+                "session {session} is {}, not starting: its start was already confirmed or it ended; there is no start to confirm or expire",
+                state.as_str()
+            ),
+            RegistryRefusal::StartNotDue {
+                session,
+                start_deadline_ms,
+            } => write!(
+                f,
+                "the start of session {session} is due at {start_deadline_ms} ms, not overdue yet; expire it only after its deadline"
+            ),
+            RegistryRefusal::WrongNode {
+                session,
+                node,
+                placed_on,
+            } => write!(
+                f,
+                "session {session} is placed on node {placed_on}, not {node}: only the node it is placed on confirms its start"
             ),
             RegistryRefusal::SenderMismatch { sender, node } => write!(
                 f,

@@ -88,6 +88,14 @@ pub enum Query {
         /// The node.
         node: NodeId,
     },
+    /// The `starting` sessions whose start deadline is at or before `now_ms`, oldest first
+    /// (the sweeper's page; answered with [`QueryResult::Sessions`]).
+    OverdueBirths {
+        /// The caller's clock.
+        now_ms: u64,
+        /// At most this many (clamped to 1..=[`crate::state::OVERDUE_BIRTHS_PAGE`]).
+        limit: u32,
+    },
     /// Direct children with descendant counts.
     Children {
         /// The parent.
@@ -99,7 +107,8 @@ pub enum Query {
     Status,
     /// The digest of the answering member's applied state.
     Digest,
-    /// How many sessions are in each state (`running`, `waiting`, `settled`, `disposed`).
+    /// How many sessions are in each state (`starting`, `running`, `waiting`, `settled`,
+    /// `disposed`).
     SessionCounts,
 }
 
@@ -139,7 +148,7 @@ pub struct RegistryStatus {
 pub enum QueryResult {
     /// For [`Query::Session`].
     Session(Option<Box<SessionRecord>>),
-    /// For [`Query::Subtree`] and [`Query::SessionsOnNode`].
+    /// For [`Query::Subtree`], [`Query::SessionsOnNode`] and [`Query::OverdueBirths`].
     Sessions(Vec<SessionRecord>),
     /// For [`Query::SubtreePage`].
     Page {

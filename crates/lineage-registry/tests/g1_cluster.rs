@@ -44,6 +44,7 @@ async fn g1_g3_three_voters_failover_loses_no_acknowledged_write_and_retry_appli
             .unwrap(),
         0
     );
+    confirm(&client, 1, node_id(9), 1).await;
     let mut acknowledged = vec![sid(1)];
     for n in 2..22 {
         let depth = client
@@ -178,6 +179,7 @@ async fn g3_restart_of_all_voters_keeps_identical_state_and_never_reinitializes(
         .register_session(rid("r1"), 1, root.clone(), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 1, node_id(1), 0).await;
     for n in 2..32 {
         client
             .register_session(
@@ -277,6 +279,7 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
         .register_session(rid("r1"), 1, root.clone(), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 1, node_id(1), 0).await;
     // Writes in parallel so they batch.
     let mut tasks = Vec::new();
     for n in 2..130u32 {
@@ -356,6 +359,7 @@ async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
         .register_session(rid("r1"), 1, root.clone(), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 1, node_id(1), 0).await;
     let before = leader_node.raft_metrics().last_log_index.unwrap();
 
     // 64 children, each sent twice at once (same request id), plus orphans that are refused.
@@ -367,6 +371,7 @@ async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
         max_depth: None,
         node: None,
         run: None,
+        start_within_ms: None,
     };
     let mut tasks = Vec::new();
     for n in 2..66u32 {

@@ -47,15 +47,18 @@ async fn g2_l2_d3_x1_bad_input_is_refused_with_its_own_error_and_state_unchanged
         .register_session(rid("a1"), 1, root.clone(), max)
         .await
         .unwrap();
+    confirm(&client, 1, node_id(1), 0).await;
     let c2 = child_header(&root, 2);
     client
         .register_session(rid("a2"), 2, c2.clone(), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 2, node_id(1), 0).await;
     client
         .register_session(rid("a3"), 3, child_header(&c2, 3), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 3, node_id(1), 0).await;
     client
         .register_session(rid("a4"), 4, root_header(4), NewSession::default())
         .await
@@ -65,6 +68,7 @@ async fn g2_l2_d3_x1_bad_input_is_refused_with_its_own_error_and_state_unchanged
         .register_session(rid("a5"), 6, root_header(5), NewSession::default())
         .await
         .unwrap();
+    confirm(&client, 5, node_id(1), 0).await;
     client
         .close_admission(rid("a5c"), 7, vec![sid(5)])
         .await

@@ -61,6 +61,13 @@ enum Op {
         req: u8,
         id: u8,
     },
+    /// The hosting node confirms a start (`starting -> running`).
+    Confirm {
+        req: u8,
+        id: u8,
+        node: u8,
+        expected: u8,
+    },
     Heartbeat {
         req: u8,
         node: u8,
@@ -92,6 +99,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (r.clone(), id.clone(), 0u8..4, proptest::option::of(0u8..4)).prop_map(|(req, id, state, fence)| Op::SetState { req, id, state, fence }),
         1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
         2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
+        3 => (r.clone(), id.clone(), 0u8..3, 0u8..3).prop_map(|(req, id, node, expected)| Op::Confirm { req, id, node, expected }),
         1 => (r, 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
         1 => (0u8..STEPS.len() as u8).prop_map(|step| Op::Advance { step }),
     ]
@@ -105,7 +113,7 @@ struct MSession {
     root: u8,
     depth: u64,
     max: Option<u64>,
-    state: u8, // 0 running, 1 waiting, 2 settled, 3 disposed
+    state: u8, // 0 running, 1 waiting, 2 settled, 3 disposed, 4 starting
     closed: bool,
     placement: Option<(u8, u64)>,
     children: BTreeSet<u8>,
@@ -131,6 +139,7 @@ fn at_ms(clock: u64, op: &Op) -> u64 {
             Op::SetState { .. } => 3,
             Op::Close { .. } => 4,
             Op::Dispose { .. } => 5,
+            Op::Confirm { .. } => 6,
             Op::Heartbeat { at, .. } => u64::from(*at),
             Op::Advance { .. } => 0,
         }
@@ -224,6 +233,9 @@ impl Model {
                     if ps.state == 3 {
                         return Err("parent_disposed");
                     }
+                    if ps.state == 4 {
+                        return Err("not_started");
+                    }
                     if ps.root != root {
                         return Err("root_mismatch");
                     }
@@ -255,7 +267,7 @@ impl Model {
                         root,
                         depth,
                         max: eff,
-                        state: 0,
+                        state: 4,
                         closed: false,
                         placement: Some((1, 1)),
                         children: BTreeSet::new(),
@@ -273,6 +285,9 @@ impl Model {
                 let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
                 if s.state == 3 {
                     return Err("session_disposed");
+                }
+                if s.state == 4 {
+                    return Err("not_started");
                 }
                 let cur = s.placement.map_or(0, |p| p.1);
                 if cur != u64::from(expected) {
@@ -296,6 +311,9 @@ impl Model {
                 }
                 if state == 3 {
                     return Err("use_dispose");
+                }
+                if s.state == 4 {
+                    return Err("not_started");
                 }
                 let current = s.placement.map_or(0, |p| p.1);
                 if fence.is_some_and(|f| u64::from(f) != current) {
@@ -329,6 +347,30 @@ impl Model {
                 s.state = 3;
                 s.closed = true;
                 Ok("disposed:false".into())
+            }),
+            Op::Confirm {
+                req,
+                id,
+                node,
+                expected,
+            } => self.apply("confirm_start", req, at, |m| {
+                let s = m.sessions.get_mut(&id).ok_or("unknown_session")?;
+                if s.state == 3 {
+                    return Err("session_disposed");
+                }
+                if s.state != 4 {
+                    return Err("not_starting");
+                }
+                // Registered on node 1 at epoch 1.
+                let (pnode, epoch) = s.placement.unwrap_or((node, 0));
+                if pnode != node {
+                    return Err("wrong_node");
+                }
+                if epoch != u64::from(expected) {
+                    return Err("epoch_mismatch");
+                }
+                s.state = 0;
+                Ok(format!("started:{node}:{epoch}"))
             }),
             Op::Heartbeat {
                 req, node, lease, ..
@@ -377,6 +419,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
                 max_depth: max.map(|m| MaxDepth::new(u64::from(m)).unwrap()),
                 node: Some(node(1)),
                 run: None,
+                start_within_ms: None,
             }
         }
         Op::Claim {
@@ -421,6 +464,18 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             at_ms: at,
             session: sid(id),
         },
+        Op::Confirm {
+            req: r,
+            id,
+            node: n,
+            expected,
+        } => Command::ConfirmStart {
+            request_id: req(r),
+            at_ms: at,
+            session: sid(id),
+            node: node(n),
+            expected_epoch: u64::from(expected),
+        },
         Op::Heartbeat {
             req: r,
             node: n,
@@ -441,6 +496,11 @@ fn summarize(r: &CommandResponse) -> String {
     match r {
         CommandResponse::Noop => "noop".into(),
         CommandResponse::Registered { depth, .. } => format!("registered:{depth}"),
+        CommandResponse::Started { placement, .. } => format!(
+            "started:{}:{}",
+            &placement.node.as_str()[1..],
+            placement.epoch
+        ),
         CommandResponse::Placed { placement } => {
             format!(
                 "placed:{}:{}",
@@ -455,6 +515,7 @@ fn summarize(r: &CommandResponse) -> String {
                 SessionState::Waiting => 1,
                 SessionState::Settled => 2,
                 SessionState::Disposed => 3,
+                SessionState::Starting => 4,
             }
         ),
         CommandResponse::AdmissionClosed { sessions } => format!("closed:{}", sessions.len()),
@@ -511,6 +572,7 @@ proptest! {
                 SessionState::Waiting => 1,
                 SessionState::Settled => 2,
                 SessionState::Disposed => 3,
+                SessionState::Starting => 4,
             };
             prop_assert_eq!(state, m.state);
             prop_assert_eq!(

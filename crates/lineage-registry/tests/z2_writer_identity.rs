@@ -47,6 +47,18 @@ async fn z2_a_worker_cannot_heartbeat_or_claim_as_another_node() {
         )
         .await
         .unwrap();
+    // A forged start confirmation (node-4 confirming as node-1) is refused like a claim.
+    match as_node4
+        .confirm_start(rid("f0"), 11, sid(1), node1.clone(), 1)
+        .await
+    {
+        Err(RegistryError::Refused(refusal)) => assert_eq!(refusal.kind(), "sender_mismatch"),
+        other => panic!("a forged start confirmation was not refused: {other:?}"),
+    }
+    as_node1
+        .confirm_start(rid("s1"), 11, sid(1), node1.clone(), 1)
+        .await
+        .unwrap();
     let digest = as_node1.digest(Consistency::Linearizable).await.unwrap();
 
     // node-4 forging node-1's heartbeat (say, to keep a dead node looking alive).

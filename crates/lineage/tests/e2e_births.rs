@@ -59,3 +59,128 @@ fn s1_x2_a_birth_that_never_started_is_disposed_and_its_retry_is_refused() {
         status["sessions"]
     );
 }
+
+/// A registry client and a runtime of the test's own, writing as the trusted admin subject.
+fn registry(cluster: &Cluster) -> (tokio::runtime::Runtime, lineage_registry::RegistryClient) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let nats = rt
+        .block_on(async_nats::connect(cluster.nats.url()))
+        .expect("connect");
+    let client = lineage_registry::RegistryClient::new(nats, cluster.cluster.clone());
+    (rt, client)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
+    use lineage_core::header::child_session_meta;
+    use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+    use lineage_registry::client::NewSession;
+    use lineage_registry::{Consistency, SessionState};
+    use std::time::Duration;
+
+    let cluster = Cluster::start(1);
+    let turns: Vec<serde_json::Value> = (0..4)
+        .map(|_| json!([{"do": "reply", "text": "ok"}]))
+        .collect();
+    let root = cluster.spawn_root("node-1", &json!({ "turns": turns }));
+    let (rt, client) = registry(&cluster);
+    let root_id = SessionId::parse(&root).unwrap();
+
+    // A normal spawn goes `starting -> running`: registered with a start deadline, then
+    // confirmed by its node.
+    let reply = cluster.spawn(&[
+        "--parent",
+        &root,
+        "--shape",
+        "continuable",
+        "--prompt",
+        "wait",
+        "--script",
+        r#"{"turns":[[{"do":"sleep","ms":30000}]]}"#,
+    ]);
+    let normal = SessionId::parse(&common::id_of(&reply["session"])).unwrap();
+    let record = rt
+        .block_on(client.session(normal.clone(), Consistency::Linearizable))
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, SessionState::Running, "{record:?}");
+    assert_eq!(
+        record.start_deadline_ms,
+        Some(record.created_at_ms + lineage_core::lifecycle::DEFAULT_START_WITHIN_MS),
+        "a birth is registered with a start deadline"
+    );
+
+    // Exactly what a spawning node commits before the start, and then no start: a child of the
+    // live root, placed on the live node-1, due to start within 1.5 s.
+    let parent = rt
+        .block_on(client.session(root_id.clone(), Consistency::Linearizable))
+        .unwrap()
+        .unwrap();
+    let child_id = SessionId::parse(&uuid::Uuid::now_v7().to_string()).unwrap();
+    let header = child_session_meta(&parent.header, child_id.clone(), 1, 0, None).unwrap();
+    let descriptor = json!({"provider": "script", "label": "orphan", "mode": "continuable"});
+    rt.block_on(client.register_session(
+        RequestId::parse(&uuid::Uuid::now_v7().to_string()).unwrap(),
+        now_ms(),
+        header,
+        NewSession {
+            descriptor: Some(descriptor),
+            node: Some(NodeId::parse("node-1").unwrap()),
+            run: Some(RunId::parse(&uuid::Uuid::now_v7().to_string()).unwrap()),
+            start_within_ms: Some(1_500),
+            ..NewSession::default()
+        },
+    ))
+    .expect("register the birth");
+    let child = child_id.to_string();
+    assert_eq!(
+        cluster.row(&root, &child)["state"],
+        "starting",
+        "a birth no node hosts yet is shown as starting"
+    );
+    // Nothing may claim it meanwhile: a followup is told to retry, in one line.
+    let (code, _, err) = cluster.cli(&["send", &child, "hello"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("still starting") && err.contains("retry shortly"),
+        "{err}"
+    );
+    assert!(!err.trim().contains('\n'), "one line: {err}");
+
+    // Past its deadline the sweeper disposes it and tells the parent, once.
+    cluster.wait_state(&root, &child, "disposed", Duration::from_secs(20));
+    let log = cluster.wait_log(
+        &root,
+        Duration::from_secs(10),
+        "the never-started notice",
+        |log| !common::accepted(log, "subagent-settled", Some(&child)).is_empty(),
+    );
+    // Give a second sweep (lease period 2 s) the time to send it again, if it would.
+    std::thread::sleep(Duration::from_millis(4_500));
+    let log = {
+        let later = cluster.log(&root);
+        assert!(later.len() >= log.len());
+        later
+    };
+    let notices = common::accepted(&log, "subagent-settled", Some(&child));
+    assert_eq!(notices.len(), 1, "{}", common::render_log(&log));
+    let message = &notices[0].data["message"];
+    assert_eq!(
+        message["summary"], "subagent orphan never started: no node hosted it within 1500ms",
+        "{message}"
+    );
+    // Seq 1, deduplicated as the child itself would have been.
+    assert_eq!(notices[0].data["dedup_id"], format!("{child}-1"));
+    // The normal child is untouched by the sweep.
+    assert_eq!(cluster.row(&root, normal.as_str())["state"], "running");
+}

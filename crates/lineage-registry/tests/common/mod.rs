@@ -21,6 +21,20 @@ pub fn rid(s: impl AsRef<str>) -> RequestId {
 pub fn node_id(raft_id: u64) -> NodeId {
     NodeId::parse(&format!("node-{raft_id}")).unwrap()
 }
+/// Confirms the start of session `n` as `node` (a birth is `starting` until then, and a
+/// `starting` parent takes no children).
+pub async fn confirm(
+    client: &lineage_registry::RegistryClient,
+    n: u32,
+    node: NodeId,
+    expected_epoch: u64,
+) {
+    client
+        .confirm_start(rid(format!("start-{n}")), 1, sid(n), node, expected_epoch)
+        .await
+        .unwrap();
+}
+
 pub fn root_header(n: u32) -> SessionHeader {
     SessionHeader::top_level(sid(n), None, None)
 }

@@ -1,0 +1,114 @@
+//! The birth sweeper (S1, M2, E1; issue 10, fault 3): births that no node started in time are
+//! disposed, and their parents are told.
+//!
+//! A birth is registered `starting` with a start deadline; its node confirms the start
+//! (`starting -> running`) once its creation window is durable ([`crate::spawn`]). When that
+//! never happens (the spawning node died between the birth commit and the start, the target
+//! died mid-start), the record would otherwise stay forever, looking alive. Every lease period
+//! the cluster's sweeper (the live node with the smallest id, [`is_sweeper`], the same node
+//! that runs the takeover sweep) reads one page of overdue births and executes what
+//! [`expire_births`] (pure, in `lineage-core`) decides for each, in this order:
+//!
+//! 1. `expire_start` in the registry: refused for a birth that started meanwhile or is not due,
+//!    so a start that won the race is never disposed; its request id is derived from the
+//!    session (`expire-start-<id>`), so two sweepers racing both get the first answer;
+//! 2. only once that committed (`disposed`, not `already`): `subagent/end` (stop reason
+//!    `failed`) on the parent's end subject;
+//! 3. the settlement notice into the parent's inbox (seq 1, `Nats-Msg-Id <child>-1`, as the
+//!    child itself would have sent it; deduplicated when two sweepers publish it).
+//!
+//! A sweeper that dies between 1 and 3 leaves the parent without the notice (the birth is
+//! disposed, so the next sweep does not list it): at most once, not at least once.
+
+use std::sync::Arc;
+
+use lineage_core::ids::RequestId;
+use lineage_core::ids::SessionId;
+use lineage_core::lifecycle::{expire_births, OverdueBirth};
+use lineage_core::messages::{InboxMessage, LifecycleEvent};
+use lineage_registry::state::OVERDUE_BIRTHS_PAGE;
+use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionRecord};
+
+use crate::error::HostError;
+use crate::host::Shared;
+use crate::readopt::is_sweeper;
+use crate::settle::publish_with_retry;
+
+/// What one birth sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BirthSweepReport {
+    /// Births disposed by this sweep (their parents were told).
+    pub expired: Vec<SessionId>,
+    /// Births that could not be disposed now, with the one-line reason (tried again next time).
+    pub failed: Vec<(SessionId, String)>,
+}
+
+/// The sweeper's view of an overdue record: what [`expire_births`] needs from it. Pure.
+pub fn overdue_birth(record: &SessionRecord) -> OverdueBirth {
+    OverdueBirth {
+        session: record.id().clone(),
+        parent: record.header.parent_session().cloned(),
+        descriptor: record
+            .descriptor
+            .clone()
+            .and_then(|d| serde_json::from_value(d).ok()),
+        run: record.runs.first().cloned(),
+        node: record.placement.as_ref().map(|p| p.node.clone()),
+        created_at_ms: record.created_at_ms,
+        start_deadline_ms: record.start_deadline_ms.unwrap_or(0),
+    }
+}
+
+impl Shared {
+    /// One birth sweep (see the module documentation); nothing unless this node is the
+    /// sweeper.
+    pub(crate) async fn sweep_births(self: &Arc<Self>) -> Result<BirthSweepReport, HostError> {
+        self.check_running()?;
+        let mut report = BirthSweepReport::default();
+        let now = self.now();
+        let nodes = self.registry.nodes().await?;
+        if !is_sweeper(&nodes, &self.cfg.node, now) {
+            return Ok(report);
+        }
+        let page = u32::try_from(OVERDUE_BIRTHS_PAGE).unwrap_or(u32::MAX);
+        let records = self.registry.overdue_births(now, page).await?;
+        let births: Vec<OverdueBirth> = records.iter().map(overdue_birth).collect();
+        for expiry in expire_births(&births, now) {
+            let session = expiry.session.clone();
+            let request_id = RequestId::parse(&format!("expire-start-{session}"))?;
+            let expired = self
+                .registry
+                .write(Command::ExpireStart {
+                    request_id,
+                    at_ms: now,
+                    session: session.clone(),
+                })
+                .await;
+            match expired {
+                Ok(CommandResponse::Disposed { already: false, .. }) => {}
+                // Disposed by someone else (a drain, the spawning node), or it started after
+                // all: nothing to tell.
+                Ok(_)
+                | Err(HostError::Refused(
+                    RegistryRefusal::NotStarting { .. } | RegistryRefusal::StartNotDue { .. },
+                )) => continue,
+                Err(e) => {
+                    tracing::warn!(%session, error = %e, "overdue birth not disposed; next sweep retries");
+                    report.failed.push((session, e.to_string()));
+                    continue;
+                }
+            }
+            tracing::info!(%session, parent = ?births.iter().find(|b| b.session == session).and_then(|b| b.parent.clone()), "birth never started: disposed");
+            if let Some(end) = expiry.end {
+                if let Err(e) = self.lifecycle.publish(&LifecycleEvent::End(end)).await {
+                    tracing::warn!(%session, error = %e, "cannot publish subagent/end");
+                }
+            }
+            if let Some(notice) = expiry.notice {
+                publish_with_retry(self, &session, InboxMessage::Settled(notice)).await;
+            }
+            report.expired.push(session);
+        }
+        Ok(report)
+    }
+}
