@@ -14,6 +14,7 @@ use lineage_core::messages::Delivery;
 use serde::{Deserialize, Serialize};
 
 use crate::error::HostError;
+use crate::script::{ScriptDriver, SCRIPT_PROVIDER};
 
 /// A boxed future, so drivers can be `dyn`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -188,4 +189,65 @@ pub trait AgentDriver: Send {
     fn cancel<'a>(&'a mut self) -> BoxFuture<'a, ()>;
     /// Stops the agent and frees its resources.
     fn shutdown<'a>(&'a mut self) -> BoxFuture<'a, ()>;
+}
+
+/// Provider name of ACP agents in descriptors (P1).
+pub const ACP_PROVIDER: &str = "acp";
+
+/// Makes drivers for agent specs. The node supplies one that knows every driver it can run.
+pub trait DriverFactory: Send + Sync + 'static {
+    /// Builds a driver for `spec` hosting `session`, or says why this node cannot run it.
+    fn make(
+        &self,
+        spec: &AgentSpec,
+        session: &SessionId,
+    ) -> Result<Box<dyn AgentDriver>, HostError>;
+    /// What this node offers: its profiles and whether it takes raw command lines. A spawn
+    /// checks the target node's offer before the birth is registered
+    /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
+    fn offer(&self) -> crate::control::AgentsReply;
+}
+
+/// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the
+/// profile's name.
+pub fn provider_of(spec: &AgentSpec) -> String {
+    match spec {
+        AgentSpec::Script { .. } => SCRIPT_PROVIDER.to_owned(),
+        AgentSpec::Acp { .. } => ACP_PROVIDER.to_owned(),
+        AgentSpec::Profile { profile } => profile.clone(),
+    }
+}
+
+/// A factory that runs scripted agents only (ACP specs are refused as unavailable).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScriptDrivers;
+
+impl DriverFactory for ScriptDrivers {
+    fn make(
+        &self,
+        spec: &AgentSpec,
+        _session: &SessionId,
+    ) -> Result<Box<dyn AgentDriver>, HostError> {
+        crate::profiles::check_offer(&self.offer(), spec)?;
+        match spec {
+            AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
+            AgentSpec::Profile { .. } => {
+                Ok(Box::new(ScriptDriver::new(crate::script::Script::echo())))
+            }
+            AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
+        }
+    }
+
+    fn offer(&self) -> crate::control::AgentsReply {
+        crate::control::AgentsReply {
+            node: None,
+            allow_raw_commands: false,
+            profiles: vec![crate::profiles::ProfileInfo {
+                name: SCRIPT_PROVIDER.to_owned(),
+                driver: crate::profiles::ProfileDriver::Script,
+                tools: false,
+                description: "scripted agent: the request carries the script".into(),
+            }],
+        }
+    }
 }

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lineage_bus::control::ControlError;
 use lineage_bus::ports::{BusPorts, EventLog, Inbox, Lifecycle};
 use lineage_bus::Subjects;
 use lineage_core::authority::LocalAncestry;
@@ -21,80 +20,17 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{Command, SessionState};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentCmd;
 use crate::clock::{Clock, IdMint};
 use crate::control::{LiveAgent, StatusReply};
-use crate::driver::{AgentDriver, AgentSpec};
 use crate::error::HostError;
 use crate::registry::RegistryPort;
-use crate::script::{ScriptDriver, SCRIPT_PROVIDER};
 use crate::telemetry::HostMetrics;
 
-/// Provider name of ACP agents in descriptors (P1).
-pub const ACP_PROVIDER: &str = "acp";
-
-/// Makes drivers for agent specs. The node supplies one that knows every driver it can run.
-pub trait DriverFactory: Send + Sync + 'static {
-    /// Builds a driver for `spec` hosting `session`, or says why this node cannot run it.
-    fn make(
-        &self,
-        spec: &AgentSpec,
-        session: &SessionId,
-    ) -> Result<Box<dyn AgentDriver>, HostError>;
-    /// What this node offers: its profiles and whether it takes raw command lines. A spawn
-    /// checks the target node's offer before the birth is registered
-    /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
-    fn offer(&self) -> crate::control::AgentsReply;
-}
-
-/// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the
-/// profile's name.
-pub fn provider_of(spec: &AgentSpec) -> String {
-    match spec {
-        AgentSpec::Script { .. } => SCRIPT_PROVIDER.to_owned(),
-        AgentSpec::Acp { .. } => ACP_PROVIDER.to_owned(),
-        AgentSpec::Profile { profile } => profile.clone(),
-    }
-}
-
-/// A factory that runs scripted agents only (ACP specs are refused as unavailable).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ScriptDrivers;
-
-impl DriverFactory for ScriptDrivers {
-    fn make(
-        &self,
-        spec: &AgentSpec,
-        _session: &SessionId,
-    ) -> Result<Box<dyn AgentDriver>, HostError> {
-        crate::profiles::check_offer(&self.offer(), spec)?;
-        match spec {
-            AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
-            AgentSpec::Profile { .. } => {
-                Ok(Box::new(ScriptDriver::new(crate::script::Script::echo())))
-            }
-            AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
-        }
-    }
-
-    fn offer(&self) -> crate::control::AgentsReply {
-        crate::control::AgentsReply {
-            node: None,
-            allow_raw_commands: false,
-            profiles: vec![crate::profiles::ProfileInfo {
-                name: SCRIPT_PROVIDER.to_owned(),
-                driver: crate::profiles::ProfileDriver::Script,
-                tools: false,
-                description: "scripted agent: the request carries the script".into(),
-            }],
-        }
-    }
-}
+pub use crate::driver::{provider_of, DriverFactory, ScriptDrivers, ACP_PROVIDER};
 
 /// Static settings of a host.
 #[derive(Debug, Clone)]
@@ -359,114 +295,6 @@ impl Shared {
         })
         .await
         .map(|_| ())
-    }
-
-    /// True when `node`'s lease is current (this node is always alive to itself).
-    pub(crate) async fn node_alive(&self, node: &NodeId) -> Result<bool, HostError> {
-        if node == &self.cfg.node {
-            return Ok(!self.shutdown.is_cancelled());
-        }
-        let now = self.now();
-        Ok(self
-            .registry
-            .nodes()
-            .await?
-            .iter()
-            .any(|n| &n.node == node && n.lease_expires_at_ms > now))
-    }
-
-    /// The node a request about `record` must be forwarded to: its placement node when the
-    /// session is active (running or waiting) there, that node is another one and its lease is
-    /// current, and the request was not forwarded already (a request is forwarded at most once).
-    /// `None`: serve it here (the session is cold, or hosted here).
-    pub(crate) async fn forward_target(
-        &self,
-        record: &lineage_registry::SessionRecord,
-        already_forwarded: bool,
-    ) -> Result<Option<NodeId>, HostError> {
-        let active = matches!(
-            record.state,
-            lineage_registry::SessionState::Running | lineage_registry::SessionState::Waiting
-        );
-        match &record.placement {
-            Some(p)
-                if active
-                    && !already_forwarded
-                    && p.node != self.cfg.node
-                    && self.node_alive(&p.node).await? =>
-            {
-                Ok(Some(p.node.clone()))
-            }
-            Some(_) | None => Ok(None),
-        }
-    }
-
-    /// The NATS client that reaches `node` (none on in-memory ports: `unavailable`).
-    pub(crate) fn control_transport(
-        &self,
-        node: &NodeId,
-    ) -> Result<&async_nats::Client, HostError> {
-        self.nats.as_ref().ok_or_else(|| {
-            HostError::Unavailable(format!(
-                "node {node} cannot be reached: node {} has no NATS control transport (it runs on in-memory ports)",
-                self.cfg.node
-            ))
-        })
-    }
-
-    /// A control request to another node's per-node subject (with the current trace context as
-    /// its `traceparent`).
-    pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(
-        &self,
-        node: &NodeId,
-        op: &str,
-        body: &Req,
-        timeout: Duration,
-    ) -> Result<Res, HostError> {
-        let nats = self.control_transport(node)?;
-        let subject = self.cfg.subjects.node_control(node, op);
-        lineage_bus::control::request(nats, subject, body, timeout)
-            .await
-            .map_err(|e: ControlError| match e.code {
-                lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
-                _ => HostError::Remote(e),
-            })
-    }
-
-    /// Refuses (before anything is registered) an agent `target` would not run (T4). Inline
-    /// scripts run anywhere; a profile or raw command line is checked against this node's
-    /// offer, or the target's (its per-node `agents`).
-    pub(crate) async fn admit_agent(
-        &self,
-        target: &NodeId,
-        spec: &AgentSpec,
-    ) -> Result<(), HostError> {
-        if matches!(spec, AgentSpec::Script { .. }) {
-            return Ok(());
-        }
-        let offer = if target == &self.cfg.node {
-            self.drivers.offer()
-        } else {
-            self.node_request(
-                target,
-                crate::control::ops::AGENTS,
-                &crate::control::AgentsRequest {},
-                self.cfg.request_timeout,
-            )
-            .await
-            .map_err(|e| match e {
-                HostError::Unavailable(_) => HostError::Unavailable(format!(
-                    "node {target} does not answer (is it running? `lineage status` lists the nodes)"
-                )),
-                other => other,
-            })?
-        };
-        crate::profiles::check_offer(&offer, spec).map_err(|e| match e {
-            HostError::BadRequest(m) if target != &self.cfg.node => {
-                HostError::BadRequest(format!("on node {target}: {m}"))
-            }
-            other => other,
-        })
     }
 
     pub(crate) fn check_running(&self) -> Result<(), HostError> {

@@ -18,10 +18,12 @@
 //! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
 //! | `agent` | one live agent: a task executing `lineage_core::engine` commands; turns beside the mailbox | X2, M3 |
 //! | [`spawn`] | birth: depth, policy snapshot, header, register, creation window, start event | S1–S3, D2–D4, L1, C1–C3, P1, E1 |
+//! | [`start`] | the hosting node's half of a birth: creation window, confirm, launch | S1, P1, C1, C3, E1 |
 //! | [`settle`] | settlement: commit, end event, notice to the parent inbox | X2, M2, E1 |
 //! | [`report`] | reports and the durable inbox consumer | M1, N2 |
 //! | [`followup`] | next user message, cold-resuming first | M3 |
 //! | [`interrupt`] | authority-checked turn cancellation | M4, R3 |
+//! | `routing` | node liveness, forward-once routing, the control transport, agent admission | R2, T4, N3 |
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
 //! | [`births`] | the birth sweeper: dispose births no node started in time, tell the parent | S1, M2 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
@@ -49,10 +51,12 @@ pub mod readopt;
 pub mod registry;
 pub mod report;
 pub mod resume;
+mod routing;
 pub mod script;
 pub mod service;
 pub mod settle;
 pub mod spawn;
+pub mod start;
 pub mod telemetry;
 
 pub use agent::{AgentRecord, AGENT_EVENT};

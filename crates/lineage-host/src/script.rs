@@ -361,7 +361,7 @@ mod tests {
             r#"{"turns": [[{"do": "report", "content": "x", "delivery": "loud"}]]}"#,
         ] {
             let err = Script::from_json(bad).unwrap_err().to_string();
-            assert!(err.starts_with("bad request: malformed script"), "{err}");
+            assert!(err.starts_with("malformed script"), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
     }

@@ -10,7 +10,7 @@
 //!    refused when admission is closed or the depth is exceeded, G2). The birth is recorded
 //!    `starting`, due to start within `HostConfig::start_within`;
 //! 6. ask the target node to host it (this node, or any other through its per-node `start`);
-//! 7. on the hosting node, the creation window ([`start_local`]): composition (C1), the policy
+//! 7. on the hosting node, the creation window ([`crate::start`]): composition (C1), the policy
 //!    events with `source: "delegation"` (C3), the descriptor (P1: continuable after the seed
 //!    and before the first turn; one-shot at its first pre-step) and the accepted prompt, all
 //!    written to the log as one message; then `confirm_start` in the registry (`starting ->
@@ -27,26 +27,18 @@
 
 use std::sync::Arc;
 
-use lineage_core::composition::apply_child_composition;
 use lineage_core::depth::{delegation_depth_of, resolve_child_depth, MaxDepth};
-use lineage_core::descriptor::{seed_descriptor_turn, SubagentDescriptor, SubagentShape};
+use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::header::{child_session_meta, AgentPreset, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
-use lineage_core::log::SessionLog;
-use lineage_core::messages::{StopReason, SubagentRunInfo};
 use lineage_core::policy::{
-    append_delegated_policy_overrides, capture_delegated_policy_overrides,
-    DelegatedPolicyOverrides, ParentPolicyView,
+    capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_registry::types::{Admission, Command, CommandResponse, RegistryRefusal, SessionState};
-use tokio::sync::oneshot;
 
-use crate::agent::{
-    launch, Accepted, AgentCmd, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT,
-};
-use crate::control::{Hop, OneShotResult, SpawnReply, SpawnRequest, StartRequest};
+use crate::agent::AgentCmd;
+use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
 use crate::driver::ChildSpec;
-use crate::driver::TurnMessage;
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
 use crate::telemetry::op_span;
@@ -217,173 +209,6 @@ impl Shared {
         }
     }
 
-    /// Step 7, on the hosting node: the creation window, `subagent/start`, the first turn.
-    /// Boxed (and `Send`): an agent's turn may spawn, which starts another agent task.
-    pub(crate) fn start_local(
-        self: &Arc<Self>,
-        request: StartRequest,
-    ) -> crate::driver::BoxFuture<'static, Result<SpawnReply, HostError>> {
-        let this = self.clone();
-        Box::pin(async move { this.start_local_inner(request).await })
-    }
-
-    async fn start_local_inner(
-        self: &Arc<Self>,
-        request: StartRequest,
-    ) -> Result<SpawnReply, HostError> {
-        self.check_running()?;
-        let header = request.header;
-        header.validate()?;
-        let session = header.id().clone();
-        let depth = header.delegation_depth().unwrap_or(0);
-        if self.is_live(&session) {
-            return Ok(SpawnReply {
-                session,
-                run: request.run,
-                node: self.cfg.node.clone(),
-                depth,
-                result: None,
-            });
-        }
-        let now = self.now();
-        let (log, shape, preset, policy_view, descriptor) = match header.parent_session() {
-            Some(_) => {
-                let descriptor = request.descriptor.ok_or_else(|| {
-                    HostError::BadRequest(format!(
-                        "start of child {session} carries no descriptor; every child has one (P1)"
-                    ))
-                })?;
-                let shape = descriptor.mode;
-                let mut log = match shape {
-                    // Continuable: the descriptor right after the (empty) seed (P1).
-                    SubagentShape::Continuable => {
-                        seed_descriptor_turn(session.clone(), vec![], &descriptor, now)?
-                    }
-                    // One-shot: the descriptor comes at the first pre-step.
-                    SubagentShape::OneShot => SessionLog::create(session.clone(), vec![]),
-                };
-                // C3: the snapshot into the child's log, `source: "delegation"`.
-                append_delegated_policy_overrides(&mut log, &request.policy, now);
-                // C1: the composition the child runs with; its children join it.
-                let composed =
-                    apply_child_composition(header.agent_preset(), &descriptor.composition());
-                let name = header
-                    .agent_preset()
-                    .map(|p| p.name.clone())
-                    .unwrap_or_else(|| "subagent".to_owned());
-                let preset = Some(composed.to_preset(name));
-                let view = child_policy_view(&request.policy);
-                (log, Some(shape), preset, view, Some(descriptor))
-            }
-            None => (
-                SessionLog::create(session.clone(), vec![]),
-                None,
-                header.agent_preset().cloned(),
-                request.policy_view.unwrap_or_default(),
-                None,
-            ),
-        };
-        let mut log = log;
-        let record = AgentRecord {
-            agent: request.agent.clone(),
-            policy_view,
-        };
-        let record = serde_json::to_value(&record)
-            .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
-        log.append(AGENT_EVENT, record, now);
-        // The first prompt is accepted with the creation window (one message): the agent
-        // takes its first turn on it as soon as it is live.
-        let accepted = Accepted {
-            message: TurnMessage::User {
-                content: request.prompt,
-            },
-            wake: true,
-            dedup_id: None,
-            request_id: None,
-        };
-        let accepted = serde_json::to_value(&accepted)
-            .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
-        log.append(ACCEPTED_EVENT, accepted, now);
-        // Durable before anything else sees the child: the whole creation window in one
-        // message (all of it or none), on an empty log.
-        let cursor = self
-            .events
-            .append_all(
-                &session,
-                log.events(),
-                Some(lineage_bus::events::LogCursor::default()),
-            )
-            .await?;
-        // S1, K1: only now is it hosted: `starting -> running`, fenced by this node and the
-        // placement epoch it was registered with. Refused (the sweeper or a drain disposed the
-        // birth, or another node hosts it): nothing is launched.
-        self.write(|request_id, at_ms| Command::ConfirmStart {
-            request_id,
-            at_ms,
-            session: session.clone(),
-            node: self.cfg.node.clone(),
-            expected_epoch: 1,
-        })
-        .await?;
-        let parent = header.parent_session().cloned();
-        let owner = parent.clone().filter(|p| self.is_live(p));
-        let run_info = match (&parent, &request.run, shape) {
-            (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
-                run_id: run.clone(),
-                provider: provider_of(&request.agent).to_owned(),
-                child_id: session.clone(),
-                parent_session_id: parent.clone(),
-                local: request.parent_node.as_ref() == Some(&self.cfg.node),
-                shape,
-                node: self.cfg.node.clone(),
-                at_ms: now,
-            }),
-            _ => None,
-        };
-        let (result_tx, result_rx) = match shape {
-            Some(SubagentShape::OneShot) => {
-                let (tx, rx) = oneshot::channel();
-                (Some(tx), Some(rx))
-            }
-            Some(SubagentShape::Continuable) | None => (None, None),
-        };
-        launch(
-            self,
-            AgentInit {
-                header: header.clone(),
-                shape,
-                descriptor,
-                spec: request.agent,
-                policy_view,
-                preset,
-                log,
-                cursor,
-                run: run_info,
-                owner,
-                resumed: false,
-                // Registered with its node: placement epoch 1.
-                epoch: Some(1),
-                one_shot: result_tx,
-            },
-        )
-        .await?;
-        let result = match result_rx {
-            Some(rx) => Some(rx.await.unwrap_or(OneShotResult {
-                output: None,
-                structured: None,
-                stop_reason: StopReason::Disposed,
-            })),
-            None => None,
-        };
-        Ok(SpawnReply {
-            session,
-            run: request.run,
-            node: self.cfg.node.clone(),
-            depth,
-            result,
-        })
-    }
-
     /// Registers and starts a new top-level session.
     pub(crate) async fn spawn_root(
         self: &Arc<Self>,
@@ -483,7 +308,7 @@ impl Shared {
 
 /// A child's own policy view: its delegated sandbox mode, and "has an approval service" when
 /// its approval policy is `never`, so its children inherit `never` too (C2).
-fn child_policy_view(policy: &DelegatedPolicyOverrides) -> ParentPolicyView {
+pub(crate) fn child_policy_view(policy: &DelegatedPolicyOverrides) -> ParentPolicyView {
     ParentPolicyView {
         sandbox_override: policy.sandbox_mode,
         has_approval_service: policy.approval_policy.is_some(),
@@ -600,22 +425,5 @@ impl Host {
             }
             Some(_) | None => Err(self.shared.not_live(&parent)),
         }
-    }
-
-    /// Per-node `start`: hosts a session registered by the spawning node, in a `start` span.
-    pub async fn start_hosted(&self, request: StartRequest) -> Result<SpawnReply, HostError> {
-        let op = op_span!("start", self.node());
-        op.record("session", request.header.id())
-            .record_opt("parent", request.header.parent_session())
-            .record_opt("run", request.run.as_ref())
-            .record_opt(
-                "shape",
-                request.descriptor.as_ref().map(|d| d.mode.as_str()),
-            );
-        let reply = op.run(self.shared.start_local(request)).await;
-        if let Some(result) = reply.as_ref().ok().and_then(|r| r.result.as_ref()) {
-            op.record("stop_reason", result.stop_reason.as_str());
-        }
-        reply
     }
 }
