@@ -77,17 +77,7 @@ fn echo(input: &TurnInput) -> String {
     input
         .messages
         .iter()
-        .map(|m| match m {
-            TurnMessage::User { content } => content.clone(),
-            TurnMessage::SubagentReport {
-                sender_session_id,
-                content,
-            } => format!("report from {sender_session_id}: {content}"),
-            TurnMessage::SubagentSettled {
-                sender_session_id,
-                summary,
-            } => format!("settled {sender_session_id}: {summary}"),
-        })
+        .map(TurnMessage::render)
         .collect::<Vec<_>>()
         .join("\n")
 }

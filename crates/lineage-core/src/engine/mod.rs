@@ -117,8 +117,6 @@ pub enum EngineEvent {
     /// [`EngineCommand::BeforeBirth`] barrier and reports [`EngineEvent::ChildBorn`] or
     /// [`EngineEvent::BirthRefused`].
     Spawn {
-        /// The child's shape.
-        shape: SubagentShape,
         /// Who waits.
         reply: ReplyTo,
     },
@@ -403,7 +401,7 @@ impl AgentEngine {
                 delivery,
                 reply,
             } => self.report(content, delivery, reply, &mut out, now_ms),
-            EngineEvent::Spawn { shape: _, reply } => self.before_birth(reply, &mut out),
+            EngineEvent::Spawn { .. } => self.before_birth(&mut out),
             EngineEvent::ChildBorn {
                 child,
                 shape,

@@ -128,7 +128,7 @@ impl AgentEngine {
     }
 
     /// A child's birth is visible to others: what the turn staged is durable first.
-    pub(super) fn before_birth(&mut self, _reply: ReplyTo, out: &mut Vec<EngineCommand>) {
+    pub(super) fn before_birth(&mut self, out: &mut Vec<EngineCommand>) {
         let after_seq = self.flush(out);
         out.push(EngineCommand::BeforeBirth { after_seq });
     }

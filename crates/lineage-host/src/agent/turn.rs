@@ -165,10 +165,9 @@ impl AgentTask {
                 .await;
             }
             TurnAction::Spawn(spec) => {
-                let shape = spec.shape;
                 let commands = self
                     .engine
-                    .handle(EngineEvent::Spawn { shape, reply: id }, self.shared.now());
+                    .handle(EngineEvent::Spawn { reply: id }, self.shared.now());
                 match self.exec(commands).await.birth {
                     Some(Ok(())) => births.push(self.birth(*spec, id)),
                     Some(Err(e)) => {
