@@ -63,8 +63,13 @@ impl LifecycleWatch {
     }
 
     /// The next event, from either subject; `None` when both subscriptions closed.
+    ///
+    /// The start subscription is polled first (`biased`): a child's `start` is published before
+    /// its `end` on one connection and so is dispatched first, but an unbiased select over two
+    /// ready subscriptions picks at random and could hand out the `end` first.
     pub async fn next(&mut self) -> Option<Result<LifecycleEvent, BusError>> {
         let msg = tokio::select! {
+            biased;
             m = self.start.next() => m,
             m = self.end.next() => m,
         }?;
