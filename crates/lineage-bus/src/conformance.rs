@@ -7,6 +7,13 @@
 //! per case; `tests/conformance_nats.rs` and `tests/conformance_memory.rs` run it against
 //! their backend.
 
+mod control;
+
+pub use control::{
+    control_any_is_served_once, control_call_reaches_its_node, control_progress_reaches_watchers,
+    control_unserved_is_unavailable,
+};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +27,9 @@ use lineage_core::messages::{
 use crate::error::BusError;
 use crate::events::LogCursor;
 use crate::inbox::InboxDelivery;
-use crate::ports::{BoxFuture, EventLog, Inbox, InboxReader, Lifecycle, LifecycleFeed};
+use crate::ports::{
+    BoxFuture, ControlTransport, EventLog, Inbox, InboxReader, Lifecycle, LifecycleFeed,
+};
 
 /// What a suite case runs against: fresh handles on one store (for NATS, each on a new
 /// connection to the same server, as a restarted process would have).
@@ -31,6 +40,8 @@ pub trait Backend: Send + Sync {
     fn inbox(&self) -> BoxFuture<'_, Arc<dyn Inbox>>;
     /// A new handle on the lifecycle events.
     fn lifecycle(&self) -> BoxFuture<'_, Arc<dyn Lifecycle>>;
+    /// A new handle on the control transport.
+    fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>>;
     /// The ack wait of the inbox consumers [`Backend::inbox`] makes.
     fn ack_wait(&self) -> Duration;
 }
@@ -486,6 +497,10 @@ macro_rules! conformance_suite {
             inbox_in_progress_defers_redelivery,
             inbox_consumer_survives_reopen,
             lifecycle_publish_subscribe,
+            control_call_reaches_its_node,
+            control_any_is_served_once,
+            control_unserved_is_unavailable,
+            control_progress_reaches_watchers,
         );
     };
     (@cases $make:expr; $($case:ident,)+) => {

@@ -51,9 +51,29 @@ pub async fn request_with<Req: Serialize, Res: DeserializeOwned>(
     trace: Option<TraceContext>,
     hop: Hop,
 ) -> Result<Res, ControlError> {
-    let payload = serde_json::to_vec(body).map_err(|e| {
+    let payload = encode_request(body)?;
+    let reply = request_bytes(client, subject.clone(), payload, timeout, trace, hop).await?;
+    decode_reply(&subject, &reply)
+}
+
+/// A request body as JSON bytes (`bad_request` when it cannot be encoded).
+pub fn encode_request<Req: Serialize>(body: &Req) -> Result<Vec<u8>, ControlError> {
+    serde_json::to_vec(body).map_err(|e| {
         ControlError::new(ErrorCode::BadRequest, format!("cannot encode request: {e}"))
-    })?;
+    })
+}
+
+/// Sends an encoded request to `subject` and returns the reply's bytes, unread: the transport
+/// half of [`request_with`]. No reply within `timeout`, or nobody serving `subject`, is
+/// `unavailable`.
+pub async fn request_bytes(
+    client: &async_nats::Client,
+    subject: String,
+    payload: Vec<u8>,
+    timeout: Duration,
+    trace: Option<TraceContext>,
+    hop: Hop,
+) -> Result<Vec<u8>, ControlError> {
     // The client's own request timeout (10 s by default) must not cut a longer deadline short:
     // the request carries `timeout` itself, and the outer timeout is the same deadline.
     let mut request = async_nats::client::Request::new()
@@ -73,15 +93,7 @@ pub async fn request_with<Req: Serialize, Res: DeserializeOwned>(
     let send = client.send_request(subject.clone(), request);
     let reply = tokio::time::timeout(timeout + Duration::from_millis(250), send)
         .await
-        .map_err(|_| {
-            ControlError::new(
-                ErrorCode::Unavailable,
-                format!(
-                    "no reply on {subject} within {} ms; is a lineage node running for this cluster?",
-                    timeout.as_millis()
-                ),
-            )
-        })?
+        .map_err(|_| no_reply(&subject, timeout))?
         .map_err(|e| {
             let why = match e.kind() {
                 async_nats::client::RequestErrorKind::TimedOut => {
@@ -99,7 +111,35 @@ pub async fn request_with<Req: Serialize, Res: DeserializeOwned>(
                 format!("{why}; is a lineage node running for this cluster?"),
             )
         })?;
-    let envelope: Reply<Res> = serde_json::from_slice(&reply.payload).map_err(|e| {
+    Ok(reply.payload.to_vec())
+}
+
+/// The `unavailable` error of a request to `subject` that got no reply within `timeout`.
+pub fn no_reply(subject: &str, timeout: Duration) -> ControlError {
+    ControlError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "no reply on {subject} within {} ms; is a lineage node running for this cluster?",
+            timeout.as_millis()
+        ),
+    )
+}
+
+/// The `unavailable` error of a request to `subject` that nobody serves.
+pub fn no_responders(subject: &str) -> ControlError {
+    ControlError::new(
+        ErrorCode::Unavailable,
+        format!("nobody serves {subject}; is a lineage node running for this cluster?"),
+    )
+}
+
+/// Decodes a reply envelope received on `subject`: its result, or the error it carries; a
+/// reply that is not an envelope is `internal`.
+pub fn decode_reply<Res: DeserializeOwned>(
+    subject: &str,
+    reply: &[u8],
+) -> Result<Res, ControlError> {
+    let envelope: Reply<Res> = serde_json::from_slice(reply).map_err(|e| {
         ControlError::new(
             ErrorCode::Internal,
             format!("malformed reply on {subject}: {e}"),

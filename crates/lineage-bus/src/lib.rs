@@ -10,10 +10,11 @@
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
 //! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
-//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`] | issue 10 |
+//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`] | issue 10 |
 //! | [`memory`] | in-memory twins of the ports (same semantics, no nats-server) | issue 10 |
 //! | [`conformance`] | one suite both the NATS ports and the twins pass | issue 10 |
 //! | [`control`] | the control request helper over NATS; envelope and codes re-exported from `lineage_protocol` | N3 |
+//! | [`transport`] | [`transport::NatsControl`]: the control transport on NATS (the `lineage` micro service, node-to-node requests, drain progress) | N3, R2 |
 //! | [`client`] | [`ControlClient`]: one typed method per control op, node-wide or per node | N3, O3 |
 //! | [`trace`] | W3C `traceparent`: format, strict parse, the task-local current context | O2 |
 //! | [`error`] | [`BusError`], the crate's one error enum | |
@@ -36,10 +37,11 @@ pub mod ports;
 pub mod streams;
 pub mod subjects;
 pub mod trace;
+pub mod transport;
 
 pub use client::ControlClient;
 pub use error::BusError;
-pub use ports::{BusPorts, EventLog, Inbox, Lifecycle};
+pub use ports::{BusPorts, ControlTransport, EventLog, Inbox, Lifecycle};
 pub use streams::StreamOptions;
 pub use subjects::Subjects;
 

@@ -14,6 +14,12 @@
 //!   new messages in publish order, and a delivered message not acked within the ack wait is
 //!   delivered again (before new ones, as JetStream does).
 //! - [`MemoryLifecycle`]: a broadcast channel; a watch sees what is published after it opened.
+//! - [`MemoryControl`] ([`control`]): node-to-node control calls through one hub; a call
+//!   nobody serves, or nobody answers in time, is `unavailable`.
+
+pub mod control;
+
+pub use control::MemoryControl;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,6 +52,7 @@ pub struct MemoryBus {
     log: Arc<Mutex<LogState>>,
     inbox: Arc<InboxShared>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
+    control: MemoryControl,
 }
 
 impl Default for MemoryBus {
@@ -77,6 +84,7 @@ impl MemoryBus {
                 ack_wait,
             }),
             lifecycle,
+            control: MemoryControl::new(),
         }
     }
 
@@ -99,6 +107,11 @@ impl MemoryBus {
         MemoryLifecycle {
             tx: self.lifecycle.clone(),
         }
+    }
+
+    /// A handle on this bus's control transport (every handle reaches the same nodes).
+    pub fn control(&self) -> MemoryControl {
+        self.control.clone()
     }
 }
 

@@ -8,6 +8,7 @@
 //! | [`EventLog`] | [`crate::events::EventLogStore`] | [`crate::memory::MemoryEventLog`] |
 //! | [`Inbox`] | [`crate::inbox::ParentInbox`] | [`crate::memory::MemoryInbox`] |
 //! | [`Lifecycle`] | [`crate::lifecycle::NatsLifecycle`] | [`crate::memory::MemoryLifecycle`] |
+//! | [`ControlTransport`] | [`crate::transport::NatsControl`] (the NATS micro service) | [`crate::memory::MemoryControl`] |
 //!
 //! Async methods return [`BoxFuture`] (the same shape as the host's), so the host keeps
 //! `Arc<dyn EventLog>` and friends and never names a NATS type.
@@ -15,13 +16,15 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use lineage_core::ids::SessionId;
+use lineage_core::ids::{DrainId, NodeId, SessionId};
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::{InboxMessage, LifecycleEvent};
 
+use crate::control::{ControlError, Hop};
 use crate::error::BusError;
 use crate::events::LogCursor;
 use crate::inbox::{InboxDelivery, Published};
+use crate::trace::TraceContext;
 
 /// A boxed, sendable future: what every port method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -139,7 +142,105 @@ pub trait LifecycleFeed: Send {
     fn next(&mut self) -> BoxFuture<'_, Option<Result<LifecycleEvent, BusError>>>;
 }
 
-/// The three bus ports a host uses, as shared trait objects.
+/// Where a control call goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlTarget {
+    /// Any one node of the cluster (`lineage.<cluster>.ctl.<op>`, a queue group).
+    Any,
+    /// That node (`lineage.<cluster>.node.<node>.<op>`).
+    Node(NodeId),
+}
+
+/// One control call as it travels: an op of the control service, its JSON body, whether a
+/// node forwarded it, and the caller's trace context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlCall {
+    /// The op (`lineage_protocol::control::ops`).
+    pub op: String,
+    /// The request body (JSON).
+    pub body: Vec<u8>,
+    /// How it reached the serving node (the `Lineage-Forwarded` header).
+    pub hop: Hop,
+    /// The caller's trace context (the `traceparent` header).
+    pub trace: Option<TraceContext>,
+}
+
+/// Answers one received [`ControlCall`] (once).
+pub type Responder = Box<dyn FnOnce(Vec<u8>) -> BoxFuture<'static, Result<(), BusError>> + Send>;
+
+/// A control call a serving node received, and the way to answer it.
+pub struct IncomingCall {
+    /// The call.
+    pub call: ControlCall,
+    /// Sends the reply body (an envelope) to the caller.
+    pub respond: Responder,
+}
+
+impl std::fmt::Debug for IncomingCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncomingCall")
+            .field("call", &self.call)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The control transport (N3, R2): node-to-node requests (forwarding, placement, drain
+/// fan-out), the serving side of one node, and drain progress messages.
+///
+/// Contract (checked by [`crate::conformance`]):
+/// - A call to [`ControlTarget::Node`] reaches that node's endpoints, with its op, body, hop
+///   and trace unchanged, and returns the bytes the node answered.
+/// - A call to [`ControlTarget::Any`] is served by exactly one serving node.
+/// - A call nobody serves (no node, or its endpoints were stopped), or that gets no answer
+///   within `timeout`, is `unavailable`, in about `timeout` at most.
+/// - Drain progress reaches the watches opened before it was published (core NATS: no
+///   watcher, no message).
+pub trait ControlTransport: Send + Sync {
+    /// Sends `call` to `target` and waits up to `timeout` for the reply body.
+    fn request<'a>(
+        &'a self,
+        target: &'a ControlTarget,
+        call: ControlCall,
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ControlError>>;
+
+    /// Starts serving `node`'s endpoints: every cluster-wide op (shared with the other nodes)
+    /// and every per-node op (its own). Once this returns, calls reach the endpoints.
+    fn serve<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> BoxFuture<'a, Result<Box<dyn ControlEndpoints>, BusError>>;
+
+    /// Publishes one drain progress message to whoever watches `drain`.
+    fn progress<'a>(
+        &'a self,
+        drain: &'a DrainId,
+        body: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), BusError>>;
+
+    /// A live feed of `drain`'s progress messages.
+    fn watch_progress<'a>(
+        &'a self,
+        drain: &'a DrainId,
+    ) -> BoxFuture<'a, Result<Box<dyn ProgressFeed>, BusError>>;
+}
+
+/// The served endpoints of one node.
+pub trait ControlEndpoints: Send {
+    /// The next received call; `None` once the endpoints are stopped.
+    fn next(&mut self) -> BoxFuture<'_, Option<IncomingCall>>;
+
+    /// Stops serving (unregisters the endpoints); later calls to this node are `unavailable`.
+    fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// A live feed of one drain's progress messages.
+pub trait ProgressFeed: Send {
+    /// The next message; `None` when the feed closed.
+    fn next(&mut self) -> BoxFuture<'_, Option<Vec<u8>>>;
+}
+
+/// The bus ports a host uses, as shared trait objects.
 #[derive(Clone)]
 pub struct BusPorts {
     /// The session event log.
@@ -148,6 +249,8 @@ pub struct BusPorts {
     pub inbox: std::sync::Arc<dyn Inbox>,
     /// Lifecycle events.
     pub lifecycle: std::sync::Arc<dyn Lifecycle>,
+    /// The control transport.
+    pub control: std::sync::Arc<dyn ControlTransport>,
 }
 
 impl std::fmt::Debug for BusPorts {
@@ -172,7 +275,11 @@ impl BusPorts {
         Ok(BusPorts {
             events: std::sync::Arc::new(events),
             inbox: std::sync::Arc::new(inbox),
-            lifecycle: std::sync::Arc::new(crate::lifecycle::NatsLifecycle::new(client, subjects)),
+            lifecycle: std::sync::Arc::new(crate::lifecycle::NatsLifecycle::new(
+                client.clone(),
+                subjects.clone(),
+            )),
+            control: std::sync::Arc::new(crate::transport::NatsControl::new(client, subjects)),
         })
     }
 
@@ -183,6 +290,7 @@ impl BusPorts {
             events: std::sync::Arc::new(bus.events()),
             inbox: std::sync::Arc::new(bus.inbox()),
             lifecycle: std::sync::Arc::new(bus.lifecycle()),
+            control: std::sync::Arc::new(bus.control()),
         }
     }
 }

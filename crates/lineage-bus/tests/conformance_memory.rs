@@ -6,7 +6,7 @@ use std::time::Duration;
 use lineage_bus::conformance::Backend;
 use lineage_bus::memory::MemoryBus;
 use lineage_bus::ports::BoxFuture;
-use lineage_bus::{EventLog, Inbox, Lifecycle};
+use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle};
 
 /// Every handle is made from one bus, as every connection reaches one server.
 struct Memory(MemoryBus);
@@ -22,6 +22,9 @@ impl Backend for Memory {
     }
     fn lifecycle(&self) -> BoxFuture<'_, Arc<dyn Lifecycle>> {
         Box::pin(async { Arc::new(self.0.lifecycle()) as Arc<dyn Lifecycle> })
+    }
+    fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>> {
+        Box::pin(async { Arc::new(self.0.control()) as Arc<dyn ControlTransport> })
     }
     fn ack_wait(&self) -> Duration {
         ACK_WAIT

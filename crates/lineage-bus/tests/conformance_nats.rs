@@ -9,7 +9,8 @@ use lineage_bus::events::EventLogStore;
 use lineage_bus::inbox::ParentInbox;
 use lineage_bus::lifecycle::NatsLifecycle;
 use lineage_bus::ports::BoxFuture;
-use lineage_bus::{EventLog, Inbox, Lifecycle, Subjects};
+use lineage_bus::transport::NatsControl;
+use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle, Subjects};
 use lineage_testkit::NatsServer;
 
 struct Nats {
@@ -59,6 +60,14 @@ impl Backend for Nats {
                 self.connect().await,
                 self.subjects.clone(),
             )) as Arc<dyn Lifecycle>
+        })
+    }
+    fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>> {
+        Box::pin(async {
+            Arc::new(NatsControl::new(
+                self.connect().await,
+                self.subjects.clone(),
+            )) as Arc<dyn ControlTransport>
         })
     }
     fn ack_wait(&self) -> Duration {

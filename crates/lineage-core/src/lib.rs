@@ -22,6 +22,7 @@
 //! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
 //! | [`lifecycle`] | `SessionState` (starting, running, waiting, settled, disposed), shared with the registry; overdue births: `expire_births` | X2, S1, M2 |
 //! | [`drain`] | the leaves-first drain planner | X1, H2 |
+//! | [`routing`] | forward-once routing of a request to the node hosting its session; the owner of a hosted agent | R2, M3, M4 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
 //! | [`error`] | [`CoreError`], the crate's one error enum | |
@@ -44,5 +45,6 @@ pub mod lifecycle;
 pub mod log;
 pub mod messages;
 pub mod policy;
+pub mod routing;
 
 pub use error::CoreError;

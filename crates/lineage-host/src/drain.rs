@@ -85,8 +85,7 @@ impl ProgressThrottle {
 
 /// Where a drain's progress goes, when its request asked for it.
 struct Progress {
-    nats: async_nats::Client,
-    subject: String,
+    control: Arc<dyn lineage_bus::ports::ControlTransport>,
     drain: DrainId,
 }
 
@@ -121,8 +120,8 @@ impl Progress {
                 return;
             }
         };
-        if let Err(e) = self.nats.publish(self.subject.clone(), body.into()).await {
-            tracing::debug!(subject = %self.subject, error = %e, "cannot publish drain progress");
+        if let Err(e) = self.control.progress(&self.drain, body).await {
+            tracing::debug!(drain = %self.drain, error = %e, "cannot publish drain progress");
         }
     }
 }
@@ -138,13 +137,9 @@ impl Shared {
                 "drain needs at least one root session".to_owned(),
             ));
         }
-        // Progress goes on NATS; a host without it (in-memory ports) sends none.
-        let progress = progress.and_then(|drain| {
-            Some(Progress {
-                nats: self.nats.clone()?,
-                subject: self.cfg.subjects.drain_progress(&drain),
-                drain,
-            })
+        let progress = progress.map(|drain| Progress {
+            control: self.control.clone(),
+            drain,
         });
         let mut report = DrainReport::default();
         // 1. Close admission on the whole subtrees, one write, before anything is read: a

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lineage_bus::ports::{BusPorts, EventLog, Inbox, Lifecycle};
+use lineage_bus::ports::{BusPorts, ControlTransport, EventLog, Inbox, Lifecycle};
 use lineage_bus::Subjects;
 use lineage_core::authority::LocalAncestry;
 use lineage_core::depth::MaxDepth;
@@ -87,12 +87,12 @@ impl HostConfig {
 /// host on other ports (the in-memory twins of [`lineage_bus::memory`]) and no NATS at all.
 #[derive(Clone)]
 pub struct HostDeps {
-    /// The NATS connection, the control transport: requests to other nodes, the control
-    /// service ([`crate::service::serve`]), drain progress. `None`: this host reaches no other
-    /// node and serves no control requests (a single-process host on in-memory ports).
+    /// The NATS connection the ports are opened on when `ports` is `None`.
     pub nats: Option<async_nats::Client>,
-    /// The session event log, the parent inbox and the lifecycle events. `None`: [`Host::start`]
-    /// opens the NATS ports on `nats` (streams as [`HostConfig::streams`] says).
+    /// The session event log, the parent inbox, the lifecycle events and the control transport
+    /// (requests to other nodes, the control service [`crate::service::serve`], drain
+    /// progress). `None`: [`Host::start`] opens the NATS ports on `nats` (streams as
+    /// [`HostConfig::streams`] says).
     pub ports: Option<BusPorts>,
     /// The registry.
     pub registry: Arc<dyn RegistryPort>,
@@ -152,7 +152,6 @@ pub(crate) struct AgentHandle {
 /// State shared by the host and its agent tasks.
 pub(crate) struct Shared {
     pub(crate) cfg: HostConfig,
-    pub(crate) nats: Option<async_nats::Client>,
     pub(crate) registry: Arc<dyn RegistryPort>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) mint: IdMint,
@@ -160,6 +159,7 @@ pub(crate) struct Shared {
     pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) events: Arc<dyn EventLog>,
     pub(crate) lifecycle: Arc<dyn Lifecycle>,
+    pub(crate) control: Arc<dyn ControlTransport>,
     pub(crate) agents: Mutex<HashMap<SessionId, AgentHandle>>,
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -330,13 +330,13 @@ impl Host {
         let shared = Arc::new(Shared {
             mint: IdMint::new(deps.clock.clone()),
             cfg: config,
-            nats: deps.nats,
             registry: deps.registry,
             clock: deps.clock,
             drivers: deps.drivers,
             inbox: ports.inbox,
             events: ports.events,
             lifecycle: ports.lifecycle,
+            control: ports.control,
             agents: Mutex::new(HashMap::new()),
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
@@ -413,11 +413,6 @@ impl Host {
     /// The cluster's subjects.
     pub fn subjects(&self) -> &Subjects {
         &self.shared.cfg.subjects
-    }
-
-    /// The NATS connection (the control transport); `None` for a host on in-memory ports.
-    pub fn nats(&self) -> Option<&async_nats::Client> {
-        self.shared.nats.as_ref()
     }
 
     /// The shutdown signal this host obeys.

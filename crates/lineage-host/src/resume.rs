@@ -161,7 +161,10 @@ impl Shared {
             Err(e) => return Err(e),
         };
         let parent = header.parent_session().cloned();
-        let owner = parent.clone().filter(|p| self.is_live(p));
+        let owner = lineage_core::routing::owner_of(
+            parent.as_ref(),
+            parent.as_ref().is_some_and(|p| self.is_live(p)),
+        );
         let span = tracing::Span::current();
         if let Some(p) = &parent {
             span.record("parent", tracing::field::display(p));

@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-use lineage_bus::control::ControlError;
+use lineage_bus::control::{decode_reply, encode_request, ControlError, ErrorCode, Hop};
+use lineage_bus::ports::{ControlCall, ControlTarget};
 use lineage_core::ids::NodeId;
+use lineage_core::routing::{route, Route};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -33,43 +35,29 @@ impl Shared {
     /// session is active (running or waiting) there, that node is another one and its lease is
     /// current, and the request was not forwarded already (a request is forwarded at most once).
     /// `None`: serve it here (the session is cold, or hosted here).
+    /// The rule is [`lineage_core::routing::route`]; this looks up the placement's lease.
     pub(crate) async fn forward_target(
         &self,
         record: &lineage_registry::SessionRecord,
         already_forwarded: bool,
     ) -> Result<Option<NodeId>, HostError> {
-        let active = matches!(
-            record.state,
-            lineage_registry::SessionState::Running | lineage_registry::SessionState::Waiting
-        );
-        match &record.placement {
-            Some(p)
-                if active
-                    && !already_forwarded
-                    && p.node != self.cfg.node
-                    && self.node_alive(&p.node).await? =>
-            {
-                Ok(Some(p.node.clone()))
+        let placement = record.placement.as_ref().map(|p| &p.node);
+        let candidate = route(record.state, placement, &self.cfg.node, already_forwarded);
+        let routed = match candidate {
+            Route::Forward(node) => {
+                let alive = self.node_alive(&node).await?;
+                Route::Forward(node).given_lease(alive)
             }
-            Some(_) | None => Ok(None),
-        }
-    }
-
-    /// The NATS client that reaches `node` (none on in-memory ports: `unavailable`).
-    pub(crate) fn control_transport(
-        &self,
-        node: &NodeId,
-    ) -> Result<&async_nats::Client, HostError> {
-        self.nats.as_ref().ok_or_else(|| {
-            HostError::Unavailable(format!(
-                "node {node} cannot be reached: node {} has no NATS control transport (it runs on in-memory ports)",
-                self.cfg.node
-            ))
+            Route::Here => Route::Here,
+        };
+        Ok(match routed {
+            Route::Forward(node) => Some(node),
+            Route::Here => None,
         })
     }
 
     /// A control request to another node's per-node subject (with the current trace context as
-    /// its `traceparent`).
+    /// its `traceparent`), as a client would send it.
     pub(crate) async fn node_request<Req: Serialize, Res: DeserializeOwned>(
         &self,
         node: &NodeId,
@@ -77,14 +65,49 @@ impl Shared {
         body: &Req,
         timeout: Duration,
     ) -> Result<Res, HostError> {
-        let nats = self.control_transport(node)?;
-        let subject = self.cfg.subjects.node_control(node, op);
-        lineage_bus::control::request(nats, subject, body, timeout)
+        self.call_node(node, op, body, timeout, Hop::Client).await
+    }
+
+    /// Forwards a request to `node`, the node hosting its session, with `Lineage-Forwarded: 1`
+    /// (and the current trace context): that node serves it and never forwards it again.
+    pub(crate) async fn forward<Req: Serialize, Res: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        op: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Res, HostError> {
+        self.call_node(node, op, body, timeout, Hop::Forwarded)
             .await
-            .map_err(|e: ControlError| match e.code {
-                lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
-                _ => HostError::Remote(e),
-            })
+    }
+
+    /// One call to `node` over the control transport; an `unavailable` answer (or none) is
+    /// [`HostError::Unavailable`], any other error the remote node's.
+    async fn call_node<Req: Serialize, Res: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        op: &str,
+        body: &Req,
+        timeout: Duration,
+        hop: Hop,
+    ) -> Result<Res, HostError> {
+        let to_host = |e: ControlError| match e.code {
+            ErrorCode::Unavailable => HostError::Unavailable(e.message),
+            _ => HostError::Remote(e),
+        };
+        let call = ControlCall {
+            op: op.to_owned(),
+            body: encode_request(body).map_err(to_host)?,
+            hop,
+            trace: lineage_bus::trace::current(),
+        };
+        let target = ControlTarget::Node(node.clone());
+        let reply = self
+            .control
+            .request(&target, call, timeout)
+            .await
+            .map_err(to_host)?;
+        decode_reply(&self.cfg.subjects.node_control(node, op), &reply).map_err(to_host)
     }
 
     /// Refuses (before anything is registered) an agent `target` would not run (T4). Inline

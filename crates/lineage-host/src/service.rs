@@ -1,4 +1,6 @@
-//! The `lineage` NATS micro service (N3, O3): `nats micro ls` shows one instance per node.
+//! The `lineage` control service (N3, O3), served on the host's control transport
+//! ([`lineage_bus::ports::ControlTransport`]); on NATS it is the `lineage` micro service, and
+//! `nats micro ls` shows one instance per node.
 //!
 //! Endpoints, bodies in [`crate::control`], replies in the `lineage_bus::control` envelope:
 //!
@@ -19,12 +21,8 @@
 //! `"forwarded"` field is accepted: the field is dropped, and `true` counts as the header
 //! (`lineage_protocol::envelope::decode_routed_request`).
 
-use futures::StreamExt;
-use lineage_bus::control::{
-    decode_request, decode_routed_request, encode_reply, ControlError, FORWARDED_HEADER,
-    SERVICE_NAME,
-};
-use lineage_bus::trace::TraceContext;
+use lineage_bus::control::{decode_request, decode_routed_request, encode_reply, ControlError};
+use lineage_bus::ports::{ControlEndpoints, IncomingCall};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -34,20 +32,19 @@ use crate::control::{
     SpawnRequest, StartRequest, StatusRequest, StopRequest,
 };
 use crate::error::HostError;
-use crate::host::{Host, Shared};
+use crate::host::Host;
 
 /// The running service. It runs until the host's shutdown token is cancelled or
 /// [`ServiceHandle::stop`] is called; dropping the handle does not stop it.
 pub struct ServiceHandle {
     stop: tokio_util::sync::CancellationToken,
     keeper: JoinHandle<()>,
-    tasks: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ServiceHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServiceHandle")
-            .field("endpoints", &self.tasks.len())
+            .field("stopped", &self.stop.is_cancelled())
             .finish_non_exhaustive()
     }
 }
@@ -56,121 +53,71 @@ impl ServiceHandle {
     /// Stops every endpoint and unregisters the service.
     pub async fn stop(self) {
         self.stop.cancel();
-        for task in &self.tasks {
-            task.abort();
-        }
         let _ = self.keeper.await;
     }
 }
 
-/// Registers the `lineage` service for `host` and serves it until the host shuts down.
+/// Serves `host`'s control endpoints on its control transport (on NATS: registers the
+/// `lineage` micro service, [`lineage_bus::transport::NatsControl`]) until the host shuts down.
 pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
-    use async_nats::service::ServiceExt;
-    let subjects = host.subjects().clone();
-    let cluster = subjects.cluster().to_owned();
     let node = host.node().clone();
-    let nats = host.nats().cloned().ok_or_else(|| {
-        HostError::Unavailable(format!(
-            "node {node} has no NATS connection (in-memory ports): there is no lineage service to serve"
-        ))
+    let control = host.shared.control.clone();
+    let endpoints = control.serve(&node).await.map_err(|e| {
+        HostError::Unavailable(format!("cannot serve the lineage control service: {e}"))
     })?;
-    let service = nats
-        .service_builder()
-        .description(format!("lineage control, cluster {cluster}, node {node}"))
-        .metadata(
-            [
-                ("cluster".to_owned(), cluster.clone()),
-                ("node".to_owned(), node.to_string()),
-            ]
-            .into_iter()
-            .collect(),
+    let stop = host.shutdown_token().child_token();
+    let keeper = run_endpoints(host.clone(), endpoints, stop.clone());
+    // Make sure the endpoints answer before anyone is told we serve: a request to our own
+    // status endpoint goes the way any other node's would.
+    let probe: Result<crate::control::StatusReply, HostError> = host
+        .shared
+        .node_request(
+            &node,
+            ops::STATUS,
+            &StatusRequest {},
+            std::time::Duration::from_secs(5),
         )
-        .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
-        .await
-        .map_err(|e| HostError::Unavailable(format!("cannot start the lineage service: {e}")))?;
-    let mut tasks = Vec::new();
-    let queue = format!("lineage-{cluster}");
-    for op in ops::CLUSTER {
-        let endpoint = service
-            .endpoint_builder()
-            .name(format!("ctl-{op}"))
-            .queue_group(&queue)
-            .add(subjects.control(op))
-            .await
-            .map_err(|e| HostError::Unavailable(format!("cannot add endpoint {op}: {e}")))?;
-        tasks.push(run_endpoint(host.clone(), op, endpoint));
-    }
-    for op in ops::NODE {
-        let endpoint = service
-            .endpoint_builder()
-            .name(format!("node-{op}"))
-            .queue_group(format!("lineage-{cluster}-{node}"))
-            .add(subjects.node_control(&node, op))
-            .await
-            .map_err(|e| HostError::Unavailable(format!("cannot add endpoint {op}: {e}")))?;
-        tasks.push(run_endpoint(host.clone(), op, endpoint));
-    }
-    // Make sure the server has every subscription before anyone is told we serve: a request
-    // to our own status endpoint goes through the server after our subscriptions.
-    let probe: Result<crate::control::StatusReply, ControlError> = lineage_bus::control::request(
-        &nats,
-        subjects.node_control(&node, ops::STATUS),
-        &StatusRequest {},
-        std::time::Duration::from_secs(5),
-    )
-    .await;
+        .await;
     if let Err(e) = probe {
+        stop.cancel();
+        let _ = keeper.await;
         return Err(HostError::Unavailable(format!(
             "the lineage service does not answer its own status request: {e}"
         )));
     }
-    // The service lives until shutdown (dropping it would close every endpoint).
-    let stop = host.shutdown_token().child_token();
-    let until = stop.clone();
-    let keeper = tokio::spawn(async move {
-        until.cancelled().await;
-        let _ = service.stop().await;
-    });
-    Ok(ServiceHandle {
-        stop,
-        keeper,
-        tasks,
-    })
+    Ok(ServiceHandle { stop, keeper })
 }
 
-fn run_endpoint(
+/// Reads the endpoints until `stop` is cancelled (the host's shutdown cancels it too), each
+/// call in its own task, then stops serving.
+fn run_endpoints(
     host: Host,
-    op: &'static str,
-    mut endpoint: async_nats::service::endpoint::Endpoint,
+    mut endpoints: Box<dyn ControlEndpoints>,
+    stop: tokio_util::sync::CancellationToken,
 ) -> JoinHandle<()> {
-    let shutdown = host.shutdown_token();
     tokio::spawn(async move {
         loop {
-            let request = tokio::select! {
-                r = endpoint.next() => r,
-                _ = shutdown.cancelled() => break,
+            let incoming = tokio::select! {
+                r = endpoints.next() => r,
+                _ = stop.cancelled() => break,
             };
-            let Some(request) = request else { break };
+            let Some(IncomingCall { call, respond }) = incoming else {
+                break;
+            };
             let host = host.clone();
             tokio::spawn(async move {
                 // The caller's trace context: the operation's span continues its trace.
-                let headers = request.message.headers.as_ref();
-                let remote = TraceContext::from_headers(headers);
-                let hop = Hop::from_header(
-                    headers
-                        .and_then(|h| h.get(FORWARDED_HEADER))
-                        .map(|v| v.as_str()),
-                );
                 let body = lineage_bus::trace::maybe_scope(
-                    remote,
-                    Box::pin(handle_via(&host, op, &request.message.payload, hop)),
+                    call.trace,
+                    Box::pin(handle_via(&host, &call.op, &call.body, call.hop)),
                 )
                 .await;
-                if let Err(e) = request.respond(Ok(body.into())).await {
-                    tracing::warn!(op, error = %e, "cannot send a control reply");
+                if let Err(e) = respond(body).await {
+                    tracing::warn!(op = %call.op, error = %e, "cannot send a control reply");
                 }
             });
         }
+        endpoints.stop().await;
     })
 }
 
@@ -226,33 +173,5 @@ pub async fn handle_via(host: &Host, op: &str, body: &[u8], hop: Hop) -> Vec<u8>
             lineage_bus::control::ErrorCode::BadRequest,
             format!("unknown op {other:?}; use one of spawn, followup, interrupt, drain, resume, status"),
         ))),
-    }
-}
-
-impl Shared {
-    /// Forwards a request to `node`, the node hosting its session, with `Lineage-Forwarded: 1`
-    /// (and the current trace context): that node serves it and never forwards it again.
-    pub(crate) async fn forward<Req: Serialize, Res: DeserializeOwned>(
-        &self,
-        node: &lineage_core::ids::NodeId,
-        op: &str,
-        body: &Req,
-        timeout: std::time::Duration,
-    ) -> Result<Res, HostError> {
-        let nats = self.control_transport(node)?;
-        let subject = self.cfg.subjects.node_control(node, op);
-        lineage_bus::control::request_with(
-            nats,
-            subject,
-            body,
-            timeout,
-            lineage_bus::trace::current(),
-            Hop::Forwarded,
-        )
-        .await
-        .map_err(|e: ControlError| match e.code {
-            lineage_bus::control::ErrorCode::Unavailable => HostError::Unavailable(e.message),
-            _ => HostError::Remote(e),
-        })
     }
 }

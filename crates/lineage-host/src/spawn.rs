@@ -34,7 +34,8 @@ use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_core::policy::{
     capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
-use lineage_registry::types::{Admission, Command, CommandResponse, RegistryRefusal, SessionState};
+use lineage_core::routing::{route, Route};
+use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
@@ -395,20 +396,13 @@ impl Host {
             .session(parent.clone())
             .await?
             .ok_or_else(|| HostError::UnknownSession(parent.to_string()))?;
-        if record.state == SessionState::Disposed {
-            return Err(HostError::Refused(RegistryRefusal::ParentDisposed {
-                parent: parent.clone(),
-            }));
+        if let Some(refusal) = record.child_refusal() {
+            return Err(HostError::Refused(refusal));
         }
-        if record.admission == Admission::Closed {
-            return Err(HostError::Refused(RegistryRefusal::AdmissionClosed {
-                parent: parent.clone(),
-                closed_at: parent.clone(),
-            }));
-        }
-        let node = record.placement.map(|p| p.node);
-        match node {
-            Some(node) if !hop.is_forwarded() && node != self.shared.cfg.node => {
+        let here = &self.shared.cfg.node;
+        let placement = record.placement.as_ref().map(|p| &p.node);
+        match route(record.state, placement, here, hop.is_forwarded()) {
+            Route::Forward(node) => {
                 if !self.shared.node_alive(&node).await? {
                     return Err(HostError::NotLive {
                         session: parent.to_string(),
@@ -423,7 +417,15 @@ impl Host {
                     .forward(&node, crate::control::ops::SPAWN, &request, timeout)
                     .await
             }
-            Some(_) | None => Err(self.shared.not_live(&parent)),
+            // Not live anywhere a spawn could reach: named after its node (this one for a
+            // forwarded request, which the sender found elsewhere).
+            Route::Here => Err(HostError::NotLive {
+                session: parent.to_string(),
+                node: placement
+                    .filter(|_| !hop.is_forwarded())
+                    .unwrap_or(here)
+                    .to_string(),
+            }),
         }
     }
 }

@@ -135,7 +135,10 @@ impl Shared {
         })
         .await?;
         let parent = header.parent_session().cloned();
-        let owner = parent.clone().filter(|p| self.is_live(p));
+        let owner = lineage_core::routing::owner_of(
+            parent.as_ref(),
+            parent.as_ref().is_some_and(|p| self.is_live(p)),
+        );
         let run_info = match (&parent, &request.run, shape) {
             (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
                 run_id: run.clone(),

@@ -263,21 +263,8 @@ impl RegistryState {
                         .ok_or_else(|| RegistryRefusal::ParentMissing {
                             parent: parent_id.clone(),
                         })?;
-                match parent.state {
-                    SessionState::Disposed => {
-                        return Err(RegistryRefusal::ParentDisposed {
-                            parent: parent_id.clone(),
-                        })
-                    }
-                    // Not hosted yet, so it cannot delegate; and the sweeper must always be able
-                    // to dispose an overdue birth (no undisposed children under it).
-                    SessionState::Starting => {
-                        return Err(RegistryRefusal::NotStarted {
-                            session: parent_id.clone(),
-                            refused: "a child".to_owned(),
-                        })
-                    }
-                    SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
+                if let Some(refusal) = parent.child_refusal_by_state() {
+                    return Err(refusal);
                 }
                 let parent_root = parent.header.root_session();
                 if header.root_session() != parent_root {

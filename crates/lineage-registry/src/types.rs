@@ -86,6 +86,36 @@ impl SessionRecord {
             .and_then(|m| m.as_str())
             == Some(lineage_core::descriptor::SubagentShape::OneShot.as_str())
     }
+
+    /// Why this session's state refuses it new children (G2, X1): disposed, or `starting`
+    /// (not hosted yet, so it cannot delegate, and the sweeper must always be able to dispose
+    /// an overdue birth). `RegisterSession` applies this to the parent.
+    pub fn child_refusal_by_state(&self) -> Option<RegistryRefusal> {
+        match self.state {
+            SessionState::Disposed => Some(RegistryRefusal::ParentDisposed {
+                parent: self.id().clone(),
+            }),
+            SessionState::Starting => Some(RegistryRefusal::NotStarted {
+                session: self.id().clone(),
+                refused: "a child".to_owned(),
+            }),
+            SessionState::Running | SessionState::Waiting | SessionState::Settled => None,
+        }
+    }
+
+    /// Why this record alone refuses new children: [`SessionRecord::child_refusal_by_state`],
+    /// or its admission is closed (a drain began at it or above it). The registry also refuses
+    /// below a closed ancestor (it has the whole tree); a node reading one record can refuse
+    /// early with the same refusal the registry would give.
+    pub fn child_refusal(&self) -> Option<RegistryRefusal> {
+        self.child_refusal_by_state().or(match self.admission {
+            Admission::Closed => Some(RegistryRefusal::AdmissionClosed {
+                parent: self.id().clone(),
+                closed_at: self.id().clone(),
+            }),
+            Admission::Open => None,
+        })
+    }
 }
 
 /// A node's liveness record: its lease is renewed by [`Command::Heartbeat`].

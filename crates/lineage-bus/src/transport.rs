@@ -1,0 +1,268 @@
+//! [`NatsControl`]: the control transport ([`ControlTransport`]) on NATS (N3, R2).
+//!
+//! - A call is a NATS request to `lineage.<cluster>.ctl.<op>` ([`ControlTarget::Any`]) or
+//!   `lineage.<cluster>.node.<node>.<op>` ([`ControlTarget::Node`]), with the trace context as
+//!   its `traceparent` header and `Lineage-Forwarded: 1` when a node forwards it
+//!   ([`crate::control::request_bytes`]).
+//! - Serving a node registers the `lineage` NATS micro service (`nats micro ls` shows one
+//!   instance per node, with its cluster and node as metadata): one endpoint per cluster-wide
+//!   op in the queue group `lineage-<cluster>` (any one node serves each request), and one per
+//!   per-node op in `lineage-<cluster>-<node>`. Every endpoint feeds one channel, in arrival
+//!   order per endpoint.
+//! - Drain progress is core NATS on `lineage.<cluster>.drain.<drain>.progress`.
+
+use std::time::Duration;
+
+use async_nats::service::ServiceExt;
+use futures::StreamExt;
+use lineage_core::ids::{DrainId, NodeId};
+use lineage_protocol::control::ops;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::control::{ControlError, Hop, FORWARDED_HEADER, SERVICE_NAME};
+use crate::error::BusError;
+use crate::ports::{
+    BoxFuture, ControlCall, ControlEndpoints, ControlTarget, ControlTransport, IncomingCall,
+    ProgressFeed,
+};
+use crate::subjects::Subjects;
+use crate::trace::TraceContext;
+
+/// Calls one endpoint may have waiting before its task stops reading from NATS.
+const PENDING_CALLS: usize = 256;
+
+/// The control transport of one cluster on a NATS connection.
+#[derive(Debug, Clone)]
+pub struct NatsControl {
+    client: async_nats::Client,
+    subjects: Subjects,
+}
+
+impl NatsControl {
+    /// The control transport of `subjects`' cluster on `client`.
+    pub fn new(client: async_nats::Client, subjects: Subjects) -> Self {
+        NatsControl { client, subjects }
+    }
+
+    fn subject(&self, target: &ControlTarget, op: &str) -> String {
+        match target {
+            ControlTarget::Any => self.subjects.control(op),
+            ControlTarget::Node(node) => self.subjects.node_control(node, op),
+        }
+    }
+
+    async fn start(&self, node: &NodeId) -> Result<NatsEndpoints, BusError> {
+        let cluster = self.subjects.cluster().to_owned();
+        let unavailable = |what: String| BusError::Nats {
+            op: "serve the lineage control service",
+            reason: what,
+        };
+        let service = self
+            .client
+            .service_builder()
+            .description(format!("lineage control, cluster {cluster}, node {node}"))
+            .metadata(
+                [
+                    ("cluster".to_owned(), cluster.clone()),
+                    ("node".to_owned(), node.to_string()),
+                ]
+                .into_iter()
+                .collect(),
+            )
+            .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+            .await
+            .map_err(|e| unavailable(format!("cannot start the lineage service: {e}")))?;
+        let (tx, rx) = mpsc::channel(PENDING_CALLS);
+        let mut tasks = Vec::new();
+        let cluster_queue = format!("lineage-{cluster}");
+        for op in ops::CLUSTER {
+            let endpoint = service
+                .endpoint_builder()
+                .name(format!("ctl-{op}"))
+                .queue_group(&cluster_queue)
+                .add(self.subjects.control(op))
+                .await
+                .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
+            tasks.push(feed(op, endpoint, tx.clone()));
+        }
+        let node_queue = format!("lineage-{cluster}-{node}");
+        for op in ops::NODE {
+            let endpoint = service
+                .endpoint_builder()
+                .name(format!("node-{op}"))
+                .queue_group(&node_queue)
+                .add(self.subjects.node_control(node, op))
+                .await
+                .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
+            tasks.push(feed(op, endpoint, tx.clone()));
+        }
+        // Every subscription is on the server once a flush returns: calls sent after this
+        // reach the endpoints.
+        self.client
+            .flush()
+            .await
+            .map_err(|e| unavailable(format!("cannot flush the endpoint subscriptions: {e}")))?;
+        Ok(NatsEndpoints {
+            calls: rx,
+            tasks,
+            service: Some(service),
+            client: self.client.clone(),
+        })
+    }
+}
+
+/// Reads one endpoint into the shared channel until the endpoint or the channel closes.
+fn feed(
+    op: &'static str,
+    mut endpoint: async_nats::service::endpoint::Endpoint,
+    tx: mpsc::Sender<IncomingCall>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(request) = endpoint.next().await {
+            let headers = request.message.headers.as_ref();
+            let call = ControlCall {
+                op: op.to_owned(),
+                body: request.message.payload.to_vec(),
+                hop: Hop::from_header(
+                    headers
+                        .and_then(|h| h.get(FORWARDED_HEADER))
+                        .map(|v| v.as_str()),
+                ),
+                trace: TraceContext::from_headers(headers),
+            };
+            let respond: crate::ports::Responder = Box::new(move |body: Vec<u8>| {
+                Box::pin(async move {
+                    request
+                        .respond(Ok(body.into()))
+                        .await
+                        .map_err(|e| BusError::Nats {
+                            op: "send a control reply",
+                            reason: e.to_string(),
+                        })
+                })
+            });
+            if tx.send(IncomingCall { call, respond }).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// One node's endpoints on NATS.
+struct NatsEndpoints {
+    calls: mpsc::Receiver<IncomingCall>,
+    tasks: Vec<JoinHandle<()>>,
+    service: Option<async_nats::service::Service>,
+    client: async_nats::Client,
+}
+
+impl ControlEndpoints for NatsEndpoints {
+    fn next(&mut self) -> BoxFuture<'_, Option<IncomingCall>> {
+        Box::pin(self.calls.recv())
+    }
+
+    fn stop(mut self: Box<Self>) -> BoxFuture<'static, ()> {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let service = self.service.take();
+        let client = self.client.clone();
+        Box::pin(async move {
+            if let Some(service) = service {
+                let _ = service.stop().await;
+            }
+            // The unsubscriptions are on the server once the flush returns: a call after
+            // this finds nobody serving.
+            let _ = client.flush().await;
+        })
+    }
+}
+
+impl Drop for NatsEndpoints {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A drain's progress messages on core NATS.
+struct NatsProgress(async_nats::Subscriber);
+
+impl ProgressFeed for NatsProgress {
+    fn next(&mut self) -> BoxFuture<'_, Option<Vec<u8>>> {
+        Box::pin(async move { self.0.next().await.map(|m| m.payload.to_vec()) })
+    }
+}
+
+impl ControlTransport for NatsControl {
+    fn request<'a>(
+        &'a self,
+        target: &'a ControlTarget,
+        call: ControlCall,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ControlError>> {
+        Box::pin(async move {
+            let subject = self.subject(target, &call.op);
+            crate::control::request_bytes(
+                &self.client,
+                subject,
+                call.body,
+                timeout,
+                call.trace,
+                call.hop,
+            )
+            .await
+        })
+    }
+
+    fn serve<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> BoxFuture<'a, Result<Box<dyn ControlEndpoints>, BusError>> {
+        Box::pin(async move {
+            let endpoints = self.start(node).await?;
+            Ok(Box::new(endpoints) as Box<dyn ControlEndpoints>)
+        })
+    }
+
+    fn progress<'a>(
+        &'a self,
+        drain: &'a DrainId,
+        body: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            self.client
+                .publish(self.subjects.drain_progress(drain), body.into())
+                .await
+                .map_err(|e| BusError::Nats {
+                    op: "publish drain progress",
+                    reason: e.to_string(),
+                })
+        })
+    }
+
+    fn watch_progress<'a>(
+        &'a self,
+        drain: &'a DrainId,
+    ) -> BoxFuture<'a, Result<Box<dyn ProgressFeed>, BusError>> {
+        Box::pin(async move {
+            let sub = self
+                .client
+                .subscribe(self.subjects.drain_progress(drain))
+                .await
+                .map_err(|e| BusError::Nats {
+                    op: "watch drain progress",
+                    reason: e.to_string(),
+                })?;
+            // The subscription is on the server once the flush returns: progress published
+            // after this (from any connection) reaches the watch.
+            self.client.flush().await.map_err(|e| BusError::Nats {
+                op: "watch drain progress",
+                reason: e.to_string(),
+            })?;
+            Ok(Box::new(NatsProgress(sub)) as Box<dyn ProgressFeed>)
+        })
+    }
+}

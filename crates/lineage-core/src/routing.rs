@@ -1,0 +1,131 @@
+//! Where a request about a session is served (R2, T4, M3, M4): the node-local rules the host
+//! used to decide inline, as pure functions.
+//!
+//! - [`route`]: forward-once routing. A request about a session that is active (running or
+//!   waiting) on another node whose lease is current goes to that node, once: a request that
+//!   was forwarded already is served where it landed, so two nodes that disagree about a
+//!   placement never bounce a request between them.
+//! - [`owner_of`]: the owner of a newly hosted agent. Its parent owns it (results go straight
+//!   to the parent's mailbox) only when the parent is live on the same node; otherwise it has
+//!   no local owner and its reports and settlements travel through the parent's inbox.
+
+use crate::ids::{NodeId, SessionId};
+use crate::lifecycle::SessionState;
+
+/// Where to serve a request about one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Serve it on this node (hosted here, cold, or already forwarded once).
+    Here,
+    /// Forward it to the node hosting the session.
+    Forward(NodeId),
+}
+
+impl Route {
+    /// The route once the forward target's lease is known: a session whose node's lease
+    /// expired is cold, and is served (resumed) here.
+    pub fn given_lease(self, target_alive: bool) -> Route {
+        match self {
+            Route::Forward(node) if target_alive => Route::Forward(node),
+            Route::Forward(_) | Route::Here => Route::Here,
+        }
+    }
+}
+
+/// Forward-once routing: [`Route::Forward`] to the placement node when the session is active
+/// (running or waiting) there, that node is another one, and the request was not forwarded
+/// already; the caller then checks that node's lease ([`Route::given_lease`]).
+pub fn route(
+    state: SessionState,
+    placement: Option<&NodeId>,
+    here: &NodeId,
+    already_forwarded: bool,
+) -> Route {
+    let active = match state {
+        SessionState::Running | SessionState::Waiting => true,
+        SessionState::Starting | SessionState::Settled | SessionState::Disposed => false,
+    };
+    match placement {
+        Some(node) if active && !already_forwarded && node != here => Route::Forward(node.clone()),
+        Some(_) | None => Route::Here,
+    }
+}
+
+/// The owner of an agent being hosted: its parent when the parent is live on this node, else
+/// none (a top-level session has none either).
+pub fn owner_of(parent: Option<&SessionId>, parent_live_here: bool) -> Option<SessionId> {
+    parent.filter(|_| parent_live_here).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(n: &str) -> NodeId {
+        NodeId::parse(n).unwrap()
+    }
+
+    fn routed(
+        state: SessionState,
+        placement: Option<&NodeId>,
+        alive: bool,
+        here: &NodeId,
+        fwd: bool,
+    ) -> Route {
+        route(state, placement, here, fwd).given_lease(alive)
+    }
+
+    #[test]
+    fn r2_active_elsewhere_is_forwarded_once() {
+        let (a, b) = (node("node-a"), node("node-b"));
+        for state in [SessionState::Running, SessionState::Waiting] {
+            assert_eq!(
+                routed(state, Some(&b), true, &a, false),
+                Route::Forward(b.clone())
+            );
+            assert_eq!(
+                routed(state, Some(&b), true, &a, true),
+                Route::Here,
+                "a forwarded request is never forwarded again"
+            );
+        }
+    }
+
+    #[test]
+    fn r2_served_here_when_hosted_here_dead_elsewhere_or_not_active() {
+        let (a, b) = (node("node-a"), node("node-b"));
+        assert_eq!(
+            routed(SessionState::Running, Some(&a), true, &a, false),
+            Route::Here
+        );
+        assert_eq!(
+            routed(SessionState::Running, Some(&b), false, &a, false),
+            Route::Here,
+            "its node's lease expired: cold, served (resumed) here"
+        );
+        assert_eq!(
+            routed(SessionState::Running, None, true, &a, false),
+            Route::Here
+        );
+        for state in [
+            SessionState::Starting,
+            SessionState::Settled,
+            SessionState::Disposed,
+        ] {
+            assert_eq!(
+                routed(state, Some(&b), true, &a, false),
+                Route::Here,
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn owner_is_the_parent_only_when_live_here() {
+        let p = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap();
+        assert_eq!(owner_of(Some(&p), true), Some(p.clone()));
+        assert_eq!(owner_of(Some(&p), false), None);
+        assert_eq!(owner_of(None, true), None);
+        assert_eq!(owner_of(None, false), None);
+    }
+}
