@@ -60,6 +60,19 @@ impl ComposedChild {
     }
 }
 
+/// The preset a child runs with (C1): its parent's preset composed with the child's
+/// composition, named after the parent's preset (`subagent` when the parent has none). The
+/// same at birth and at every resume.
+pub fn child_preset(
+    parent_preset: Option<&AgentPreset>,
+    composition: &ChildComposition,
+) -> AgentPreset {
+    let name = parent_preset
+        .map(|p| p.name.clone())
+        .unwrap_or_else(|| "subagent".to_owned());
+    apply_child_composition(parent_preset, composition).to_preset(name)
+}
+
 /// Composes a child in its creation window (C1): the parent preset's tools and sections (none
 /// without a preset), plus the delegation section, plus the persona section if given, with the
 /// tools narrowed to the filter if given.

@@ -13,12 +13,12 @@
 
 use std::sync::Arc;
 
-use lineage_core::composition::apply_child_composition;
+use lineage_core::composition::child_preset;
 use lineage_core::descriptor::{descriptor_from_log, SubagentShape};
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionLog;
 use lineage_core::messages::SubagentRunInfo;
-use lineage_core::policy::{reapply_delegated_policy, ParentPolicyView};
+use lineage_core::policy::reapply_delegated_policy;
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionState};
 
 use crate::agent::{launch, AgentCmd, AgentInit, AgentRecord, AGENT_EVENT};
@@ -99,21 +99,12 @@ impl Shared {
                 )));
             }
             let policy = reapply_delegated_policy(&log)?;
-            let composed =
-                apply_child_composition(header.agent_preset(), &descriptor.composition());
-            let name = header
-                .agent_preset()
-                .map(|p| p.name.clone())
-                .unwrap_or_else(|| "subagent".to_owned());
-            let view = ParentPolicyView {
-                sandbox_override: policy.sandbox_mode,
-                has_approval_service: policy.approval_policy.is_some(),
-            };
+            let preset = child_preset(header.agent_preset(), &descriptor.composition());
             (
                 Some(descriptor.mode),
                 Some(descriptor),
-                Some(composed.to_preset(name)),
-                view,
+                Some(preset),
+                crate::spawn::child_policy_view(&policy),
             )
         } else {
             (

@@ -144,17 +144,7 @@ impl Shared {
             parent_node: Some(self.cfg.node.clone()),
         };
         let started = self.start_on(&target, request, spec.shape).await;
-        if started.is_err() {
-            // Born but never hosted: dispose it so it does not dangle (best effort).
-            let _ = self
-                .write(|request_id, at_ms| Command::Dispose {
-                    request_id,
-                    at_ms,
-                    session: child_id.clone(),
-                })
-                .await;
-        }
-        started
+        self.dispose_if_unstarted(&child_id, started).await
     }
 
     /// Starts a registered session on `target` (here or through its per-node `start`).
@@ -266,8 +256,17 @@ impl Shared {
         let started = self
             .start_on(&target, start, SubagentShape::Continuable)
             .await;
+        self.dispose_if_unstarted(&session, started).await
+    }
+
+    /// A birth whose start failed is disposed (best effort; the sweeper disposes it at its
+    /// start deadline otherwise): a record that looks alive must not stay behind.
+    async fn dispose_if_unstarted(
+        &self,
+        session: &SessionId,
+        started: Result<SpawnReply, HostError>,
+    ) -> Result<SpawnReply, HostError> {
         if started.is_err() {
-            // Born but never hosted: a record that looks alive must not stay behind.
             let _ = self
                 .write(|request_id, at_ms| Command::Dispose {
                     request_id,

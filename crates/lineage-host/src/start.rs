@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use lineage_core::composition::apply_child_composition;
+use lineage_core::composition::child_preset;
 use lineage_core::descriptor::{seed_descriptor_turn, SubagentShape};
 use lineage_core::log::SessionLog;
 use lineage_core::messages::{StopReason, SubagentRunInfo};
@@ -74,13 +74,10 @@ impl Shared {
                 // C3: the snapshot into the child's log, `source: "delegation"`.
                 append_delegated_policy_overrides(&mut log, &request.policy, now);
                 // C1: the composition the child runs with; its children join it.
-                let composed =
-                    apply_child_composition(header.agent_preset(), &descriptor.composition());
-                let name = header
-                    .agent_preset()
-                    .map(|p| p.name.clone())
-                    .unwrap_or_else(|| "subagent".to_owned());
-                let preset = Some(composed.to_preset(name));
+                let preset = Some(child_preset(
+                    header.agent_preset(),
+                    &descriptor.composition(),
+                ));
                 let view = child_policy_view(&request.policy);
                 (log, Some(shape), preset, view, Some(descriptor))
             }

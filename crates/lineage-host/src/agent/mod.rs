@@ -192,10 +192,19 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         driver.shutdown().await;
         return Err(e);
     }
-    let start_record = driver.start_record();
+    // The driver's own record goes into the log first (made durable below, before anything
+    // the restored engine asks for runs), so the engine is restored once, from the whole log.
+    let mut log = init.log;
+    let start_recorded = match driver.start_record() {
+        Some((kind, data)) => {
+            log.append(&kind, data, shared.now());
+            true
+        }
+        None => false,
+    };
     let descriptor_pending = init.shape == Some(SubagentShape::OneShot)
         && init.descriptor.is_some()
-        && init.log.descriptor_event().is_none();
+        && log.descriptor_event().is_none();
     let engine_init = EngineInit {
         session: session.clone(),
         parent: init.header.parent_session().cloned(),
@@ -203,22 +212,34 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         label: init.descriptor.as_ref().and_then(|d| d.label.clone()),
         descriptor_pending,
     };
+    let restored = fold(
+        engine_init,
+        log.events_after_seed(),
+        log.last_seq(),
+        init.resumed,
+        shared.now(),
+    );
+    let (engine, commands) = match restored {
+        Ok(restored) => restored,
+        Err(e) => {
+            driver.shutdown().await;
+            shared.remove(&session);
+            return Err(e.into());
+        }
+    };
     let mut task = AgentTask {
         shared: shared.clone(),
         session: session.clone(),
-        // Replaced below, once the driver's own record is in the log.
-        engine: fold(engine_init.clone(), &[], init.log.last_seq(), false, 0)
-            .map_err(HostError::from)?
-            .0,
+        engine,
         header: init.header,
         shape: init.shape,
         descriptor: init.descriptor,
         policy_view: init.policy_view,
         preset: init.preset,
         driver: Some(driver),
-        log: init.log,
+        log,
         cursor: init.cursor,
-        unflushed: 0,
+        unflushed: usize::from(start_recorded),
         run: init.run,
         epoch: init.epoch,
         one_shot: init.one_shot,
@@ -238,31 +259,12 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         wake_traces: HashMap::new(),
         staged_wake: None,
     };
-    if let Some((kind, data)) = start_record {
-        task.log.append(&kind, data, shared.now());
-        task.unflushed += 1;
+    if start_recorded {
         if let Err(e) = task.flush().await {
             task.abandon_launch().await;
             return Err(e);
         }
     }
-    let restored = fold(
-        engine_init,
-        task.log.events_after_seed(),
-        task.log.last_seq(),
-        init.resumed,
-        shared.now(),
-    );
-    let commands = match restored {
-        Ok((engine, commands)) => {
-            task.engine = engine;
-            commands
-        }
-        Err(e) => {
-            task.abandon_launch().await;
-            return Err(e.into());
-        }
-    };
     task.exec(commands).await;
     // A restored waking message (at birth: the first prompt, accepted with the creation
     // window) starts its turn in the trace of whoever brought the agent to life.
