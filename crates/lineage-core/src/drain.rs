@@ -21,6 +21,10 @@
 //! roots and duplicate sessions. [`verify_child_first`] checks a disposal order afterwards, for
 //! example the disposals read back from the registry log.
 
+pub mod progress;
+
+pub use progress::{ProgressThrottle, PROGRESS_INTERVAL_MS};
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};

@@ -25,15 +25,16 @@
 //! Live progress: when the request names a drain id, the node publishes [`DrainProgress`]
 //! messages on `lineage.<cluster>.drain.<id>.progress` (core NATS): the plan once it is ready,
 //! then per wave a start (`done` 0), progress as disposals are acknowledged (at most one per
-//! [`PROGRESS_INTERVAL`], decided by [`ProgressThrottle`]) and an end (`done == total`). A
+//! `lineage_core::drain::PROGRESS_INTERVAL_MS`, decided by `ProgressThrottle`) and an end (`done == total`). A
 //! publish that fails is logged at debug level; it never fails the drain.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
-use lineage_core::drain::{plan_drain, DrainInput, DrainSession, DrainSessionState, DrainWave};
+use lineage_core::drain::{
+    plan_drain, DrainInput, DrainSession, DrainSessionState, DrainWave, ProgressThrottle,
+};
 use lineage_core::ids::{DrainId, NodeId, SessionId};
 use lineage_registry::types::{Command, CommandResponse, SessionState};
 
@@ -49,40 +50,6 @@ use crate::telemetry::op_span;
 /// Registry disposals a drain keeps in flight within one wave.
 pub const DISPOSE_CONCURRENCY: usize = 64;
 
-/// Least time between two [`crate::control::DrainPhase::Disposing`] messages of one wave.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Decides when a wave's progress is worth a message, so a wave of 10,000 disposals sends a
-/// handful, not 10,000: the first call of a wave says yes, later ones only once
-/// [`PROGRESS_INTERVAL`] has passed since the last yes, and never for `done >= total` (the wave's
-/// end has its own message). Pure: the caller passes `now`. One per wave.
-#[derive(Debug, Clone, Default)]
-pub struct ProgressThrottle {
-    last: Option<Instant>,
-}
-
-impl ProgressThrottle {
-    /// A throttle for a wave that has sent nothing yet.
-    pub fn new() -> Self {
-        ProgressThrottle::default()
-    }
-
-    /// True when a message for `done` of `total` should be sent at `now` (and counts it as
-    /// sent).
-    pub fn should_send(&mut self, now: Instant, done: u64, total: u64) -> bool {
-        if done >= total {
-            return false;
-        }
-        match self.last {
-            Some(last) if now.saturating_duration_since(last) < PROGRESS_INTERVAL => false,
-            _ => {
-                self.last = Some(now);
-                true
-            }
-        }
-    }
-}
-
 /// Where a drain's progress goes, when its request asked for it.
 struct Progress {
     control: Arc<dyn lineage_bus::ports::ControlTransport>,
@@ -94,12 +61,13 @@ impl Progress {
     async fn disposing(
         &self,
         throttle: &mut ProgressThrottle,
+        now_ms: u64,
         wave: usize,
         waves: usize,
         done: u64,
         total: u64,
     ) {
-        if throttle.should_send(Instant::now(), done, total) {
+        if throttle.should_send(now_ms, done, total) {
             self.send(DrainProgress::disposing(
                 self.drain.clone(),
                 wave,
@@ -261,7 +229,8 @@ impl Shared {
             let mut throttle = ProgressThrottle::new();
             let mut done = 0u64;
             if let Some(p) = progress {
-                p.disposing(&mut throttle, index, count, done, total).await;
+                p.disposing(&mut throttle, self.now(), index, count, done, total)
+                    .await;
             }
             // Released there (or already gone after its stop settled it), unless the node
             // could not be reached: then straight from the registry.
@@ -310,7 +279,8 @@ impl Shared {
                 disposed.push(id.clone());
                 done += 1;
                 if let Some(p) = progress {
-                    p.disposing(&mut throttle, index, count, done, total).await;
+                    p.disposing(&mut throttle, self.now(), index, count, done, total)
+                        .await;
                 }
                 let kind = match (kind, &node) {
                     (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
@@ -495,39 +465,4 @@ fn join(ids: &[SessionId]) -> String {
         .map(SessionId::as_str)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn x1_progress_throttle_sends_first_then_at_most_every_interval_never_the_end() {
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
-        let mut t = ProgressThrottle::new();
-        assert!(t.should_send(ms(0), 0, 1000), "the wave's start");
-        assert!(!t.should_send(ms(1), 1, 1000));
-        assert!(!t.should_send(ms(99), 50, 1000));
-        assert!(t.should_send(ms(100), 60, 1000));
-        assert!(!t.should_send(ms(150), 70, 1000));
-        assert!(t.should_send(ms(250), 80, 1000));
-        // The end has its own message, whenever it comes.
-        assert!(!t.should_send(ms(10_000), 1000, 1000));
-        // A time before the last send (clocks never do this, but no panic and no send).
-        assert!(!t.should_send(t0, 90, 1000));
-        // An empty wave sends nothing but its end.
-        assert!(!ProgressThrottle::new().should_send(t0, 0, 0));
-    }
-
-    #[test]
-    fn x1_progress_throttle_bounds_messages_of_a_large_wave() {
-        // 10,000 disposals acknowledged over 2 s: the start plus one per 100 ms at most.
-        let t0 = Instant::now();
-        let mut t = ProgressThrottle::new();
-        let sent = (0..10_000u64)
-            .filter(|i| t.should_send(t0 + Duration::from_micros(i * 200), *i, 10_000))
-            .count();
-        assert!((20..=21).contains(&sent), "{sent}");
-    }
 }
