@@ -13,6 +13,8 @@ use lineage_host::driver::AgentSpec;
 use lineage_host::script::Script;
 use lineage_host::{Host, HostConfig, HostDeps, RegistryPort, ScriptDrivers, SystemClock};
 use lineage_registry::{RegistryClient, RegistryNode, RegistryNodeConfig};
+#[allow(unused_imports)]
+pub use lineage_testkit::wait_for_async;
 use lineage_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -170,24 +172,6 @@ pub fn child_request(
         cwd: None,
         preset: None,
         policy: None,
-    }
-}
-
-/// Polls `check` every 50 ms until it returns true or `secs` pass.
-pub async fn wait_for<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if check().await {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
