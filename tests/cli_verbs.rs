@@ -14,19 +14,7 @@ struct KillOnDrop(std::process::Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.0.id().to_string()])
-                .status();
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        lineage_testkit::node::terminate(&mut self.0, Duration::from_secs(10));
     }
 }
 

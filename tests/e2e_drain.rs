@@ -40,7 +40,7 @@ fn level_of(depth: u32, max: u32) -> Value {
 fn wait_live(c: &Cluster, root: &str, total: usize) {
     wait_for(
         Duration::from_secs(60),
-        &format!("{total} live sessions under {root}"),
+        format!("{total} live sessions under {root}"),
         || {
             let tree = c.tree(root);
             let live = tree

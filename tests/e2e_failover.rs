@@ -20,7 +20,7 @@ fn now_ms() -> u64 {
 
 /// Waits until `status --json` says `node`'s lease is live (or not).
 fn wait_lease(c: &Cluster, node: &str, live: bool) {
-    wait_for(T, &format!("{node} lease live={live}"), || {
+    wait_for(T, format!("{node} lease live={live}"), || {
         let status = c.cli_json(&["status"]);
         let row = status["nodes"]
             .as_array()?

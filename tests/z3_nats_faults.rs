@@ -466,7 +466,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
     c.nats.cluster().restart(victim).expect("restart rejoins");
     let name = c.nats.cluster().server(victim).name().to_owned();
     for stream in [&events_stream, &inbox] {
-        wait_for(T, &format!("{name} current in {stream}"), || {
+        wait_for(T, format!("{name} current in {stream}"), || {
             let (replicas, peers, leader) = stream_replicas(&c, stream);
             let all: Vec<(String, bool)> = peers;
             let rejoined = leader.as_deref() == Some(name.as_str())
@@ -777,7 +777,7 @@ fn z3_a_node_refuses_r1_streams_when_three_replicas_are_configured_or_updates_th
     );
     c.wait_ready(T);
     for name in [&events, &inbox] {
-        wait_for(T, &format!("{name} with 3 current replicas"), || {
+        wait_for(T, format!("{name} with 3 current replicas"), || {
             let (replicas, peers, leader) = stream_replicas(&c, name);
             (replicas == 3
                 && leader.is_some()

@@ -150,15 +150,10 @@ impl NodeProc {
         }
     }
 
-    /// SIGTERM, then wait up to 10 s, then SIGKILL.
+    /// SIGTERM, then wait up to 10 s, then SIGKILL ([`terminate`]).
     pub fn terminate(&mut self) {
-        if let Some(c) = &self.child {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            if self.wait_exit(Duration::from_secs(10)).is_none() {
-                self.kill();
-            }
+        if let Some(mut c) = self.child.take() {
+            terminate(&mut c, Duration::from_secs(10));
         }
     }
 
@@ -190,6 +185,19 @@ impl Drop for NodeProc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Stops `child` the way an operator does: SIGTERM (when it still runs), up to `within` to
+/// exit, then SIGKILL; reaped either way.
+pub fn terminate(child: &mut Child, within: Duration) {
+    if let Ok(None) = child.try_wait() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = poll(within, || child.try_wait().ok().flatten());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Writes `password` to `<dir>/nats-<user>.password` (mode 0600) and returns the path.
