@@ -11,7 +11,7 @@ use lineage_bus::{BusError, StreamOptions, Subjects};
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
-use lineage_testkit::cluster::NatsCluster;
+use lineage_testkit::NatsCluster;
 use lineage_testkit::NatsServer;
 
 const R3: StreamOptions = StreamOptions {

@@ -165,7 +165,7 @@ async fn m4_interrupt_is_refused_for_a_sibling_and_allowed_for_the_parent() {
         ))
         .await
         .unwrap();
-    wait_for(10, "s1's turn to run", || async {
+    wait_for_async(Duration::from_secs(10), "s1's turn to run", || async {
         count_kind(&cluster.log(&s1.session).await, "turn/start") == 1
     })
     .await;
@@ -212,11 +212,15 @@ async fn m4_interrupt_is_refused_for_a_sibling_and_allowed_for_the_parent() {
         .unwrap();
     assert_eq!(done.outcome, InterruptOutcome::Cancelled);
     assert_eq!(done.node, Some(node("node-b")));
-    wait_for(10, "the cancelled turn to end", || async {
-        let log = cluster.log(&s1.session).await;
-        log.iter()
-            .any(|e| e.kind == "turn/end" && e.data["stop_reason"] == "interrupted")
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the cancelled turn to end",
+        || async {
+            let log = cluster.log(&s1.session).await;
+            log.iter()
+                .any(|e| e.kind == "turn/end" && e.data["stop_reason"] == "interrupted")
+        },
+    )
     .await;
     a.shutdown().await;
     b.shutdown().await;

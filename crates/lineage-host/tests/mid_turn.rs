@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use lineage_core::ids::RequestId;
 use lineage_host::control::{FollowupOutcome, FollowupRequest};
@@ -29,9 +31,11 @@ async fn m3_a_followup_mid_turn_is_answered_before_the_turn_ends_and_a_retry_is_
         "first",
     )
     .await;
-    wait_for(10, "the child's first turn", || async {
-        count_kind(&cluster.log(&child).await, "turn/start") == 1
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the child's first turn",
+        || async { count_kind(&cluster.log(&child).await, "turn/start") == 1 },
+    )
     .await;
     let reply = host
         .followup(followup(&child, "second", "req-mid-1"))
@@ -61,7 +65,7 @@ async fn m3_a_followup_mid_turn_is_answered_before_the_turn_ends_and_a_retry_is_
     })
     .await
     .unwrap();
-    wait_for(10, "the followup's turn", || async {
+    wait_for_async(Duration::from_secs(10), "the followup's turn", || async {
         cluster
             .log(&child)
             .await
@@ -101,9 +105,11 @@ async fn h1_s1_a_one_shot_childs_result_comes_back_inside_the_parents_turn() {
         .await
         .unwrap()
         .session;
-    wait_for(20, "the parent's first turn to end", || async {
-        count_kind(&cluster.log(&root).await, "turn/end") == 1
-    })
+    wait_for_async(
+        Duration::from_secs(20),
+        "the parent's first turn to end",
+        || async { count_kind(&cluster.log(&root).await, "turn/end") == 1 },
+    )
     .await;
     let log = cluster.log(&root).await;
     let reply_at = log
@@ -140,7 +146,7 @@ async fn h1_s1_a_one_shot_childs_result_comes_back_inside_the_parents_turn() {
         .await
         .unwrap()
         .session;
-    wait_for(20, "the parent's reply", || async {
+    wait_for_async(Duration::from_secs(20), "the parent's reply", || async {
         cluster.log(&parent).await.iter().any(|e| {
             e.kind == "turn/assistant"
                 && e.data["text"]

@@ -91,10 +91,14 @@ async fn o2_trace_context_crosses_nodes_and_counters_move() {
 
     // Counters: node-a registered the root and the child and accepted both messages; node-b
     // ran the child, reported and settled it.
-    wait_for(10, "node-a accepted both inbox messages", || {
-        let accepted = a.metrics().snapshot().inbox_accepted;
-        async move { accepted == 2 }
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "node-a accepted both inbox messages",
+        || {
+            let accepted = a.metrics().snapshot().inbox_accepted;
+            async move { accepted == 2 }
+        },
+    )
     .await;
     let ma = a.metrics().snapshot();
     let mb = b.metrics().snapshot();

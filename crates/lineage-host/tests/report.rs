@@ -28,7 +28,7 @@ async fn m1_quiet_only_queues_and_wakeup_starts_a_parent_turn() {
         ))
         .await
         .unwrap();
-    wait_for(10, "the root's first turn", || async {
+    wait_for_async(Duration::from_secs(10), "the root's first turn", || async {
         count_kind(&cluster.log(&root.session).await, "turn/end") == 1
     })
     .await;
@@ -47,9 +47,11 @@ async fn m1_quiet_only_queues_and_wakeup_starts_a_parent_turn() {
         .await
         .unwrap();
     // The quiet report is accepted into the parent's log but starts no turn.
-    wait_for(10, "the quiet report to be accepted", || async {
-        count_kind(&cluster.log(&root.session).await, "inbox/accepted") >= 2
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the quiet report to be accepted",
+        || async { count_kind(&cluster.log(&root.session).await, "inbox/accepted") >= 2 },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
@@ -58,13 +60,15 @@ async fn m1_quiet_only_queues_and_wakeup_starts_a_parent_turn() {
         "quiet woke the parent"
     );
     // The wakeup report starts a turn that sees both reports, in order.
-    wait_for(10, "the wakeup turn", || async {
+    wait_for_async(Duration::from_secs(10), "the wakeup turn", || async {
         turn_starts(&cluster.log(&root.session).await) == 2
     })
     .await;
-    wait_for(10, "the wakeup turn's reply", || async {
-        count_kind(&cluster.log(&root.session).await, "turn/assistant") == 2
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the wakeup turn's reply",
+        || async { count_kind(&cluster.log(&root.session).await, "turn/assistant") == 2 },
+    )
     .await;
     let log = cluster.log(&root.session).await;
     let reply = log
@@ -106,9 +110,11 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
     req.node = Some(node("node-b"));
     let child = a.spawn(req).await.unwrap();
     // The child settles after its first turn; the parent accepts the notice.
-    wait_for(10, "the first settlement to reach the parent", || async {
-        count_kind(&cluster.log(&root.session).await, "inbox/accepted") == 2
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the first settlement to reach the parent",
+        || async { count_kind(&cluster.log(&root.session).await, "inbox/accepted") == 2 },
+    )
     .await;
 
     // The parent's node goes down.
@@ -126,9 +132,11 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
         .await
         .unwrap();
     assert_eq!(reply.outcome, FollowupOutcome::ResumedAndDelivered);
-    wait_for(10, "the child to settle again", || async {
-        count_kind(&cluster.log(&child.session).await, "outbox/settled") == 2
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the child to settle again",
+        || async { count_kind(&cluster.log(&child.session).await, "outbox/settled") == 2 },
+    )
     .await;
     // A redelivered copy (same payload, new message id) must not count twice.
     let subjects = lineage_bus::Subjects::new(CLUSTER).unwrap();
@@ -156,9 +164,11 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
     let a2 = cluster.host("node-a").await;
     let resumed = a2.resume(root.session.clone()).await.unwrap();
     assert_eq!(resumed.outcome, ResumeOutcome::Resumed);
-    wait_for(10, "every queued message to be accepted", || async {
-        count_kind(&cluster.log(&root.session).await, "inbox/accepted") == 5
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "every queued message to be accepted",
+        || async { count_kind(&cluster.log(&root.session).await, "inbox/accepted") == 5 },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let log = cluster.log(&root.session).await;

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use lineage_host::control::{FollowupOutcome, FollowupRequest, Hop};
 use lineage_host::service;
@@ -33,7 +35,7 @@ async fn r2_followup_on_another_node_is_forwarded_to_the_host() {
     assert_eq!(reply.node, node("node-a"), "served where the child lives");
     assert_eq!(reply.outcome, FollowupOutcome::Delivered);
     assert!(!b.is_live(&child), "node-b never hosted it");
-    wait_for(10, "the forwarded followup's turn", || async {
+    wait_for_async(Duration::from_secs(10), "the forwarded followup's turn", || async {
         cluster
             .log(&child)
             .await

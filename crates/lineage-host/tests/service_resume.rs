@@ -156,8 +156,8 @@ async fn k1_cold_child_resumes_on_another_node_without_owner_and_still_reports_h
         assert_eq!(entry.depth, 1, "L3: depth from the frozen header");
     }
     // The settlement still reaches the parent on node-a, with the quiet report before it.
-    wait_for(
-        15,
+    wait_for_async(
+        Duration::from_secs(15),
         "the resumed child's settlement at the parent",
         || async {
             let log = cluster.log(&root.session).await;
@@ -175,9 +175,11 @@ async fn k1_cold_child_resumes_on_another_node_without_owner_and_still_reports_h
         SessionState::Settled
     );
     // K1: two nodes race to resume the cold child: exactly one wins the epoch CAS.
-    wait_for(10, "the settled child to leave node-c", || async {
-        !c.is_live(&child.session)
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the settled child to leave node-c",
+        || async { !c.is_live(&child.session) },
+    )
     .await;
     let (ra, rc) = tokio::join!(
         a.resume(child.session.clone()),

@@ -177,15 +177,19 @@ async fn x2_continuable_settlement_is_delivered_after_the_commit() {
     assert_eq!(log[log.len() - 2].kind, "turn/end");
 
     // The parent accepted it and took a turn on it.
-    wait_for(10, "the parent to echo the notice", || async {
-        let log = cluster.log(&root.session).await;
-        log.iter().any(|e| {
-            e.kind == "turn/assistant"
-                && e.data["text"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("settled"))
-        })
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the parent to echo the notice",
+        || async {
+            let log = cluster.log(&root.session).await;
+            log.iter().any(|e| {
+                e.kind == "turn/assistant"
+                    && e.data["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("settled"))
+            })
+        },
+    )
     .await;
     // P1: continuable descriptor right after the (empty) seed, before the first turn.
     let log = cluster.log(&child.session).await;
@@ -227,9 +231,11 @@ async fn e2_a_parent_scoped_listener_sees_direct_children_only() {
         ))
         .await
         .unwrap();
-    wait_for(10, "the grandchild's result in the child's log", || async {
-        count_kind(&cluster.log(&child.session).await, "subagent/result") == 1
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the grandchild's result in the child's log",
+        || async { count_kind(&cluster.log(&child.session).await, "subagent/result") == 1 },
+    )
     .await;
     let first = tokio::time::timeout(Duration::from_secs(5), watch.next())
         .await

@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use lineage_host::control::{FollowupOutcome, FollowupRequest};
 
@@ -31,9 +33,11 @@ async fn m3_followup_during_a_turn_is_the_next_turn() {
         .await
         .unwrap();
     assert_eq!(reply.outcome, FollowupOutcome::Delivered);
-    wait_for(10, "the child to settle after its second turn", || async {
-        count_kind(&cluster.log(&child).await, "outbox/settled") == 1
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the child to settle after its second turn",
+        || async { count_kind(&cluster.log(&child).await, "outbox/settled") == 1 },
+    )
     .await;
     let log = cluster.log(&child).await;
     assert_eq!(count_kind(&log, "turn/start"), 2, "{:?}", kinds(&log));
@@ -62,7 +66,7 @@ async fn x1_drain_stop_mid_turn_settles_disposed() {
         "work",
     )
     .await;
-    wait_for(10, "the child's turn", || async {
+    wait_for_async(Duration::from_secs(10), "the child's turn", || async {
         count_kind(&cluster.log(&child).await, "turn/start") == 1
     })
     .await;
@@ -110,13 +114,17 @@ async fn m3_followups_racing_the_settlement_are_all_delivered_once() {
         resumed >= 3,
         "only {resumed} of {n} followups found the child cold"
     );
-    wait_for(20, "every followup read by a turn", || async {
-        let log = cluster.log(&child).await;
-        (0..n).all(|i| {
-            log.iter()
-                .any(|e| e.kind == "turn/assistant" && e.data["text"] == format!("n{i}"))
-        })
-    })
+    wait_for_async(
+        Duration::from_secs(20),
+        "every followup read by a turn",
+        || async {
+            let log = cluster.log(&child).await;
+            (0..n).all(|i| {
+                log.iter()
+                    .any(|e| e.kind == "turn/assistant" && e.data["text"] == format!("n{i}"))
+            })
+        },
+    )
     .await;
     let log = cluster.log(&child).await;
     for i in 0..n {

@@ -69,20 +69,14 @@ async fn g1_g3_three_voters_failover_loses_no_acknowledged_write_and_retry_appli
     let stopped = Instant::now();
     old.shutdown().await.unwrap();
     let refs: Vec<&RegistryNode> = nodes.iter().collect();
-    let new_leader = {
-        let mut found = None;
-        wait_until("a new leader", Duration::from_secs(2), || {
-            let l = refs[0].raft_metrics().current_leader;
-            let ok = l.is_some_and(|l| l != leader)
-                && refs.iter().all(|n| n.raft_metrics().current_leader == l);
-            if ok {
-                found = l;
-            }
-            ok
-        })
-        .await;
-        found.unwrap()
-    };
+    let refs = &refs;
+    let new_leader = wait_for_async(Duration::from_secs(2), "a new leader", || async move {
+        let l = refs[0].raft_metrics().current_leader;
+        let ok = l.is_some_and(|l| l != leader)
+            && refs.iter().all(|n| n.raft_metrics().current_leader == l);
+        l.filter(|_| ok)
+    })
+    .await;
     let elapsed = stopped.elapsed();
     assert!(
         elapsed < Duration::from_secs(2),
@@ -306,11 +300,15 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
     // members batch concurrent writes, so 129 commands take fewer log entries).
     let applied = leader_node.raft_metrics().last_applied.unwrap().index;
     leader_node.raft().trigger().snapshot().await.unwrap();
-    wait_until("leader snapshot and purge", Duration::from_secs(5), || {
-        let m = leader_node.raft_metrics();
-        m.snapshot.is_some_and(|s| s.index >= applied)
-            && m.purged.is_some_and(|p| p.index >= applied)
-    })
+    wait_for_async(
+        Duration::from_secs(5),
+        "leader snapshot and purge",
+        || async {
+            let m = leader_node.raft_metrics();
+            m.snapshot.is_some_and(|s| s.index >= applied)
+                && m.purged.is_some_and(|p| p.index >= applied)
+        },
+    )
     .await;
 
     std::fs::remove_dir_all(path(&dirs[victim_idx])).unwrap();

@@ -1,257 +1,385 @@
-//! [`NatsCluster`]: three real nats-servers on loopback, routed into one JetStream cluster.
-//!
-//! Each server is a [`NatsServer`] (config file, `sync_interval` from [`NatsOptions`], its own
-//! temp store) whose extra config adds a monitoring port and a `cluster { name, listen, routes }`
-//! block naming the other two. [`NatsCluster::start`] returns once every server answers 200 on
-//! `/healthz` and agrees on a JetStream meta leader, so a replicated stream can be created
-//! right away. [`NatsCluster::kill`] SIGKILLs one server (by pid); [`NatsCluster::restart`]
-//! starts it again on the same ports with the same name and store and waits until it rejoined.
+//! [`Cluster`]: a local lineage cluster of real processes: a nats-server (or a 3-server
+//! JetStream cluster, [`NatsCluster`]) and N `lineage node` processes ([`NodeProc`]), all
+//! registry voters; secured with the shipped NATS users ([`Cluster::start_secured`]); worker
+//! and client nodes added later. The CLI and the test's own bus connection are in
+//! [`crate::cli`] and [`crate::bus`].
 
-use std::io;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use crate::{free_port, http_get, NatsOptions, NatsServer};
+use crate::bus::{precreate_streams, Bus};
+use crate::node::{nats_user_env, voters_line, write_password_file, NodeConfig, NodeProc, Role};
+use crate::shipped;
+use crate::{free_port, wait_for, NatsCluster, NatsOptions, NatsServer};
 
-/// How many servers a [`NatsCluster`] has.
-pub const SIZE: usize = 3;
-
-/// How many times [`NatsCluster::start`] picks new ports when a server cannot bind its own.
-const START_ATTEMPTS: usize = 3;
-
-/// How long [`NatsCluster::start`] and [`NatsCluster::restart`] wait for JetStream to be ready.
-const READY_WITHIN: Duration = Duration::from_secs(30);
-
-/// The ports of one member.
-#[derive(Debug, Clone, Copy)]
-struct Ports {
-    client: u16,
-    route: u16,
-    monitor: u16,
+/// The NATS side of a [`Cluster`]: one nats-server (the default) or three routed into one
+/// JetStream cluster ([`ClusterOptions::nats_cluster`]).
+pub enum Nats {
+    /// One server.
+    One(NatsServer),
+    /// A 3-server JetStream cluster; node `i` connects to server `i % 3`.
+    Three(NatsCluster),
 }
 
-/// Three nats-servers with routes between them and clustered JetStream. Dropping it kills
-/// every server (by pid) and removes their stores.
-pub struct NatsCluster {
-    servers: Vec<NatsServer>,
-    ports: Vec<Ports>,
-    /// Which servers [`NatsCluster::kill`] stopped (and no restart started again).
-    down: Vec<bool>,
-}
-
-impl NatsCluster {
-    /// Starts the cluster with [`NatsOptions::default`] (`sync_interval: always`).
-    pub fn start() -> io::Result<Self> {
-        Self::start_with(NatsOptions::default())
+impl Nats {
+    /// The URL the CLI and the test's own connection use: the server's, or the first cluster
+    /// member not killed.
+    pub fn url(&self) -> String {
+        match self {
+            Nats::One(server) => server.url(),
+            Nats::Three(cluster) => cluster.live_url(),
+        }
     }
 
-    /// Starts the cluster; `options.extra_config` goes into every server's config (after the
-    /// monitoring port and the cluster block), `options.sync_interval` is every server's.
-    pub fn start_with(options: NatsOptions) -> io::Result<Self> {
-        let mut last = None;
-        for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&options) {
-                Ok(cluster) => return Ok(cluster),
-                Err(e) => last = Some(e),
+    /// Every server's URL.
+    pub fn url_list(&self) -> Vec<String> {
+        match self {
+            Nats::One(server) => vec![server.url()],
+            Nats::Three(cluster) => cluster.url_list(),
+        }
+    }
+
+    /// The `nats_url` node `index` (0-based) is given: the one server's URL, or every cluster
+    /// member's, comma-separated, its own member (`index % 3`) first.
+    pub fn node_url(&self, index: usize) -> String {
+        match self {
+            Nats::One(server) => server.url(),
+            Nats::Three(cluster) => {
+                let own = index % cluster.len();
+                let mut urls = cluster.url_list();
+                urls.rotate_left(own);
+                urls.join(",")
             }
         }
-        Err(last.unwrap_or_else(|| io::Error::other("the NATS cluster did not start")))
     }
 
-    fn try_start(options: &NatsOptions) -> io::Result<Self> {
-        let mut ports = Vec::with_capacity(SIZE);
-        let mut taken = std::collections::HashSet::new();
-        while ports.len() < SIZE {
-            let mut pick = || -> io::Result<u16> {
-                loop {
-                    let p = free_port()?;
-                    if taken.insert(p) {
-                        return Ok(p);
-                    }
-                }
+    /// The one server (panics for a cluster).
+    pub fn server(&mut self) -> &mut NatsServer {
+        match self {
+            Nats::One(server) => server,
+            Nats::Three(_) => panic!("this Cluster runs a 3-server NATS cluster; use cluster()"),
+        }
+    }
+
+    /// The 3-server cluster (panics for one server).
+    pub fn cluster(&mut self) -> &mut NatsCluster {
+        match self {
+            Nats::Three(cluster) => cluster,
+            Nats::One(_) => panic!("this Cluster runs one nats-server; use server()"),
+        }
+    }
+
+    /// Restarts the one server (SIGKILL, same port and store); see [`NatsServer::restart`].
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.server().restart()
+    }
+}
+
+/// How [`Cluster::start_opts`] sets a cluster up beyond the node count.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// Extra environment variables for every node process.
+    pub env: Vec<(String, String)>,
+    /// Three nats-servers (routes, clustered JetStream) instead of one.
+    pub nats_cluster: bool,
+    /// Create the events and inbox streams with this many replicas before any node starts
+    /// (`None`: the nodes create them as configured).
+    pub precreate_streams: Option<usize>,
+    /// Appended to every node's config file (say `[agents.<name>]` profiles).
+    pub extra_toml: String,
+}
+
+/// A local cluster: nats-server plus N node processes, all registry voters.
+pub struct Cluster {
+    /// The NATS side.
+    pub nats: Nats,
+    /// Holds the node configs, data dirs and logs.
+    pub dir: tempfile::TempDir,
+    /// The node processes, `node-1` first.
+    pub nodes: Vec<NodeProc>,
+    /// The cluster name (`e2e`, or `dev` when secured).
+    pub cluster: String,
+    pub(crate) bus: std::sync::OnceLock<Bus>,
+    /// Set by [`Cluster::start_secured`]: the shipped NATS users' passwords.
+    pub secured: Option<Secured>,
+}
+
+/// The NATS side of a cluster started by [`Cluster::start_secured`].
+#[derive(Debug, Clone)]
+pub struct Secured {
+    /// The shipped users' passwords (nats-server config variables of the same names as the
+    /// environment variables `config/nats-server.conf` references).
+    pub passwords: shipped::Passwords,
+    /// The harness's own user ([`TEST_ADMIN`], not a shipped user, no restrictions): the
+    /// test-side connection that reads session logs and sends raw requests.
+    pub admin_password: String,
+}
+
+/// The harness's own NATS user in a secured cluster.
+pub const TEST_ADMIN: &str = "lineage-test-admin";
+
+/// How long a start waits for every node's `/readyz`.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+impl Cluster {
+    /// Starts nats-server and `n` nodes (1, 3 or 5), and waits until every node is ready.
+    pub fn start(n: usize) -> Cluster {
+        Cluster::start_with_env(n, &[])
+    }
+
+    /// [`Cluster::start`] with extra environment variables for every node process.
+    pub fn start_with_env(n: usize, env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_toml(n, env, "")
+    }
+
+    /// [`Cluster::start_with_env`] with `extra_toml` appended to every node's config file (say
+    /// `[agents.<name>]` profiles).
+    pub fn start_with_toml(n: usize, env: &[(&str, &str)], extra_toml: &str) -> Cluster {
+        Cluster::start_opts(
+            n,
+            ClusterOptions {
+                env: owned(env),
+                extra_toml: extra_toml.to_owned(),
+                ..ClusterOptions::default()
+            },
+        )
+    }
+
+    /// [`Cluster::start`] with [`ClusterOptions`].
+    pub fn start_opts(n: usize, options: ClusterOptions) -> Cluster {
+        let nats = if options.nats_cluster {
+            Nats::Three(NatsCluster::start().expect("start a 3-server NATS cluster"))
+        } else {
+            Nats::One(NatsServer::start().expect("start nats-server"))
+        };
+        let dir = tempdir("lineage-e2e-");
+        let cluster = "e2e".to_owned();
+        if let Some(replicas) = options.precreate_streams {
+            precreate_streams(&nats.url_list(), &cluster, replicas);
+        }
+        let mut c = Cluster {
+            nats,
+            dir,
+            nodes: Vec::new(),
+            cluster,
+            bus: std::sync::OnceLock::new(),
+            secured: None,
+        };
+        c.add_voters(n, &options.env, &options.extra_toml);
+        c
+    }
+
+    /// Starts `n` voters (node-1..n) of cluster `dev` against a nats-server whose authorization
+    /// is the shipped `config/nats-server.conf` block (its users and permissions, verbatim),
+    /// plus the harness's own [`TEST_ADMIN`] user. Each node connects as NATS user `voter`
+    /// through `LINEAGE_NATS__USER` and `LINEAGE_NATS__PASSWORD_FILE`; [`Cluster::cli`] runs as
+    /// `operator` (`NATS_USER`/`NATS_PASSWORD`), [`Cluster::cli_as`] as any shipped user.
+    pub fn start_secured(n: usize) -> Cluster {
+        let passwords = shipped::Passwords::shipped();
+        let admin_password = shipped::generate_password();
+        let text = shipped::shipped_config();
+        let users = shipped::users_of(shipped::authorization_block(&text));
+        let dir = tempdir("lineage-e2e-secured-");
+        let extra_config = format!(
+            "log_file: {log:?}\n{vars}\nauthorization {{\n  users = [\n{users}\n    # the test harness's own connection, not a shipped user\n    {{ user: \"{TEST_ADMIN}\", password: \"{admin_password}\" }}\n  ]\n}}\n",
+            vars = passwords.as_config_vars(),
+            log = dir.path().join("nats-server.log").display().to_string(),
+        );
+        let nats = NatsServer::start_with(NatsOptions {
+            extra_config,
+            ..Default::default()
+        })
+        .expect("start nats-server with the shipped authorization");
+        let voter_password = write_password_file(dir.path(), "voter", passwords.of("voter"));
+        let mut c = Cluster {
+            nats: Nats::One(nats),
+            dir,
+            nodes: Vec::new(),
+            cluster: shipped::SHIPPED_CLUSTER.to_owned(),
+            bus: std::sync::OnceLock::new(),
+            secured: Some(Secured {
+                passwords,
+                admin_password,
+            }),
+        };
+        c.add_voters(n, &nats_user_env("voter", &voter_password), "");
+        c
+    }
+
+    /// Writes the configs of voters node-1..n (node-1 bootstraps), starts them, waits until
+    /// every node is ready.
+    fn add_voters(&mut self, n: usize, env: &[(String, String)], extra_toml: &str) {
+        let voters = voters_line(n);
+        for i in 1..=n {
+            let role = Role::Voter {
+                raft_id: i,
+                bootstrap: i == 1,
             };
-            ports.push(Ports {
-                client: pick()?,
-                route: pick()?,
-                monitor: pick()?,
+            let node = self.new_node(&format!("node-{i}"), role, &voters, env, extra_toml);
+            self.nodes.push(node);
+        }
+        for i in 0..self.nodes.len() {
+            let url = self.nats.node_url(i);
+            self.nodes[i].spawn(&url);
+        }
+        self.wait_ready(READY_WITHIN);
+    }
+
+    /// A node `id` of this cluster (config written, not started), connecting to the URL node
+    /// number `self.nodes.len()` is given.
+    fn new_node(
+        &self,
+        id: &str,
+        role: Role,
+        voters: &str,
+        env: &[(String, String)],
+        extra_toml: &str,
+    ) -> NodeProc {
+        let http_port = free_port().expect("port");
+        let config = self.dir.path().join(format!("{id}.toml"));
+        let data_dir = self.dir.path().join(match &role {
+            Role::Voter { raft_id, .. } => format!("data-{raft_id}"),
+            Role::Client => format!("data-{id}"),
+        });
+        let text = NodeConfig {
+            cluster: &self.cluster,
+            nats_url: &self.nats.node_url(self.nodes.len()),
+            id,
+            data_dir: &data_dir,
+            http_port,
+            role,
+            voters,
+        }
+        .render();
+        let text = if extra_toml.is_empty() {
+            text
+        } else {
+            format!("{text}\n{extra_toml}")
+        };
+        std::fs::write(&config, text).expect("write node config");
+        let log = self.dir.path().join(format!("{id}.log"));
+        NodeProc::new(id, config, http_port, log, env.to_vec())
+    }
+
+    /// The `voters = ...` line of node-1's config.
+    fn voters(&self) -> String {
+        std::fs::read_to_string(&self.nodes[0].config)
+            .expect("read node-1 config")
+            .lines()
+            .find(|l| l.starts_with("voters = "))
+            .expect("node-1 config has voters")
+            .to_owned()
+    }
+
+    /// Adds and starts a worker node (registry client, agent host) named `id` that connects as
+    /// the shipped NATS user of the same name (`node-4`), and waits until it is ready. Secured
+    /// clusters only.
+    pub fn add_worker(&mut self, id: &str) -> usize {
+        let secured = self
+            .secured
+            .as_ref()
+            .expect("add_worker needs a cluster from start_secured");
+        let password = write_password_file(self.dir.path(), id, secured.passwords.of(id));
+        let index = self.add_client_node_env(id, nats_user_env(id, &password));
+        self.wait_ready(READY_WITHIN);
+        index
+    }
+
+    /// Adds a registry-client node (agent host) `id` with extra environment `env` and starts
+    /// it, without waiting for it to be ready (it may be expected to refuse to start).
+    pub fn add_client_node(&mut self, id: &str, env: &[(&str, &str)]) -> usize {
+        self.add_client_node_env(id, owned(env))
+    }
+
+    fn add_client_node_env(&mut self, id: &str, env: Vec<(String, String)>) -> usize {
+        let node = self.new_node(id, Role::Client, &self.voters(), &env, "");
+        let index = self.nodes.len();
+        self.nodes.push(node);
+        self.restart(index);
+        index
+    }
+
+    /// The nats-server log of a secured cluster (permission violations are `[ERR]` lines).
+    pub fn nats_server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nats-server.log")).unwrap_or_default()
+    }
+
+    /// The permission violations in a secured cluster's nats-server log, one line each.
+    pub fn permission_violations(&self) -> Vec<String> {
+        self.nats_server_log()
+            .lines()
+            .filter(|l| l.contains("Violation"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The password of shipped NATS user `user` in a secured cluster.
+    pub fn nats_password(&self, user: &str) -> String {
+        self.secured
+            .as_ref()
+            .expect("a secured cluster")
+            .passwords
+            .of(user)
+            .to_owned()
+    }
+
+    /// Waits until every running node answers 200 on /readyz.
+    pub fn wait_ready(&self, limit: Duration) {
+        for node in self.nodes.iter().filter(|n| n.is_started()) {
+            wait_for(limit, format!("{} to be ready", node.id), || {
+                match node.http_get("/readyz") {
+                    Some((200, _)) => Ok(()),
+                    seen => Err(NodeSeen(node, seen)),
+                }
             });
         }
-        let cluster_name = format!("lineage-test-{}-{}", std::process::id(), ports[0].route);
-        let mut servers = Vec::with_capacity(SIZE);
-        for (i, own) in ports.iter().enumerate() {
-            let routes: Vec<String> = ports
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, p)| format!("\"nats-route://127.0.0.1:{}\"", p.route))
-                .collect();
-            let extra = format!(
-                "http: \"127.0.0.1:{monitor}\"\ncluster {{\n  name: \"{cluster_name}\"\n  listen: \"127.0.0.1:{route}\"\n  routes: [{routes}]\n}}\n{user}",
-                monitor = own.monitor,
-                route = own.route,
-                routes = routes.join(", "),
-                user = options.extra_config,
-            );
-            let store = tempfile::Builder::new()
-                .prefix(&format!("lineage-nats-cluster-{i}-"))
-                .tempdir()?;
-            // A server that cannot bind drops the ones already started (by pid) with `servers`.
-            servers.push(NatsServer::start_on_with(
-                own.client,
-                store,
-                NatsOptions {
-                    extra_config: extra,
-                    sync_interval: options.sync_interval.clone(),
-                },
-            )?);
-        }
-        let mut cluster = NatsCluster {
-            servers,
-            ports,
-            down: vec![false; SIZE],
-        };
-        cluster.wait_ready(READY_WITHIN)?;
-        Ok(cluster)
     }
 
-    /// How many servers (always [`SIZE`]).
-    pub fn len(&self) -> usize {
-        self.servers.len()
+    /// Restarts a stopped node with the same config and data dir.
+    pub fn restart(&mut self, index: usize) {
+        let url = self.nats.node_url(index);
+        self.nodes[index].spawn(&url);
     }
 
-    /// Never empty.
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
+    /// Every node's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("--- {} ---\n{}", n.id, tail(&n.log_text(), 60)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
-    /// Server `i`'s client URL, `nats://127.0.0.1:<port>`.
-    pub fn url(&self, i: usize) -> String {
-        self.servers[i].url()
+    /// The data dir root.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
     }
+}
 
-    /// Every server's client URL, comma-joined (the form NATS clients take for a list).
-    pub fn urls(&self) -> String {
-        self.url_list().join(",")
-    }
+/// A node's `/readyz` answer and its log, for the timeout message of [`Cluster::wait_ready`].
+struct NodeSeen<'a>(&'a NodeProc, Option<(u16, String)>);
 
-    /// Every server's client URL.
-    pub fn url_list(&self) -> Vec<String> {
-        self.servers.iter().map(NatsServer::url).collect()
+impl std::fmt::Display for NodeSeen<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "/readyz {:?}; log:\n{}", self.1, self.0.log_text())
     }
+}
 
-    /// The client URL of the first server not stopped by [`NatsCluster::kill`] (for a client
-    /// that takes one URL).
-    pub fn live_url(&self) -> String {
-        (0..self.len())
-            .find(|&i| !self.down[i])
-            .map(|i| self.url(i))
-            .unwrap_or_else(|| self.url(0))
-    }
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
 
-    /// True when server `i` was stopped by [`NatsCluster::kill`] and not restarted since.
-    pub fn is_down(&self, i: usize) -> bool {
-        self.down[i]
-    }
+fn owned(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
 
-    /// Server `i`.
-    pub fn server(&self, i: usize) -> &NatsServer {
-        &self.servers[i]
-    }
-
-    /// Server `i`'s monitoring port (`/healthz`, `/jsz`, `/routez`).
-    pub fn monitor_port(&self, i: usize) -> u16 {
-        self.ports[i].monitor
-    }
-
-    /// Server `i`'s route (cluster) port.
-    pub fn route_port(&self, i: usize) -> u16 {
-        self.ports[i].route
-    }
-
-    /// True while server `i`'s process runs.
-    pub fn is_running(&mut self, i: usize) -> bool {
-        self.servers[i].is_running()
-    }
-
-    /// SIGKILLs server `i` (by pid) and waits for it to exit; its ports and store are kept.
-    pub fn kill(&mut self, i: usize) {
-        self.servers[i].kill();
-        self.down[i] = true;
-    }
-
-    /// Starts server `i` again (killing it first if it runs) on the same ports with the same
-    /// name and store, and waits until every running server is healthy again (it rejoined
-    /// the routes and JetStream, and caught up).
-    pub fn restart(&mut self, i: usize) -> io::Result<()> {
-        self.servers[i].restart()?;
-        self.down[i] = false;
-        self.wait_ready(READY_WITHIN)
-    }
-
-    /// Server `i`'s `/healthz`: status code and body (200 once its JetStream is current with
-    /// the meta leader and its streams and consumers caught up).
-    pub fn healthz(&self, i: usize) -> io::Result<(u16, String)> {
-        http_get(self.ports[i].monitor, "/healthz")
-    }
-
-    /// Server `i`'s `/jsz` as JSON (`meta_cluster.leader`, stream and consumer counts, ...).
-    pub fn jsz(&self, i: usize) -> io::Result<serde_json::Value> {
-        let (code, body) = http_get(self.ports[i].monitor, "/jsz")?;
-        if code != 200 {
-            return Err(io::Error::other(format!("/jsz answered {code}: {body}")));
-        }
-        serde_json::from_str(&body).map_err(|e| io::Error::other(format!("/jsz: {e}")))
-    }
-
-    /// The JetStream meta leader's server name as server `i` sees it (`None`: it knows none).
-    pub fn meta_leader(&self, i: usize) -> Option<String> {
-        let jsz = self.jsz(i).ok()?;
-        let leader = jsz.get("meta_cluster")?.get("leader")?.as_str()?;
-        (!leader.is_empty()).then(|| leader.to_owned())
-    }
-
-    /// Waits until every running server answers 200 on `/healthz` and all of them name the
-    /// same JetStream meta leader, one of the running servers.
-    pub fn wait_ready(&mut self, limit: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let running: Vec<usize> = (0..self.len()).filter(|&i| self.is_running(i)).collect();
-            let healthy = !running.is_empty()
-                && running
-                    .iter()
-                    .all(|&i| matches!(self.healthz(i), Ok((200, _))));
-            let leaders: Vec<Option<String>> =
-                running.iter().map(|&i| self.meta_leader(i)).collect();
-            let names: Vec<&str> = running.iter().map(|&i| self.servers[i].name()).collect();
-            let agreed = match leaders.first() {
-                Some(Some(first)) => {
-                    leaders.iter().all(|l| l.as_ref() == Some(first))
-                        && names.contains(&first.as_str())
-                }
-                _ => false,
-            };
-            if healthy && agreed {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let report: Vec<String> = (0..self.len())
-                    .map(|i| {
-                        format!(
-                            "{}: healthz {:?}, meta leader {:?}",
-                            self.url(i),
-                            self.healthz(i).map(|(c, b)| format!("{c} {}", b.trim())),
-                            self.meta_leader(i)
-                        )
-                    })
-                    .collect();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the NATS cluster was not ready within {limit:?}: {}",
-                        report.join("; ")
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+fn tempdir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir")
 }

@@ -1,308 +1,53 @@
-//! Test helpers for lineage: real processes, never stand-ins.
+//! Test helpers for lineage, shared by every suite: real processes, never stand-ins.
 //!
-//! - [`NatsServer`]: a real `nats-server` on a free loopback port, JetStream on, store in a temp
-//!   dir, killed (by pid) when dropped. It runs from a config file with JetStream's
-//!   `sync_interval: always` (every acknowledged write is fsync'd first, Z3) and optional extra
-//!   config text ([`NatsOptions::extra_config`]: authorization, TLS, cluster routes).
-//! - [`nats_server_binary`]: where the `nats-server` binary is (`NATS_SERVER_BIN`, `PATH`,
-//!   `~/go/bin`); `scripts/install-deps.sh` installs it when missing.
-//! - [`free_port`]: a free TCP port on 127.0.0.1.
-//! - [`cluster::NatsCluster`]: three of those servers routed into one JetStream cluster (Z3
+//! Module map:
+//! - [`nats`]: [`NatsServer`], a real `nats-server` on a free loopback port, JetStream on
+//!   (`sync_interval: always`, Z3), store in a temp dir, killed by pid when dropped; optional
+//!   extra config ([`NatsOptions`]); [`free_port`], [`nats_server_binary`], [`http_get`].
+//! - [`nats_cluster`]: [`NatsCluster`], three of those routed into one JetStream cluster (Z3
 //!   fault tests: SIGKILL one, restart it).
+//! - [`wait`]: [`wait_for`] and its async twin [`wait_for_async`], the one way a test waits
+//!   (what was awaited, how long, the last observation); [`poll`] without the panic.
+//! - [`binary`]: [`lineage_bin`], the `lineage` binary under test (`$LINEAGE_BIN`, else next to
+//!   the test executable; missing or stale panics with what to run).
+//! - [`node`]: [`NodeProc`], one `lineage node` process, and its config text.
+//! - [`cluster`]: [`Cluster`], a nats-server (or [`NatsCluster`]) and N node processes, plain
+//!   or secured with the shipped NATS users; [`cli`]: the CLI against it; [`bus`]: the test's
+//!   own NATS connection (session logs from JetStream, raw control requests).
+//! - [`shipped`]: the shipped `config/nats-server.conf` (users, passwords, a server started
+//!   from it); [`user_conn`]: a connection as one of its users that records permission errors.
+//! - [`script`]: [`Script`], a builder of the script driver's JSON.
+//! - [`prelude`]: what an end-to-end suite imports (`use lineage_testkit::prelude::*`).
 
 #![deny(missing_docs)]
 
+pub mod binary;
+pub mod bus;
+pub mod cli;
 pub mod cluster;
+pub mod nats;
+pub mod nats_cluster;
+pub mod node;
+pub mod script;
+pub mod shipped;
+pub mod user_conn;
+pub mod wait;
 
-use std::io;
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+pub use binary::{lineage_bin, workspace_root};
+pub use cluster::Cluster;
+pub use nats::{free_port, greeting, http_get, nats_server_binary, NatsOptions, NatsServer};
+pub use nats_cluster::NatsCluster;
+pub use node::NodeProc;
+pub use script::Script;
+pub use wait::{poll, poll_async, wait_for, wait_for_async, Probe};
 
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Finds the `nats-server` binary: `$NATS_SERVER_BIN`, then `PATH`, then `~/go/bin`.
-pub fn nats_server_binary() -> io::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("NATS_SERVER_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("nats-server"))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(Path::new(&home).join("go/bin/nats-server"));
-    }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            "nats-server not found on PATH or in ~/go/bin; run scripts/install-deps.sh or set NATS_SERVER_BIN",
-        )
-    })
-}
-
-/// A real `nats-server` with JetStream, on a free loopback port, with its store in a temp dir.
-///
-/// Dropping it kills the process (by its pid) and removes the store.
-pub struct NatsServer {
-    child: Child,
-    port: u16,
-    /// `server_name`: chosen at the first start, kept across restarts (a JetStream cluster
-    /// knows its peers by name).
-    name: String,
-    store: tempfile::TempDir,
-    options: NatsOptions,
-}
-
-/// How [`NatsServer::start_with`] configures the server beyond port, name and store.
-#[derive(Debug, Clone)]
-pub struct NatsOptions {
-    /// Config text appended to the generated file (nats-server's own format): `authorization
-    /// { ... }`, `tls { ... }`, `cluster { ... }`, `ping_interval`, ...
-    pub extra_config: String,
-    /// JetStream `sync_interval`: `"always"` (the default here: fsync before every ack) or a
-    /// duration such as `"2m"` (nats-server's own default).
-    pub sync_interval: String,
-}
-
-impl Default for NatsOptions {
-    fn default() -> Self {
-        NatsOptions {
-            extra_config: String::new(),
-            sync_interval: "always".into(),
-        }
-    }
-}
-
-/// How many ports [`NatsServer::start`] tries when the one it picked was taken meanwhile.
-const START_ATTEMPTS: usize = 5;
-
-impl NatsServer {
-    /// Starts a server and waits (up to 10 s) until it speaks NATS. A port that another
-    /// process took between [`free_port`] and the server's bind (tests run in parallel) costs
-    /// a retry on another port, not a failure.
-    pub fn start() -> io::Result<Self> {
-        Self::start_with(NatsOptions::default())
-    }
-
-    /// [`NatsServer::start`] with `options` (extra config text, sync interval).
-    pub fn start_with(options: NatsOptions) -> io::Result<Self> {
-        let store = tempfile::Builder::new().prefix("lineage-nats-").tempdir()?;
-        let mut last = None;
-        for _ in 0..START_ATTEMPTS {
-            let port = free_port()?;
-            let name = unique_name(port);
-            match spawn_ready(port, &name, store.path(), &options) {
-                Ok(child) => {
-                    return Ok(NatsServer {
-                        child,
-                        port,
-                        name,
-                        store,
-                        options,
-                    })
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("nats-server did not start")))
-    }
-
-    /// Starts a server on `port` with the store in `store` (a restart keeps JetStream data).
-    pub fn start_on(port: u16, store: tempfile::TempDir) -> io::Result<Self> {
-        Self::start_on_with(port, store, NatsOptions::default())
-    }
-
-    /// [`NatsServer::start_on`] with `options`.
-    pub fn start_on_with(
-        port: u16,
-        store: tempfile::TempDir,
-        options: NatsOptions,
-    ) -> io::Result<Self> {
-        let name = unique_name(port);
-        let child = spawn_ready(port, &name, store.path(), &options)?;
-        Ok(NatsServer {
-            child,
-            port,
-            name,
-            store,
-            options,
-        })
-    }
-
-    /// Stops this server (SIGKILL, by pid) and starts it again on the same port with the same
-    /// name, store and options: what a crashed and restarted nats-server looks like to its
-    /// clients. Also starts a server stopped with [`NatsServer::kill`].
-    pub fn restart(&mut self) -> io::Result<()> {
-        self.kill();
-        self.child = spawn_ready(self.port, &self.name, self.store.path(), &self.options)?;
-        Ok(())
-    }
-
-    /// [`NatsServer::restart`] with other options (say another `sync_interval`); they stay
-    /// for later restarts.
-    pub fn restart_with(&mut self, options: NatsOptions) -> io::Result<()> {
-        self.options = options;
-        self.restart()
-    }
-
-    /// Kills the server (SIGKILL, by pid) and waits for it to exit; the port, name and store
-    /// are kept for [`NatsServer::restart`].
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// True while the process runs.
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// The options it runs with.
-    pub fn options(&self) -> &NatsOptions {
-        &self.options
-    }
-
-    /// Its `server_name`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// `nats://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// The client port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The server's pid (for fault tests that stop it).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The JetStream store directory.
-    pub fn store_dir(&self) -> &Path {
-        self.store.path()
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A `server_name` no other test server has: readiness then means *this* server answered on
-/// its port.
-fn unique_name(port: u16) -> String {
-    format!(
-        "lineage-test-{}-{port}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    )
-}
-
-/// Spawns nats-server on `port` as `name` and waits until it is ready; kills it on failure.
-fn spawn_ready(port: u16, name: &str, store: &Path, options: &NatsOptions) -> io::Result<Child> {
-    let conf = store.join(format!("nats-server-{port}.conf"));
-    std::fs::write(&conf, server_config(port, name, store, options))?;
-    let mut child = Command::new(nats_server_binary()?)
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    match wait_ready(&mut child, port, name, Duration::from_secs(10)) {
-        Ok(()) => Ok(child),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
-}
-
-/// `GET path` (HTTP/1.0: no chunked body) on `127.0.0.1:port`, say a nats-server monitoring
-/// port: status code and body.
-pub fn http_get(port: u16, path: &str) -> io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let request = format!("GET {path} HTTP/1.0\r\nhost: 127.0.0.1\r\n\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("not an HTTP reply on port {port}: {text:?}")))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
-}
-
-/// The config file of one test server: loopback, `port`, `name`, JetStream in `store` with the
-/// options' sync interval, then the options' extra text.
-fn server_config(port: u16, name: &str, store: &Path, options: &NatsOptions) -> String {
-    format!(
-        "listen: \"127.0.0.1:{port}\"\nserver_name: \"{name}\"\njetstream {{\n  store_dir: {store:?}\n  sync_interval: {sync}\n}}\n{extra}\n",
-        store = store.display().to_string(),
-        sync = options.sync_interval,
-        extra = options.extra_config,
-    )
-}
-
-/// Waits until the server named `name` greets on `port` (its `INFO` line names it): the port is
-/// its, and it speaks NATS. Fails when the process exits first (say the port was taken).
-fn wait_ready(child: &mut Child, port: u16, name: &str, limit: Duration) -> io::Result<()> {
-    let deadline = Instant::now() + limit;
-    let needle = format!("\"server_name\":\"{name}\"");
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Err(io::Error::other(format!(
-                "nats-server exited before accepting connections ({status}); is port {port} taken?"
-            )));
-        }
-        if let Ok(info) = greeting(port) {
-            if info.starts_with("INFO ") && info.contains(&needle) {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("nats-server did not answer on port {port} within {limit:?}"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The first line a NATS server sends on a new connection.
-fn greeting(port: u16) -> io::Result<String> {
-    use std::io::BufRead;
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let mut line = String::new();
-    io::BufReader::new(stream).read_line(&mut line)?;
-    Ok(line)
+/// What an end-to-end suite imports: the cluster fixture, the CLI and bus helpers, the log
+/// helpers, the script builders and [`wait_for`].
+pub mod prelude {
+    pub use crate::bus::{accepted, of_kind, render_log, turns_consuming, Bus, Event};
+    pub use crate::cli::id_of;
+    pub use crate::cluster::{Cluster, ClusterOptions, Nats, Secured, TEST_ADMIN};
+    pub use crate::node::{nats_user_env, write_password_file, NodeProc};
+    pub use crate::script::{agent, spawn_step, Script};
+    pub use crate::{lineage_bin, wait_for, NatsCluster, NatsOptions, NatsServer};
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lineage_testkit::cluster::NatsCluster;
+use lineage_testkit::NatsCluster;
 
 #[test]
 fn z3_cluster_has_routes_a_meta_leader_and_survives_a_kill_and_restart() {

@@ -13,6 +13,8 @@ use lineage_host::driver::AgentSpec;
 use lineage_host::script::Script;
 use lineage_host::{Host, HostConfig, HostDeps, RegistryPort, ScriptDrivers, SystemClock};
 use lineage_registry::{RegistryClient, RegistryNode, RegistryNodeConfig};
+#[allow(unused_imports)]
+pub use lineage_testkit::wait_for_async;
 use lineage_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -173,24 +175,6 @@ pub fn child_request(
     }
 }
 
-/// Polls `check` every 50 ms until it returns true or `secs` pass.
-pub async fn wait_for<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if check().await {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 pub fn kinds(log: &[SessionEvent]) -> Vec<String> {
     log.iter().map(|e| e.kind.clone()).collect()
 }
@@ -201,8 +185,8 @@ pub fn count_kind(log: &[SessionEvent], kind: &str) -> usize {
 
 /// The same fixture without a nats-server or Raft: hosts on the in-memory bus twins
 /// (`lineage_bus::memory`) and the registry's own state machine (`MemoryRegistry`). Hosts of
-/// one `MemCluster` share the bus and the registry; they cannot reach each other (no control
-/// transport), so a test on it keeps to one node.
+/// one `MemCluster` share the bus (its control transport included: a host that serves,
+/// `lineage_host::service::serve`, is reachable from the others) and the registry.
 pub struct MemCluster {
     pub bus: lineage_bus::memory::MemoryBus,
     pub registry: lineage_host::MemoryRegistry,

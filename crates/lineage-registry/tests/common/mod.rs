@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lineage_core::header::{child_session_meta, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_registry::{RegistryNode, RegistryNodeConfig};
+#[allow(unused_imports)]
+pub use lineage_testkit::wait_for_async;
 use lineage_testkit::NatsServer;
 
 pub const CLUSTER: &str = "test";
@@ -44,18 +46,13 @@ pub fn child_header(parent: &SessionHeader, n: u32) -> SessionHeader {
 }
 
 pub async fn connect(server: &NatsServer) -> async_nats::Client {
-    let mut tries = 0;
-    loop {
-        match async_nats::connect(server.url()).await {
-            Ok(c) => return c,
-            Err(e) if tries < 20 => {
-                tries += 1;
-                eprintln!("connect to {} failed ({e}); retrying", server.url());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("cannot connect to {}: {e}", server.url()),
-        }
-    }
+    let url = &server.url();
+    wait_for_async(
+        Duration::from_secs(2),
+        format_args!("a connection to {url}"),
+        || async move { async_nats::connect(url).await },
+    )
+    .await
 }
 
 pub fn config(raft_id: u64, dir: &Path) -> RegistryNodeConfig {
@@ -72,46 +69,33 @@ pub fn members(ids: &[u64]) -> BTreeMap<u64, NodeId> {
     ids.iter().map(|id| (*id, node_id(*id))).collect()
 }
 
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The leader all `nodes` agree on, once they do.
 pub async fn agreed_leader(nodes: &[&RegistryNode], timeout: Duration) -> u64 {
-    let mut leader = None;
-    wait_until("an agreed leader", timeout, || {
+    wait_for_async(timeout, "an agreed leader", || async move {
         let seen: Vec<Option<u64>> = nodes
             .iter()
             .map(|n| n.raft_metrics().current_leader)
             .collect();
         let ok = seen.iter().all(|l| l.is_some() && *l == seen[0])
             && seen[0].is_some_and(|l| nodes.iter().any(|n| n.raft_id() == l));
-        if ok {
-            leader = seen[0];
-        }
-        ok
+        seen[0].filter(|_| ok)
     })
-    .await;
-    leader.unwrap()
+    .await
 }
 
 /// Waits until every node applied at least `index`.
 pub async fn all_applied(nodes: &[&RegistryNode], index: u64, timeout: Duration) {
-    wait_until(&format!("all nodes applied {index}"), timeout, || {
-        nodes.iter().all(|n| {
-            n.raft_metrics()
-                .last_applied
-                .is_some_and(|l| l.index >= index)
-        })
-    })
+    wait_for_async(
+        timeout,
+        format_args!("all nodes applied {index}"),
+        || async move {
+            nodes.iter().all(|n| {
+                n.raft_metrics()
+                    .last_applied
+                    .is_some_and(|l| l.index >= index)
+            })
+        },
+    )
     .await;
 }
 

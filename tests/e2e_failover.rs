@@ -3,12 +3,10 @@
 //! queued meanwhile, exactly once (N2, M1, M2); a node that restarts re-adopts its sessions and
 //! settles a turn its stop cut short as `interrupted` (K1, X2).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
@@ -22,7 +20,7 @@ fn now_ms() -> u64 {
 
 /// Waits until `status --json` says `node`'s lease is live (or not).
 fn wait_lease(c: &Cluster, node: &str, live: bool) {
-    eventually(T, &format!("{node} lease live={live}"), || {
+    wait_for(T, format!("{node} lease live={live}"), || {
         let status = c.cli_json(&["status"]);
         let row = status["nodes"]
             .as_array()?
@@ -49,7 +47,7 @@ fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
             spawn_step("continuable", "node-2", "b", child),
         ]], "after": {"do": "echo"}}),
     );
-    let tree = eventually(T, "two children", || {
+    let tree = wait_for(T, "two children", || {
         let t = c.tree(&root);
         (t.len() == 3).then_some(t)
     });
@@ -189,7 +187,7 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
             spawn_step("continuable", "node-2", "k2", kid("k2")),
         ]], "after": {"do": "echo"}}),
     );
-    let tree = eventually(T, "two children", || {
+    let tree = wait_for(T, "two children", || {
         let t = c.tree(&p);
         (t.len() == 3).then_some(t)
     });
@@ -217,7 +215,7 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
     wait_lease(&c, "node-3", true);
     // node-3 re-adopts P at start-up (no followup needed): claimed again, epoch 2, and its
     // inbox consumer picks up what was queued.
-    eventually(T, "P re-adopted on node-3", || {
+    wait_for(T, "P re-adopted on node-3", || {
         let r = c.row(&p, &p);
         (r["live"] == true && r["epoch"] == 2 && r["node"] == "node-3").then_some(())
     });
@@ -299,7 +297,7 @@ fn child_mid_turn(c: &Cluster, node: &str) -> (String, String) {
         "node-1",
         &json!({"turns": [[spawn_step("continuable", node, "a", child)]], "after": {"do": "echo"}}),
     );
-    let tree = eventually(T, "one child", || {
+    let tree = wait_for(T, "one child", || {
         let t = c.tree(&root);
         (t.len() == 2).then_some(t)
     });
@@ -359,7 +357,7 @@ fn k1_x2_restarted_node_readopts_its_sessions_and_settles_a_cut_short_turn() {
     assert_settled_as_interrupted(&c, &root, &a, "node-2");
 
     // The top-level session is live on node-2 again (no activation: it just waits for input).
-    let top_row = eventually(T, "the top-level session live again", || {
+    let top_row = wait_for(T, "the top-level session live again", || {
         let r = c.row(&top, &top);
         (r["live"] == true).then_some(r)
     });
@@ -401,7 +399,7 @@ fn s1_k1_a_one_shot_whose_node_dies_fails_fast_and_is_disposed() {
             let reply = c.node_ctl("node-1", "spawn", body.to_string().as_bytes());
             (reply, started.elapsed())
         });
-        let child = eventually(T, "the one-shot running on node-2", || {
+        let child = wait_for(T, "the one-shot running on node-2", || {
             c.tree(&root)
                 .iter()
                 .find(|r| r["session"] != root.as_str() && r["live"] == true)

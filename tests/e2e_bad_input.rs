@@ -3,11 +3,9 @@
 //! refused, exit 4), invalid max depth (D4: bad_request, exit 2) and malformed JSON (N3:
 //! bad_request). Every error is one line and changes nothing.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(25);
@@ -158,7 +156,7 @@ fn n3_d3_d4_x1_bad_input_cli_and_service() {
         "node-1",
         &json!({"turns": [[spawn_step("continuable", "node-2", "work", json!({"turns": [[{"do": "sleep", "ms": 60000}]]}))]]}),
     );
-    let tree = eventually(T, "the child", || {
+    let tree = wait_for(T, "the child", || {
         let t = c.tree(&open_root);
         (t.len() == 2).then_some(t)
     });
@@ -207,7 +205,7 @@ fn n3_d3_d4_x1_bad_input_cli_and_service() {
         &text,
     ]);
     let shallow = id_of(&shallow["session"]);
-    let tree = eventually(T, "the child", || {
+    let tree = wait_for(T, "the child", || {
         let t = c.tree(&shallow);
         (t.len() == 2).then_some(t)
     });

@@ -4,11 +4,9 @@
 //! timeout was accepted too, so the text arrived twice. Now the message is accepted and
 //! answered while the turn runs, and a retry with the same request id is recognised.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(40);

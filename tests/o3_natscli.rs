@@ -8,13 +8,11 @@
 //! Skipped (with a message, the test passes) only when natscli is not installed and cannot be
 //! (`go install github.com/nats-io/natscli/nats@v0.5.0`, as `scripts/install-deps.sh` does).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{accepted, eventually, lineage_bin, spawn_step, Cluster};
+use lineage_testkit::prelude::{accepted, lineage_bin, spawn_step, wait_for, Cluster};
 use serde_json::{json, Value};
 
 /// Finds natscli (`nats` on PATH, then `~/go/bin/nats`), installing it with `go install` when
@@ -110,20 +108,7 @@ impl Background {
     }
 
     fn stop(&mut self) -> String {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        lineage_testkit::node::terminate(&mut self.child, Duration::from_secs(5));
         self.output()
     }
 }
@@ -269,7 +254,7 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         nats.command(&strs(&sub_args)),
         nats.home.path().join("sub.out"),
     );
-    eventually(Duration::from_secs(10), "nats sub to subscribe", || {
+    wait_for(Duration::from_secs(10), "nats sub to subscribe", || {
         sub.output().contains("Subscribing on").then_some(())
     });
     // The same from lineage, as the operator (it reads the natscli context).
@@ -326,10 +311,10 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         "the other settlement",
         |log| accepted(log, "subagent-settled", None).len() == 1,
     );
-    eventually(Duration::from_secs(10), "8 messages in nats sub", || {
+    wait_for(Duration::from_secs(10), "8 messages in nats sub", || {
         (received(&sub.output()).len() >= 8).then_some(())
     });
-    eventually(
+    wait_for(
         Duration::from_secs(10),
         "lineage watch to exit after 8 events",
         || watch.child.try_wait().ok().flatten().map(|_| ()),
@@ -518,10 +503,10 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
             c.args(["-qec", &line, "/dev/null"]);
             nats.isolate(&mut c);
             let mut bg = background(c, nats.home.path().join(file));
-            let deadline = Instant::now() + Duration::from_secs(8);
-            while Instant::now() < deadline && !bg.output().contains("subagent-settled") {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            // Whatever it showed within 8 s is what the assertions judge.
+            let _ = lineage_testkit::poll(Duration::from_secs(8), || {
+                bg.output().contains("subagent-settled")
+            });
             bg.stop()
         };
         let seen = view("operator", "view-operator.out");
@@ -577,14 +562,14 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         nats.command(&strs(&progress_args)),
         nats.home.path().join("progress.out"),
     );
-    eventually(Duration::from_secs(10), "nats sub to subscribe", || {
+    wait_for(Duration::from_secs(10), "nats sub to subscribe", || {
         progress.output().contains("Subscribing on").then_some(())
     });
     std::thread::sleep(Duration::from_millis(300));
     let body = json!({"roots": [root], "progress": drain}).to_string();
     let out = nats.ok(&strs(&op(&["req", "lineage.dev.ctl.drain", &body])));
     assert!(out.contains("\"result\""), "drain: {out}");
-    eventually(
+    wait_for(
         Duration::from_secs(10),
         "the drain's last wave_done",
         || {

@@ -1,15 +1,13 @@
 //! End to end, the parent mailbox across nodes: reports (M1), settlement notices (M2, X2),
 //! followup (M3). One cluster; the flows use separate roots and do not interfere.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use futures::StreamExt;
 use lineage_core::ids::SessionId;
 use lineage_registry::{Consistency, RegistryClient};
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(25);
@@ -186,7 +184,7 @@ fn m2_settlement_reaches_a_parent_on_another_node_after_commit(c: &Cluster, seen
     ]);
     let kid = id_of(&reply["session"]);
     assert_eq!(reply["node"], "node-3");
-    let notice = eventually(T, "the settlement notice on the inbox subject", || {
+    let notice = wait_for(T, "the settlement notice on the inbox subject", || {
         seen.lock()
             .unwrap()
             .iter()
@@ -281,7 +279,7 @@ fn m3_followup_gives_a_continuable_child_new_turns(c: &Cluster) {
             .count(),
         1
     );
-    let row = eventually(T, "the child settled again", || {
+    let row = wait_for(T, "the child settled again", || {
         let row = c.row(&root, &kid);
         (row["state"] == "settled").then_some(row)
     });

@@ -2,11 +2,9 @@
 //! node-2 and a one-shot child on node-3; the registry (`tree --json`) and the session logs
 //! show depth, placement and states.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::json;
 
 #[test]
@@ -23,7 +21,7 @@ fn s1_s3_d1_spawn_both_shapes_across_nodes() {
     let root = c.spawn_root("node-1", &root_script);
 
     // Both children registered, the continuable one settled, the one-shot one disposed.
-    let tree = eventually(
+    let tree = wait_for(
         Duration::from_secs(20),
         "two children, settled and disposed",
         || {

@@ -7,15 +7,13 @@
 //! settlement, the inbox acceptances, a cold resume and a drain, and show the registry's
 //! session counts and Raft state.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 /// One exported span, with the node its resource names.
@@ -266,7 +264,7 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     );
 
     // The collector gets spans of that trace from node-1 and node-2 (export runs every second).
-    let spans = eventually(
+    let spans = wait_for(
         Duration::from_secs(20),
         "spans of the CLI's trace from node-1 (spawn, inbox), node-2 (start, turn, report, settle) and the registry leader (registry.write)",
         || {
@@ -414,7 +412,7 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     // A followup to the settled child cold-resumes it somewhere.
     let (code, out, err) = c.cli(&["--json", "send", &child, "one more"]);
     assert_eq!(code, 0, "send failed: {err}\n{out}");
-    eventually(Duration::from_secs(10), "a resume counted", || {
+    wait_for(Duration::from_secs(10), "a resume counted", || {
         (total(&c, "lineage_resumes_total", &[]) >= 1.0).then_some(())
     });
 
@@ -423,13 +421,13 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     assert_eq!(code, 0, "drain failed: {err}\n{out}");
     assert!(total(&c, "lineage_drains_total", &[]) >= 1.0);
     assert!(total(&c, "lineage_drain_duration_seconds_count", &[]) >= 1.0);
-    eventually(Duration::from_secs(10), "disposed sessions counted", || {
+    wait_for(Duration::from_secs(10), "disposed sessions counted", || {
         let m = metrics(&c, 2);
         (metric(&m, "lineage_sessions", &[("state", "disposed")]).unwrap_or(0.0) >= 2.0)
             .then_some(())
     });
     // Every control span of the drain's trace is exported too (drain, stop/release on nodes).
-    eventually(Duration::from_secs(20), "drain spans", || {
+    wait_for(Duration::from_secs(20), "drain spans", || {
         collector
             .spans()
             .iter()

@@ -1,14 +1,14 @@
 //! The shipped `config/nats-server.conf` under test (Z1, Z2): a real nats-server started from
 //! that file with only its `listen`, `server_name` and `store_dir` lines templated, passwords
 //! generated per test and passed the way an operator does (environment variables), and async-nats
-//! connections as each of its users that record the server's permission errors.
-#![allow(dead_code)]
+//! connections as each of its users that record the server's permission errors
+//! ([`crate::user_conn::UserConn`]).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::{greeting, poll};
 
 /// The cluster the shipped file is written for.
 pub const SHIPPED_CLUSTER: &str = "dev";
@@ -21,9 +21,9 @@ pub const USERS: [(&str, &str); 4] = [
     ("observer", "LINEAGE_NATS_OBSERVER_PASSWORD"),
 ];
 
-/// The repository root (two levels above this crate).
+/// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    crate::workspace_root()
 }
 
 /// `config/nats-server.conf`.
@@ -194,7 +194,7 @@ impl Passwords {
     }
 
     /// nats-server config variables defining the passwords (`NAME: "value"`), for servers
-    /// started by `lineage_testkit::NatsServer`, which passes no environment of its own: the
+    /// started by `crate::NatsServer`, which passes no environment of its own: the
     /// config's `$NAME` references resolve to these first.
     pub fn as_config_vars(&self) -> String {
         self.vars
@@ -276,7 +276,7 @@ impl ShippedNats {
             .prefix("lineage-shipped-nats-")
             .tempdir()
             .map_err(|e| e.to_string())?;
-        let port = lineage_testkit::free_port().map_err(|e| e.to_string())?;
+        let port = crate::free_port().map_err(|e| e.to_string())?;
         let name = format!("lineage-shipped-{}-{port}", std::process::id());
         let mut text = shipped_config();
         if let Some(auth) = &options.authorization {
@@ -288,7 +288,7 @@ impl ShippedNats {
         let conf = dir.path().join("nats-server.conf");
         std::fs::write(&conf, text).map_err(|e| e.to_string())?;
         let log = dir.path().join("nats-server.log");
-        let server = lineage_testkit::nats_server_binary().map_err(|e| e.to_string())?;
+        let server = crate::nats_server_binary().map_err(|e| e.to_string())?;
         let mut cmd = if options.via_run_script {
             let mut c = Command::new(run_script_path());
             c.arg(&conf).env("NATS_SERVER_BIN", &server);
@@ -315,25 +315,28 @@ impl ShippedNats {
             .stderr(stderr)
             .spawn()
             .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
         let needle = format!("\"server_name\":\"{name}\"");
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
+        let ready = poll(Duration::from_secs(10), || match child.try_wait() {
+            Ok(Some(status)) => Some(Err(status)),
+            _ => greeting(port)
+                .ok()
+                .filter(|info| info.starts_with("INFO ") && info.contains(&needle))
+                .map(Ok),
+        });
+        match ready {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
                 return Err(format!(
                     "nats-server exited ({status}): {}{}",
                     std::fs::read_to_string(&stderr_path).unwrap_or_default(),
                     std::fs::read_to_string(&log).unwrap_or_default()
-                ));
+                ))
             }
-            if greeting(port).is_some_and(|info| info.contains(&needle)) {
-                break;
-            }
-            if Instant::now() > deadline {
+            Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!("nats-server did not answer on port {port}"));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         Ok(ShippedNats {
             child,
@@ -363,154 +366,5 @@ impl Drop for ShippedNats {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// The `INFO` line a NATS server sends first on a new connection.
-pub fn greeting(port: u16) -> Option<String> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).ok()?;
-    line.starts_with("INFO ").then_some(line)
-}
-
-/// An async-nats connection as one user that records every error the server sends it
-/// (`-ERR 'Permissions Violation ...'` arrives as `Event::ServerError`).
-pub struct UserConn {
-    /// The user's name.
-    pub user: String,
-    /// The cluster its permissions are for (`dev`, or `<c>` for a user named `<c>-<user>`).
-    pub cluster: String,
-    /// The connection.
-    pub client: async_nats::Client,
-    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl UserConn {
-    /// Connects as `user` with `password` (or with no credentials when `None`).
-    pub async fn connect(
-        url: &str,
-        user: &str,
-        password: Option<&str>,
-    ) -> Result<UserConn, async_nats::ConnectError> {
-        Self::connect_with(url, user, password, async_nats::ConnectOptions::new()).await
-    }
-
-    /// [`UserConn::connect`] with extra options (TLS).
-    pub async fn connect_with(
-        url: &str,
-        user: &str,
-        password: Option<&str>,
-        options: async_nats::ConnectOptions,
-    ) -> Result<UserConn, async_nats::ConnectError> {
-        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = errors.clone();
-        let mut options = options
-            .name(format!("z2-test-{user}"))
-            .connection_timeout(Duration::from_secs(5))
-            .event_callback(move |event| {
-                let sink = sink.clone();
-                async move {
-                    if let async_nats::Event::ServerError(e) = event {
-                        sink.lock().unwrap().push(e.to_string());
-                    }
-                }
-            });
-        if let Some(pw) = password {
-            options = options.user_and_password(user.to_owned(), pw.to_owned());
-        }
-        let client = tokio::time::timeout(Duration::from_secs(8), options.connect(url))
-            .await
-            .unwrap_or_else(|_| panic!("connecting as {user} hung"))?;
-        let cluster = match user.split_once('-') {
-            Some((c, rest)) if USERS.iter().any(|(u, _)| *u == rest) => c,
-            _ => SHIPPED_CLUSTER,
-        };
-        Ok(UserConn {
-            user: user.to_owned(),
-            cluster: cluster.to_owned(),
-            client,
-            errors,
-        })
-    }
-
-    /// A round trip through the server on this connection: everything sent before (SUB, PUB)
-    /// has been processed when it returns. (`flush` only writes the socket.) A request that
-    /// nobody serves on a subject every role may publish (`lineage.<c>.node.*.status` for
-    /// operators and observers, `node.*.*` for nodes) comes back as "no responders".
-    pub async fn sync(&self) {
-        let subject = format!("lineage.{}.node.sync-probe.status", self.cluster);
-        match self.client.request(subject.clone(), "".into()).await {
-            Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {}
-            other => panic!("{}: sync request on {subject}: {other:?}", self.user),
-        }
-    }
-
-    /// Server errors received so far.
-    pub fn errors(&self) -> Vec<String> {
-        self.errors.lock().unwrap().clone()
-    }
-
-    /// Waits (up to 3 s) for a permissions-violation error naming `subject`.
-    pub async fn violation(&self, subject: &str, kind: &str) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let needle = format!("permissions violation for {kind} to \"{subject}\"");
-        loop {
-            if let Some(e) = self.errors().into_iter().find(|e| {
-                e.to_ascii_lowercase()
-                    .contains(&needle.to_ascii_lowercase())
-            }) {
-                return Some(e);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Asserts that publishing to `subject` is refused by the server.
-    pub async fn assert_publish_refused(&self, subject: &str) {
-        self.client
-            .publish(subject.to_owned(), "{}".into())
-            .await
-            .expect("publish");
-        self.sync().await;
-        assert!(
-            self.violation(subject, "publish").await.is_some(),
-            "{} could publish to {subject}: no permissions violation; errors: {:?}",
-            self.user,
-            self.errors()
-        );
-    }
-
-    /// Asserts that subscribing to `subject` is refused by the server.
-    pub async fn assert_subscribe_refused(&self, subject: &str) {
-        let _sub = self
-            .client
-            .subscribe(subject.to_owned())
-            .await
-            .expect("subscribe");
-        self.sync().await;
-        assert!(
-            self.violation(subject, "subscription").await.is_some(),
-            "{} could subscribe to {subject}: no permissions violation; errors: {:?}",
-            self.user,
-            self.errors()
-        );
-    }
-
-    /// Asserts that nothing was refused so far.
-    pub fn assert_no_errors(&self) {
-        assert!(
-            self.errors().is_empty(),
-            "{} got server errors: {:?}",
-            self.user,
-            self.errors()
-        );
     }
 }

@@ -4,15 +4,13 @@
 //! plan and each wave's progress on `lineage.<cluster>.drain.<id>.progress` before its reply
 //! (N3, O3), and `lineage drain` on a terminal draws them as live bars.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
 use lineage_core::drain::verify_child_first;
 use lineage_core::ids::SessionId;
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 const DEPTH: u32 = 4;
@@ -40,9 +38,9 @@ fn level_of(depth: u32, max: u32) -> Value {
 
 /// Waits until the tree of `root` has `total` sessions, all live.
 fn wait_live(c: &Cluster, root: &str, total: usize) {
-    eventually(
+    wait_for(
         Duration::from_secs(60),
-        &format!("{total} live sessions under {root}"),
+        format!("{total} live sessions under {root}"),
         || {
             let tree = c.tree(root);
             let live = tree
@@ -68,7 +66,7 @@ fn x1_h2_drain_depth4_fanout3_tree_child_first() {
     let started = Instant::now();
     let root = c.spawn_root("node-1", &level(0));
     // The whole tree is live: leaves in their turn, inner sessions waiting on their children.
-    let tree = eventually(Duration::from_secs(60), "121 live sessions", || {
+    let tree = wait_for(Duration::from_secs(60), "121 live sessions", || {
         let tree = c.tree(&root);
         let live = tree
             .iter()

@@ -10,17 +10,15 @@
 //!   nodes reconnect, the child's reports still reach the parent exactly once and a new spawn
 //!   works.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use futures::StreamExt;
 use lineage_core::ids::SessionId;
 use lineage_registry::{Consistency, RegistryClient};
+use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
@@ -296,7 +294,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
     };
 
     // A third of the way in: SIGKILL the server leading the inbox stream.
-    eventually(T, "a third of the load", || {
+    wait_for(T, "a third of the load", || {
         (done.load(Ordering::SeqCst) >= OPS / 3).then_some(())
     });
     let (_, _, leader) = stream_replicas(&c, &inbox);
@@ -468,7 +466,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
     c.nats.cluster().restart(victim).expect("restart rejoins");
     let name = c.nats.cluster().server(victim).name().to_owned();
     for stream in [&events_stream, &inbox] {
-        eventually(T, &format!("{name} current in {stream}"), || {
+        wait_for(T, format!("{name} current in {stream}"), || {
             let (replicas, peers, leader) = stream_replicas(&c, stream);
             let all: Vec<(String, bool)> = peers;
             let rejoined = leader.as_deref() == Some(name.as_str())
@@ -510,7 +508,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
 /// Waits until every node answers 200 on `/readyz` and the CLI can list all three as live.
 fn wait_all_live(c: &Cluster) {
     c.wait_ready(T);
-    eventually(T, "all three nodes live", || {
+    wait_for(T, "all three nodes live", || {
         let (code, out, _) = c.cli(&["--json", "status"]);
         if code != 0 {
             return None;
@@ -699,7 +697,7 @@ fn z3_a_parent_that_cannot_log_for_a_while_accepts_its_inbox_once_it_can() {
     let kid = id_of(&reply["session"]);
     // The report and the settlement are in the parent's inbox; the parent cannot log them.
     let subject = format!("lineage.{}.parent.{root}.inbox", c.cluster);
-    eventually(T, "the report and the notice in the inbox stream", || {
+    wait_for(T, "the report and the notice in the inbox stream", || {
         (stream_messages(&c, &inbox_stream(&c), &subject).len() == 2).then_some(())
     });
     std::thread::sleep(Duration::from_secs(3));
@@ -779,7 +777,7 @@ fn z3_a_node_refuses_r1_streams_when_three_replicas_are_configured_or_updates_th
     );
     c.wait_ready(T);
     for name in [&events, &inbox] {
-        eventually(T, &format!("{name} with 3 current replicas"), || {
+        wait_for(T, format!("{name} with 3 current replicas"), || {
             let (replicas, peers, leader) = stream_replicas(&c, name);
             (replicas == 3
                 && leader.is_some()

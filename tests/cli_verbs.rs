@@ -1,13 +1,11 @@
 //! Every CLI verb against the built binary: `config show`, `status`, `watch`, `dev`, `--help`,
 //! plus a non-voting client node hosting an ACP agent (H1, O1, O3).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{eventually, lineage_bin, spawn_step, Cluster};
+use lineage_testkit::prelude::{lineage_bin, spawn_step, wait_for, Cluster};
 use serde_json::json;
 
 /// A child process stopped (by pid) when the test ends, even when an assertion fails first:
@@ -16,19 +14,7 @@ struct KillOnDrop(std::process::Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.0.id().to_string()])
-                .status();
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        lineage_testkit::node::terminate(&mut self.0, Duration::from_secs(10));
     }
 }
 
@@ -222,7 +208,7 @@ fn o3_status_watch_and_a_client_node_hosting_an_acp_agent() {
         "agent": step["agent"]});
     let reply = cluster.ctl("spawn", body.to_string().as_bytes());
     assert!(reply.get("result").is_some(), "{reply}");
-    eventually(
+    wait_for(
         Duration::from_secs(20),
         "watch to exit after 4 events",
         || watch.0.try_wait().ok().flatten().map(|_| ()),
@@ -301,7 +287,7 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
         s.read_to_string(&mut text).ok()?;
         text.starts_with("HTTP/1.1 200").then_some(())
     };
-    eventually(
+    wait_for(
         Duration::from_secs(60),
         "the client node to be ready",
         ready,
@@ -331,8 +317,8 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
         "acp-testagent",
     ]);
     assert_eq!(reply["node"], "node-c", "{reply}");
-    let session = common::id_of(&reply["session"]);
-    let log = eventually(
+    let session = lineage_testkit::prelude::id_of(&reply["session"]);
+    let log = wait_for(
         Duration::from_secs(20),
         "the ACP agent's reply in the log",
         || {
@@ -373,7 +359,7 @@ fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
         text
     });
-    let status = eventually(
+    let status = wait_for(
         Duration::from_secs(180),
         "lineage dev to finish the demo",
         || child.0.try_wait().ok().flatten(),
@@ -436,12 +422,12 @@ fn o2_node_exits_on_sigterm_even_when_nats_is_gone() {
         s.read_to_string(&mut text).ok()?;
         text.starts_with("HTTP/1.1 200").then_some(())
     };
-    eventually(Duration::from_secs(60), "the node to be ready", ready);
+    wait_for(Duration::from_secs(60), "the node to be ready", ready);
     drop(nats); // the NATS server dies first
     std::thread::sleep(Duration::from_millis(300));
     let pid = node.0.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let status = eventually(
+    let status = wait_for(
         Duration::from_secs(30),
         "the node to exit after SIGTERM",
         || node.0.try_wait().ok().flatten(),

@@ -3,11 +3,9 @@
 //! safe-deploy issue) is refused through every surface and changes nothing; an unknown
 //! profile is refused naming the known ones; a profile runs exactly its configured program.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Cluster;
+use lineage_testkit::prelude::Cluster;
 use serde_json::json;
 
 /// The session count the registry holds, by state.
@@ -107,8 +105,8 @@ fn t4_raw_command_lines_from_the_wire_are_refused_and_change_nothing() {
         "ping",
     ]);
     assert_eq!(reply["node"], "node-2", "{reply}");
-    let session = common::id_of(&reply["session"]);
-    common::eventually(Duration::from_secs(20), "the echo reply", || {
+    let session = lineage_testkit::prelude::id_of(&reply["session"]);
+    lineage_testkit::wait_for(Duration::from_secs(20), "the echo reply", || {
         cluster
             .log(&session)
             .iter()

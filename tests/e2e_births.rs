@@ -2,9 +2,7 @@
 //! target node leaves no record that looks alive, and a retry with the same request id is
 //! refused instead of acknowledging the dead birth.
 
-mod common;
-
-use common::Cluster;
+use lineage_testkit::prelude::Cluster;
 use serde_json::json;
 
 #[test]
@@ -108,7 +106,7 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
         "--script",
         r#"{"turns":[[{"do":"sleep","ms":30000}]]}"#,
     ]);
-    let normal = SessionId::parse(&common::id_of(&reply["session"])).unwrap();
+    let normal = SessionId::parse(&lineage_testkit::prelude::id_of(&reply["session"])).unwrap();
     let record = rt
         .block_on(client.session(normal.clone(), Consistency::Linearizable))
         .unwrap()
@@ -163,7 +161,7 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
         &root,
         Duration::from_secs(10),
         "the never-started notice",
-        |log| !common::accepted(log, "subagent-settled", Some(&child)).is_empty(),
+        |log| !lineage_testkit::prelude::accepted(log, "subagent-settled", Some(&child)).is_empty(),
     );
     // Give a second sweep (lease period 2 s) the time to send it again, if it would.
     std::thread::sleep(Duration::from_millis(4_500));
@@ -172,8 +170,13 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
         assert!(later.len() >= log.len());
         later
     };
-    let notices = common::accepted(&log, "subagent-settled", Some(&child));
-    assert_eq!(notices.len(), 1, "{}", common::render_log(&log));
+    let notices = lineage_testkit::prelude::accepted(&log, "subagent-settled", Some(&child));
+    assert_eq!(
+        notices.len(),
+        1,
+        "{}",
+        lineage_testkit::prelude::render_log(&log)
+    );
     let message = &notices[0].data["message"];
     assert_eq!(
         message["summary"], "subagent orphan never started: no node hosted it within 1500ms",

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn lineage() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lineage"));
+    let mut cmd = Command::new(lineage_testkit::lineage_bin());
     // The bench must start its own server, not reach for one named in the environment.
     cmd.env_remove("NATS_URL")
         .env_remove("LINEAGE_CLUSTER")

@@ -9,19 +9,18 @@
 //! `server_name` and `store_dir` are templated (plus a `tls` block in the TLS test, and, in the
 //! two-cluster test, the same users rewritten for clusters `a` and `b` next to the shipped ones).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::shipped_nats::{
-    authorization_block, password_var_for_cluster, shipped_config, users_for_cluster, users_of,
-    Passwords, ShippedNats, ShippedOptions, UserConn, USERS,
-};
 use futures::StreamExt;
+use lineage_testkit::shipped::{
+    authorization_block, password_var_for_cluster, shipped_config, users_for_cluster, users_of,
+    Passwords, ShippedNats, ShippedOptions, USERS,
+};
+use lineage_testkit::user_conn::UserConn;
 
 /// The shipped server with fresh passwords.
 fn shipped() -> ShippedNats {
@@ -771,8 +770,12 @@ fn reporting_child() -> serde_json::Value {
 
 /// Spawn, report, settle, followup (cold resume), drain across voters under the shipped
 /// permissions: node-1..3 connect as `voter`, the CLI as `operator`; nothing is refused.
-fn spawn_end_to_end(cluster: &common::Cluster, root_node: &str, child_nodes: &[&str]) {
-    use common::{accepted, spawn_step, Cluster};
+fn spawn_end_to_end(
+    cluster: &lineage_testkit::prelude::Cluster,
+    root_node: &str,
+    child_nodes: &[&str],
+) {
+    use lineage_testkit::prelude::{accepted, spawn_step, Cluster};
     let steps: Vec<serde_json::Value> = child_nodes
         .iter()
         .map(|n| spawn_step("continuable", n, "work", reporting_child()))
@@ -856,7 +859,7 @@ fn spawn_end_to_end(cluster: &common::Cluster, root_node: &str, child_nodes: &[&
 
 #[test]
 fn z2_voters_serve_a_spawn_end_to_end_under_the_shipped_permissions() {
-    let cluster = common::Cluster::start_secured(3);
+    let cluster = lineage_testkit::prelude::Cluster::start_secured(3);
     spawn_end_to_end(&cluster, "node-1", &["node-2", "node-3"]);
 }
 
@@ -877,7 +880,7 @@ fn now_ms() -> u64 {
 fn z2_a_worker_node_hosts_as_node_4_and_cannot_act_as_another_node() {
     use lineage_core::ids::NodeId;
     use lineage_registry::{RegistryClient, RegistryError, RegistryRefusal};
-    let mut cluster = common::Cluster::start_secured(3);
+    let mut cluster = lineage_testkit::prelude::Cluster::start_secured(3);
     cluster.add_worker("node-4");
     // The worker hosts a root and a child; another child is on a voter.
     spawn_end_to_end(&cluster, "node-4", &["node-1", "node-4"]);
@@ -940,7 +943,7 @@ fn z2_a_worker_node_hosts_as_node_4_and_cannot_act_as_another_node() {
 #[test]
 /// Failed before 77c7e90: the voters served the redirected message as a trusted write.
 fn z2_a_worker_cannot_inject_registry_writes_through_a_jetstream_push_consumer() {
-    let mut cluster = common::Cluster::start_secured(3);
+    let mut cluster = lineage_testkit::prelude::Cluster::start_secured(3);
     cluster.add_worker("node-4");
     let url = cluster.nats.url();
     let password = cluster.nats_password("node-4");

@@ -2,11 +2,9 @@
 //! a verified ancestor, across nodes; refused (exit 4, one line, nothing changes) for siblings
 //! and other non-ancestors, through the CLI and the NATS service alike.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use lineage_testkit::prelude::*;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(25);
@@ -45,7 +43,7 @@ fn m4_r3_interrupt_authority_across_nodes() {
             spawn_step("continuable", "node-3", "c2", sleeper()),
         ]]}),
     );
-    let tree = eventually(T, "five sessions", || {
+    let tree = wait_for(T, "five sessions", || {
         let tree = c.tree(&root);
         (tree.len() == 5).then_some(tree)
     });
