@@ -6,6 +6,7 @@
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::BusError;
 use lineage_core::CoreError;
+use lineage_drivers::DriverError;
 use lineage_registry::types::RegistryRefusal;
 
 /// Everything hosting an agent can fail with. Returned, never panicked.
@@ -166,5 +167,48 @@ impl HostError {
 impl From<ControlError> for HostError {
     fn from(e: ControlError) -> Self {
         HostError::Remote(e)
+    }
+}
+
+/// A driver's error keeps its text and meaning: each variant maps to the host variant of the
+/// same message (so the error code is the same too).
+impl From<DriverError> for HostError {
+    fn from(e: DriverError) -> Self {
+        match e {
+            DriverError::BadRequest(m) => HostError::BadRequest(m),
+            DriverError::Agent { session, reason } => HostError::Driver { session, reason },
+            DriverError::Unavailable(kind) => HostError::DriverUnavailable(kind),
+            DriverError::Internal(m) => HostError::Internal(m),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_error_keeps_its_line_and_gets_its_code() {
+        let cases = [
+            (DriverError::BadRequest("x".into()), ErrorCode::BadRequest),
+            (
+                DriverError::Agent {
+                    session: "s".into(),
+                    reason: "r".into(),
+                },
+                ErrorCode::Internal,
+            ),
+            (
+                DriverError::Unavailable("acp".into()),
+                ErrorCode::Unavailable,
+            ),
+            (DriverError::Internal("i".into()), ErrorCode::Internal),
+        ];
+        for (driver, code) in cases {
+            let line = driver.to_string();
+            let host = HostError::from(driver);
+            assert_eq!(host.to_string(), line);
+            assert_eq!(host.code(), code);
+        }
     }
 }

@@ -9,10 +9,10 @@
 //!
 //! | module | what | ids |
 //! |---|---|---|
-//! | [`driver`] | the `AgentDriver` trait, `DriverAction` data, `TurnCtx` (actions during a turn) | H1 |
-//! | [`script`] | the deterministic scripted driver (the script's data types are `lineage_protocol::script`) | H1 |
-//! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio | H1 |
-//! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
+//! | [`driver`] | re-export of `lineage_drivers::driver`: the `AgentDriver` trait, `DriverAction`, `TurnCtx`, `DriverFactory` | H1 |
+//! | [`script`] | re-export of `lineage_drivers::script`: the deterministic scripted driver | H1 |
+//! | [`acp`] | re-export of `lineage_drivers::acp`: the ACP driver (the ACP SDK is only in `lineage-drivers`) | H1 |
+//! | [`profiles`] | re-export of `lineage_drivers::profiles` (agent profiles); `check_offer`, `request_subdir` in [`HostError`] | T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
 //! | [`clock`] | injected time ([`Clock`]) and id minting | |
 //! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
@@ -35,13 +35,19 @@
 
 #![deny(missing_docs)]
 
-pub mod acp;
+/// The ACP driver: a re-export of [`lineage_drivers::acp`].
+pub mod acp {
+    pub use lineage_drivers::acp::*;
+}
 mod agent;
 pub mod births;
 pub mod clock;
 pub mod control;
 pub mod drain;
-pub mod driver;
+/// The driver trait and its data: a re-export of [`lineage_drivers::driver`].
+pub mod driver {
+    pub use lineage_drivers::driver::*;
+}
 pub mod error;
 pub mod followup;
 pub mod host;
@@ -52,7 +58,10 @@ pub mod registry;
 pub mod report;
 pub mod resume;
 mod routing;
-pub mod script;
+/// The scripted driver: a re-export of [`lineage_drivers::script`].
+pub mod script {
+    pub use lineage_drivers::script::*;
+}
 pub mod service;
 pub mod settle;
 pub mod spawn;

@@ -13,7 +13,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use lineage_core::depth::MaxDepth;
 use lineage_core::ids::NodeId;
-use lineage_host::profiles::AgentProfiles;
+use lineage_drivers::profiles::AgentProfiles;
 use serde::{Deserialize, Serialize};
 
 use crate::error::NodeError;

@@ -5,13 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lineage_core::ids::SessionId;
-use lineage_host::acp::AcpDriver;
+use lineage_drivers::acp::AcpDriver;
+use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory};
+use lineage_drivers::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
+use lineage_drivers::script::ScriptDriver;
+use lineage_drivers::DriverError;
 use lineage_host::control::AgentsReply;
-use lineage_host::driver::{AgentDriver, AgentSpec};
-use lineage_host::error::HostError;
-use lineage_host::host::DriverFactory;
-use lineage_host::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
-use lineage_host::script::ScriptDriver;
 
 /// Builds a driver for the agent specs this node's profiles admit.
 #[derive(Debug, Clone)]
@@ -32,7 +31,7 @@ impl DriverFactory for NodeDrivers {
         &self,
         spec: &AgentSpec,
         session: &SessionId,
-    ) -> Result<Box<dyn AgentDriver>, HostError> {
+    ) -> Result<Box<dyn AgentDriver>, DriverError> {
         let env = |name: &str| std::env::var(name).ok();
         match self
             .profiles
@@ -49,9 +48,9 @@ impl DriverFactory for NodeDrivers {
 }
 
 /// The ACP driver for a launch, its working directory created when it is the session's own.
-fn acp_driver(launch: AcpLaunch) -> Result<AcpDriver, HostError> {
+fn acp_driver(launch: AcpLaunch) -> Result<AcpDriver, DriverError> {
     std::fs::create_dir_all(&launch.workdir).map_err(|e| {
-        HostError::BadRequest(format!(
+        DriverError::BadRequest(format!(
             "cannot create the agent's working directory {}: {e}; check the profile's workdir and node.data_dir",
             launch.workdir.display()
         ))

@@ -22,7 +22,7 @@ use crate::driver::{
     ActionOutcome, AgentDriver, AgentSpec, BoxFuture, ChildSpec, DriverAction, DriverStart,
     TurnAction, TurnCtx, TurnInput, TurnMessage,
 };
-use crate::error::HostError;
+use crate::error::DriverError;
 
 pub use lineage_protocol::script::{AfterScript, Script, Step, SCRIPT_PROVIDER};
 
@@ -156,7 +156,7 @@ impl ScriptDriver {
 }
 
 impl AgentDriver for ScriptDriver {
-    fn start<'a>(&'a mut self, _start: DriverStart) -> BoxFuture<'a, Result<(), HostError>> {
+    fn start<'a>(&'a mut self, _start: DriverStart) -> BoxFuture<'a, Result<(), DriverError>> {
         self.started = true;
         Box::pin(async { Ok(()) })
     }
@@ -164,7 +164,7 @@ impl AgentDriver for ScriptDriver {
     fn turn<'a>(
         &'a mut self,
         input: TurnInput,
-    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
         let actions = self.script.actions_for(&input);
         Box::pin(async move { Ok(actions) })
     }
@@ -175,7 +175,7 @@ impl AgentDriver for ScriptDriver {
         &'a mut self,
         input: TurnInput,
         ctx: TurnCtx,
-    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
         let steps = self.script.steps_for(&input);
         Box::pin(async move {
             let mut last_spawn: Option<ActionOutcome> = None;

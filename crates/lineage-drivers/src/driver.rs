@@ -3,7 +3,8 @@
 //! A driver turns one turn's input into [`DriverAction`]s, returned as data; the host executes
 //! them (publishes reports, spawns children through the registry, waits, settles). Two drivers:
 //! the deterministic `script` driver ([`crate::script`]) and the `acp` driver ([`crate::acp`]),
-//! which runs an Agent Client Protocol agent as a subprocess over stdio.
+//! which runs an Agent Client Protocol agent as a subprocess over stdio. A [`DriverFactory`]
+//! makes the driver for a session's [`AgentSpec`]; errors are [`DriverError`]s.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,9 +12,10 @@ use std::pin::Pin;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::Delivery;
+use lineage_protocol::control::{AgentsReply, OneShotResult};
 use serde::{Deserialize, Serialize};
 
-use crate::error::HostError;
+use crate::error::DriverError;
 use crate::script::{ScriptDriver, SCRIPT_PROVIDER};
 
 /// A boxed future, so drivers can be `dyn`.
@@ -108,7 +110,7 @@ pub enum ActionOutcome {
         /// The child.
         child: SessionId,
         /// A one-shot child's result.
-        result: Option<crate::control::OneShotResult>,
+        result: Option<OneShotResult>,
     },
     /// Refused, one line (the turn goes on; the driver decides).
     Refused(String),
@@ -162,13 +164,13 @@ pub struct DriverStart {
 /// A hosted agent. Object safe: the host keeps `Box<dyn AgentDriver>`.
 pub trait AgentDriver: Send {
     /// Starts (or cold-resumes) the agent.
-    fn start<'a>(&'a mut self, start: DriverStart) -> BoxFuture<'a, Result<(), HostError>>;
+    fn start<'a>(&'a mut self, start: DriverStart) -> BoxFuture<'a, Result<(), DriverError>>;
     /// Runs one turn; the host may drop the future to interrupt it (M4), then calls
     /// [`AgentDriver::cancel`].
     fn turn<'a>(
         &'a mut self,
         input: TurnInput,
-    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>>;
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>>;
     /// Runs one turn with a [`TurnCtx`] for actions during the turn (outcomes come back at
     /// once); the returned actions run after, in order, as if asked through the context.
     /// Default: [`AgentDriver::turn`].
@@ -176,7 +178,7 @@ pub trait AgentDriver: Send {
         &'a mut self,
         input: TurnInput,
         ctx: TurnCtx,
-    ) -> BoxFuture<'a, Result<Vec<DriverAction>, HostError>> {
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
         let _ = ctx;
         self.turn(input)
     }
@@ -201,11 +203,11 @@ pub trait DriverFactory: Send + Sync + 'static {
         &self,
         spec: &AgentSpec,
         session: &SessionId,
-    ) -> Result<Box<dyn AgentDriver>, HostError>;
+    ) -> Result<Box<dyn AgentDriver>, DriverError>;
     /// What this node offers: its profiles and whether it takes raw command lines. A spawn
     /// checks the target node's offer before the birth is registered
     /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
-    fn offer(&self) -> crate::control::AgentsReply;
+    fn offer(&self) -> AgentsReply;
 }
 
 /// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the
@@ -227,19 +229,19 @@ impl DriverFactory for ScriptDrivers {
         &self,
         spec: &AgentSpec,
         _session: &SessionId,
-    ) -> Result<Box<dyn AgentDriver>, HostError> {
+    ) -> Result<Box<dyn AgentDriver>, DriverError> {
         crate::profiles::check_offer(&self.offer(), spec)?;
         match spec {
             AgentSpec::Script { script } => Ok(Box::new(ScriptDriver::new(script.clone()))),
             AgentSpec::Profile { .. } => {
                 Ok(Box::new(ScriptDriver::new(crate::script::Script::echo())))
             }
-            AgentSpec::Acp { .. } => Err(HostError::DriverUnavailable(ACP_PROVIDER.to_owned())),
+            AgentSpec::Acp { .. } => Err(DriverError::Unavailable(ACP_PROVIDER.to_owned())),
         }
     }
 
-    fn offer(&self) -> crate::control::AgentsReply {
-        crate::control::AgentsReply {
+    fn offer(&self) -> AgentsReply {
+        AgentsReply {
             node: None,
             allow_raw_commands: false,
             profiles: vec![crate::profiles::ProfileInfo {

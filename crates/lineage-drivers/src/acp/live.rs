@@ -1,0 +1,274 @@
+//! A running agent: its process, connection and ACP session, and what a turn does with them.
+//!
+//! Each turn is one `session/prompt` whose text blocks are the turn's messages; the streamed
+//! `agent_message_chunk` updates are joined into the reply. Prompts left unanswered by an
+//! abandoned turn are cancelled and wound down first, and their late updates never reach a
+//! later reply. Permission requests are answered per [`PermissionPolicy`].
+
+use std::time::Duration;
+
+use agent_client_protocol::util::MatchDispatch;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ContentBlock, ContentChunk, PermissionOptionKind, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionNotification, SessionUpdate, StopReason,
+};
+use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
+use agent_client_protocol::Agent;
+use tokio::task::JoinHandle;
+
+use super::process::Process;
+use super::text::{agent_error, one_line, render_message, sdk_error};
+use super::PermissionPolicy;
+use crate::driver::{DriverAction, TurnInput};
+use crate::error::DriverError;
+
+/// A running agent: its process, connection and session.
+#[derive(Debug)]
+pub(super) struct Live {
+    /// The hosted lineage session, for logs and error messages.
+    pub(super) session: String,
+    /// The agent program, for error messages.
+    pub(super) program: String,
+    pub(super) process: Process,
+    pub(super) connection: ConnectionTo<Agent>,
+    pub(super) active: ActiveSession<'static, Agent>,
+    /// Ends the connection's foreground (and so the connection) when sent or dropped.
+    pub(super) stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub(super) task: JoinHandle<()>,
+    /// Prompts sent whose `session/prompt` response has not been read yet.
+    pub(super) unanswered: usize,
+    /// Earlier conversation to prepend to the next prompt (cold resume without `session/load`).
+    pub(super) replay: Option<String>,
+    /// True when the session was restored with `session/load`.
+    pub(super) loaded: bool,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Live {
+    /// A one-line driver error about this agent.
+    fn error(&self, what: &str) -> DriverError {
+        agent_error(&self.session, &self.program, what)
+    }
+
+    /// A one-line driver error for a connection that broke, with the process's exit status and
+    /// last stderr line when known.
+    async fn broken(&mut self, what: &str) -> DriverError {
+        let mut detail = one_line(what);
+        detail.push_str(&self.process.exit_detail().await);
+        self.error(&detail)
+    }
+
+    /// Runs one prompt turn: the turn's messages (after a pending replay) as one
+    /// `session/prompt`, the streamed reply collected until the agent answers or `timeout`
+    /// passes (then the prompt is cancelled and the turn fails).
+    pub(super) async fn prompt(
+        &mut self,
+        input: TurnInput,
+        timeout: Duration,
+        permissions: PermissionPolicy,
+    ) -> Result<Vec<DriverAction>, DriverError> {
+        let mut blocks: Vec<ContentBlock> = Vec::new();
+        if let Some(replay) = self.replay.take() {
+            blocks.push(ContentBlock::from(replay));
+        }
+        blocks.extend(
+            input
+                .messages
+                .iter()
+                .map(|m| ContentBlock::from(render_message(m))),
+        );
+        if blocks.is_empty() {
+            blocks.push(ContentBlock::from("(no new messages)".to_string()));
+        }
+        let mut stale = self.unanswered;
+        if let Err(e) = self.active.send_prompt_blocks(blocks) {
+            let what = format!("cannot send session/prompt: {}", sdk_error(&e));
+            return Err(self.broken(&what).await);
+        }
+        self.unanswered += 1;
+
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut reply = String::new();
+        let outcome = loop {
+            let message = match tokio::time::timeout_at(deadline, self.active.read_update()).await {
+                Err(_) => break Err(None),
+                Ok(Err(e)) => {
+                    break Err(Some(format!("the session stream broke: {}", sdk_error(&e))))
+                }
+                Ok(Ok(message)) => message,
+            };
+            match message {
+                SessionMessage::Message(dispatch) => {
+                    if let Some(text) = absorb(dispatch, permissions).await {
+                        if stale == 0 {
+                            reply.push_str(&text);
+                        }
+                    }
+                }
+                SessionMessage::PromptResponse(result) => {
+                    self.unanswered = self.unanswered.saturating_sub(1);
+                    if stale > 0 {
+                        stale -= 1;
+                        continue;
+                    }
+                    break Ok(result);
+                }
+                _ => {}
+            }
+        };
+        match outcome {
+            Err(None) => {
+                let cancel = self
+                    .connection
+                    .send_notification(CancelNotification::new(self.active.session_id().clone()));
+                drop(cancel);
+                Err(self.error(&format!(
+                    "it did not finish the turn within {} ms; the turn was cancelled",
+                    timeout.as_millis()
+                )))
+            }
+            Err(Some(what)) => Err(self.broken(&what).await),
+            Ok(Err(e)) => {
+                if agent_client_protocol::is_incoming_transport_closed(&e)
+                    || agent_client_protocol::is_connection_terminated(&e)
+                {
+                    Err(self.broken("the connection closed during the turn").await)
+                } else {
+                    Ok(vec![DriverAction::Fail(format!(
+                        "ACP agent answered the prompt with an error: {}",
+                        one_line(&sdk_error(&e))
+                    ))])
+                }
+            }
+            Ok(Ok(response)) => Ok(match response.stop_reason {
+                StopReason::Cancelled => vec![DriverAction::Fail(
+                    "ACP agent turn was cancelled (interrupted)".into(),
+                )],
+                StopReason::Refusal => vec![DriverAction::Fail(
+                    "ACP agent refused to answer the prompt".into(),
+                )],
+                StopReason::MaxTokens | StopReason::MaxTurnRequests => {
+                    tracing::warn!(
+                        session = %self.session,
+                        stop_reason = ?response.stop_reason,
+                        "ACP agent stopped early; its reply may be truncated"
+                    );
+                    vec![DriverAction::Reply(reply)]
+                }
+                _ => vec![DriverAction::Reply(reply)],
+            }),
+        }
+    }
+
+    /// Sends `session/cancel` when a prompt is unanswered, then waits up to `grace` for the
+    /// agent to answer it (see [`Live::drain`]).
+    pub(super) async fn cancel(&mut self, grace: Duration) {
+        if self.unanswered == 0 {
+            return;
+        }
+        let sent = self
+            .connection
+            .send_notification(CancelNotification::new(self.active.session_id().clone()));
+        if let Err(e) = sent {
+            tracing::debug!(session = %self.session, error = %one_line(&sdk_error(&e)), "cannot send session/cancel");
+            return;
+        }
+        self.drain(grace).await;
+    }
+
+    /// Reads and discards the session's updates until every sent prompt was answered, or
+    /// `grace` passed. Permission requests met meanwhile are answered `cancelled`.
+    async fn drain(&mut self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.unanswered > 0 {
+            match tokio::time::timeout_at(deadline, self.active.read_update()).await {
+                Ok(Ok(SessionMessage::PromptResponse(_))) => self.unanswered -= 1,
+                Ok(Ok(SessionMessage::Message(dispatch))) => {
+                    drop(absorb(dispatch, PermissionPolicy::Deny).await);
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) | Err(_) => {
+                    tracing::debug!(
+                        session = %self.session,
+                        unanswered = self.unanswered,
+                        "ACP agent did not answer cancelled prompts in time"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Ends the connection and stops the process.
+    pub(super) async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.process.stop(&self.session).await;
+        tracing::info!(session = %self.session, "ACP agent stopped");
+    }
+}
+
+/// Handles one message the agent sent for the session: returns the text of an
+/// `agent_message_chunk`, answers a permission request per `policy`, ignores the rest. Malformed
+/// messages are logged and ignored.
+pub(super) async fn absorb(
+    dispatch: agent_client_protocol::v1::Dispatch,
+    policy: PermissionPolicy,
+) -> Option<String> {
+    let mut text = None;
+    let matched = MatchDispatch::new(dispatch.into_raw())
+        .if_notification(async |notification: SessionNotification| {
+            if let SessionUpdate::AgentMessageChunk(ContentChunk {
+                content: ContentBlock::Text(chunk),
+                ..
+            }) = notification.update
+            {
+                text = Some(chunk.text);
+            }
+            Ok(())
+        })
+        .await
+        .if_request(async |request: RequestPermissionRequest, responder| {
+            responder.respond(RequestPermissionResponse::new(permission_outcome(
+                &request, policy,
+            )))
+        })
+        .await
+        .otherwise_ignore();
+    if let Err(e) = matched {
+        tracing::debug!(error = %one_line(&sdk_error(&e)), "ignored a malformed ACP session message");
+    }
+    text
+}
+
+/// The answer to a permission request under `policy`.
+fn permission_outcome(
+    request: &RequestPermissionRequest,
+    policy: PermissionPolicy,
+) -> RequestPermissionOutcome {
+    if policy == PermissionPolicy::Deny {
+        return RequestPermissionOutcome::Cancelled;
+    }
+    [
+        PermissionOptionKind::AllowOnce,
+        PermissionOptionKind::AllowAlways,
+    ]
+    .iter()
+    .find_map(|kind| {
+        request
+            .options
+            .iter()
+            .find(|option| option.kind == *kind)
+            .map(|option| option.option_id.clone())
+    })
+    .map_or(RequestPermissionOutcome::Cancelled, |id| {
+        RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))
+    })
+}

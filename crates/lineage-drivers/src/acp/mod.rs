@@ -1,0 +1,263 @@
+//! The `acp` driver (H1): runs an Agent Client Protocol agent as a subprocess over stdio.
+//!
+//! [`AcpDriver::start`](crate::driver::AgentDriver::start) spawns the agent command
+//! (`kill_on_drop`), sends `initialize` and then `session/new`. On a cold resume (K1) it sends
+//! `session/load` when the agent advertised `loadSession` and the log names the agent's session
+//! (an [`ACP_SESSION_EVENT`] event); otherwise it opens a new session and replays the log's
+//! `turn/user` and `turn/assistant` events as context in the first prompt.
+//!
+//! Each turn is one `session/prompt` whose text blocks are the turn's messages; the streamed
+//! `agent_message_chunk` updates are joined into the reply. Interrupting (M4) sends
+//! `session/cancel`: either through an [`AcpCanceller`] while the turn runs (the turn then ends
+//! with a `Fail` action saying it was cancelled), or by dropping the turn future and calling
+//! [`AgentDriver::cancel`](crate::driver::AgentDriver::cancel), which also waits briefly for the
+//! agent to wind the cancelled prompt down.
+//!
+//! `initialize` (and session setup) and every prompt have deadlines. Every failure is a
+//! one-line [`DriverError`] (an agent's: [`DriverError::Agent`]); nothing the agent sends can
+//! make the driver panic.
+//!
+//! The SDK's connection futures are `Send`, so the connection runs as an ordinary tokio task and
+//! [`AcpDriver`] is `Send`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`AcpDriver`]: settings, the [`AgentDriver`] impl, [`AcpCanceller`] |
+//! | `start.rs` | spawn, connect, `initialize`, `session/new` or `session/load` |
+//! | `live.rs` | a running agent: prompt turns, cancel, permission answers, shutdown |
+//! | `process.rs` | the agent's process: piped stdio, stderr tail, exit status |
+//! | `text.rs` | prompt text, the replayed history, one-line error text |
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{CancelNotification, SessionId as AcpSessionId};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::Agent;
+use serde_json::Value;
+
+use crate::driver::{AgentDriver, BoxFuture, DriverAction, DriverStart, TurnInput};
+use crate::error::DriverError;
+
+mod live;
+mod process;
+mod start;
+mod text;
+
+use live::Live;
+use text::{agent_error, one_line, sdk_error};
+
+/// Log event kind that records the agent's own session id, data `{"acp_session_id": "..."}`.
+/// The driver returns it from [`AgentDriver::start_record`]; a cold resume loads the session named
+/// by the last such event.
+pub const ACP_SESSION_EVENT: &str = "acp/session";
+/// Default deadline for `initialize` and for opening or loading the session.
+pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default deadline for one prompt turn.
+pub const DEFAULT_PROMPT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default time [`AgentDriver::cancel`] waits for the agent to end a cancelled prompt.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// How the driver answers an agent's `session/request_permission` requests (it has no user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PermissionPolicy {
+    /// Answer `cancelled`: the agent may not run tools that need permission.
+    #[default]
+    Deny,
+    /// Pick the agent's `allow_once` option (else `allow_always`); `cancelled` when it offers
+    /// neither.
+    AllowOnce,
+}
+
+/// What to run and the deadlines: everything an [`AcpDriver`] is configured with.
+#[derive(Debug, Clone)]
+struct Settings {
+    /// Program, then arguments.
+    command: Vec<String>,
+    cwd: PathBuf,
+    /// When set, the agent's whole environment (nothing else from the node leaks, T4).
+    env: Option<BTreeMap<String, String>>,
+    init_timeout: Duration,
+    prompt_timeout: Duration,
+    cancel_grace: Duration,
+    permissions: PermissionPolicy,
+}
+
+/// The `acp` driver: hosts one ACP agent subprocess and one ACP session in it.
+#[derive(Debug)]
+pub struct AcpDriver {
+    settings: Settings,
+    /// The hosted lineage session, for error messages ("-" before start).
+    label: String,
+    live: Option<Live>,
+}
+
+/// Sends `session/cancel` for an [`AcpDriver`]'s session while a turn runs (M4). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AcpCanceller {
+    connection: ConnectionTo<Agent>,
+    session_id: AcpSessionId,
+    label: String,
+}
+
+impl AcpCanceller {
+    /// Sends the `session/cancel` notification; the running turn then ends with a `Fail` action
+    /// once the agent answers the prompt with stop reason `cancelled`.
+    pub fn cancel(&self) -> Result<(), DriverError> {
+        self.connection
+            .send_notification(CancelNotification::new(self.session_id.clone()))
+            .map_err(|e| DriverError::Agent {
+                session: self.label.clone(),
+                reason: format!(
+                    "ACP agent: cannot send session/cancel: {}; check the agent command",
+                    one_line(&sdk_error(&e))
+                ),
+            })
+    }
+}
+
+impl AcpDriver {
+    /// A driver that runs `command` (program, then arguments) in `cwd`. Nothing starts before
+    /// [`AgentDriver::start`].
+    pub fn new(command: Vec<String>, cwd: PathBuf) -> Self {
+        AcpDriver {
+            settings: Settings {
+                command,
+                cwd,
+                env: None,
+                init_timeout: DEFAULT_INIT_TIMEOUT,
+                prompt_timeout: DEFAULT_PROMPT_TIMEOUT,
+                cancel_grace: DEFAULT_CANCEL_GRACE,
+                permissions: PermissionPolicy::default(),
+            },
+            label: "-".into(),
+            live: None,
+        }
+    }
+
+    /// Runs the agent with exactly this environment (a profile's), not the node's.
+    pub fn with_env(mut self, env: BTreeMap<String, String>) -> Self {
+        self.settings.env = Some(env);
+        self
+    }
+
+    /// Sets the deadline for `initialize` and for opening or loading the session.
+    pub fn with_init_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.init_timeout = timeout;
+        self
+    }
+
+    /// Sets the deadline for one prompt turn.
+    pub fn with_prompt_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.prompt_timeout = timeout;
+        self
+    }
+
+    /// Sets how long [`AgentDriver::cancel`] waits for the agent to end a cancelled prompt.
+    pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
+        self.settings.cancel_grace = grace;
+        self
+    }
+
+    /// Sets how permission requests are answered.
+    pub fn with_permission_policy(mut self, policy: PermissionPolicy) -> Self {
+        self.settings.permissions = policy;
+        self
+    }
+
+    /// The agent's own session id, once started.
+    pub fn acp_session_id(&self) -> Option<String> {
+        self.live
+            .as_ref()
+            .map(|live| live.active.session_id().to_string())
+    }
+
+    /// True when the running session was restored with `session/load`.
+    pub fn session_loaded(&self) -> bool {
+        self.live.as_ref().is_some_and(|live| live.loaded)
+    }
+
+    /// A handle that cancels the current turn from another task; `None` before start.
+    pub fn canceller(&self) -> Option<AcpCanceller> {
+        self.live.as_ref().map(|live| AcpCanceller {
+            connection: live.connection.clone(),
+            session_id: live.active.session_id().clone(),
+            label: self.label.clone(),
+        })
+    }
+
+    /// A one-line driver error about this driver's agent.
+    fn error(&self, what: &str) -> DriverError {
+        let program = self.settings.command.first().map_or("", String::as_str);
+        agent_error(&self.label, program, what)
+    }
+
+    async fn start_inner(&mut self, start: DriverStart) -> Result<(), DriverError> {
+        self.label = start.session.as_str().to_string();
+        if self.live.is_some() {
+            return Err(self.error("the agent is already started"));
+        }
+        self.live = Some(start::open(&self.settings, &start).await?);
+        Ok(())
+    }
+
+    async fn turn_inner(&mut self, input: TurnInput) -> Result<Vec<DriverAction>, DriverError> {
+        let Settings {
+            prompt_timeout,
+            cancel_grace,
+            permissions,
+            ..
+        } = self.settings;
+        match self.live.as_mut() {
+            None => Err(self.error("the agent is not started; start the driver first")),
+            Some(live) => {
+                // Cancel and wind down prompts left over from an abandoned turn.
+                live.cancel(cancel_grace).await;
+                live.prompt(input, prompt_timeout, permissions).await
+            }
+        }
+    }
+
+    async fn cancel_inner(&mut self) {
+        if let Some(live) = self.live.as_mut() {
+            live.cancel(self.settings.cancel_grace).await;
+        }
+    }
+
+    async fn shutdown_inner(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.shutdown().await;
+        }
+    }
+}
+
+impl AgentDriver for AcpDriver {
+    fn start<'a>(&'a mut self, start: DriverStart) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(self.start_inner(start))
+    }
+
+    fn turn<'a>(
+        &'a mut self,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
+        Box::pin(self.turn_inner(input))
+    }
+
+    fn start_record(&self) -> Option<(String, Value)> {
+        self.acp_session_id().map(|id| {
+            (
+                ACP_SESSION_EVENT.to_string(),
+                serde_json::json!({ "acp_session_id": id }),
+            )
+        })
+    }
+
+    fn cancel<'a>(&'a mut self) -> BoxFuture<'a, ()> {
+        Box::pin(self.cancel_inner())
+    }
+
+    fn shutdown<'a>(&'a mut self) -> BoxFuture<'a, ()> {
+        Box::pin(self.shutdown_inner())
+    }
+}

@@ -1,0 +1,129 @@
+//! The agent's process: spawned with piped stdio (killed when dropped), the last lines of its
+//! stderr kept for error messages, its exit status read when a connection breaks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use super::text::{agent_error, one_line};
+use crate::error::DriverError;
+
+/// Lines of the agent's stderr kept for error messages.
+const STDERR_TAIL: usize = 20;
+/// How long a broken connection waits for the agent's exit status.
+const EXIT_WAIT: Duration = Duration::from_millis(300);
+/// How long [`Process::stop`] waits for the killed agent to exit.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// A running agent program.
+#[derive(Debug)]
+pub(super) struct Process {
+    child: Child,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// A freshly spawned agent with the two ends of its stdio the connection speaks over.
+pub(super) struct Spawned {
+    /// The process.
+    pub(super) process: Process,
+    /// Its stdin (the driver writes).
+    pub(super) stdin: ChildStdin,
+    /// Its stdout (the driver reads).
+    pub(super) stdout: ChildStdout,
+}
+
+impl Process {
+    /// Spawns `command` (program, then arguments) in `cwd`, with exactly `env` when given (else
+    /// the node's environment), stdio piped; `session` labels its stderr in the node's log.
+    pub(super) fn spawn(
+        command: &[String],
+        cwd: &Path,
+        env: Option<&BTreeMap<String, String>>,
+        session: &str,
+    ) -> Result<Spawned, DriverError> {
+        let program = command.first().map(String::as_str).unwrap_or("");
+        let mut cmd = Command::new(program);
+        if let Some(env) = env {
+            cmd.env_clear().envs(env);
+        }
+        let mut child = cmd
+            .args(command.get(1..).unwrap_or_default())
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| agent_error(session, program, &format!("cannot start it: {e}")))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(DriverError::Internal(
+                "an ACP agent was spawned without piped stdio".into(),
+            ));
+        };
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+        tokio::spawn(collect_stderr(stderr, tail.clone(), session.to_owned()));
+        Ok(Spawned {
+            process: Process {
+                child,
+                stderr: tail,
+            },
+            stdin,
+            stdout,
+        })
+    }
+
+    /// "; the agent exited (status); its last stderr line: ..." as far as known.
+    pub(super) async fn exit_detail(&mut self) -> String {
+        let mut detail = String::new();
+        if let Ok(Ok(status)) = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
+            detail.push_str(&format!("; the agent exited ({status})"));
+            // Give the stderr reader a moment to catch the agent's last words.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let last = self
+            .stderr
+            .lock()
+            .ok()
+            .and_then(|tail| tail.back().cloned());
+        if let Some(line) = last {
+            detail.push_str(&format!("; its last stderr line: {}", one_line(&line)));
+        }
+        detail
+    }
+
+    /// Kills the agent and waits (briefly) for it to exit.
+    pub(super) async fn stop(&mut self, session: &str) {
+        if let Err(e) = self.child.start_kill() {
+            tracing::debug!(session = %session, error = %e, "ACP agent already exited");
+        }
+        drop(tokio::time::timeout(STOP_WAIT, self.child.wait()).await);
+    }
+}
+
+/// Reads the agent's stderr line by line, keeping the last lines for error messages.
+async fn collect_stderr(
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    label: String,
+) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(session = %label, line = %line, "ACP agent stderr");
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Ok(mut tail) = tail.lock() {
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Starting an agent: spawn the program, connect over its stdio, `initialize`, then open the
+//! ACP session (`session/load` on a cold resume when the agent can, else `session/new` and the
+//! log replayed as context in the first prompt). Each step has the init deadline.
+
+use std::path::PathBuf;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{Implementation, InitializeRequest};
+use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use futures::FutureExt;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use super::live::{absorb, Live};
+use super::process::{Process, Spawned};
+use super::text::{agent_error, one_line, recorded_session, render_history, sdk_error};
+use super::{PermissionPolicy, Settings};
+use crate::driver::DriverStart;
+use crate::error::DriverError;
+
+/// The name the driver gives itself in `initialize` and on the connection.
+const CLIENT_NAME: &str = "lineage-host";
+
+/// Starts the agent of `settings` for `start` and opens its session.
+pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Live, DriverError> {
+    let session = start.session.as_str().to_string();
+    let Some(program) = settings.command.first().cloned() else {
+        return Err(DriverError::BadRequest(
+            "the ACP agent command is empty; give a program and its arguments".into(),
+        ));
+    };
+    let error = |what: &str| agent_error(&session, &program, what);
+    let cwd = working_dir(settings, &error)?;
+
+    let Spawned {
+        mut process,
+        stdin,
+        stdout,
+    } = Process::spawn(&settings.command, &cwd, settings.env.as_ref(), &session)?;
+
+    let (cx_tx, cx_rx) = tokio::sync::oneshot::channel::<ConnectionTo<Agent>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
+    let connection = Client.v1().name(CLIENT_NAME).connect_with(
+        transport,
+        async move |cx: ConnectionTo<Agent>| {
+            drop(cx_tx.send(cx));
+            drop(stop_rx.await);
+            Ok(())
+        },
+    );
+    let label = session.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(session = %label, error = %sdk_error(&e), "ACP connection ended");
+        }
+    });
+    let Ok(cx) = cx_rx.await else {
+        let detail = process.exit_detail().await;
+        return Err(error(&format!(
+            "the connection ended before it started{detail}"
+        )));
+    };
+
+    // Initialize, with a deadline.
+    let request = InitializeRequest::new(ProtocolVersion::V1)
+        .client_info(Implementation::new(CLIENT_NAME, env!("CARGO_PKG_VERSION")));
+    let init = tokio::time::timeout(settings.init_timeout, cx.send_request(request).block_task());
+    let response = match init.await {
+        Err(_) => {
+            return Err(error(&format!(
+                "it did not answer initialize within {} ms",
+                settings.init_timeout.as_millis()
+            )))
+        }
+        Ok(Err(e)) => {
+            let detail = process.exit_detail().await;
+            return Err(error(&format!(
+                "initialize failed: {}{detail}",
+                sdk_error(&e)
+            )));
+        }
+        Ok(Ok(response)) => response,
+    };
+    if response.protocol_version != ProtocolVersion::V1 {
+        return Err(error(&format!(
+            "it speaks ACP protocol version {}, lineage speaks version 1",
+            response.protocol_version
+        )));
+    }
+    let can_load = response.agent_capabilities.load_session;
+
+    // Open the session: load it on a cold resume when possible, else a new one.
+    let recorded = if start.resumed {
+        recorded_session(&start.log)
+    } else {
+        None
+    };
+    let loaded = match (can_load, recorded) {
+        (true, Some(id)) => load(settings, &cx, &cwd, &session, id).await,
+        _ => None,
+    };
+    let was_loaded = loaded.is_some();
+    let session_handle = match loaded {
+        Some(active) => active,
+        None => {
+            let new = cx.build_session(&cwd).block_task().start_session();
+            match tokio::time::timeout(settings.init_timeout, new).await {
+                Ok(Ok(setup)) => setup.session,
+                Ok(Err(e)) => {
+                    let detail = process.exit_detail().await;
+                    return Err(error(&format!(
+                        "session/new failed: {}{detail}",
+                        sdk_error(&e)
+                    )));
+                }
+                Err(_) => {
+                    return Err(error(&format!(
+                        "it did not answer session/new within {} ms",
+                        settings.init_timeout.as_millis()
+                    )))
+                }
+            }
+        }
+    };
+    let replay = if start.resumed && !was_loaded {
+        render_history(&start.log)
+    } else {
+        None
+    };
+    tracing::info!(
+        session = %session,
+        acp_session = %session_handle.session_id(),
+        resumed = start.resumed,
+        loaded = was_loaded,
+        "ACP agent started"
+    );
+    Ok(Live {
+        session: session.clone(),
+        program,
+        process,
+        connection: cx,
+        active: session_handle,
+        stop: Some(stop_tx),
+        task,
+        unanswered: 0,
+        replay,
+        loaded: was_loaded,
+    })
+}
+
+/// The agent's working directory, absolute; a `BadRequest` when it is not a directory.
+fn working_dir(
+    settings: &Settings,
+    error: &dyn Fn(&str) -> DriverError,
+) -> Result<PathBuf, DriverError> {
+    let cwd = if settings.cwd.is_absolute() {
+        settings.cwd.clone()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| error(&format!("cannot resolve the working directory: {e}")))?
+            .join(&settings.cwd)
+    };
+    if !cwd.is_dir() {
+        return Err(DriverError::BadRequest(format!(
+            "the ACP agent's working directory {} is not a directory; create it or pick another",
+            cwd.display()
+        )));
+    }
+    Ok(cwd)
+}
+
+/// Loads the agent's session `id` (`session/load`), discarding the history the agent replays
+/// before it answers; `None` (logged) when the agent cannot, so a new session is opened.
+async fn load(
+    settings: &Settings,
+    cx: &ConnectionTo<Agent>,
+    cwd: &std::path::Path,
+    session: &str,
+    id: String,
+) -> Option<ActiveSession<'static, Agent>> {
+    let load = cx
+        .load_session(id.clone(), cwd)
+        .block_task()
+        .start_session();
+    let mut active = match tokio::time::timeout(settings.init_timeout, load).await {
+        Ok(Ok(setup)) => setup.session,
+        Ok(Err(e)) => {
+            tracing::warn!(
+                session = %session,
+                acp_session = %id,
+                error = %one_line(&sdk_error(&e)),
+                "ACP session/load failed; opening a new session and replaying the log"
+            );
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(
+                session = %session,
+                acp_session = %id,
+                "ACP session/load timed out; opening a new session and replaying the log"
+            );
+            return None;
+        }
+    };
+    // The history the agent replayed before answering `session/load` is queued on the
+    // session; it is not part of any reply.
+    let mut replayed = 0usize;
+    while let Some(Ok(message)) = active.read_update().now_or_never() {
+        if let SessionMessage::Message(dispatch) = message {
+            replayed += 1;
+            drop(absorb(dispatch, PermissionPolicy::Deny).await);
+        }
+    }
+    tracing::info!(session = %session, replayed, "ACP session loaded");
+    Some(active)
+}
