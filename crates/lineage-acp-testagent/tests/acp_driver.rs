@@ -1,65 +1,26 @@
 //! The `acp` driver (H1, M4, K1) against the `lineage-acp-testagent` binary.
 //!
-//! The agent binary is built on first use with `cargo build -p lineage-acp-testagent` (the
-//! `CARGO` that runs these tests, same profile and target dir); set `LINEAGE_ACP_TESTAGENT_BIN`
-//! to use a prebuilt one instead.
+//! The suite lives beside the agent so that cargo builds the binary before the tests run
+//! (`CARGO_BIN_EXE_lineage-acp-testagent`, same profile and target dir) instead of a nested
+//! `cargo build` inside the first test that needs it (which rebuilt shared dependencies with
+//! another feature set and held two tests for minutes in a cold CI run); set
+//! `LINEAGE_ACP_TESTAGENT_BIN` to use a prebuilt one instead.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
-use lineage_host::acp::{AcpCanceller, AcpDriver, PermissionPolicy, ACP_SESSION_EVENT};
-use lineage_host::driver::{AgentDriver, DriverAction, DriverStart, TurnInput, TurnMessage};
+use lineage_drivers::acp::{AcpCanceller, AcpDriver, PermissionPolicy, ACP_SESSION_EVENT};
+use lineage_drivers::driver::{AgentDriver, DriverAction, DriverStart, TurnInput, TurnMessage};
 use serde_json::json;
 
-/// The test agent's executable, built once per test process.
-fn agent_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("LINEAGE_ACP_TESTAGENT_BIN") {
-            return PathBuf::from(bin);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        // Build with the profile of this test binary: target/<profile>/deps/acp_driver-*.
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable lives in <target>/<profile>/deps");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev".to_string(),
-            Some(other) => other.to_string(),
-        };
-        let output = std::process::Command::new(cargo)
-            .current_dir(&workspace)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "lineage-acp-testagent",
-                "--bin",
-                "lineage-acp-testagent",
-                "--profile",
-                &profile,
-                "--message-format=json",
-            ])
-            .output()
-            .expect("run cargo build -p lineage-acp-testagent");
-        assert!(
-            output.status.success(),
-            "cargo build -p lineage-acp-testagent failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|msg| msg["reason"] == "compiler-artifact")
-            .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
-            .unwrap_or_else(|| profile_dir.join("lineage-acp-testagent"))
-    })
+/// The test agent's executable: cargo builds it (this package's binary) before these tests
+/// run; `LINEAGE_ACP_TESTAGENT_BIN` picks another one.
+fn agent_bin() -> PathBuf {
+    std::env::var_os("LINEAGE_ACP_TESTAGENT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lineage-acp-testagent")))
 }
 
 /// A per-test directory: the agent's cwd and its session store.
