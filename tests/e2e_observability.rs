@@ -276,8 +276,20 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
             let has = |node: &str, name: &str| {
                 mine.iter().any(|s| s.node == node && s.span["name"] == name)
             };
+            // The settlement notice's inbox span, not just any (the report's comes first, and
+            // the two may be exported in different batches).
+            let settle_ids: Vec<&Value> = mine
+                .iter()
+                .filter(|s| s.node == "node-2" && s.span["name"] == "settle")
+                .map(|s| &s.span["spanId"])
+                .collect();
+            let notice_taken = mine.iter().any(|s| {
+                s.node == "node-1"
+                    && s.span["name"] == "inbox"
+                    && settle_ids.contains(&&s.span["parentSpanId"])
+            });
             let all = has("node-1", "spawn")
-                && has("node-1", "inbox")
+                && notice_taken
                 && has("node-2", "start")
                 && has("node-2", "turn")
                 && has("node-2", "report")

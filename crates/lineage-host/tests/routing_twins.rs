@@ -35,13 +35,17 @@ async fn r2_followup_on_another_node_is_forwarded_to_the_host() {
     assert_eq!(reply.node, node("node-a"), "served where the child lives");
     assert_eq!(reply.outcome, FollowupOutcome::Delivered);
     assert!(!b.is_live(&child), "node-b never hosted it");
-    wait_for_async(Duration::from_secs(10), "the forwarded followup's turn", || async {
-        cluster
-            .log(&child)
-            .await
-            .iter()
-            .any(|e| e.kind == "turn/assistant" && e.data["text"] == "via node-b")
-    })
+    wait_for_async(
+        Duration::from_secs(10),
+        "the forwarded followup's turn",
+        || async {
+            cluster
+                .log(&child)
+                .await
+                .iter()
+                .any(|e| e.kind == "turn/assistant" && e.data["text"] == "via node-b")
+        },
+    )
     .await;
     served_a.stop().await;
     served_b.stop().await;
