@@ -147,7 +147,7 @@ async fn g1_g3_three_voters_failover_loses_no_acknowledged_write_and_retry_appli
     assert_eq!(status.leader, Some(new_leader));
     assert_eq!(status.voters, vec![1, 2, 3]);
     let last = status.last_applied.unwrap();
-    all_applied(&refs, last, Duration::from_secs(5)).await;
+    all_applied(refs, last, Duration::from_secs(5)).await;
     assert_eq!(
         nodes[0].state_digest().unwrap(),
         nodes[1].state_digest().unwrap()
