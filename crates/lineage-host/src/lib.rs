@@ -29,7 +29,7 @@
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
-//! | [`service`] | the `lineage` NATS micro service; reads the `Lineage-Forwarded` header, forwards with it | N3, O3 |
+//! | [`service`] | the `lineage` control service on the host's control transport (on NATS the `lineage` micro service); dispatches each op by its hop (`Lineage-Forwarded`) | N3, O3 |
 //! | [`telemetry`] | operation spans with W3C trace context; [`HostMetrics`] counters | O2 |
 //! | [`error`] | [`HostError`], the crate's one error enum | |
 
