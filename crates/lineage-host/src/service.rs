@@ -16,7 +16,7 @@
 //!
 //! Routing is a header, not a body field: a node that forwards a `spawn`, `followup` or
 //! `interrupt` to the node hosting the session sets `Lineage-Forwarded: 1`
-//! ([`Shared::forward`]), and a request carrying it is served where it lands, never forwarded
+//! (`Shared::forward`, in `routing.rs`), and a request carrying it is served where it lands, never forwarded
 //! again ([`Hop`]). A body from an older client or node that still carries the retired
 //! `"forwarded"` field is accepted: the field is dropped, and `true` counts as the header
 //! (`lineage_protocol::envelope::decode_routed_request`).
