@@ -30,7 +30,7 @@ use crate::error::HostError;
 use crate::registry::RegistryPort;
 use crate::telemetry::HostMetrics;
 
-pub use crate::driver::{provider_of, DriverFactory, ScriptDrivers, ACP_PROVIDER};
+pub use lineage_drivers::driver::{provider_of, DriverFactory, ScriptDrivers, ACP_PROVIDER};
 
 /// Static settings of a host.
 #[derive(Debug, Clone)]

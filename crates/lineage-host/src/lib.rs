@@ -9,10 +9,7 @@
 //!
 //! | module | what | ids |
 //! |---|---|---|
-//! | [`driver`] | re-export of `lineage_drivers::driver`: the `AgentDriver` trait, `DriverAction`, `TurnCtx`, `DriverFactory` | H1 |
-//! | [`script`] | re-export of `lineage_drivers::script`: the deterministic scripted driver | H1 |
-//! | [`acp`] | re-export of `lineage_drivers::acp`: the ACP driver (the ACP SDK is only in `lineage-drivers`) | H1 |
-//! | [`profiles`] | re-export of `lineage_drivers::profiles` (agent profiles); `check_offer`, `request_subdir` in [`HostError`] | T4 |
+//! | (drivers) | the driver trait, the script and ACP drivers and agent profiles are `lineage_drivers`; [`DriverFactory`] and [`ScriptDrivers`] are re-exported for [`HostDeps`] | H1, T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
 //! | [`clock`] | injected time ([`Clock`]) and id minting | |
 //! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
@@ -35,33 +32,20 @@
 
 #![deny(missing_docs)]
 
-/// The ACP driver: a re-export of [`lineage_drivers::acp`].
-pub mod acp {
-    pub use lineage_drivers::acp::*;
-}
 mod agent;
 pub mod births;
 pub mod clock;
 pub mod control;
 pub mod drain;
-/// The driver trait and its data: a re-export of [`lineage_drivers::driver`].
-pub mod driver {
-    pub use lineage_drivers::driver::*;
-}
 pub mod error;
 pub mod followup;
 pub mod host;
 pub mod interrupt;
-pub mod profiles;
 pub mod readopt;
 pub mod registry;
 pub mod report;
 pub mod resume;
 mod routing;
-/// The scripted driver: a re-export of [`lineage_drivers::script`].
-pub mod script {
-    pub use lineage_drivers::script::*;
-}
 pub mod service;
 pub mod settle;
 pub mod spawn;

@@ -15,8 +15,8 @@ use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
 use lineage_registry::{Consistency, RegistryClient, RegistryError, RegistryState};
 
-use crate::driver::BoxFuture;
 use crate::error::HostError;
+use lineage_drivers::driver::BoxFuture;
 
 /// What the host needs from the registry. Object safe: the host keeps `Arc<dyn RegistryPort>`.
 pub trait RegistryPort: Send + Sync + 'static {

@@ -11,7 +11,9 @@ use lineage_core::routing::{route, Route};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::driver::AgentSpec;
+use lineage_drivers::driver::AgentSpec;
+use lineage_drivers::DriverError;
+
 use crate::error::HostError;
 
 use crate::host::Shared;
@@ -138,11 +140,11 @@ impl Shared {
                 other => other,
             })?
         };
-        crate::profiles::check_offer(&offer, spec).map_err(|e| match e {
-            HostError::BadRequest(m) if target != &self.cfg.node => {
+        lineage_drivers::profiles::check_offer(&offer, spec).map_err(|e| match e {
+            DriverError::BadRequest(m) if target != &self.cfg.node => {
                 HostError::BadRequest(format!("on node {target}: {m}"))
             }
-            other => other,
+            other => HostError::from(other),
         })
     }
 }

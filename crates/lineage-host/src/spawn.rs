@@ -39,10 +39,10 @@ use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
-use crate::driver::ChildSpec;
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
 use crate::telemetry::op_span;
+use lineage_drivers::driver::ChildSpec;
 
 /// What a spawn needs from the (live) parent, read synchronously.
 #[derive(Debug, Clone)]
@@ -208,7 +208,7 @@ impl Shared {
     ) -> Result<SpawnReply, HostError> {
         self.check_running()?;
         let session = self.mint.session();
-        crate::profiles::request_subdir(request.cwd.as_deref())?;
+        lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset);
         let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
         self.admit_agent(&target, &request.agent).await?;

@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 
 use crate::agent::{launch, Accepted, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT};
 use crate::control::{OneShotResult, SpawnReply, StartRequest};
-use crate::driver::TurnMessage;
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
 use crate::telemetry::op_span;
+use lineage_drivers::driver::TurnMessage;
 
 use crate::spawn::child_policy_view;
 
@@ -31,7 +31,7 @@ impl Shared {
     pub(crate) fn start_local(
         self: &Arc<Self>,
         request: StartRequest,
-    ) -> crate::driver::BoxFuture<'static, Result<SpawnReply, HostError>> {
+    ) -> lineage_drivers::driver::BoxFuture<'static, Result<SpawnReply, HostError>> {
         let this = self.clone();
         Box::pin(async move { this.start_local_inner(request).await })
     }

@@ -1,6 +1,6 @@
 //! The data of the scripted agent's language (H1): a [`Script`] is a list of turns, each a list
 //! of [`Step`]s, plus what to do once the turns run out ([`AfterScript`], by default: reply
-//! `"done"`). The host's script driver interprets it (`lineage_host::script`); requests carry it
+//! `"done"`). The host's script driver interprets it (`lineage_drivers::script`); requests carry it
 //! inside an [`AgentSpec::Script`].
 //!
 //! JSON (TOML is the same shape):

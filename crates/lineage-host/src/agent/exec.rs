@@ -14,10 +14,10 @@ use lineage_registry::types::{Command, RegistryRefusal, SessionState};
 
 use super::{AgentTask, Delivered, Pending};
 use crate::control::OneShotResult;
-use crate::driver::ActionOutcome;
 use crate::error::HostError;
 use crate::settle::publish_with_retry;
 use crate::telemetry::op_span;
+use lineage_drivers::driver::ActionOutcome;
 
 /// What a list left for the turn runner.
 #[derive(Debug, Default)]
@@ -34,7 +34,7 @@ impl AgentTask {
     pub(crate) fn exec(
         &mut self,
         commands: Vec<EngineCommand>,
-    ) -> crate::driver::BoxFuture<'_, Leftover> {
+    ) -> lineage_drivers::driver::BoxFuture<'_, Leftover> {
         Box::pin(async move {
             let settles = commands
                 .iter()

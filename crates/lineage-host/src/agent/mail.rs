@@ -4,7 +4,7 @@ use lineage_core::engine::Arrival;
 use lineage_core::ids::RequestId;
 use lineage_core::messages::InboxMessage;
 
-use crate::driver::TurnMessage;
+use lineage_drivers::driver::TurnMessage;
 
 /// What comes into an agent.
 #[derive(Debug)]

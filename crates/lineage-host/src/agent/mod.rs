@@ -35,9 +35,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::control::OneShotResult;
-use crate::driver::{AgentDriver, AgentSpec, DriverStart};
 use crate::error::HostError;
 use crate::host::{AgentHandle, Shared};
+use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverStart};
 
 pub(crate) use lineage_core::journal::Accepted;
 
@@ -110,7 +110,7 @@ pub(crate) enum Pending {
         trace: Option<TraceContext>,
     },
     /// A driver action during a turn.
-    Action(oneshot::Sender<crate::driver::ActionOutcome>),
+    Action(oneshot::Sender<lineage_drivers::driver::ActionOutcome>),
 }
 
 /// The task state of one live agent: its engine and its I/O.
@@ -354,7 +354,7 @@ impl AgentTask {
                     let _ = reply.send(Err(self.shared.not_live(&self.session)));
                 }
                 Pending::Action(reply) => {
-                    let _ = reply.send(crate::driver::ActionOutcome::Refused(format!(
+                    let _ = reply.send(lineage_drivers::driver::ActionOutcome::Refused(format!(
                         "session {} has stopped",
                         self.session
                     )));

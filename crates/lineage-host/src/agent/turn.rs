@@ -17,12 +17,12 @@ use tokio::sync::mpsc;
 
 use super::{AgentCmd, AgentTask, Pending};
 use crate::control::SpawnReply;
-use crate::driver::{
-    ActionOutcome, AgentDriver, DriverAction, TurnAction, TurnCtx, TurnInput, TurnRequest,
-};
 use crate::error::HostError;
 use crate::spawn::ParentCtx;
 use crate::telemetry::op_span;
+use lineage_drivers::driver::{
+    ActionOutcome, AgentDriver, DriverAction, TurnAction, TurnCtx, TurnInput, TurnRequest,
+};
 
 /// A birth in flight: who waits, the child's shape, the outcome.
 type Birth =
@@ -182,7 +182,7 @@ impl AgentTask {
     }
 
     /// The birth of a child this agent asked for, in a `spawn` span (runs beside the task).
-    fn birth(&self, spec: crate::driver::ChildSpec, reply: u64) -> Birth {
+    fn birth(&self, spec: lineage_drivers::driver::ChildSpec, reply: u64) -> Birth {
         let parent = ParentCtx {
             header: self.header.clone(),
             policy_view: self.policy_view,

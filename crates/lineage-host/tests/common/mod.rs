@@ -8,9 +8,9 @@ use std::time::Duration;
 use lineage_bus::Subjects;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::log::SessionEvent;
+use lineage_drivers::driver::AgentSpec;
+use lineage_drivers::script::Script;
 use lineage_host::control::SpawnRequest;
-use lineage_host::driver::AgentSpec;
-use lineage_host::script::Script;
 use lineage_host::{Host, HostConfig, HostDeps, RegistryPort, ScriptDrivers, SystemClock};
 use lineage_registry::{RegistryClient, RegistryNode, RegistryNodeConfig};
 #[allow(unused_imports)]
