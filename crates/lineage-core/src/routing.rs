@@ -21,20 +21,10 @@ pub enum Route {
     Forward(NodeId),
 }
 
-impl Route {
-    /// The route once the forward target's lease is known: a session whose node's lease
-    /// expired is cold, and is served (resumed) here.
-    pub fn given_lease(self, target_alive: bool) -> Route {
-        match self {
-            Route::Forward(node) if target_alive => Route::Forward(node),
-            Route::Forward(_) | Route::Here => Route::Here,
-        }
-    }
-}
-
 /// Forward-once routing: [`Route::Forward`] to the placement node when the session is active
 /// (running or waiting) there, that node is another one, and the request was not forwarded
-/// already; the caller then checks that node's lease ([`Route::given_lease`]).
+/// already. The caller then checks that node's lease: when it has expired the session is cold
+/// and is served (resumed) here.
 pub fn route(
     state: SessionState,
     placement: Option<&NodeId>,
@@ -72,7 +62,11 @@ mod tests {
         here: &NodeId,
         fwd: bool,
     ) -> Route {
-        route(state, placement, here, fwd).given_lease(alive)
+        // The caller's lease check, as the host does it.
+        match route(state, placement, here, fwd) {
+            Route::Forward(node) if alive => Route::Forward(node),
+            Route::Forward(_) | Route::Here => Route::Here,
+        }
     }
 
     #[test]

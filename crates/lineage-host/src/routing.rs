@@ -37,25 +37,18 @@ impl Shared {
     /// session is active (running or waiting) there, that node is another one and its lease is
     /// current, and the request was not forwarded already (a request is forwarded at most once).
     /// `None`: serve it here (the session is cold, or hosted here).
-    /// The rule is [`lineage_core::routing::route`]; this looks up the placement's lease.
+    /// The rule is [`lineage_core::routing::route`]; this adds the lease check.
     pub(crate) async fn forward_target(
         &self,
         record: &lineage_registry::SessionRecord,
         already_forwarded: bool,
     ) -> Result<Option<NodeId>, HostError> {
         let placement = record.placement.as_ref().map(|p| &p.node);
-        let candidate = route(record.state, placement, &self.cfg.node, already_forwarded);
-        let routed = match candidate {
-            Route::Forward(node) => {
-                let alive = self.node_alive(&node).await?;
-                Route::Forward(node).given_lease(alive)
-            }
-            Route::Here => Route::Here,
-        };
-        Ok(match routed {
-            Route::Forward(node) => Some(node),
-            Route::Here => None,
-        })
+        match route(record.state, placement, &self.cfg.node, already_forwarded) {
+            // Its node's lease expired: the session is cold, served (resumed) here.
+            Route::Forward(node) => Ok(self.node_alive(&node).await?.then_some(node)),
+            Route::Here => Ok(None),
+        }
     }
 
     /// A control request to another node's per-node subject (with the current trace context as
