@@ -1,19 +1,26 @@
-//! Births that never start (issue 10, faults 2 and 3; S1, X2): a spawn whose start fails on the
-//! target node leaves no record that looks alive, and a retry with the same request id is
-//! refused instead of acknowledging the dead birth.
+//! Births that never start (issue 10, faults 2 and 3; S1, X2): a spawn whose start fails leaves
+//! no record that looks alive (none at all when its node cannot host it; a disposed one when
+//! its launch fails after the birth), and a retry with the same request id is refused instead
+//! of acknowledging the dead birth.
 
 use lineage_testkit::prelude::Cluster;
 use serde_json::json;
 
 #[test]
 fn s1_x2_a_birth_that_never_started_is_disposed_and_its_retry_is_refused() {
-    let cluster = Cluster::start(1);
+    // node-1 offers a profile whose program does not exist: its launch fails after the birth.
+    let cluster = Cluster::start_with_toml(
+        1,
+        &[],
+        "[agents.ghost]\ndriver = \"acp\"\ncommand = \"/nonexistent/lineage-ghost-agent\"\n",
+    );
     let root = cluster.spawn_root(
         "node-1",
         &json!({"turns": [[{"do": "reply", "text": "hi"}]]}),
     );
 
-    // A child placed on a node that does not exist, twice with one request id.
+    // A child placed on a node that does not exist, twice with one request id: nothing is
+    // registered (the target's offer cannot be read), and the retry is refused the same way.
     let id = uuid::Uuid::now_v7().to_string();
     let args = [
         "spawn",
@@ -29,6 +36,34 @@ fn s1_x2_a_birth_that_never_started_is_disposed_and_its_retry_is_refused() {
     let (first, _, err1) = cluster.cli(&args);
     assert_eq!(first, 5, "the start on node-99 cannot happen: {err1}");
     let (second, out2, err2) = cluster.cli(&args);
+    assert_eq!(
+        second, 5,
+        "a retry acknowledged a birth that never ran: {out2}"
+    );
+    assert!(!err2.trim().contains('\n'), "one line: {err2}");
+    assert_eq!(
+        cluster.tree(&root).len(),
+        1,
+        "no record for a birth nowhere"
+    );
+
+    // A child whose launch fails after its birth: disposed, and its retry refused for good.
+    let id = uuid::Uuid::now_v7().to_string();
+    let args = [
+        "spawn",
+        "--parent",
+        &root,
+        "--profile",
+        "ghost",
+        "--request-id",
+        &id,
+        "--prompt",
+        "x",
+    ];
+    let (first, out1, err1) = cluster.cli(&args);
+    assert_ne!(first, 0, "a launch of a missing program succeeded: {out1}");
+    assert!(!err1.trim().contains('\n'), "one line: {err1}");
+    let (second, out2, err2) = cluster.cli(&args);
     assert_ne!(
         second, 0,
         "a retry acknowledged a birth that never ran: {out2}"
@@ -39,15 +74,18 @@ fn s1_x2_a_birth_that_never_started_is_disposed_and_its_retry_is_refused() {
     );
     assert!(!err2.trim().contains('\n'), "one line: {err2}");
     let tree = cluster.tree(&root);
+    assert_eq!(tree.len(), 2, "the root and the dead birth: {tree:?}");
     for row in &tree {
         if row["session"] != root.as_str() {
             assert_eq!(row["state"], "disposed", "a dead birth looks alive: {row}");
         }
     }
 
-    // A top-level session on a missing node: no running record stays behind.
+    // Top-level sessions on a missing node, or whose program is missing: no live record.
     let (code, _, err) = cluster.cli(&["spawn", "--node", "node-99", "--prompt", "x"]);
     assert_eq!(code, 5, "{err}");
+    let (code, _, err) = cluster.cli(&["spawn", "--profile", "ghost", "--prompt", "x"]);
+    assert_ne!(code, 0, "{err}");
     let status = cluster.cli_json(&["status"]);
     let running = status["sessions"]["running"].as_u64().unwrap_or(0);
     let waiting = status["sessions"]["waiting"].as_u64().unwrap_or(0);
@@ -94,8 +132,8 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
     let (rt, client) = registry(&cluster);
     let root_id = SessionId::parse(&root).unwrap();
 
-    // A normal spawn goes `starting -> running`: registered with a start deadline, then
-    // confirmed by its node.
+    // A normal spawn is registered by its hosting node once its creation window is durable:
+    // `running` at once, with no start deadline (nothing for the sweeper).
     let reply = cluster.spawn(&[
         "--parent",
         &root,
@@ -113,13 +151,12 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
         .unwrap();
     assert_eq!(record.state, SessionState::Running, "{record:?}");
     assert_eq!(
-        record.start_deadline_ms,
-        Some(record.created_at_ms + lineage_core::lifecycle::DEFAULT_START_WITHIN_MS),
-        "a birth is registered with a start deadline"
+        record.start_deadline_ms, None,
+        "a hosted birth has no start deadline"
     );
 
-    // Exactly what a spawning node commits before the start, and then no start: a child of the
-    // live root, placed on the live node-1, due to start within 1.5 s.
+    // A registration no node confirms (what a registry client that does not host it may
+    // write): a child of the live root, placed on the live node-1, due to start within 1.5 s.
     let parent = rt
         .block_on(client.session(root_id.clone(), Consistency::Linearizable))
         .unwrap()

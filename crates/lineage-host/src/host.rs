@@ -57,10 +57,6 @@ pub struct HostConfig {
     /// Replicas of the events and inbox streams, and whether an existing stream with fewer is
     /// updated (`nats.stream_replicas`, `nats.update_streams`; Z3).
     pub streams: lineage_bus::StreamOptions,
-    /// How long a birth registered here has to be started (confirmed by its node) before the
-    /// birth sweeper disposes it (S1; default
-    /// [`lineage_core::lifecycle::DEFAULT_START_WITHIN_MS`]).
-    pub start_within: Duration,
 }
 
 impl HostConfig {
@@ -78,7 +74,6 @@ impl HostConfig {
             registry_attempts: 5,
             takeover_after: None,
             streams: lineage_bus::StreamOptions::default(),
-            start_within: Duration::from_millis(lineage_core::lifecycle::DEFAULT_START_WITHIN_MS),
         }
     }
 }

@@ -6,21 +6,19 @@
 //! 2. resolve the child's depth from the parent's frozen header (`delegation_depth_of`, D2, D3);
 //! 3. capture the policy snapshot synchronously, before the first await (C2);
 //! 4. build the child's frozen header with `child_session_meta` (L1);
-//! 5. `RegisterSession` in the registry: the commit is the birth (idempotent by request id;
-//!    refused when admission is closed or the depth is exceeded, G2). The birth is recorded
-//!    `starting`, due to start within `HostConfig::start_within`;
-//! 6. ask the target node to host it (this node, or any other through its per-node `start`);
-//! 7. on the hosting node, the creation window ([`crate::start`]): composition (C1), the policy
-//!    events with `source: "delegation"` (C3), the descriptor (P1: continuable after the seed
-//!    and before the first turn; one-shot at its first pre-step) and the accepted prompt, all
-//!    written to the log as one message; then `confirm_start` in the registry (`starting ->
-//!    running`, fenced by node and epoch: refused if the sweeper disposed the birth meanwhile,
-//!    and then nothing is launched); then `subagent/start` on the parent's start subject (E1),
-//!    then the first turn with the prompt.
+//! 5. check the target's offer (T4), then ask the target node to host it (this node, or any
+//!    other through its per-node `start`), with the spawn's request id;
+//! 6. on the hosting node ([`crate::start`]): the creation window, composition (C1), the
+//!    policy events with `source: "delegation"` (C3), the descriptor (P1: continuable after the
+//!    seed and before the first turn; one-shot at its first pre-step) and the accepted prompt,
+//!    written to the log as one message; then `RegisterSession`, `hosted` by that node: the
+//!    commit is the birth (idempotent by request id; refused when admission is closed or the
+//!    depth is exceeded, G2); then `subagent/start` on the parent's start subject (E1), then
+//!    the first turn with the prompt.
 //!
-//! A retried spawn (same request id) whose first birth is still `starting` is refused as
-//! unavailable ("still starting; retry shortly"); one whose first birth was disposed is
-//! refused for good; neither ever reports success for a birth that did not start.
+//! A retried spawn (same request id) is answered with its first birth; one whose first birth
+//! never started (disposed, or still `starting`) is refused, so a retry never reports success
+//! for a birth that did not start.
 //!
 //! A one-shot child's result comes back to the caller (S1); a continuable child's results
 //! reach its parent as settlement notices (S3).
@@ -35,7 +33,6 @@ use lineage_core::policy::{
     capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_core::routing::{route, Route};
-use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
@@ -86,54 +83,14 @@ impl Shared {
             persona: spec.persona.clone(),
         };
         descriptor.validate()?;
-        let descriptor_json = serde_json::to_value(&descriptor)
-            .map_err(|e| HostError::Internal(format!("cannot encode a descriptor: {e}")))?;
         let run = self.mint.run();
         let target = spec.node.clone().unwrap_or_else(|| self.cfg.node.clone());
         // T4: the target runs only what its operator configured; refused before the birth.
         self.admit_agent(&target, &spec.agent).await?;
-        // 5: the commit is the birth.
-        let registered = self
-            .registry
-            .write(Command::RegisterSession {
-                request_id: request_id.clone(),
-                at_ms: self.now(),
-                header: header.clone(),
-                descriptor: Some(descriptor_json),
-                max_depth,
-                node: Some(target.clone()),
-                run: Some(run.clone()),
-                start_within_ms: Some(self.start_within_ms()),
-            })
-            .await?;
-        match registered {
-            CommandResponse::Registered { session, depth } if session != child_id => {
-                // A retried request: the first attempt's child is the answer, unless that
-                // birth has not started (still starting, or disposed): a retry never
-                // acknowledges it.
-                self.check_first_birth(&session, &request_id).await?;
-                return Ok(SpawnReply {
-                    session,
-                    run: None,
-                    node: target,
-                    depth,
-                    result: None,
-                });
-            }
-            CommandResponse::Registered { .. } => {}
-            other => {
-                return Err(HostError::Internal(format!(
-                    "registry answered {other:?} to register_session"
-                )))
-            }
-        }
-        self.metrics.spawned(Some(spec.shape));
-        tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %target, shape = spec.shape.as_str(), "child registered");
-        if adopt && spec.shape == SubagentShape::Continuable {
-            let _ = self.send(parent.header.id(), AgentCmd::Adopt(child_id.clone()));
-        }
-        // 6: host it.
+        // 5: the target hosts it: creation window, then the birth, then the launch.
         let request = StartRequest {
+            request_id,
+            max_depth,
             header,
             descriptor: Some(descriptor),
             agent: spec.agent,
@@ -143,11 +100,18 @@ impl Shared {
             policy_view: None,
             parent_node: Some(self.cfg.node.clone()),
         };
-        let started = self.start_on(&target, request, spec.shape).await;
-        self.dispose_if_unstarted(&child_id, started).await
+        let reply = self.start_on(&target, request, spec.shape).await?;
+        if reply.session == child_id {
+            self.metrics.spawned(Some(spec.shape));
+            tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %reply.node, shape = spec.shape.as_str(), "child spawned");
+        }
+        if adopt && spec.shape == SubagentShape::Continuable {
+            let _ = self.send(parent.header.id(), AgentCmd::Adopt(reply.session.clone()));
+        }
+        Ok(reply)
     }
 
-    /// Starts a registered session on `target` (here or through its per-node `start`).
+    /// Starts a new session on `target` (here or through its per-node `start`).
     pub(crate) async fn start_on(
         self: &Arc<Self>,
         target: &NodeId,
@@ -213,37 +177,9 @@ impl Shared {
         let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
         self.admit_agent(&target, &request.agent).await?;
         let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
-        let registered = self
-            .registry
-            .write(Command::RegisterSession {
-                request_id: request_id.clone(),
-                at_ms: self.now(),
-                header: header.clone(),
-                descriptor: None,
-                max_depth: max_depth.or(self.cfg.max_depth),
-                node: Some(target.clone()),
-                run: None,
-                start_within_ms: Some(self.start_within_ms()),
-            })
-            .await?;
-        if let CommandResponse::Registered {
-            session: first,
-            depth,
-        } = &registered
-        {
-            if first != &session {
-                self.check_first_birth(first, &request_id).await?;
-                return Ok(SpawnReply {
-                    session: first.clone(),
-                    run: None,
-                    node: target,
-                    depth: *depth,
-                    result: None,
-                });
-            }
-        }
-        self.metrics.spawned(None);
         let start = StartRequest {
+            request_id,
+            max_depth: max_depth.or(self.cfg.max_depth),
             header,
             descriptor: None,
             agent: request.agent,
@@ -253,56 +189,13 @@ impl Shared {
             policy_view: Some(request.policy.unwrap_or_default()),
             parent_node: None,
         };
-        let started = self
+        let reply = self
             .start_on(&target, start, SubagentShape::Continuable)
-            .await;
-        self.dispose_if_unstarted(&session, started).await
-    }
-
-    /// A birth whose start failed is disposed (best effort; the sweeper disposes it at its
-    /// start deadline otherwise): a record that looks alive must not stay behind.
-    async fn dispose_if_unstarted(
-        &self,
-        session: &SessionId,
-        started: Result<SpawnReply, HostError>,
-    ) -> Result<SpawnReply, HostError> {
-        if started.is_err() {
-            let _ = self
-                .write(|request_id, at_ms| Command::Dispose {
-                    request_id,
-                    at_ms,
-                    session: session.clone(),
-                })
-                .await;
+            .await?;
+        if reply.session == session {
+            self.metrics.spawned(None);
         }
-        started
-    }
-
-    /// A retried spawn whose first attempt registered `session`: refused when that birth never
-    /// started (the first attempt disposed it after its start failed, or the sweeper did), and
-    /// unavailable while it is still `starting` (it runs shortly, or is disposed at its start
-    /// deadline), so a retry completes or refuses and never reports success for a birth that
-    /// did not start.
-    async fn check_first_birth(
-        &self,
-        session: &SessionId,
-        request_id: &RequestId,
-    ) -> Result<(), HostError> {
-        let Some(record) = self.registry.session(session.clone()).await? else {
-            return Ok(());
-        };
-        match record.state {
-            SessionState::Disposed => Err(HostError::BadRequest(format!(
-                "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
-            ))),
-            SessionState::Starting => Err(HostError::Starting(session.to_string())),
-            SessionState::Running | SessionState::Waiting | SessionState::Settled => Ok(()),
-        }
-    }
-
-    /// `HostConfig::start_within` in ms.
-    fn start_within_ms(&self) -> u64 {
-        u64::try_from(self.cfg.start_within.as_millis()).unwrap_or(u64::MAX)
+        Ok(reply)
     }
 }
 

@@ -1,19 +1,32 @@
 //! Birth, the hosting node's half (S1, P1, C1, C3, E1): the per-node `start`.
 //!
-//! The spawning node registered the session (`starting`, see [`crate::spawn`]); the node that
-//! hosts it writes the creation window to the log (composition, delegated policy, descriptor,
-//! the accepted first prompt, as one message), confirms the start in the registry
-//! (`starting -> running`, fenced by its placement epoch), then launches the agent, which
-//! announces `subagent/start` before it can take a turn.
+//! The spawning node built the frozen header and captured the policy ([`crate::spawn`]); the
+//! node that will host the session, in this order:
+//!
+//! 1. writes the creation window to the session's (empty) log: composition, delegated policy,
+//!    descriptor, the agent record and the accepted first prompt, as one message;
+//! 2. registers the birth, `hosted` by this node (`RegisterSession`, under the spawn's request
+//!    id): the commit is the birth, and the registry applies every birth rule (parent live,
+//!    admission open, depth, lineage). It is `running` at once: its log already holds what a
+//!    resume needs, so a node that dies now leaves a session the takeover resumes, never an
+//!    empty record that looks alive. Refused: nothing is launched, and the log (no record names
+//!    it) is never read;
+//! 3. launches the agent, which announces `subagent/start` before it takes its first turn.
+//!
+//! A launch that fails disposes the birth. A retried spawn (same request id) whose first birth
+//! registered is answered with that session, unless it never started (`starting`, written by a
+//! registry client that is not a hosting node, or disposed): then it is refused, so a retry
+//! completes or refuses and never acknowledges a dead birth.
 
 use std::sync::Arc;
 
 use lineage_core::composition::child_preset;
 use lineage_core::descriptor::{seed_descriptor_turn, SubagentShape};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_core::log::SessionLog;
 use lineage_core::messages::{StopReason, SubagentRunInfo};
 use lineage_core::policy::append_delegated_policy_overrides;
-use lineage_registry::types::Command;
+use lineage_registry::types::{Command, CommandResponse, SessionState};
 use tokio::sync::oneshot;
 
 use crate::agent::{launch, Accepted, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT};
@@ -41,14 +54,25 @@ impl Shared {
         request: StartRequest,
     ) -> Result<SpawnReply, HostError> {
         self.check_running()?;
-        let header = request.header;
+        let StartRequest {
+            request_id,
+            max_depth,
+            header,
+            descriptor: requested_descriptor,
+            agent,
+            prompt,
+            run,
+            policy,
+            policy_view: root_view,
+            parent_node,
+        } = request;
         header.validate()?;
         let session = header.id().clone();
         let depth = header.delegation_depth().unwrap_or(0);
         if self.is_live(&session) {
             return Ok(SpawnReply {
                 session,
-                run: request.run,
+                run,
                 node: self.cfg.node.clone(),
                 depth,
                 result: None,
@@ -57,7 +81,7 @@ impl Shared {
         let now = self.now();
         let (log, shape, preset, policy_view, descriptor) = match header.parent_session() {
             Some(_) => {
-                let descriptor = request.descriptor.ok_or_else(|| {
+                let descriptor = requested_descriptor.ok_or_else(|| {
                     HostError::BadRequest(format!(
                         "start of child {session} carries no descriptor; every child has one (P1)"
                     ))
@@ -72,26 +96,26 @@ impl Shared {
                     SubagentShape::OneShot => SessionLog::create(session.clone(), vec![]),
                 };
                 // C3: the snapshot into the child's log, `source: "delegation"`.
-                append_delegated_policy_overrides(&mut log, &request.policy, now);
+                append_delegated_policy_overrides(&mut log, &policy, now);
                 // C1: the composition the child runs with; its children join it.
                 let preset = Some(child_preset(
                     header.agent_preset(),
                     &descriptor.composition(),
                 ));
-                let view = child_policy_view(&request.policy);
+                let view = child_policy_view(&policy);
                 (log, Some(shape), preset, view, Some(descriptor))
             }
             None => (
                 SessionLog::create(session.clone(), vec![]),
                 None,
                 header.agent_preset().cloned(),
-                request.policy_view.unwrap_or_default(),
+                root_view.unwrap_or_default(),
                 None,
             ),
         };
         let mut log = log;
         let record = AgentRecord {
-            agent: request.agent.clone(),
+            agent: agent.clone(),
             policy_view,
         };
         let record = serde_json::to_value(&record)
@@ -100,9 +124,7 @@ impl Shared {
         // The first prompt is accepted with the creation window (one message): the agent
         // takes its first turn on it as soon as it is live.
         let accepted = Accepted {
-            message: TurnMessage::User {
-                content: request.prompt,
-            },
+            message: TurnMessage::User { content: prompt },
             wake: true,
             dedup_id: None,
             request_id: None,
@@ -110,7 +132,7 @@ impl Shared {
         let accepted = serde_json::to_value(&accepted)
             .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
         log.append(ACCEPTED_EVENT, accepted, now);
-        // Durable before anything else sees the child: the whole creation window in one
+        // 1: durable before anything else sees the child: the whole creation window in one
         // message (all of it or none), on an empty log.
         let cursor = self
             .events
@@ -120,29 +142,108 @@ impl Shared {
                 Some(lineage_bus::events::LogCursor::default()),
             )
             .await?;
-        // S1, K1: only now is it hosted: `starting -> running`, fenced by this node and the
-        // placement epoch it was registered with. Refused (the sweeper or a drain disposed the
-        // birth, or another node hosts it): nothing is launched.
-        self.write(|request_id, at_ms| Command::ConfirmStart {
-            request_id,
-            at_ms,
-            session: session.clone(),
-            node: self.cfg.node.clone(),
-            expected_epoch: 1,
-        })
-        .await?;
+        // 2: the commit is the birth, hosted here.
+        let descriptor_json = match &descriptor {
+            Some(d) => Some(
+                serde_json::to_value(d)
+                    .map_err(|e| HostError::Internal(format!("cannot encode a descriptor: {e}")))?,
+            ),
+            None => None,
+        };
+        let registered = self
+            .register_hosted(Command::RegisterSession {
+                request_id: request_id.clone(),
+                at_ms: now,
+                header: header.clone(),
+                descriptor: descriptor_json,
+                max_depth,
+                node: Some(self.cfg.node.clone()),
+                run: run.clone(),
+                start_within_ms: None,
+                hosted: true,
+            })
+            .await;
+        let depth = match registered {
+            Ok(CommandResponse::Registered {
+                session: first,
+                depth,
+            }) if first != session => {
+                // A retried spawn: its first birth is the answer (this log is never read).
+                let node = self.check_first_birth(&first, &request_id).await?;
+                return Ok(SpawnReply {
+                    session: first,
+                    run: None,
+                    node,
+                    depth,
+                    result: None,
+                });
+            }
+            Ok(CommandResponse::Registered { depth, .. }) => depth,
+            Ok(other) => {
+                return Err(HostError::Internal(format!(
+                    "registry answered {other:?} to register_session"
+                )))
+            }
+            Err(HostError::RegistryUnavailable(reason)) => {
+                // Unknown whether it committed: a record that looks alive must not stay.
+                self.dispose_unstarted(&session).await;
+                return Err(HostError::RegistryUnavailable(reason));
+            }
+            Err(refused) => return Err(refused),
+        };
+        tracing::info!(%session, parent = ?header.parent_session(), depth, "session born");
+        // 3: launch; a launch that fails disposes the birth.
+        let started = self
+            .launch_born(LaunchWindow {
+                header,
+                agent,
+                run,
+                parent_node,
+                shape,
+                preset,
+                policy_view,
+                descriptor,
+                log,
+                cursor,
+                now,
+            })
+            .await;
+        if started.is_err() {
+            self.dispose_unstarted(&session).await;
+        }
+        started
+    }
+
+    /// Step 3: the agent task, `subagent/start`, the first turn; a one-shot's reply waits for
+    /// its result.
+    async fn launch_born(self: &Arc<Self>, window: LaunchWindow) -> Result<SpawnReply, HostError> {
+        let LaunchWindow {
+            header,
+            agent,
+            run,
+            parent_node,
+            shape,
+            preset,
+            policy_view,
+            descriptor,
+            log,
+            cursor,
+            now,
+        } = window;
+        let session = header.id().clone();
+        let depth = header.delegation_depth().unwrap_or(0);
         let parent = header.parent_session().cloned();
         let owner = lineage_core::routing::owner_of(
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.is_live(p)),
         );
-        let run_info = match (&parent, &request.run, shape) {
+        let run_info = match (&parent, &run, shape) {
             (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
                 run_id: run.clone(),
-                provider: provider_of(&request.agent).to_owned(),
+                provider: provider_of(&agent).to_owned(),
                 child_id: session.clone(),
                 parent_session_id: parent.clone(),
-                local: request.parent_node.as_ref() == Some(&self.cfg.node),
+                local: parent_node.as_ref() == Some(&self.cfg.node),
                 shape,
                 node: self.cfg.node.clone(),
                 at_ms: now,
@@ -162,7 +263,7 @@ impl Shared {
                 header: header.clone(),
                 shape,
                 descriptor,
-                spec: request.agent,
+                spec: agent,
                 policy_view,
                 preset,
                 log,
@@ -186,11 +287,85 @@ impl Shared {
         };
         Ok(SpawnReply {
             session,
-            run: request.run,
+            run,
             node: self.cfg.node.clone(),
             depth,
             result,
         })
+    }
+}
+
+/// What the launch takes: the born session and its creation window.
+struct LaunchWindow {
+    header: lineage_core::header::SessionHeader,
+    agent: lineage_protocol::agent::AgentSpec,
+    run: Option<lineage_core::ids::RunId>,
+    parent_node: Option<NodeId>,
+    shape: Option<SubagentShape>,
+    preset: Option<lineage_core::header::AgentPreset>,
+    policy_view: lineage_core::policy::ParentPolicyView,
+    descriptor: Option<lineage_core::descriptor::SubagentDescriptor>,
+    log: SessionLog,
+    cursor: lineage_bus::events::LogCursor,
+    now: u64,
+}
+
+impl Shared {
+    /// `RegisterSession` under the spawn's own request id, retried while the registry is
+    /// unavailable (the request id makes a retry safe: a commit is answered, not repeated).
+    async fn register_hosted(&self, command: Command) -> Result<CommandResponse, HostError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.registry.write(command.clone()).await {
+                Err(HostError::RegistryUnavailable(reason))
+                    if attempt < self.cfg.registry_attempts.max(1) =>
+                {
+                    tracing::warn!(%reason, attempt, "registry unavailable; retrying the birth");
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A birth whose launch failed (or whose registration is in doubt) is disposed, best
+    /// effort: a record that looks alive must not stay behind. A dispose of a session that was
+    /// never registered is refused and changes nothing.
+    async fn dispose_unstarted(&self, session: &SessionId) {
+        let _ = self
+            .write(|request_id, at_ms| Command::Dispose {
+                request_id,
+                at_ms,
+                session: session.clone(),
+            })
+            .await;
+    }
+
+    /// A retried spawn whose first attempt registered `session`: its node when that birth
+    /// started; refused when it never did (disposed after its start failed, or by the
+    /// sweeper), unavailable while it is still `starting`, so a retry completes or refuses and
+    /// never reports success for a birth that did not start.
+    async fn check_first_birth(
+        &self,
+        session: &SessionId,
+        request_id: &RequestId,
+    ) -> Result<NodeId, HostError> {
+        let record = self
+            .registry
+            .session(session.clone())
+            .await?
+            .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+        match record.state {
+            SessionState::Disposed => Err(HostError::BadRequest(format!(
+                "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
+            ))),
+            SessionState::Starting => Err(HostError::Starting(session.to_string())),
+            SessionState::Running | SessionState::Waiting | SessionState::Settled => Ok(record
+                .placement
+                .map_or_else(|| self.cfg.node.clone(), |p| p.node)),
+        }
     }
 }
 

@@ -25,6 +25,7 @@ async fn suite(port: &dyn RegistryPort) {
         node: Some(node("node-a")),
         run: None,
         start_within_ms: Some(1_000),
+        hosted: false,
     };
     let confirm = |session: &SessionId, request_id: RequestId| Command::ConfirmStart {
         request_id,

@@ -11,6 +11,7 @@
 //! [`ReleaseRequest`] (`release`), which the drain executor sends to hosting nodes.
 
 use lineage_core::authority::InterruptAuthority;
+use lineage_core::depth::MaxDepth;
 use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::header::{AgentPreset, SessionHeader};
 use lineage_core::ids::{DrainId, NodeId, RequestId, RunId, SessionId};
@@ -122,12 +123,20 @@ pub struct SpawnReply {
     pub result: Option<OneShotResult>,
 }
 
-/// Per-node `start`: host a session registered by the spawning node (the creation window runs
-/// here).
+/// Per-node `start`: host a new session whose header the spawning node built. The hosting node
+/// writes the creation window, then registers the birth (the registry applies every birth rule
+/// again), then launches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartRequest {
-    /// The frozen header, as registered.
+    /// The spawn's idempotency key: the birth is registered under it, so a retried spawn is
+    /// answered with its first birth (or refused), never registered twice.
+    pub request_id: RequestId,
+    /// The max depth the spawning node enforces (D4); the registry applies the stricter of it
+    /// and the tree's recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<MaxDepth>,
+    /// The frozen header, to register.
     pub header: SessionHeader,
     /// Children: the descriptor (P1).
     #[serde(default)]

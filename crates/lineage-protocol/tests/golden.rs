@@ -135,6 +135,8 @@ fn n3_spawn_and_start_replies_are_pinned() {
 #[test]
 fn n3_start_request_is_pinned() {
     let start = StartRequest {
+        request_id: RequestId::parse(R).unwrap(),
+        max_depth: None,
         header: SessionHeader::top_level(sid(A), Some("/w".into()), None),
         descriptor: None,
         agent: echo_agent(),
@@ -147,7 +149,7 @@ fn n3_start_request_is_pinned() {
     pin(
         &start,
         &format!(
-            r#"{{"header":{{"id":"{A}","root_session":"{A}","cwd":"/w"}},"descriptor":null,"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"hi","run":null,"policy":{{}},"policy_view":null,"parent_node":"node-1"}}"#
+            r#"{{"request_id":"{R}","header":{{"id":"{A}","root_session":"{A}","cwd":"/w"}},"descriptor":null,"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"hi","run":null,"policy":{{}},"policy_view":null,"parent_node":"node-1"}}"#
         ),
     );
 }

@@ -49,6 +49,9 @@ pub struct NewSession {
     pub run: Option<RunId>,
     /// How long its node has to confirm the start; `None`: the default (30 s).
     pub start_within_ms: Option<u64>,
+    /// Written by `node` itself, which holds the creation window and launches the session
+    /// once this commits: `running` at once (see [`Command::RegisterSession`]).
+    pub hosted: bool,
 }
 
 /// A cheap, cloneable handle on the registry of one cluster.
@@ -271,6 +274,7 @@ impl RegistryClient {
             node: new.node,
             run: new.run,
             start_within_ms: new.start_within_ms,
+            hosted: new.hosted,
         };
         match self.accepted(cmd).await? {
             CommandResponse::Registered { depth, .. } => Ok(depth),

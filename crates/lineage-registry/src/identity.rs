@@ -4,9 +4,11 @@
 //! is proposed. Pure: a function of the command and the subject's identity token.
 //!
 //! Acting *as a node* means: renewing its lease (`heartbeat`), claiming a placement onto it
-//! (`claim_placement`) and confirming that it hosts a session (`confirm_start`). Other commands name sessions, not nodes, and are fenced by the state
-//! machine's own rules (epochs, admission, lineage); a spawn may register a child on another
-//! node (its target), so `register_session` is not an identity claim.
+//! (`claim_placement`) and confirming that it hosts a session (`confirm_start`, or a
+//! `register_session` that says `hosted`). Other commands name sessions, not nodes, and are
+//! fenced by the state machine's own rules (epochs, admission, lineage); a registration that
+//! is not `hosted` may place a child on another node (`starting`, until that node confirms it),
+//! so it is not an identity claim.
 
 use lineage_core::ids::NodeId;
 
@@ -22,6 +24,11 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
         Command::Heartbeat { node, .. }
         | Command::ClaimPlacement { node, .. }
         | Command::ConfirmStart { node, .. } => Some(node),
+        Command::RegisterSession {
+            node: Some(node),
+            hosted: true,
+            ..
+        } => Some(node),
         Command::RegisterSession { .. }
         | Command::ExpireStart { .. }
         | Command::SetState { .. }
@@ -69,5 +76,32 @@ mod tests {
                 .kind(),
             "malformed"
         );
+    }
+
+    #[test]
+    fn z2_only_the_hosting_node_registers_a_hosted_birth() {
+        let register = |hosted: bool| Command::RegisterSession {
+            request_id: RequestId::parse("01936c1e-7a3b-7cde-8f00-0000000000ab").unwrap(),
+            at_ms: 1,
+            header: lineage_core::header::SessionHeader::top_level(
+                lineage_core::ids::SessionId::parse("01936c1e-7a3b-7cde-8f00-0000000000ac")
+                    .unwrap(),
+                None,
+                None,
+            ),
+            descriptor: None,
+            max_depth: None,
+            node: Some(NodeId::parse("node-2").unwrap()),
+            run: None,
+            start_within_ms: None,
+            hosted,
+        };
+        assert!(check_sender(&register(true), "node-2").is_ok());
+        assert_eq!(
+            check_sender(&register(true), "node-1").unwrap_err().kind(),
+            "sender_mismatch"
+        );
+        // Not hosted: node-1 may place a `starting` birth on node-2.
+        assert!(check_sender(&register(false), "node-1").is_ok());
     }
 }

@@ -10,10 +10,12 @@
 //!   a duplicate (so no cycle can ever form).
 //! - X1: a child is refused when admission is closed on any ancestor; dispose is refused while
 //!   children are undisposed.
-//! - S1, K1 (births): a session is registered `starting`, with a start deadline; only its
-//!   hosting node moves it to `running` (`confirm_start`, fenced by node and epoch). Until then
-//!   it cannot be claimed, change state or take children (`not_started`); the sweeper disposes
-//!   it once overdue (`expire_start`, refused for a birth that started or is not due yet).
+//! - S1, K1 (births): a session registered by the node that hosts it, after its creation
+//!   window is durable (`hosted`, an identity claim), is `running` at once. Any other
+//!   registration is `starting`, with a start deadline; only its hosting node moves it to
+//!   `running` (`confirm_start`, fenced by node and epoch). Until then it cannot be claimed,
+//!   change state or take children (`not_started`); the sweeper disposes it once overdue
+//!   (`expire_start`, refused for a birth that started or is not due yet).
 //! - idempotency: an accepted command's response is stored under its request id; a retry returns
 //!   it unchanged (this table is part of the state, so it survives leader change and restart).
 //!   The table is bounded by time: see [`REQUEST_RETENTION_MS`].
@@ -34,6 +36,14 @@ use crate::types::{
     Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
     SessionRecord, SessionState,
 };
+
+/// How a registration is born: already hosted by the node that writes it, or due to be
+/// confirmed within the given ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Birth {
+    Hosted,
+    Due(u64),
+}
 
 /// How long an accepted command's first result is kept for retries: 24 hours of the callers'
 /// clock (`at_ms`).
@@ -141,6 +151,7 @@ impl RegistryState {
                 node,
                 run,
                 start_within_ms,
+                hosted,
                 ..
             } => self.register(
                 *at_ms,
@@ -149,7 +160,10 @@ impl RegistryState {
                 *max_depth,
                 node,
                 run,
-                start_within_ms.unwrap_or(DEFAULT_START_WITHIN_MS),
+                match hosted {
+                    true => Birth::Hosted,
+                    false => Birth::Due(start_within_ms.unwrap_or(DEFAULT_START_WITHIN_MS)),
+                },
             ),
             Command::ConfirmStart {
                 at_ms,
@@ -247,10 +261,17 @@ impl RegistryState {
         max_depth: Option<MaxDepth>,
         node: &Option<NodeId>,
         run: &Option<RunId>,
-        start_within_ms: u64,
+        birth: Birth,
     ) -> Refusal {
         header.validate().map_err(refusal_from_core)?;
         let id = header.id().clone();
+        if birth == Birth::Hosted && node.is_none() {
+            return Err(RegistryRefusal::Malformed {
+                reason: format!(
+                    "register_session of {id} says hosted but names no node; name the node that hosts it"
+                ),
+            });
+        }
         if self.sessions.contains_key(&id) {
             return Err(RegistryRefusal::DuplicateSession { session: id });
         }
@@ -307,17 +328,24 @@ impl RegistryState {
                 node: n.clone(),
                 epoch: 1,
             }),
-            state: SessionState::Starting,
+            state: match birth {
+                Birth::Hosted => SessionState::Running,
+                Birth::Due(_) => SessionState::Starting,
+            },
             admission: Admission::Open,
             children: BTreeSet::new(),
             runs: run.iter().cloned().collect(),
             max_depth: effective_max,
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
-            start_deadline_ms: Some(at_ms.saturating_add(start_within_ms)),
+            start_deadline_ms: match birth {
+                Birth::Hosted => None,
+                Birth::Due(within) => Some(at_ms.saturating_add(within)),
+            },
         };
-        self.births_by_deadline
-            .insert((at_ms.saturating_add(start_within_ms), id.clone()));
+        if let Some(deadline) = record.start_deadline_ms {
+            self.births_by_deadline.insert((deadline, id.clone()));
+        }
         self.sessions.insert(id.clone(), record);
         Ok(CommandResponse::Registered { session: id, depth })
     }
@@ -919,6 +947,7 @@ mod tests {
             node: Some(NodeId::parse("n1").unwrap()),
             run: None,
             start_within_ms: None,
+            hosted: false,
         }
     }
     /// Confirms the start of session `n` on `n1` (a root is placed there at epoch 1; a child
@@ -954,7 +983,62 @@ mod tests {
             node: None,
             run: None,
             start_within_ms: None,
+            hosted: false,
         }
+    }
+
+    #[test]
+    fn s1_k1_a_hosted_registration_is_running_at_once_with_no_deadline() {
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
+        let Command::RegisterSession {
+            request_id,
+            at_ms,
+            header,
+            ..
+        } = child_cmd(&s, 1, 2)
+        else {
+            unreachable!()
+        };
+        let hosted = |node: Option<&str>| Command::RegisterSession {
+            request_id: request_id.clone(),
+            at_ms,
+            header: header.clone(),
+            descriptor: None,
+            max_depth: None,
+            node: node.map(|n| NodeId::parse(n).unwrap()),
+            run: None,
+            start_within_ms: Some(5),
+            hosted: true,
+        };
+        // Hosted without naming the node that hosts it: refused, nothing changes.
+        let CommandResponse::Refused(refusal) = s.apply(&hosted(None)) else {
+            panic!("a hosted birth needs its node")
+        };
+        assert_eq!(refusal.kind(), "malformed");
+        assert!(refusal.to_string().contains("name the node that hosts it"));
+        assert!(s.session(&sid(2)).is_none());
+        // Hosted on n2: running, placed at epoch 1, never an overdue birth.
+        assert!(matches!(
+            s.apply(&hosted(Some("n2"))),
+            CommandResponse::Registered { depth: 1, .. }
+        ));
+        let record = s.session(&sid(2)).unwrap();
+        assert_eq!(record.state, SessionState::Running);
+        assert_eq!(record.start_deadline_ms, None);
+        assert_eq!(record.placement.as_ref().map(|p| p.epoch), Some(1));
+        assert!(s.overdue_births(u64::MAX, 10).is_empty());
+        // Its node has nothing to confirm: it started.
+        let confirm = Command::ConfirmStart {
+            request_id: rid("confirm-2"),
+            at_ms: 3,
+            session: sid(2),
+            node: NodeId::parse("n2").unwrap(),
+            expected_epoch: 1,
+        };
+        assert!(matches!(s.apply(&confirm), CommandResponse::Refused(_)));
+        assert!(s.session(&sid(1)).unwrap().children.contains(&sid(2)));
     }
 
     #[test]

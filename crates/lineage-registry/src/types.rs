@@ -144,8 +144,10 @@ pub struct NodeRecord {
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Command {
     /// Register a new session: a top-level session, or a child of a registered parent (the
-    /// commit is the birth). It is recorded `starting` until its hosting node confirms the
-    /// start ([`Command::ConfirmStart`]), due `start_within_ms` after `at_ms`.
+    /// commit is the birth). Written by the node that hosts it, after its creation window is
+    /// durable (`hosted`), it is recorded `running` at once. Otherwise it is recorded
+    /// `starting` until its hosting node confirms the start ([`Command::ConfirmStart`]), due
+    /// `start_within_ms` after `at_ms`.
     RegisterSession {
         /// Idempotency key.
         request_id: RequestId,
@@ -170,6 +172,11 @@ pub enum Command {
         /// [`lineage_core::lifecycle::DEFAULT_START_WITHIN_MS`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_within_ms: Option<u64>,
+        /// Written by `node` itself, which already holds the session's creation window in its
+        /// log and launches it once this commits: the birth is `running` at once, with no start
+        /// deadline. An identity claim: only `node` may write it (Z2).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        hosted: bool,
     },
     /// The hosting node confirms the start of a `starting` session (its creation window is
     /// durable): `starting -> running`, fenced by the placement (node and epoch). A session

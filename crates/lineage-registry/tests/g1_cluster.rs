@@ -370,6 +370,7 @@ async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
         node: None,
         run: None,
         start_within_ms: None,
+        hosted: false,
     };
     let mut tasks = Vec::new();
     for n in 2..66u32 {

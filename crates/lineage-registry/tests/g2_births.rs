@@ -31,6 +31,7 @@ fn register(n: u32, header: SessionHeader, at_ms: u64, within: Option<u64>) -> C
         node: Some(node("n1")),
         run: None,
         start_within_ms: within,
+        hosted: false,
     }
 }
 fn root(n: u32, at_ms: u64, within: Option<u64>) -> Command {
@@ -143,6 +144,7 @@ fn k1_an_unplaced_birth_is_placed_by_the_node_that_confirms_it() {
         node: None,
         run: None,
         start_within_ms: Some(100),
+        hosted: false,
     };
     s.apply(&cmd);
     assert_eq!(record(&s, 1).start_deadline_ms, Some(105));

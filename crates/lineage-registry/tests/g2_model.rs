@@ -420,6 +420,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
                 node: Some(node(1)),
                 run: None,
                 start_within_ms: None,
+                hosted: false,
             }
         }
         Op::Claim {

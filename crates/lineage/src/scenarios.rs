@@ -1069,7 +1069,6 @@ async fn register_level(
         async move {
             let request = RequestId::parse(&uuid::Uuid::now_v7().to_string())
                 .map_err(|e| internal(e.to_string()))?;
-            let session = header.id().clone();
             registry
                 .register_session(
                     request,
@@ -1078,20 +1077,15 @@ async fn register_level(
                     NewSession {
                         descriptor,
                         node: Some(node.clone()),
+                        // Registered as its node would (running, no live agent): it takes
+                        // children and the birth sweeper leaves it alone.
+                        hosted: true,
                         ..NewSession::default()
                     },
                 )
                 .await
-                .map_err(|e| unavailable("register a drain-tree session", e))?;
-            // Born `starting`; confirmed as its node would (running, no live agent), so it
-            // takes children and the birth sweeper leaves it alone.
-            let confirm = RequestId::parse(&uuid::Uuid::now_v7().to_string())
-                .map_err(|e| internal(e.to_string()))?;
-            registry
-                .confirm_start(confirm, crate::cmd::now_ms(), session, node, 1)
-                .await
                 .map(|_| ())
-                .map_err(|e| unavailable("confirm a drain-tree session's start", e))
+                .map_err(|e| unavailable("register a drain-tree session", e))
         }
     })
     .await
