@@ -319,18 +319,6 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
     assert_eq!(spawn.attr("shape").as_deref(), Some("continuable"));
     assert_eq!(spawn.attr("node").as_deref(), Some("node-1"));
     assert!(spawn.attr("run").is_some(), "{:?}", spawn.span);
-    // The registration went to the registry leader (any node) in the same trace: the member's
-    // `registry.write` span hangs under node-1's spawn span.
-    let registry_writes: Vec<&Exported> = spans
-        .iter()
-        .filter(|s| s.span["name"] == "registry.write")
-        .collect();
-    assert!(
-        registry_writes
-            .iter()
-            .any(|s| s.span["parentSpanId"] == spawn.span["spanId"]),
-        "a registry.write span is a child of the spawn span: {registry_writes:#?}"
-    );
     // The hop node-1 -> node-2 (per-node start request) keeps the parent link.
     let start = find("node-2", "start")
         .into_iter()
@@ -340,6 +328,18 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
         start.span["parentSpanId"], spawn.span["spanId"],
         "{:?}",
         start.span
+    );
+    // The hosting node registered the birth with the registry leader (any node) in the same
+    // trace: the member's `registry.write` span hangs under node-2's start span.
+    let registry_writes: Vec<&Exported> = spans
+        .iter()
+        .filter(|s| s.span["name"] == "registry.write")
+        .collect();
+    assert!(
+        registry_writes
+            .iter()
+            .any(|s| s.span["parentSpanId"] == start.span["spanId"]),
+        "a registry.write span is a child of the start span: {registry_writes:#?}"
     );
     assert_eq!(start.attr("run"), spawn.attr("run"));
     // The settlement on node-2 and its notice accepted on node-1 stay in the trace.

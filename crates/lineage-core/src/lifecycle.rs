@@ -1,12 +1,15 @@
 //! The lifecycle vocabulary of a session (X2, S1, K1), shared by the registry and the host, and
 //! the pure decision of what to do with births that never started (issue 10, fault 3).
 //!
-//! A session is born `starting` (the registry's commit is the birth, but no node hosts it yet),
-//! becomes `running` once the node it was placed on has written its creation window and
-//! confirmed the start, then moves between `running`, `waiting` and `settled` as its agent takes
-//! turns, and ends `disposed`:
+//! A lineage node registers a session it hosts only once the session's creation window is
+//! durable in its log (`register_session` with `hosted`): the commit is the birth, and the
+//! session is `running` at once. A registration that is not `hosted` (a registry client that
+//! does not host the session) is born `starting` and becomes `running` once the node it was
+//! placed on confirms the start. Then it moves between `running`, `waiting` and `settled` as
+//! its agent takes turns, and ends `disposed`:
 //!
 //! ```text
+//! (hosted birth) -----------> running
 //! starting --confirm_start--> running <--> waiting
 //!    |                          |  ^          |
 //!    |                          v  | resume   v

@@ -1,12 +1,13 @@
 //! The birth sweeper (S1, M2, E1; issue 10, fault 3): births that no node started in time are
 //! disposed, and their parents are told.
 //!
-//! A birth is registered `starting` with a start deadline; its node confirms the start
-//! (`starting -> running`) once its creation window is durable ([`crate::spawn`]). When that
-//! never happens (the spawning node died between the birth commit and the start, the target
-//! died mid-start), the record would otherwise stay forever, looking alive. Every lease period
-//! the cluster's sweeper (the live node with the smallest id, [`is_sweeper`], the same node
-//! that runs the takeover sweep) reads one page of overdue births and executes what
+//! Lineage's nodes register a birth only once they host it (`hosted`, see [`crate::start`]), so
+//! they never leave a `starting` record. A registration that is not `hosted` (written by a
+//! registry client that does not host the session, such as an older node or a tool) is
+//! `starting`, with a start deadline, until its node confirms the start. When that never
+//! happens, the record would otherwise stay forever, looking alive. Every lease period the
+//! cluster's sweeper (the live node with the smallest id, [`is_sweeper`], the same node that
+//! runs the takeover sweep) reads one page of overdue births and executes what
 //! [`expire_births`] (pure, in `lineage-core`) decides for each, in this order:
 //!
 //! 1. `expire_start` in the registry: refused for a birth that started meanwhile or is not due,

@@ -100,7 +100,9 @@ impl Shared {
             policy_view: None,
             parent_node: Some(self.cfg.node.clone()),
         };
-        let reply = self.start_on(&target, request, spec.shape).await?;
+        let reply = self
+            .started(&child_id, self.start_on(&target, request, spec.shape).await)
+            .await?;
         if reply.session == child_id {
             self.metrics.spawned(Some(spec.shape));
             tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %reply.node, shape = spec.shape.as_str(), "child spawned");
@@ -189,13 +191,30 @@ impl Shared {
             policy_view: Some(request.policy.unwrap_or_default()),
             parent_node: None,
         };
-        let reply = self
+        let started = self
             .start_on(&target, start, SubagentShape::Continuable)
-            .await?;
+            .await;
+        let reply = self.started(&session, started).await?;
         if reply.session == session {
             self.metrics.spawned(None);
         }
         Ok(reply)
+    }
+}
+
+impl Shared {
+    /// A start that failed here (its node stopped, or did not answer) may have registered the
+    /// birth there: disposed, best effort, so no record that looks alive stays behind (a
+    /// session that was never registered is refused and nothing changes).
+    async fn started(
+        &self,
+        session: &SessionId,
+        started: Result<SpawnReply, HostError>,
+    ) -> Result<SpawnReply, HostError> {
+        if started.is_err() {
+            self.dispose_unstarted(session).await;
+        }
+        started
     }
 }
 

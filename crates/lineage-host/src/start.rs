@@ -333,7 +333,7 @@ impl Shared {
     /// A birth whose launch failed (or whose registration is in doubt) is disposed, best
     /// effort: a record that looks alive must not stay behind. A dispose of a session that was
     /// never registered is refused and changes nothing.
-    async fn dispose_unstarted(&self, session: &SessionId) {
+    pub(crate) async fn dispose_unstarted(&self, session: &SessionId) {
         let _ = self
             .write(|request_id, at_ms| Command::Dispose {
                 request_id,
