@@ -87,6 +87,9 @@ pub enum ActivationEvent {
     /// The agent loop reports it is idle (no turn runs), e.g. after a cold resume with nothing
     /// to do. Settled: idempotent no-op.
     Idle,
+    /// A queued waking message was received by the running turn (a wait for children), so it
+    /// needs no turn of its own. Nothing queued: no-op. Settled: idempotent no-op.
+    MessageTaken,
     /// A child was materialized with this activation as its live owner. Already owned: no-op.
     /// Refused when settled, when stopping (admission is closed, X1) and for the child itself.
     ChildAdopted(SessionId),
@@ -108,6 +111,7 @@ impl ActivationEvent {
         match self {
             ActivationEvent::MessageQueued => "message_queued",
             ActivationEvent::MessageAccepted => "message_accepted",
+            ActivationEvent::MessageTaken => "message_taken",
             ActivationEvent::TurnStarted => "turn_started",
             ActivationEvent::TurnFinished { .. } => "turn_finished",
             ActivationEvent::Idle => "idle",
@@ -236,6 +240,12 @@ impl Activation {
                 }
                 self.inbox_len = self.inbox_len.saturating_sub(1);
                 self.accepted = self.accepted.saturating_add(1);
+                Ok(Vec::new())
+            }
+            ActivationEvent::MessageTaken => {
+                if !settled {
+                    self.inbox_len = self.inbox_len.saturating_sub(1);
+                }
                 Ok(Vec::new())
             }
             ActivationEvent::TurnStarted => {

@@ -24,6 +24,7 @@
 //! | `subagent/spawned` | [`JournalEvent::Spawned`] | `{child, shape, node, run}` |
 //! | `subagent/result` | [`JournalEvent::ChildResult`] | `{child, result}`: a one-shot child's result |
 //! | `subagent/spawn-refused` | [`JournalEvent::SpawnRefused`] | `{error}` |
+//! | `turn/inputs` | [`JournalEvent::TurnInputs`] | `{index, inputs}`: the log seqs a running turn received while it waited for its children |
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -132,6 +133,14 @@ pub enum JournalEvent {
         /// Log seqs of the `inbox/accepted` events the turn consumed.
         inputs: Vec<u64>,
     },
+    /// `turn/inputs`: messages a running turn received while it waited for its children.
+    #[serde(rename = "turn/inputs")]
+    TurnInputs {
+        /// The turn's index.
+        index: u64,
+        /// Log seqs of the `inbox/accepted` events it received.
+        inputs: Vec<u64>,
+    },
     /// `turn/user`.
     #[serde(rename = "turn/user")]
     TurnUser {
@@ -204,7 +213,7 @@ pub enum JournalEvent {
 }
 
 /// Every kind a [`JournalEvent`] can have.
-pub const JOURNAL_KINDS: [&str; 11] = [
+pub const JOURNAL_KINDS: [&str; 12] = [
     "host/agent",
     "inbox/accepted",
     "turn/start",
@@ -216,6 +225,7 @@ pub const JOURNAL_KINDS: [&str; 11] = [
     "subagent/spawned",
     "subagent/result",
     "subagent/spawn-refused",
+    "turn/inputs",
 ];
 
 impl JournalEvent {
@@ -233,6 +243,7 @@ impl JournalEvent {
             JournalEvent::Spawned { .. } => JOURNAL_KINDS[8],
             JournalEvent::ChildResult { .. } => JOURNAL_KINDS[9],
             JournalEvent::SpawnRefused { .. } => JOURNAL_KINDS[10],
+            JournalEvent::TurnInputs { .. } => JOURNAL_KINDS[11],
         }
     }
 

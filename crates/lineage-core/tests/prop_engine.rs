@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::engine::restore::fold;
 use lineage_core::engine::{
-    AgentEngine, Answer, Arrival, EngineCommand, EngineEvent, EngineInit, TurnOutcome,
+    AgentEngine, Answer, Arrival, EngineCommand, EngineEvent, EngineInit, TurnOutcome, WaitMode,
 };
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::journal::{JournalEvent, TurnMessage};
@@ -42,6 +42,8 @@ enum Step {
     Spawn(u8, bool),
     End(u8),
     Abandon,
+    Wait(bool),
+    WaitExpire,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -59,6 +61,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => ((0u8..4), any::<bool>()).prop_map(|(c, ok)| Step::Spawn(c, ok)),
         3 => (0u8..3).prop_map(Step::End),
         1 => Just(Step::Abandon),
+        2 => any::<bool>().prop_map(Step::Wait),
+        1 => Just(Step::WaitExpire),
     ]
 }
 
@@ -73,6 +77,10 @@ struct Model {
     stopping: bool,
     once: BTreeMap<String, usize>,
     reply: u64,
+    /// Accepted seqs handed to a turn (at its start or while it waited).
+    consumed: BTreeSet<u64>,
+    /// The reply id of the last wait asked for.
+    last_wait: u64,
 }
 
 impl Model {
@@ -88,6 +96,16 @@ impl Model {
                             *self.once.entry(key).or_default() += 1;
                         }
                     }
+                    if let JournalEvent::TurnStart { inputs, .. }
+                    | JournalEvent::TurnInputs { inputs, .. } = event
+                    {
+                        for seq in inputs {
+                            assert!(
+                                self.consumed.insert(*seq),
+                                "seq {seq} handed to a turn twice"
+                            );
+                        }
+                    }
                 }
                 EngineCommand::StageDescriptor { seq } => {
                     assert_eq!(*seq, self.staged + 1);
@@ -100,6 +118,11 @@ impl Model {
                     assert!(*after_seq <= self.durable, "answered before durable");
                     if matches!(answer, Answer::Accepted) {
                         assert_eq!(self.durable, self.staged, "accepted, not durable");
+                    }
+                    if matches!(answer, Answer::Arrived { .. })
+                        && engine.shape() != Some(SubagentShape::OneShot)
+                    {
+                        assert_eq!(self.durable, self.staged, "inputs handed over, not durable");
                     }
                 }
                 EngineCommand::PublishReport { after_seq, report } => {
@@ -168,11 +191,18 @@ fn event_of(step: &Step, model: &mut Model) -> EngineEvent {
             settles,
         } => {
             let settled_child = settles.map(|c| sid(10 + u32::from(c)));
+            let message = match &settled_child {
+                Some(child) => TurnMessage::SubagentSettled {
+                    sender_session_id: child.clone(),
+                    summary: "s".into(),
+                },
+                None => TurnMessage::User {
+                    content: "m".into(),
+                },
+            };
             EngineEvent::Deliver {
                 arrival: Arrival {
-                    message: TurnMessage::User {
-                        content: "m".into(),
-                    },
+                    message,
                     wake: wake || settled_child.is_some(),
                     dedup_id: dedup.map(|d| format!("child-{d}")),
                     request_id: request.map(|r| format!("req-{r}")),
@@ -211,6 +241,17 @@ fn event_of(step: &Step, model: &mut Model) -> EngineEvent {
         Step::End(1) => EngineEvent::TurnEnded(TurnOutcome::Failed("f".into())),
         Step::End(_) => EngineEvent::TurnEnded(TurnOutcome::Cancelled),
         Step::Abandon => EngineEvent::TurnAbandoned(TurnOutcome::Cancelled),
+        Step::Wait(any) => {
+            model.last_wait = reply;
+            EngineEvent::WaitChildren {
+                children: None,
+                mode: if any { WaitMode::Any } else { WaitMode::All },
+                reply,
+            }
+        }
+        Step::WaitExpire => EngineEvent::WaitExpired {
+            reply: model.last_wait,
+        },
     }
 }
 

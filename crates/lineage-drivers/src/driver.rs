@@ -98,6 +98,54 @@ pub enum TurnAction {
     /// Spawn a child: a one-shot child's outcome carries its result (the call waits for it), a
     /// continuable child's only its id (its reports and settlement reach the inbox).
     Spawn(Box<ChildSpec>),
+    /// Send a followup to a continuable child of this agent (M3).
+    Followup {
+        /// The child.
+        child: SessionId,
+        /// The text.
+        content: String,
+    },
+    /// Interrupt a descendant's current turn, with this agent's authority as its ancestor
+    /// (M4).
+    Interrupt {
+        /// The descendant.
+        child: SessionId,
+    },
+    /// List this agent's children.
+    ListChildren,
+    /// Wait for children's reports and settlements, received in this turn
+    /// ([`ActionOutcome::Arrived`]).
+    WaitChildren {
+        /// The children; every continuable child not yet settled when `None`.
+        children: Option<Vec<SessionId>>,
+        /// All settled, or any message.
+        mode: WaitMode,
+        /// How long to wait at most.
+        timeout_ms: u64,
+    },
+}
+
+pub use lineage_core::engine::WaitMode;
+
+/// One child, as [`TurnAction::ListChildren`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildInfo {
+    /// The child.
+    pub session: SessionId,
+    /// Its registry state (`running`, `waiting`, `settled`, `disposed`, ...).
+    pub state: lineage_core::lifecycle::SessionState,
+    /// `one-shot` or `continuable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<lineage_core::descriptor::SubagentShape>,
+    /// The node it is placed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeId>,
+    /// Its label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The last report it sent to this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_report: Option<String>,
 }
 
 /// The outcome of a [`TurnAction`].
@@ -111,6 +159,16 @@ pub enum ActionOutcome {
         child: SessionId,
         /// A one-shot child's result.
         result: Option<OneShotResult>,
+    },
+    /// The children ([`TurnAction::ListChildren`]), oldest first.
+    Children(Vec<ChildInfo>),
+    /// What arrived from the children waited for ([`TurnAction::WaitChildren`]), oldest first;
+    /// `complete` is false when the wait's deadline passed first.
+    Arrived {
+        /// The messages (now inputs of this turn).
+        messages: Vec<TurnMessage>,
+        /// False when the deadline passed first.
+        complete: bool,
     },
     /// Refused, one line (the turn goes on; the driver decides).
     Refused(String),

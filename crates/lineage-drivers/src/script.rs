@@ -23,6 +23,7 @@ use crate::driver::{
     TurnAction, TurnCtx, TurnInput, TurnMessage,
 };
 use crate::error::DriverError;
+use lineage_core::ids::SessionId;
 
 pub use lineage_protocol::script::{AfterScript, Script, Step, SCRIPT_PROVIDER};
 
@@ -58,12 +59,12 @@ impl ScriptActions for Script {
     fn actions_for(&self, input: &TurnInput) -> Vec<DriverAction> {
         let index = usize::try_from(input.turn_index).unwrap_or(usize::MAX);
         match self.turns.get(index) {
-            Some(steps) => steps.iter().map(|s| step_action(s, input)).collect(),
+            Some(steps) => steps.iter().filter_map(|s| step_action(s, input)).collect(),
             None => match &self.after {
                 AfterScript::Reply { text } => vec![DriverAction::Reply(text.clone())],
                 AfterScript::Echo => vec![DriverAction::Reply(echo(input))],
                 AfterScript::RepeatLast => match self.turns.last() {
-                    Some(steps) => steps.iter().map(|s| step_action(s, input)).collect(),
+                    Some(steps) => steps.iter().filter_map(|s| step_action(s, input)).collect(),
                     None => vec![DriverAction::Reply("done".to_owned())],
                 },
                 AfterScript::Fail { reason } => vec![DriverAction::Fail(reason.clone())],
@@ -82,8 +83,10 @@ fn echo(input: &TurnInput) -> String {
         .join("\n")
 }
 
-fn step_action(step: &Step, input: &TurnInput) -> DriverAction {
-    match step {
+/// A step as data; `None` for the steps that act only during a turn (followup, interrupt,
+/// list, await: see [`ScriptDriver`]'s `turn_with`).
+fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
+    Some(match step {
         Step::Reply { text } => DriverAction::Reply(text.clone()),
         Step::Echo => DriverAction::Reply(echo(input)),
         Step::Report { content, delivery } => DriverAction::Report {
@@ -115,11 +118,48 @@ fn step_action(step: &Step, input: &TurnInput) -> DriverAction {
         Step::WaitChildren => DriverAction::WaitChildren,
         Step::Sleep { ms } => DriverAction::SleepMs(*ms),
         Step::Fail { reason } => DriverAction::Fail(reason.clone()),
-    }
+        Step::Followup { .. }
+        | Step::Interrupt { .. }
+        | Step::ListChildren
+        | Step::AwaitChildren { .. } => return None,
+    })
 }
 
-/// The text a `reply_result` step replies with.
-fn spawn_outcome_text(outcome: Option<&ActionOutcome>) -> String {
+/// The action of a step that acts only during a turn, given the last child born in it.
+fn turn_action(step: &Step, last_child: Option<&SessionId>) -> Option<Result<TurnAction, String>> {
+    let child = |named: &Option<SessionId>| {
+        named
+            .clone()
+            .or_else(|| last_child.cloned())
+            .ok_or_else(|| "no child named and none spawned in this turn".to_owned())
+    };
+    Some(match step {
+        Step::Followup {
+            child: named,
+            content,
+        } => child(named).map(|child| TurnAction::Followup {
+            child,
+            content: content.clone(),
+        }),
+        Step::Interrupt { child: named } => {
+            child(named).map(|child| TurnAction::Interrupt { child })
+        }
+        Step::ListChildren => Ok(TurnAction::ListChildren),
+        Step::AwaitChildren {
+            children,
+            mode,
+            timeout_ms,
+        } => Ok(TurnAction::WaitChildren {
+            children: children.clone(),
+            mode: *mode,
+            timeout_ms: *timeout_ms,
+        }),
+        _ => return None,
+    })
+}
+
+/// The text a `reply_result` step replies with: the outcome of the turn's last action step.
+fn outcome_text(outcome: Option<&ActionOutcome>) -> String {
     match outcome {
         None => "no spawn".to_owned(),
         Some(ActionOutcome::Born {
@@ -135,6 +175,28 @@ fn spawn_outcome_text(outcome: Option<&ActionOutcome>) -> String {
         }) => format!("spawned {child}"),
         Some(ActionOutcome::Refused(e)) => format!("refused: {e}"),
         Some(ActionOutcome::Done) => "done".to_owned(),
+        Some(ActionOutcome::Arrived { messages, complete }) => {
+            let mut lines: Vec<String> = messages.iter().map(TurnMessage::render).collect();
+            if lines.is_empty() {
+                lines.push("(nothing arrived)".to_owned());
+            }
+            if !complete {
+                lines.push("(timed out)".to_owned());
+            }
+            lines.join("\n")
+        }
+        Some(ActionOutcome::Children(children)) => children
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}",
+                    c.label.as_deref().unwrap_or("-"),
+                    c.state.as_str(),
+                    c.last_report.as_deref().unwrap_or("-")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
     }
 }
 
@@ -178,13 +240,23 @@ impl AgentDriver for ScriptDriver {
     ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
         let steps = self.script.steps_for(&input);
         Box::pin(async move {
-            let mut last_spawn: Option<ActionOutcome> = None;
+            let mut last_outcome: Option<ActionOutcome> = None;
+            let mut last_child: Option<SessionId> = None;
             for step in steps {
+                if let Some(action) = turn_action(&step, last_child.as_ref()) {
+                    let outcome = match action {
+                        Ok(action) => ctx.act(action).await,
+                        Err(e) => ActionOutcome::Refused(e),
+                    };
+                    last_outcome = Some(outcome);
+                    continue;
+                }
                 let action = match &step {
-                    Step::ReplyResult => {
-                        DriverAction::Reply(spawn_outcome_text(last_spawn.as_ref()))
-                    }
-                    other => step_action(other, &input),
+                    Step::ReplyResult => DriverAction::Reply(outcome_text(last_outcome.as_ref())),
+                    other => match step_action(other, &input) {
+                        Some(action) => action,
+                        None => continue,
+                    },
                 };
                 let outcome = match action {
                     DriverAction::Reply(text) => ctx.act(TurnAction::Reply(text)).await,
@@ -192,7 +264,11 @@ impl AgentDriver for ScriptDriver {
                         ctx.act(TurnAction::Report { content, delivery }).await
                     }
                     DriverAction::Spawn(spec) => {
-                        last_spawn = Some(ctx.act(TurnAction::Spawn(spec)).await);
+                        let outcome = ctx.act(TurnAction::Spawn(spec)).await;
+                        if let ActionOutcome::Born { child, .. } = &outcome {
+                            last_child = Some(child.clone());
+                        }
+                        last_outcome = Some(outcome);
                         continue;
                     }
                     DriverAction::WaitChildren => continue,

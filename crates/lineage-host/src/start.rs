@@ -217,19 +217,7 @@ impl Shared {
     /// Step 3: the agent task, `subagent/start`, the first turn; a one-shot's reply waits for
     /// its result.
     async fn launch_born(self: &Arc<Self>, window: LaunchWindow) -> Result<SpawnReply, HostError> {
-        let LaunchWindow {
-            header,
-            agent,
-            run,
-            parent_node,
-            shape,
-            preset,
-            policy_view,
-            descriptor,
-            log,
-            cursor,
-            now,
-        } = window;
+        let (header, shape, now) = (window.header, window.shape, window.now);
         let session = header.id().clone();
         let depth = header.delegation_depth().unwrap_or(0);
         let parent = header.parent_session().cloned();
@@ -237,13 +225,13 @@ impl Shared {
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.is_live(p)),
         );
-        let run_info = match (&parent, &run, shape) {
+        let run_info = match (&parent, &window.run, shape) {
             (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
                 run_id: run.clone(),
-                provider: provider_of(&agent).to_owned(),
+                provider: provider_of(&window.agent).to_owned(),
                 child_id: session.clone(),
                 parent_session_id: parent.clone(),
-                local: parent_node.as_ref() == Some(&self.cfg.node),
+                local: window.parent_node.as_ref() == Some(&self.cfg.node),
                 shape,
                 node: self.cfg.node.clone(),
                 at_ms: now,
@@ -262,12 +250,12 @@ impl Shared {
             AgentInit {
                 header: header.clone(),
                 shape,
-                descriptor,
-                spec: agent,
-                policy_view,
-                preset,
-                log,
-                cursor,
+                descriptor: window.descriptor,
+                spec: window.agent,
+                policy_view: window.policy_view,
+                preset: window.preset,
+                log: window.log,
+                cursor: window.cursor,
                 run: run_info,
                 owner,
                 resumed: false,
@@ -287,7 +275,7 @@ impl Shared {
         };
         Ok(SpawnReply {
             session,
-            run,
+            run: window.run,
             node: self.cfg.node.clone(),
             depth,
             result,

@@ -17,7 +17,9 @@
 //! ```
 
 use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::NodeId;
+use lineage_core::ids::{NodeId, SessionId};
+
+pub use lineage_core::engine::WaitMode;
 use lineage_core::messages::Delivery;
 use serde::{Deserialize, Serialize};
 
@@ -81,12 +83,46 @@ pub enum Step {
         #[serde(default)]
         tool_filter: Option<Vec<String>>,
     },
-    /// Reply with the outcome of this turn's last spawn, received inside the turn: a one-shot
-    /// child's output (its stop reason when it has none), `spawned <child>` for a continuable
-    /// child, `refused: <why>`, or `no spawn` (H1: actions during a turn).
+    /// Reply with the outcome of this turn's last action step (a spawn, followup, interrupt,
+    /// list or await), received inside the turn: a one-shot child's output (its stop reason
+    /// when it has none), `spawned <child>` for a continuable child, `done`, the messages an
+    /// await received (one a line, `(nothing arrived)` when none did), one line per child for a
+    /// list, `refused: <why>`, or `no spawn` (H1: actions during a turn).
     ReplyResult,
     /// Do not finish before every owned child settled.
     WaitChildren,
+    /// During the turn, send a followup to a continuable child (M3): `child`, or the last
+    /// child spawned in this turn when absent.
+    Followup {
+        /// The child; the last one spawned in this turn when absent.
+        #[serde(default)]
+        child: Option<SessionId>,
+        /// The text.
+        content: String,
+    },
+    /// During the turn, interrupt a descendant's current turn (M4, this agent's authority as
+    /// its ancestor): `child`, or the last child spawned in this turn when absent.
+    Interrupt {
+        /// The child; the last one spawned in this turn when absent.
+        #[serde(default)]
+        child: Option<SessionId>,
+    },
+    /// During the turn, list this agent's children (state, shape, node, label, last report).
+    ListChildren,
+    /// During the turn, wait for children's reports and settlements and receive them in this
+    /// turn: `all` (default) until every child named (every child not yet settled when none
+    /// is) settled, `any` until one message arrived; what arrived by `timeout_ms` otherwise.
+    AwaitChildren {
+        /// The children; every child not yet settled when absent.
+        #[serde(default)]
+        children: Option<Vec<SessionId>>,
+        /// `all` or `any`.
+        #[serde(default)]
+        mode: WaitMode,
+        /// How long to wait at most (default 60 000).
+        #[serde(default = "default_wait_ms")]
+        timeout_ms: u64,
+    },
     /// Simulated work.
     Sleep {
         /// Milliseconds.
@@ -101,6 +137,10 @@ pub enum Step {
 
 fn quiet() -> Delivery {
     Delivery::Quiet
+}
+
+fn default_wait_ms() -> u64 {
+    60_000
 }
 
 /// What a scripted agent does once its turns are used up.

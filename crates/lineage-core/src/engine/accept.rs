@@ -7,7 +7,7 @@
 
 use crate::activation::{ActivationEvent, ActivationState};
 use crate::ids::SessionId;
-use crate::journal::{Accepted, JournalEvent};
+use crate::journal::{Accepted, JournalEvent, TurnMessage};
 
 use super::{AgentEngine, Answer, Arrival, EngineCommand, ReplyTo};
 
@@ -51,6 +51,14 @@ impl AgentEngine {
             answer: Answer::Accepted,
             after_seq,
         });
+        if let TurnMessage::SubagentReport {
+            sender_session_id,
+            content,
+        } = &message
+        {
+            self.last_reports
+                .insert(sender_session_id.clone(), content.clone());
+        }
         if wake {
             self.wake.push_back((seq, message));
             self.queued(out, now_ms);
@@ -58,8 +66,10 @@ impl AgentEngine {
             self.quiet.push((seq, message));
         }
         if let Some(child) = settled_child {
+            self.unsettled.remove(&child);
             self.feed(ActivationEvent::ChildDisposed(child), out, now_ms);
         }
+        self.check_wait(out, now_ms);
     }
 
     /// A waking message was queued: the activation decides; a top-level session takes a turn
@@ -77,6 +87,9 @@ impl AgentEngine {
     }
 
     pub(super) fn adopt(&mut self, child: SessionId, out: &mut Vec<EngineCommand>, now_ms: u64) {
+        if self.children.insert(child.clone()) {
+            self.unsettled.insert(child.clone());
+        }
         self.feed(ActivationEvent::ChildAdopted(child), out, now_ms);
     }
 

@@ -30,16 +30,22 @@
 //!   resume closes it as `interrupted` ([`restore`]);
 //! - restore from a log is a pure fold ([`restore::fold`]).
 //!
-//! Files: [`accept`] (messages in), [`turn`] (a turn and what it does), [`settle`] (the
-//! activation's decisions as commands), [`restore`] (the fold).
+//! - a running turn may wait for its children and receive their reports and settlements in
+//!   the turn (`turn/inputs`), instead of in a later turn ([`wait`]).
+//!
+//! Files: [`accept`] (messages in), [`turn`] (a turn and what it does), [`wait`] (a turn
+//! waiting for its children), [`settle`] (the activation's decisions as commands), [`restore`]
+//! (the fold).
 
 pub mod accept;
 pub mod restore;
 pub mod settle;
 pub mod turn;
+pub mod wait;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::activation::Activation;
@@ -64,6 +70,17 @@ pub struct Arrival {
     pub request_id: Option<String>,
     /// A settlement notice: the child that settled (an owned child is gone).
     pub settled_child: Option<SessionId>,
+}
+
+/// What a wait for children waits for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitMode {
+    /// Every child waited for settled.
+    #[default]
+    All,
+    /// At least one report or settlement arrived.
+    Any,
 }
 
 /// How a turn's driver call ended.
@@ -142,6 +159,25 @@ pub enum EngineEvent {
         /// Who waits.
         reply: ReplyTo,
     },
+    /// During a turn: wait for children's reports and settlements, received in this turn
+    /// ([`wait`]). Answered [`Answer::Arrived`] once the wait is over, or refused.
+    WaitChildren {
+        /// The children; every continuable child not yet settled when `None`.
+        children: Option<Vec<SessionId>>,
+        /// All settled, or any message.
+        mode: WaitMode,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// The executor's deadline for the wait answered to `reply` passed: what arrived is the
+    /// answer (not complete). No such wait: no-op.
+    WaitExpired {
+        /// The wait's reply id.
+        reply: ReplyTo,
+    },
+    /// A followup this agent sent to its child was delivered: the child is not settled any
+    /// more (a later wait waits for it again). Unknown child: no-op.
+    ChildFollowedUp(SessionId),
     /// The turn's driver call ended.
     TurnEnded(TurnOutcome),
     /// The host shuts down while a turn ran: its end is written, nothing settles.
@@ -165,6 +201,14 @@ pub enum Answer {
         child: SessionId,
         /// A one-shot child's result.
         result: Option<Value>,
+    },
+    /// A wait for children is over: what arrived from them (oldest first), and whether what
+    /// it waited for happened (false: its deadline passed first).
+    Arrived {
+        /// The messages, now inputs of this turn.
+        messages: Vec<TurnMessage>,
+        /// False when the deadline passed first.
+        complete: bool,
     },
     /// Refused, one line.
     Refused(String),
@@ -314,6 +358,15 @@ pub struct AgentEngine {
     /// A continuable child's notice, captured and waiting for the commit.
     notice: Option<SubagentSettled>,
     left: bool,
+    /// Every child this agent spawned or adopted.
+    children: BTreeSet<SessionId>,
+    /// Continuable children whose settlement has not arrived since their birth or last
+    /// followup.
+    unsettled: BTreeSet<SessionId>,
+    /// The last report each child sent.
+    last_reports: BTreeMap<SessionId, String>,
+    /// The turn's wait for children, if one is pending.
+    wait: Option<wait::PendingWait>,
     /// The seq the next staged event gets.
     next_seq: u64,
     /// The last seq a Flush covers (as far as the commands returned so far go).
@@ -362,6 +415,27 @@ impl AgentEngine {
             .as_ref()
             .map(|a| a.owned_children().iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Every child this agent spawned or adopted, sorted.
+    pub fn children(&self) -> &BTreeSet<SessionId> {
+        &self.children
+    }
+
+    /// The last report `child` sent, if any arrived.
+    pub fn last_report(&self, child: &SessionId) -> Option<&str> {
+        self.last_reports.get(child).map(String::as_str)
+    }
+
+    /// `Err` with the one-line refusal when `child` is not a child of this agent.
+    pub fn check_child(&self, child: &SessionId) -> Result<(), String> {
+        match self.children.contains(child) {
+            true => Ok(()),
+            false => Err(format!(
+                "session {child} is not a child of session {}; list_children shows yours",
+                self.session
+            )),
+        }
     }
 
     /// Whether `dedup_id` was accepted.
@@ -413,8 +487,25 @@ impl AgentEngine {
             EngineEvent::BirthRefused { error, reply } => {
                 self.birth_refused(error, reply, &mut out)
             }
-            EngineEvent::TurnEnded(outcome) => self.turn_ended(outcome, &mut out, now_ms),
-            EngineEvent::TurnAbandoned(outcome) => self.turn_abandoned(outcome, &mut out),
+            EngineEvent::WaitChildren {
+                children,
+                mode,
+                reply,
+            } => self.wait_children(children, mode, reply, &mut out, now_ms),
+            EngineEvent::WaitExpired { reply } => self.wait_expired(reply, &mut out, now_ms),
+            EngineEvent::ChildFollowedUp(child) => {
+                if self.children.contains(&child) {
+                    self.unsettled.insert(child);
+                }
+            }
+            EngineEvent::TurnEnded(outcome) => {
+                self.end_wait(&mut out);
+                self.turn_ended(outcome, &mut out, now_ms)
+            }
+            EngineEvent::TurnAbandoned(outcome) => {
+                self.end_wait(&mut out);
+                self.turn_abandoned(outcome, &mut out)
+            }
         }
         out
     }
@@ -428,11 +519,14 @@ impl AgentEngine {
             | EngineEvent::Report { reply, .. }
             | EngineEvent::Spawn { reply, .. }
             | EngineEvent::BirthRefused { reply, .. }
+            | EngineEvent::WaitChildren { reply, .. }
             | EngineEvent::ChildBorn { reply, .. } => out.push(self.answer(
                 reply,
                 Answer::Refused(format!("session {} has settled", self.session)),
             )),
             EngineEvent::Adopt(_)
+            | EngineEvent::WaitExpired { .. }
+            | EngineEvent::ChildFollowedUp(_)
             | EngineEvent::Stop
             | EngineEvent::Release
             | EngineEvent::Recover

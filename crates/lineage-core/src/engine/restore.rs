@@ -9,11 +9,13 @@
 //! cut short by the loss of its node: it is closed as `interrupted` first, so the log says how
 //! it ended.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::activation::Activation;
+use crate::descriptor::SubagentShape;
 use crate::error::CoreError;
-use crate::journal::{Accepted, JournalEvent};
+use crate::ids::SessionId;
+use crate::journal::{Accepted, JournalEvent, TurnMessage};
 use crate::log::SessionEvent;
 use crate::messages::StopReason;
 
@@ -42,6 +44,9 @@ pub fn fold(
     let mut last_assistant = None;
     let mut ended_turn = None;
     let mut open_turn: Option<u64> = None;
+    let mut children: BTreeSet<SessionId> = BTreeSet::new();
+    let mut unsettled: BTreeSet<SessionId> = BTreeSet::new();
+    let mut last_reports: BTreeMap<SessionId, String> = BTreeMap::new();
     for event in own_events {
         let Some(journal) = JournalEvent::from_event(&init.session, event)? else {
             continue;
@@ -56,9 +61,33 @@ pub fn fold(
                 ended_turn = Some(stop_reason);
                 open_turn = None;
             }
+            JournalEvent::TurnInputs { inputs, .. } => consumed.extend(inputs),
             JournalEvent::Accepted(a) => {
                 dedup.extend(a.once_keys());
+                match &a.message {
+                    TurnMessage::SubagentReport {
+                        sender_session_id,
+                        content,
+                    } => {
+                        last_reports.insert(sender_session_id.clone(), content.clone());
+                    }
+                    TurnMessage::SubagentSettled {
+                        sender_session_id, ..
+                    } => {
+                        unsettled.remove(sender_session_id);
+                    }
+                    TurnMessage::User { .. } => {}
+                }
                 accepted.push((event.seq, a));
+            }
+            JournalEvent::Spawned { child, shape, .. } => {
+                children.insert(child.clone());
+                match shape {
+                    SubagentShape::Continuable => {
+                        unsettled.insert(child);
+                    }
+                    SubagentShape::OneShot => {}
+                }
             }
             JournalEvent::ReportSent { seq, .. } | JournalEvent::SettledSent { seq, .. } => {
                 outbox_seq = outbox_seq.max(seq);
@@ -66,7 +95,6 @@ pub fn fold(
             JournalEvent::TurnAssistant { text } => last_assistant = Some(text),
             JournalEvent::HostAgent(_)
             | JournalEvent::TurnUser { .. }
-            | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }
             | JournalEvent::SpawnRefused { .. } => {}
         }
@@ -98,6 +126,10 @@ pub fn fold(
         captured_stop: None,
         notice: None,
         left: false,
+        children,
+        unsettled,
+        last_reports,
+        wait: None,
         next_seq: last_seq + 1,
         flushed_seq: last_seq,
     };

@@ -145,8 +145,10 @@ impl AgentEngine {
         out: &mut Vec<EngineCommand>,
         now_ms: u64,
     ) {
+        self.children.insert(child.clone());
         match shape {
             SubagentShape::Continuable => {
+                self.unsettled.insert(child.clone());
                 self.feed(ActivationEvent::ChildAdopted(child.clone()), out, now_ms)
             }
             SubagentShape::OneShot => {}

@@ -224,6 +224,9 @@ impl AgentTask {
                         result: result.and_then(|r| serde_json::from_value(r).ok()),
                     },
                     (None, Answer::Refused(e)) => ActionOutcome::Refused(e),
+                    (None, Answer::Arrived { messages, complete }) => {
+                        ActionOutcome::Arrived { messages, complete }
+                    }
                     (None, other @ (Answer::Accepted | Answer::Duplicate | Answer::NotLive)) => {
                         ActionOutcome::Refused(format!("unexpected answer to an action: {other:?}"))
                     }

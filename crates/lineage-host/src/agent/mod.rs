@@ -10,6 +10,7 @@
 //! Log events are the core's typed journal (`lineage_core::journal`); the constants below are
 //! their kinds, for readers of a log.
 
+mod actions;
 mod exec;
 mod mail;
 mod turn;

@@ -2,7 +2,8 @@
 //!
 //! The driver runs in its own future (it owns the driver for the turn), so the task keeps
 //! serving while it runs: the driver's actions ([`TurnCtx`]), births it asked for (a one-shot
-//! child is awaited without blocking anything else) and the mailbox. A followup or inbox
+//! child is awaited without blocking anything else), the actions beside the task
+//! ([`super::actions`]: followups, interrupts, lists, waits) and the mailbox. A followup or inbox
 //! message that arrives mid-turn is accepted into the log and answered at once; it is the next
 //! turn. A drain stop cancels the turn; a drain release that arrives mid-turn cancels it and
 //! waits, with whatever follows it, until the turn is over.
@@ -15,6 +16,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_core::engine::{EngineEvent, TurnOutcome};
 use tokio::sync::mpsc;
 
+use super::actions::Side;
 use super::{AgentCmd, AgentTask, Pending};
 use crate::control::SpawnReply;
 use crate::error::HostError;
@@ -81,20 +83,26 @@ impl AgentTask {
             (driver, outcome)
         });
         let mut births: FuturesUnordered<Birth> = FuturesUnordered::new();
+        let mut sides: FuturesUnordered<Side> = FuturesUnordered::new();
         let mut mailbox = true;
         let (driver, outcome) = loop {
             tokio::select! {
                 biased;
                 r = &mut turn => break r,
-                Some(request) = requests.recv() => self.on_request(request, &mut births).await,
+                Some(request) = requests.recv() => {
+                    self.on_request(request, &mut births, &mut sides).await
+                }
                 Some(born) = births.next(), if !births.is_empty() => self.on_birth(born).await,
+                Some(done) = sides.next(), if !sides.is_empty() => self.on_side(done).await,
                 cmd = rx.recv(), if mailbox => match cmd {
                     Some(cmd) => mailbox = self.mid_turn(cmd).await,
                     None => mailbox = false,
                 },
             }
         };
-        // A birth still in flight (the turn was cancelled while it ran) is seen through.
+        // A birth still in flight (the turn was cancelled while it ran) is seen through; the
+        // other actions in flight are dropped (nobody waits for them).
+        drop(sides);
         while let Some(born) = births.next().await {
             self.on_birth(born).await;
         }
@@ -147,7 +155,12 @@ impl AgentTask {
     }
 
     /// An action the driver asked for during its turn.
-    async fn on_request(&mut self, request: TurnRequest, births: &mut FuturesUnordered<Birth>) {
+    async fn on_request(
+        &mut self,
+        request: TurnRequest,
+        births: &mut FuturesUnordered<Birth>,
+        sides: &mut FuturesUnordered<Side>,
+    ) {
         let TurnRequest { action, reply } = request;
         let id = self.reply_id(Pending::Action(reply));
         match action {
@@ -178,6 +191,10 @@ impl AgentTask {
                     None => {}
                 }
             }
+            side @ (TurnAction::Followup { .. }
+            | TurnAction::Interrupt { .. }
+            | TurnAction::ListChildren
+            | TurnAction::WaitChildren { .. }) => self.side_action(side, id, sides).await,
         }
     }
 

@@ -125,6 +125,15 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
     }
 }
 
+/// A top-level session on `host` running `json` (a script), first prompt `go`.
+#[allow(dead_code)]
+pub async fn scripted_root(host: &Host, json: &str) -> SessionId {
+    host.spawn(root_request(script(json), "go"))
+        .await
+        .expect("a scripted root")
+        .session
+}
+
 /// An echoing top-level session on `host` and one continuable child of it running
 /// `child_script` (JSON). Returns (root, child).
 #[allow(dead_code)]
