@@ -40,6 +40,15 @@ fn x2_every_journal_kind_keeps_its_old_bytes() {
         "turn/start",
         json!({"index": 2, "inputs": [4, 5]}),
     );
+    // Newer than the typed journal (H1: a turn that waited for its children): pinned as it is.
+    check(
+        JournalEvent::TurnInputs {
+            index: 2,
+            inputs: vec![7, 9],
+        },
+        "turn/inputs",
+        json!({"index": 2, "inputs": [7, 9]}),
+    );
     check(
         JournalEvent::TurnUser { text: "hi".into() },
         "turn/user",
