@@ -163,12 +163,18 @@ impl ControlEndpoints for NatsEndpoints {
     }
 
     fn stop(mut self: Box<Self>) -> BoxFuture<'static, ()> {
-        for task in &self.tasks {
+        let tasks = std::mem::take(&mut self.tasks);
+        for task in &tasks {
             task.abort();
         }
         let service = self.service.take();
         let client = self.client.clone();
         Box::pin(async move {
+            // An aborted task drops its endpoint (and so queues its unsubscription) only when
+            // it is next polled: wait until each has, so the flush below comes after them.
+            for task in tasks {
+                let _ = task.await;
+            }
             if let Some(service) = service {
                 let _ = service.stop().await;
             }
