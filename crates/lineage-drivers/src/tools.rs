@@ -1,0 +1,434 @@
+//! lineage's delegation tools over MCP (T1–T3, T5): what a hosted agent calls to build its tree.
+//!
+//! [`DelegationTools`] is an MCP server (the official Rust SDK, `rmcp`) bound to one hosted
+//! session. Each tool call becomes a [`TurnAction`] of that session's running turn
+//! ([`TurnSlot`]: the driver puts the turn's [`TurnCtx`] there while the turn runs), so a call
+//! obeys every rule any spawn, report, followup or interrupt obeys (the host and the engine
+//! decide), and its outcome comes back as the tool's result:
+//!
+//! | tool | action | result |
+//! |---|---|---|
+//! | `spawn_subagent` | [`TurnAction::Spawn`] of a profile | one-shot: the child's output and stop reason once it settled; continuable: its id at once |
+//! | `report_to_parent` | [`TurnAction::Report`] (M1) | `reported` |
+//! | `send_to_child` | [`TurnAction::Followup`] (M3) | `delivered` |
+//! | `interrupt_child` | [`TurnAction::Interrupt`] (M4, the caller's authority as ancestor) | `interrupted` |
+//! | `list_children` | [`TurnAction::ListChildren`] | the children: state, shape, node, label, last report |
+//! | `wait_for_children` | [`TurnAction::WaitChildren`] | the reports and settlements that arrived |
+//!
+//! A refusal (depth exceeded, admission closed, unknown profile, not a child of yours, no turn
+//! running) is a tool error (`isError: true`) with one line a model can act on; malformed
+//! arguments too. Results are JSON text.
+
+use std::sync::{Arc, Mutex};
+
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::journal::TurnMessage;
+use lineage_core::messages::Delivery;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::driver::{ActionOutcome, AgentSpec, ChildSpec, TurnAction, TurnCtx, WaitMode};
+
+/// Where a hosted session's running turn is reachable: set by the driver when a turn begins,
+/// cleared when it ends. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct TurnSlot(Arc<Mutex<Option<TurnCtx>>>);
+
+impl TurnSlot {
+    /// The turn `ctx` runs now.
+    pub fn set(&self, ctx: TurnCtx) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(ctx);
+        }
+    }
+
+    /// No turn runs.
+    pub fn clear(&self) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = None;
+        }
+    }
+
+    fn get(&self) -> Option<TurnCtx> {
+        self.0.lock().ok().and_then(|slot| slot.clone())
+    }
+}
+
+/// How a child lives: the tools' spelling of [`SubagentShape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum Shape {
+    /// Runs one task; the call returns its result once it settled.
+    #[serde(rename = "one-shot")]
+    OneShot,
+    /// Stays: the call returns its id at once; its reports and settlement arrive in your inbox
+    /// (`wait_for_children`), and `send_to_child` gives it more work.
+    #[serde(rename = "continuable")]
+    Continuable,
+}
+
+/// `spawn_subagent`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnSubagent {
+    /// The agent profile the child runs: one the hosting node offers (`lineage agents`).
+    pub profile: String,
+    /// The child's first message: its task, self-contained.
+    pub prompt: String,
+    /// `one-shot` (wait for its result) or `continuable` (its id now, its results later).
+    pub shape: Shape,
+    /// A short name for the child, shown in trees and lists.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// A persona for the child's prompt.
+    #[serde(default)]
+    pub persona: Option<String>,
+    /// The tools the child may use (names); all of its profile's when absent.
+    #[serde(default)]
+    pub tool_filter: Option<Vec<String>>,
+    /// The node to run it on; any node when absent.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// `report_to_parent`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportToParent {
+    /// What to tell the parent.
+    pub content: String,
+    /// `quiet` (read at the parent's next turn) or `wakeup` (starts a turn of the parent).
+    #[serde(default)]
+    pub delivery: ReportDelivery,
+}
+
+/// How a report reaches the parent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportDelivery {
+    /// Read at the parent's next turn.
+    #[default]
+    Quiet,
+    /// Starts a turn of the parent.
+    Wakeup,
+}
+
+/// `send_to_child`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendToChild {
+    /// The child's session id (from `spawn_subagent` or `list_children`).
+    pub child: String,
+    /// The message: more work, or an answer.
+    pub content: String,
+}
+
+/// `interrupt_child`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptChild {
+    /// The session id of a child (or deeper descendant) whose current turn to cancel.
+    pub child: String,
+}
+
+/// `list_children` takes no arguments.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListChildren {}
+
+/// `wait_for_children`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitForChildren {
+    /// The children to wait for; every continuable child that has not settled when absent.
+    #[serde(default)]
+    pub children: Option<Vec<String>>,
+    /// `all` (every child waited for settled) or `any` (the first report or settlement).
+    #[serde(default)]
+    pub mode: WaitFor,
+    /// How long to wait at most, in milliseconds (default 60000); what arrived by then is the
+    /// result.
+    #[serde(default = "default_wait_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_wait_ms() -> u64 {
+    60_000
+}
+
+/// What `wait_for_children` waits for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitFor {
+    /// Every child waited for settled.
+    #[default]
+    All,
+    /// The first report or settlement.
+    Any,
+}
+
+/// The MCP server of one hosted session's delegation tools.
+#[derive(Debug, Clone)]
+pub struct DelegationTools {
+    session: SessionId,
+    slot: TurnSlot,
+    tool_router: ToolRouter<Self>,
+}
+
+impl DelegationTools {
+    /// The tools of `session`, acting through whatever turn `slot` holds.
+    pub fn new(session: SessionId, slot: TurnSlot) -> Self {
+        DelegationTools {
+            session,
+            slot,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Runs `action` in the session's running turn.
+    async fn act(&self, action: TurnAction) -> Result<ActionOutcome, String> {
+        let ctx = self.slot.get().ok_or_else(|| {
+            format!(
+                "session {} takes no turn now: lineage's tools work only while you answer a prompt",
+                self.session
+            )
+        })?;
+        match ctx.act(action).await {
+            ActionOutcome::Refused(why) => Err(why),
+            outcome => Ok(outcome),
+        }
+    }
+}
+
+/// A tool's answer: JSON text, or a tool error with one line.
+fn answer(result: Result<serde_json::Value, String>) -> Result<CallToolResult, ErrorData> {
+    Ok(match result {
+        Ok(value) => CallToolResult::success(vec![ContentBlock::text(value.to_string())]),
+        Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
+    })
+}
+
+fn session_arg(name: &str, value: &str) -> Result<SessionId, String> {
+    SessionId::parse(value).map_err(|e| {
+        format!(
+            "{name} {value:?} is not a session id ({e}); list_children shows your children's ids"
+        )
+    })
+}
+
+fn message_json(message: &TurnMessage) -> serde_json::Value {
+    match message {
+        TurnMessage::User { content } => json!({"kind": "user", "text": content}),
+        TurnMessage::SubagentReport {
+            sender_session_id,
+            content,
+        } => json!({"kind": "report", "from": sender_session_id, "text": content}),
+        TurnMessage::SubagentSettled {
+            sender_session_id,
+            summary,
+        } => json!({"kind": "settled", "from": sender_session_id, "text": summary}),
+    }
+}
+
+#[tool_router(router = tool_router)]
+impl DelegationTools {
+    /// `spawn_subagent`.
+    #[tool(
+        name = "spawn_subagent",
+        description = "Start a child agent on a task. shape one-shot: waits and returns the child's output when it is done. shape continuable: returns the child's id at once; its reports and final result arrive later (wait_for_children), and send_to_child gives it more work."
+    )]
+    async fn spawn_subagent(
+        &self,
+        Parameters(args): Parameters<SpawnSubagent>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let node = match args.node.as_deref().map(NodeId::parse).transpose() {
+            Ok(node) => node,
+            Err(e) => {
+                return answer(Err(format!(
+                    "node is not a node id ({e}); omit it to run the child anywhere"
+                )))
+            }
+        };
+        let shape = match args.shape {
+            Shape::OneShot => SubagentShape::OneShot,
+            Shape::Continuable => SubagentShape::Continuable,
+        };
+        let spec = ChildSpec {
+            shape,
+            agent: AgentSpec::Profile {
+                profile: args.profile,
+            },
+            prompt: args.prompt,
+            node,
+            label: args.label,
+            persona: args.persona,
+            tool_filter: args.tool_filter,
+        };
+        answer(
+            self.act(TurnAction::Spawn(Box::new(spec)))
+                .await
+                .map(|outcome| match outcome {
+                    ActionOutcome::Born {
+                        child,
+                        result: Some(result),
+                    } => json!({
+                        "child": child,
+                        "output": result.output,
+                        "stop_reason": result.stop_reason.as_str(),
+                    }),
+                    ActionOutcome::Born {
+                        child,
+                        result: None,
+                    } => json!({
+                        "child": child,
+                        "note": "running; its reports and result arrive later: call wait_for_children",
+                    }),
+                    other => json!({"outcome": format!("{other:?}")}),
+                }),
+        )
+    }
+
+    /// `report_to_parent`.
+    #[tool(
+        name = "report_to_parent",
+        description = "Tell your parent agent something now, before you finish (progress, a partial result). delivery wakeup makes the parent act on it; quiet waits for its next turn."
+    )]
+    async fn report_to_parent(
+        &self,
+        Parameters(args): Parameters<ReportToParent>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let delivery = match args.delivery {
+            ReportDelivery::Quiet => Delivery::Quiet,
+            ReportDelivery::Wakeup => Delivery::Wakeup,
+        };
+        answer(
+            self.act(TurnAction::Report {
+                content: args.content,
+                delivery,
+            })
+            .await
+            .map(|_| json!({"reported": true})),
+        )
+    }
+
+    /// `send_to_child`.
+    #[tool(
+        name = "send_to_child",
+        description = "Send a message to one of your continuable children (more work, or an answer to its question). It runs again on it; a finished child is resumed."
+    )]
+    async fn send_to_child(
+        &self,
+        Parameters(args): Parameters<SendToChild>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let child = match session_arg("child", &args.child) {
+            Ok(child) => child,
+            Err(why) => return answer(Err(why)),
+        };
+        answer(
+            self.act(TurnAction::Followup {
+                child,
+                content: args.content,
+            })
+            .await
+            .map(|_| json!({"delivered": true})),
+        )
+    }
+
+    /// `interrupt_child`.
+    #[tool(
+        name = "interrupt_child",
+        description = "Cancel the current turn of one of your children (or of any agent below you). It stops what it is doing and reports that it was interrupted."
+    )]
+    async fn interrupt_child(
+        &self,
+        Parameters(args): Parameters<InterruptChild>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let child = match session_arg("child", &args.child) {
+            Ok(child) => child,
+            Err(why) => return answer(Err(why)),
+        };
+        answer(
+            self.act(TurnAction::Interrupt { child })
+                .await
+                .map(|_| json!({"interrupted": true})),
+        )
+    }
+
+    /// `list_children`.
+    #[tool(
+        name = "list_children",
+        description = "List your children: id, state (running, waiting, settled, disposed), shape, node, label and the last thing each reported."
+    )]
+    async fn list_children(
+        &self,
+        Parameters(_args): Parameters<ListChildren>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(
+            self.act(TurnAction::ListChildren)
+                .await
+                .map(|outcome| match outcome {
+                    ActionOutcome::Children(children) => json!({ "children": children }),
+                    other => json!({"outcome": format!("{other:?}")}),
+                }),
+        )
+    }
+
+    /// `wait_for_children`.
+    #[tool(
+        name = "wait_for_children",
+        description = "Wait for your children's reports and results and receive them here. mode all: until every child waited for has finished; any: until the first message. Returns what arrived by timeout_ms, with complete false if it timed out."
+    )]
+    async fn wait_for_children(
+        &self,
+        Parameters(args): Parameters<WaitForChildren>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let children = match args
+            .children
+            .map(|list| {
+                list.iter()
+                    .map(|c| session_arg("child", c))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+        {
+            Ok(children) => children,
+            Err(why) => return answer(Err(why)),
+        };
+        let mode = match args.mode {
+            WaitFor::All => WaitMode::All,
+            WaitFor::Any => WaitMode::Any,
+        };
+        answer(
+            self.act(TurnAction::WaitChildren {
+                children,
+                mode,
+                timeout_ms: args.timeout_ms,
+            })
+            .await
+            .map(|outcome| match outcome {
+                ActionOutcome::Arrived { messages, complete } => json!({
+                    "complete": complete,
+                    "messages": messages.iter().map(message_json).collect::<Vec<_>>(),
+                }),
+                other => json!({"outcome": format!("{other:?}")}),
+            }),
+        )
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for DelegationTools {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        config.instructions = Some(format!(
+            "lineage delegation tools of session {}: start child agents, talk to them, wait for them, report to your parent.",
+            self.session
+        ));
+        config
+    }
+}
