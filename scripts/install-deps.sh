@@ -53,6 +53,18 @@ if (have pip || have pip3) && ! python3 -c 'import nats' >/dev/null 2>&1; then
     || echo "install-deps: nats-py not installed (pip failed); check-chart.sh skips probing the rendered NATS permissions"
 fi
 
+# The official Python MCP SDK: an MCP client this project did not write, for the delegation
+# tools test (t1_tools_python_mcp), which fails without it.
+if ! python3 -c 'import mcp' >/dev/null 2>&1; then
+  if have pip || have pip3; then
+    echo "install-deps: installing the Python MCP SDK (pip install mcp)"
+    "$(command -v pip || command -v pip3)" install --quiet mcp >/dev/null 2>&1 \
+      || echo "install-deps: the Python MCP SDK is not installed (pip install mcp failed); t1_tools_python_mcp will fail" >&2
+  else
+    echo "install-deps: no pip: the Python MCP SDK is not installed; t1_tools_python_mcp will fail" >&2
+  fi
+fi
+
 # natscli v0.5.0 for the natscli inspection test (o3_natscli); without it that test skips.
 if ! have nats && have go; then
   echo "install-deps: installing natscli v0.5.0 (go install github.com/nats-io/natscli/nats@v0.5.0)"

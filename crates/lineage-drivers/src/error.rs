@@ -25,6 +25,10 @@ pub enum DriverError {
         "driver {0} is not available on this node; configure it or place the child on another node"
     )]
     Unavailable(String),
+    /// The node's tools socket (lineage's MCP tools for hosted agents) cannot be set up; the
+    /// message says where and what to check.
+    #[error("tools socket: {0}")]
+    ToolsSocket(String),
     /// An invariant of a driver broke (a bug); the message says which.
     #[error("internal error: {0}; this is a bug, please report it")]
     Internal(String),

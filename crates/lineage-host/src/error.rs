@@ -178,6 +178,7 @@ impl From<DriverError> for HostError {
             DriverError::BadRequest(m) => HostError::BadRequest(m),
             DriverError::Agent { session, reason } => HostError::Driver { session, reason },
             DriverError::Unavailable(kind) => HostError::DriverUnavailable(kind),
+            DriverError::ToolsSocket(m) => HostError::Unavailable(format!("tools socket: {m}")),
             DriverError::Internal(m) => HostError::Internal(m),
         }
     }

@@ -11,6 +11,7 @@
 //! | [`control`] | request and reply bodies of every control op; op names | N3, M3, M4, K1, X1, T4 |
 //! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
 //! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`] | H1 |
+//! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |
 //!
 //! Wire JSON is pinned by golden tests (`tests/golden.rs`): a change to any body's bytes fails
@@ -23,6 +24,7 @@ pub mod control;
 pub mod envelope;
 pub mod error;
 pub mod script;
+pub mod tools;
 
 pub use agent::{AgentSpec, ProfileDriver, ProfileInfo};
 pub use envelope::{ControlError, ErrorCode, Hop, Reply, FORWARDED_HEADER};

@@ -127,6 +127,12 @@ pub enum Verb {
     /// The agent profiles each node offers (T4): name, driver, tools, description.
     #[command(after_help = "Example:\n  lineage agents\n  lineage agents --json | jq .")]
     Agents,
+    /// The stdio MCP server of a hosted agent: lineage's delegation tools, as its session.
+    ///
+    /// Started by an agent from the `mcpServers` of its ACP `session/new`, with the environment
+    /// its hosting node gives it (LINEAGE_MCP_SOCKET, LINEAGE_MCP_SECRET); not for people.
+    #[command(after_help = "Example (what a hosted agent's MCP entry runs):\n  lineage mcp")]
+    Mcp,
     /// Cluster status: leader, voters, nodes with lease age, sessions by state.
     #[command(after_help = "Example:\n  lineage status --nats nats://127.0.0.1:4222")]
     Status,

@@ -14,12 +14,14 @@
 //! | [`watch`] | `lineage watch` |
 //! | [`status`] | `lineage status` |
 //! | [`agents`] | `lineage agents` |
+//! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
 //! | [`config`] | `lineage config show` |
 
 pub mod agents;
 pub mod config;
 pub mod drain;
 pub mod interrupt;
+pub mod mcp;
 pub mod node;
 pub mod send;
 pub mod spawn;
@@ -58,7 +60,9 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Watch(_) => Some("watch"),
         Verb::Status => Some("status"),
         Verb::Agents => Some("agents"),
-        Verb::Node { .. } | Verb::Dev { .. } | Verb::Config(_) | Verb::Bench { .. } => None,
+        Verb::Node { .. } | Verb::Dev { .. } | Verb::Config(_) | Verb::Bench { .. } | Verb::Mcp => {
+            None
+        }
     };
     let outcome = match command {
         Some(command) => traced(command, run_verb(&g, cli.verb)).await,
@@ -127,6 +131,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Watch(args) => watch::run(g, args).await,
         Verb::Status => status::run(g).await,
         Verb::Agents => agents::run(g).await,
+        Verb::Mcp => mcp::run().await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
     }

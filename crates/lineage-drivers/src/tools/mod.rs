@@ -18,6 +18,13 @@
 //! A refusal (depth exceeded, admission closed, unknown profile, not a child of yours, no turn
 //! running) is a tool error (`isError: true`) with one line a model can act on; malformed
 //! arguments too. Results are JSON text.
+//!
+//! How an agent reaches them: [`socket::ToolsSocket`], the node's Unix socket, serves each
+//! connection as the session whose grant (a per-session secret) it presents first; the agent
+//! starts `lineage mcp` (a stdio bridge to that socket) from the `mcpServers` of its ACP
+//! `session/new`.
+
+pub mod socket;
 
 use std::sync::{Arc, Mutex};
 
