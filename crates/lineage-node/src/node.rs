@@ -18,6 +18,7 @@ use crate::drivers::NodeDrivers;
 use crate::error::NodeError;
 use crate::http::{self, Probe};
 use crate::metrics::{MetricsPage, RaftView};
+use lineage_drivers::tools::socket::ToolsSocket;
 
 /// Runs a node until `shutdown` is cancelled. On shutdown the node stops serving, stops its
 /// agents without settling them (they stay resumable on other nodes once its lease expires),
@@ -89,16 +90,29 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         replicas: usize::from(config.nats.stream_replicas),
         update: config.nats.update_streams,
     };
+    // T1: hosted agents reach their delegation tools through this socket (`lineage mcp`).
+    // Without it (say the data_dir's path is too long for a Unix socket) the node runs, and a
+    // profile with tools = true is refused with the reason.
+    let drivers = NodeDrivers::new(PathBuf::from(&config.node.data_dir), config.agents.clone());
+    let (drivers, _tools_serving) = match ToolsSocket::bind(
+        &PathBuf::from(&config.node.data_dir).join("tools"),
+    ) {
+        Ok((socket, serving)) => (
+            drivers.with_tools(socket, tools_bridge()),
+            Some(AbortOnDrop(serving)),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "no tools socket: profiles with tools = true cannot run on this node");
+            (drivers, None)
+        }
+    };
     let host = Host::start(
         host_cfg,
         HostDeps::nats(
             nats.clone(),
             Arc::new(registry.clone()),
             Arc::new(SystemClock),
-            Arc::new(NodeDrivers::new(
-                PathBuf::from(&config.node.data_dir),
-                config.agents.clone(),
-            )),
+            Arc::new(drivers),
         ),
         shutdown.child_token(),
     )
@@ -241,5 +255,22 @@ impl Probe for NodeProbe {
                 Err(_) => Err("registry did not answer within 3 s".into()),
             }
         })
+    }
+}
+
+/// The bridge a hosted agent starts as its MCP server: this binary's `mcp` verb.
+fn tools_bridge() -> Vec<String> {
+    let program = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "lineage".to_owned());
+    vec![program, "mcp".to_owned()]
+}
+
+/// Stops the tools socket's accept loop with the node.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -37,7 +37,7 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::Agent;
 use serde_json::Value;
 
-use crate::driver::{AgentDriver, BoxFuture, DriverAction, DriverStart, TurnInput};
+use crate::driver::{AgentDriver, BoxFuture, DriverAction, DriverStart, TurnCtx, TurnInput};
 use crate::error::DriverError;
 
 mod live;
@@ -82,7 +82,27 @@ struct Settings {
     prompt_timeout: Duration,
     cancel_grace: Duration,
     permissions: PermissionPolicy,
+    /// lineage's delegation tools for this session, when its profile has `tools = true`.
+    tools: Option<AgentTools>,
 }
+
+/// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
+/// (`lineage mcp` over stdio, with the grant's environment) and the slot through which a tool
+/// call reaches the running turn.
+#[derive(Debug, Clone)]
+pub struct AgentTools {
+    /// The bridge the agent starts: program, then arguments (the node's `lineage mcp`).
+    pub bridge: Vec<String>,
+    /// The grant's environment for the bridge ([`crate::tools::socket::ToolsGrant::env`]).
+    pub env: Vec<(String, String)>,
+    /// Where the running turn is, for the tools.
+    pub slot: crate::tools::TurnSlot,
+    /// Keeps the grant alive as long as the driver (revoked when the driver is dropped).
+    pub grant: std::sync::Arc<crate::tools::socket::ToolsGrant>,
+}
+
+/// The name of lineage's MCP server in an agent's `mcpServers`.
+pub const TOOLS_SERVER_NAME: &str = "lineage";
 
 /// The `acp` driver: hosts one ACP agent subprocess and one ACP session in it.
 #[derive(Debug)]
@@ -130,6 +150,7 @@ impl AcpDriver {
                 prompt_timeout: DEFAULT_PROMPT_TIMEOUT,
                 cancel_grace: DEFAULT_CANCEL_GRACE,
                 permissions: PermissionPolicy::default(),
+                tools: None,
             },
             label: "-".into(),
             live: None,
@@ -157,6 +178,13 @@ impl AcpDriver {
     /// Sets how long [`AgentDriver::cancel`] waits for the agent to end a cancelled prompt.
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
         self.settings.cancel_grace = grace;
+        self
+    }
+
+    /// Gives the agent lineage's delegation tools: its `session/new` declares them, and a tool
+    /// call acts in the turn that runs.
+    pub fn with_tools(mut self, tools: AgentTools) -> Self {
+        self.settings.tools = Some(tools);
         self
     }
 
@@ -244,6 +272,23 @@ impl AgentDriver for AcpDriver {
         Box::pin(self.turn_inner(input))
     }
 
+    /// The turn runs with its context in the tools' slot, so the agent's tool calls are this
+    /// turn's actions; the slot is cleared when the turn ends.
+    fn turn_with<'a>(
+        &'a mut self,
+        input: TurnInput,
+        ctx: TurnCtx,
+    ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
+        let slot = self.settings.tools.as_ref().map(|t| t.slot.clone());
+        Box::pin(async move {
+            if let Some(slot) = &slot {
+                slot.set(ctx);
+            }
+            let _clear = ClearOnDrop(slot);
+            self.turn_inner(input).await
+        })
+    }
+
     fn start_record(&self) -> Option<(String, Value)> {
         self.acp_session_id().map(|id| {
             (
@@ -259,5 +304,16 @@ impl AgentDriver for AcpDriver {
 
     fn shutdown<'a>(&'a mut self) -> BoxFuture<'a, ()> {
         Box::pin(self.shutdown_inner())
+    }
+}
+
+/// Clears the tools' slot when the turn's future ends or is dropped (an interrupt).
+struct ClearOnDrop(Option<crate::tools::TurnSlot>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.0 {
+            slot.clear();
+        }
     }
 }

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use agent_client_protocol::schema::ProtocolVersion;
-use agent_client_protocol::v1::schema::{Implementation, InitializeRequest};
+use agent_client_protocol::v1::schema::{
+    EnvVariable, Implementation, InitializeRequest, McpServer, McpServerStdio, NewSessionRequest,
+};
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use futures::FutureExt;
@@ -104,7 +106,10 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     let session_handle = match loaded {
         Some(active) => active,
         None => {
-            let new = cx.build_session(&cwd).block_task().start_session();
+            let new = cx
+                .build_session_from(new_session(settings, &cwd))
+                .block_task()
+                .start_session();
             match tokio::time::timeout(settings.init_timeout, new).await {
                 Ok(Ok(setup)) => setup.session,
                 Ok(Err(e)) => {
@@ -147,6 +152,27 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         replay,
         loaded: was_loaded,
     })
+}
+
+/// `session/new` in `cwd`, declaring lineage's tools (stdio: all agents support it) when the
+/// session has them.
+fn new_session(settings: &Settings, cwd: &std::path::Path) -> NewSessionRequest {
+    let request = NewSessionRequest::new(cwd);
+    let Some(tools) = &settings.tools else {
+        return request;
+    };
+    let Some((program, args)) = tools.bridge.split_first() else {
+        return request;
+    };
+    let env = tools
+        .env
+        .iter()
+        .map(|(name, value)| EnvVariable::new(name.clone(), value.clone()))
+        .collect();
+    let server = McpServerStdio::new(super::TOOLS_SERVER_NAME, program)
+        .args(args.to_vec())
+        .env(env);
+    request.mcp_servers(vec![McpServer::Stdio(server)])
 }
 
 /// The agent's working directory, absolute; a `BadRequest` when it is not a directory.
