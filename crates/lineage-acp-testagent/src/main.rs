@@ -14,6 +14,11 @@
 //!   with stop reason `cancelled`; one containing `refuse` ends with stop reason `refusal`; one
 //!   containing `ask` first asks the client's permission (options `allow` / `reject`) and adds
 //!   ` [permission: selected <option>|cancelled]` to the reply.
+//! - A prompt with `tool: NAME {json}` lines calls those tools, in order, on the stdio MCP
+//!   server named `lineage` that its session was given ([`tools`]), and replies with one
+//!   `tool NAME: <result>` line each (instead of the echo).
+
+mod tools;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -54,6 +59,8 @@ struct State {
     sessions: HashMap<String, Vec<Entry>>,
     /// The cancel signal of each session's running prompt.
     cancels: HashMap<String, Arc<CancelSignal>>,
+    /// The stdio MCP servers each session was given.
+    servers: HashMap<String, Vec<tools::StdioServer>>,
 }
 
 /// A per-session cancel flag with a wake-up.
@@ -162,7 +169,7 @@ async fn main() {
         .on_receive_request(
             {
                 let state = state.clone();
-                async move |_request: NewSessionRequest, responder, _cx| {
+                async move |request: NewSessionRequest, responder, _cx| {
                     let id = format!(
                         "testagent-{}-{}-{}",
                         std::process::id(),
@@ -173,6 +180,9 @@ async fn main() {
                         counter.fetch_add(1, Ordering::Relaxed)
                     );
                     lock(&state).sessions.insert(id.clone(), Vec::new());
+                    lock(&state)
+                        .servers
+                        .insert(id.clone(), tools::stdio_servers(&request.mcp_servers));
                     if let Err(e) = save_session(&id, &[]) {
                         return responder
                             .respond_with_error(invalid(format!("cannot store session: {e}")));
@@ -198,6 +208,9 @@ async fn main() {
                             entry.text.clone(),
                         ))?;
                     }
+                    lock(&state)
+                        .servers
+                        .insert(id.clone(), tools::stdio_servers(&request.mcp_servers));
                     lock(&state).sessions.insert(id, history);
                     responder.respond(LoadSessionResponse::new())
                 }
@@ -241,6 +254,39 @@ async fn main() {
                         }
                         if text.contains("refuse") {
                             return responder.respond(PromptResponse::new(StopReason::Refusal));
+                        }
+                        let directives = tools::directives(&text);
+                        if !directives.is_empty() {
+                            let servers =
+                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
+                            let mut lines = Vec::new();
+                            for directive in directives {
+                                lines.push(match directive {
+                                    Ok((name, args)) => tools::call(&servers, &name, args).await,
+                                    Err(line) => line,
+                                });
+                            }
+                            let reply = lines.join("\n");
+                            cx.send_notification(chunk(&id, true, reply.clone()))?;
+                            let history = {
+                                let mut guard = lock(&state);
+                                let history = guard.sessions.entry(id.clone()).or_default();
+                                history.push(Entry {
+                                    role: "user".into(),
+                                    text,
+                                });
+                                history.push(Entry {
+                                    role: "agent".into(),
+                                    text: reply,
+                                });
+                                history.clone()
+                            };
+                            if let Err(e) = save_session(&id, &history) {
+                                return responder.respond_with_error(invalid(format!(
+                                    "cannot store session: {e}"
+                                )));
+                            }
+                            return responder.respond(PromptResponse::new(StopReason::EndTurn));
                         }
                         let mut suffix = String::new();
                         if text.contains("ask") {

@@ -1,0 +1,113 @@
+//! The test agent's MCP client (issue 11): it calls the tools of the stdio MCP servers its
+//! `session/new` declared, as a real agent calls lineage's delegation tools.
+//!
+//! A prompt line `tool: NAME {json arguments}` is a directive: the agent starts the server
+//! named `lineage` (its command, arguments and environment as declared), connects with the
+//! official Rust MCP SDK's client over the process's stdio, calls tool NAME, and its reply line
+//! is `tool NAME: <result text>` (`tool NAME error: <text>` for a tool error or a failure).
+
+use std::process::Stdio;
+
+use agent_client_protocol::v1::schema::McpServer;
+use rmcp::model::CallToolRequestParams;
+use rmcp::ServiceExt;
+use serde_json::Value;
+
+/// A stdio MCP server a session was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioServer {
+    /// Its name in `mcpServers`.
+    pub name: String,
+    /// The program.
+    pub command: std::path::PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its environment (added to the agent's).
+    pub env: Vec<(String, String)>,
+}
+
+/// The stdio servers of a `session/new` or `session/load`.
+pub fn stdio_servers(servers: &[McpServer]) -> Vec<StdioServer> {
+    servers
+        .iter()
+        .filter_map(|s| match s {
+            McpServer::Stdio(s) => Some(StdioServer {
+                name: s.name.clone(),
+                command: s.command.clone(),
+                args: s.args.clone(),
+                env: s
+                    .env
+                    .iter()
+                    .map(|v| (v.name.clone(), v.value.clone()))
+                    .collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `tool:` directives of a prompt, in order: (tool name, arguments).
+pub fn directives(text: &str) -> Vec<Result<(String, Value), String>> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("tool:"))
+        .map(|rest| {
+            let rest = rest.trim();
+            let (name, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            serde_json::from_str::<Value>(args.trim())
+                .map(|args| (name.to_owned(), args))
+                .map_err(|e| format!("tool {name} error: its arguments are not JSON: {e}"))
+        })
+        .collect()
+}
+
+/// Calls `name` with `args` on the server named `lineage`; the reply line.
+pub async fn call(servers: &[StdioServer], name: &str, args: Value) -> String {
+    match call_inner(servers, name, args).await {
+        Ok((false, text)) => format!("tool {name}: {text}"),
+        Ok((true, text)) => format!("tool {name} error: {text}"),
+        Err(e) => format!("tool {name} error: {e}"),
+    }
+}
+
+async fn call_inner(
+    servers: &[StdioServer],
+    name: &str,
+    args: Value,
+) -> Result<(bool, String), String> {
+    let server = servers
+        .iter()
+        .find(|s| s.name == "lineage")
+        .ok_or("no MCP server named lineage in this session")?;
+    let mut child = tokio::process::Command::new(&server.command)
+        .args(&server.args)
+        .envs(server.env.iter().cloned())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", server.command.display()))?;
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err("the MCP server has no stdio".into());
+    };
+    let client =
+        ().serve((stdout, stdin))
+            .await
+            .map_err(|e| format!("MCP initialize failed: {e}"))?;
+    let Value::Object(arguments) = args else {
+        return Err("tool arguments must be a JSON object".into());
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
+        .await
+        .map_err(|e| format!("tools/call failed: {e}"));
+    let _ = client.cancel().await;
+    let _ = child.kill().await;
+    let result = result?;
+    let text: String = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    Ok((result.is_error == Some(true), text))
+}
