@@ -61,6 +61,8 @@ struct State {
     cancels: HashMap<String, Arc<CancelSignal>>,
     /// The stdio MCP servers each session was given.
     servers: HashMap<String, Vec<tools::StdioServer>>,
+    /// The last child each session's `spawn_subagent` returned (`$child`).
+    last_child: HashMap<String, String>,
 }
 
 /// A per-session cancel flag with a wake-up.
@@ -237,7 +239,35 @@ async fn main() {
                     let state = state.clone();
                     // Run the turn off the dispatch loop, so `session/cancel` can arrive meanwhile.
                     cx.clone().spawn(async move {
-                        if text.contains("slow") {
+                        // Tool directives run first, then a `slow` wait, then the reply.
+                        let directives = tools::directives(&text);
+                        // The keywords below are read outside the directive lines.
+                        let plain: String = text
+                            .lines()
+                            .filter(|l| !l.trim_start().starts_with("tool:"))
+                            .collect::<Vec<_>>()
+                            .join("\n");
+                        let tool_reply = if directives.is_empty() {
+                            None
+                        } else {
+                            let servers =
+                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
+                            let mut lines = Vec::new();
+                            let mut last_child = lock(&state).last_child.get(&id).cloned();
+                            for directive in directives {
+                                let line = match tools::parse(&directive, last_child.as_deref()) {
+                                    Ok((name, args)) => tools::call(&servers, &name, args).await,
+                                    Err(line) => line,
+                                };
+                                if let Some(child) = tools::child_of(&line) {
+                                    last_child = Some(child.clone());
+                                    lock(&state).last_child.insert(id.clone(), child);
+                                }
+                                lines.push(line);
+                            }
+                            Some(lines.join("\n"))
+                        };
+                        if plain.contains("slow") {
                             let deadline = tokio::time::Instant::now() + SLOW_WAIT;
                             loop {
                                 let notified = signal.notify.notified();
@@ -252,21 +282,10 @@ async fn main() {
                                 }
                             }
                         }
-                        if text.contains("refuse") {
+                        if plain.contains("refuse") {
                             return responder.respond(PromptResponse::new(StopReason::Refusal));
                         }
-                        let directives = tools::directives(&text);
-                        if !directives.is_empty() {
-                            let servers =
-                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
-                            let mut lines = Vec::new();
-                            for directive in directives {
-                                lines.push(match directive {
-                                    Ok((name, args)) => tools::call(&servers, &name, args).await,
-                                    Err(line) => line,
-                                });
-                            }
-                            let reply = lines.join("\n");
+                        if let Some(reply) = tool_reply {
                             cx.send_notification(chunk(&id, true, reply.clone()))?;
                             let history = {
                                 let mut guard = lock(&state);
@@ -289,7 +308,7 @@ async fn main() {
                             return responder.respond(PromptResponse::new(StopReason::EndTurn));
                         }
                         let mut suffix = String::new();
-                        if text.contains("ask") {
+                        if plain.contains("ask") {
                             let request = RequestPermissionRequest::new(
                                 id.clone(),
                                 ToolCallUpdate::new("tool-1", ToolCallUpdateFields::new()),

@@ -5,6 +5,8 @@
 //! named `lineage` (its command, arguments and environment as declared), connects with the
 //! official Rust MCP SDK's client over the process's stdio, calls tool NAME, and its reply line
 //! is `tool NAME: <result text>` (`tool NAME error: <text>` for a tool error or a failure).
+//! `$child` in the arguments stands for the last child a `spawn_subagent` of this session
+//! returned, so one prompt can spawn a child and then talk to it.
 
 use std::process::Stdio;
 
@@ -46,18 +48,31 @@ pub fn stdio_servers(servers: &[McpServer]) -> Vec<StdioServer> {
         .collect()
 }
 
-/// The `tool:` directives of a prompt, in order: (tool name, arguments).
-pub fn directives(text: &str) -> Vec<Result<(String, Value), String>> {
+/// The `tool:` directive lines of a prompt, in order (parsed when they run: see [`parse`]).
+pub fn directives(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|line| line.trim().strip_prefix("tool:"))
-        .map(|rest| {
-            let rest = rest.trim();
-            let (name, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
-            serde_json::from_str::<Value>(args.trim())
-                .map(|args| (name.to_owned(), args))
-                .map_err(|e| format!("tool {name} error: its arguments are not JSON: {e}"))
-        })
+        .map(|rest| rest.trim().to_owned())
         .collect()
+}
+
+/// One directive, with `$child` replaced by `last_child`: (tool name, arguments).
+pub fn parse(directive: &str, last_child: Option<&str>) -> Result<(String, Value), String> {
+    let (name, args) = directive.split_once(' ').unwrap_or((directive, "{}"));
+    let args = match last_child {
+        Some(child) => args.replace("$child", child),
+        None => args.to_owned(),
+    };
+    serde_json::from_str::<Value>(args.trim())
+        .map(|args| (name.to_owned(), args))
+        .map_err(|e| format!("tool {name} error: its arguments are not JSON: {e}"))
+}
+
+/// The child id in a `spawn_subagent` result line, if any.
+pub fn child_of(line: &str) -> Option<String> {
+    let body = line.strip_prefix("tool spawn_subagent: ")?;
+    let value: Value = serde_json::from_str(body).ok()?;
+    value["child"].as_str().map(str::to_owned)
 }
 
 /// Calls `name` with `args` on the server named `lineage`; the reply line.

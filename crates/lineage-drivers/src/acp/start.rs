@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    EnvVariable, Implementation, InitializeRequest, McpServer, McpServerStdio, NewSessionRequest,
+    EnvVariable, Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerStdio,
+    NewSessionRequest,
 };
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -154,15 +155,19 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     })
 }
 
-/// `session/new` in `cwd`, declaring lineage's tools (stdio: all agents support it) when the
-/// session has them.
+/// `session/new` in `cwd`, declaring lineage's tools when the session has them.
 fn new_session(settings: &Settings, cwd: &std::path::Path) -> NewSessionRequest {
-    let request = NewSessionRequest::new(cwd);
+    NewSessionRequest::new(cwd).mcp_servers(tools_servers(settings))
+}
+
+/// lineage's tools as the MCP server the agent starts (stdio: every agent supports it): none
+/// when the session's profile has no tools.
+fn tools_servers(settings: &Settings) -> Vec<McpServer> {
     let Some(tools) = &settings.tools else {
-        return request;
+        return Vec::new();
     };
     let Some((program, args)) = tools.bridge.split_first() else {
-        return request;
+        return Vec::new();
     };
     let env = tools
         .env
@@ -172,7 +177,7 @@ fn new_session(settings: &Settings, cwd: &std::path::Path) -> NewSessionRequest 
     let server = McpServerStdio::new(super::TOOLS_SERVER_NAME, program)
         .args(args.to_vec())
         .env(env);
-    request.mcp_servers(vec![McpServer::Stdio(server)])
+    vec![McpServer::Stdio(server)]
 }
 
 /// The agent's working directory, absolute; a `BadRequest` when it is not a directory.
@@ -205,10 +210,9 @@ async fn load(
     session: &str,
     id: String,
 ) -> Option<ActiveSession<'static, Agent>> {
-    let load = cx
-        .load_session(id.clone(), cwd)
-        .block_task()
-        .start_session();
+    // The tools again: a resumed session has a new grant (and so a new secret).
+    let request = LoadSessionRequest::new(id.clone(), cwd).mcp_servers(tools_servers(settings));
+    let load = cx.load_session_from(request).block_task().start_session();
     let mut active = match tokio::time::timeout(settings.init_timeout, load).await {
         Ok(Ok(setup)) => setup.session,
         Ok(Err(e)) => {
