@@ -1,6 +1,7 @@
 //! `lineage bench` is covered by a short run of the built binary: the `baseline` scenario with
-//! a scaled-down sample count (starts its own nats-server, no lineage nodes), and a refused
-//! unknown scenario.
+//! a scaled-down sample count (starts its own nats-server, no lineage nodes), the `tools`
+//! scenario scaled down (its own cluster, the ACP test agent calling its MCP tools), and a
+//! refused unknown scenario.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -55,4 +56,36 @@ fn bench_refuses_an_unknown_scenario_with_a_usage_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown bench scenario"), "{stderr}");
     assert!(stderr.contains("baseline"), "{stderr}");
+}
+
+#[test]
+fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run() {
+    let out = lineage()
+        .args(["bench", "tools"])
+        .output()
+        .expect("run lineage bench tools");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for name in [
+        "nats request-reply (baseline)",
+        "spawn one-shot via the control service",
+        "spawn one-shot via the MCP tool",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{stdout}"));
+        for field in ["n=10", "p50=", "p99=", "x baseline"] {
+            assert!(line.contains(field), "{field} missing in {line}");
+        }
+    }
+    assert!(
+        stdout.contains("the tool path adds"),
+        "no comparison in:\n{stdout}"
+    );
 }

@@ -244,10 +244,21 @@ async fn main() {
                         // The keywords below are read outside the directive lines.
                         let plain: String = text
                             .lines()
-                            .filter(|l| !l.trim_start().starts_with("tool:"))
+                            .filter(|l| {
+                                let l = l.trim_start();
+                                !l.starts_with("tool:") && !l.starts_with("tool-bench:")
+                            })
                             .collect::<Vec<_>>()
                             .join("\n");
-                        let tool_reply = if directives.is_empty() {
+                        let bench = tools::bench_directive(&text);
+                        let tool_reply = if let Some((n, directive)) = bench {
+                            let servers =
+                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
+                            Some(match tools::parse(&directive, None) {
+                                Ok((name, args)) => tools::bench(&servers, n, &name, args).await,
+                                Err(line) => line,
+                            })
+                        } else if directives.is_empty() {
                             None
                         } else {
                             let servers =

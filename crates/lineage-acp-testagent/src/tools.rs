@@ -6,7 +6,10 @@
 //! official Rust MCP SDK's client over the process's stdio, calls tool NAME, and its reply line
 //! is `tool NAME: <result text>` (`tool NAME error: <text>` for a tool error or a failure).
 //! `$child` in the arguments stands for the last child a `spawn_subagent` of this session
-//! returned, so one prompt can spawn a child and then talk to it.
+//! returned, so one prompt can spawn a child and then talk to it. A line `tool-bench: N NAME
+//! {json}` (for `lineage bench tools`) calls the tool N times over one MCP connection, one call
+//! at a time, and replies `tool-bench NAME: {"micros": [...], "errors": [...]}` with each call's
+//! duration as the agent saw it.
 
 use std::process::Stdio;
 
@@ -56,6 +59,50 @@ pub fn directives(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A `tool-bench: N NAME {json}` line: (N, the directive after N).
+pub fn bench_directive(text: &str) -> Option<(usize, String)> {
+    let rest = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("tool-bench:"))?
+        .trim();
+    let (n, directive) = rest.split_once(' ')?;
+    Some((n.parse().ok()?, directive.trim().to_owned()))
+}
+
+/// Calls `name` `n` times over one connection; the reply line with each call's duration.
+pub async fn bench(servers: &[StdioServer], n: usize, name: &str, args: Value) -> String {
+    let outcome = async {
+        let (client, mut child) = connect(servers).await?;
+        let Value::Object(arguments) = args else {
+            return Err("tool arguments must be a JSON object".to_owned());
+        };
+        let mut micros = Vec::with_capacity(n);
+        let mut errors = Vec::new();
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone()),
+                )
+                .await;
+            micros.push(started.elapsed().as_micros() as u64);
+            match result {
+                Ok(r) if r.is_error != Some(true) => {}
+                Ok(r) => errors.push(text_of(&r)),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        let _ = client.cancel().await;
+        let _ = child.kill().await;
+        Ok(serde_json::json!({"micros": micros, "errors": errors}))
+    }
+    .await;
+    match outcome {
+        Ok(body) => format!("tool-bench {name}: {body}"),
+        Err(e) => format!("tool-bench {name} error: {e}"),
+    }
+}
+
 /// One directive, with `$child` replaced by `last_child`: (tool name, arguments).
 pub fn parse(directive: &str, last_child: Option<&str>) -> Result<(String, Value), String> {
     let (name, args) = directive.split_once(' ').unwrap_or((directive, "{}"));
@@ -84,11 +131,16 @@ pub async fn call(servers: &[StdioServer], name: &str, args: Value) -> String {
     }
 }
 
-async fn call_inner(
+/// Starts the server named `lineage` and connects the MCP client over its stdio.
+async fn connect(
     servers: &[StdioServer],
-    name: &str,
-    args: Value,
-) -> Result<(bool, String), String> {
+) -> Result<
+    (
+        rmcp::service::RunningService<rmcp::RoleClient, ()>,
+        tokio::process::Child,
+    ),
+    String,
+> {
     let server = servers
         .iter()
         .find(|s| s.name == "lineage")
@@ -109,6 +161,23 @@ async fn call_inner(
         ().serve((stdout, stdin))
             .await
             .map_err(|e| format!("MCP initialize failed: {e}"))?;
+    Ok((client, child))
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+async fn call_inner(
+    servers: &[StdioServer],
+    name: &str,
+    args: Value,
+) -> Result<(bool, String), String> {
+    let (client, mut child) = connect(servers).await?;
     let Value::Object(arguments) = args else {
         return Err("tool arguments must be a JSON object".into());
     };
@@ -119,10 +188,5 @@ async fn call_inner(
     let _ = client.cancel().await;
     let _ = child.kill().await;
     let result = result?;
-    let text: String = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect();
-    Ok((result.is_error == Some(true), text))
+    Ok((result.is_error == Some(true), text_of(&result)))
 }

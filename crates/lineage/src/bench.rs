@@ -2,7 +2,7 @@
 //! printing p50/p90/p99, throughput, and a raw NATS request-reply baseline measured on the same
 //! server in the same run, so figures compare as ratios on a noisy machine.
 //!
-//! Scenarios: `baseline`, `registry`, `spawn`, `settle`, `resume`, `drain`, `all`.
+//! Scenarios: `baseline`, `registry`, `spawn`, `settle`, `resume`, `drain`, `tools`, `all`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,7 +148,7 @@ where
 /// `lineage bench`.
 pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
     let known = [
-        "baseline", "registry", "spawn", "settle", "resume", "drain", "all",
+        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "all",
     ];
     if !known.contains(&scenario) {
         return Err(usage(format!(

@@ -267,7 +267,12 @@ async fn run_dev(
     Ok(())
 }
 
-/// The `acp-testagent` profile when the test agent is built next to this binary.
+/// A scripted agent that replies with its prompt.
+const ECHO_PROFILE: &str =
+    "\n[agents.echo]\ndriver = \"script\"\ndescription = \"replies with its prompt\"\n";
+
+/// The `acp-testagent` profile, and `delegator` (the same agent with lineage's tools over MCP),
+/// when the test agent is built next to this binary; `echo` (a scripted agent) always.
 fn testagent_profile() -> String {
     let agent = std::env::current_exe()
         .ok()
@@ -275,9 +280,9 @@ fn testagent_profile() -> String {
         .filter(|p| p.is_file());
     match agent {
         Some(path) => format!(
-            "\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {:?}\ndescription = \"deterministic ACP test agent\"\n",
-            path.display().to_string()
+            "\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {path:?}\ndescription = \"deterministic ACP test agent\"\n\n[agents.delegator]\ndriver = \"acp\"\ncommand = {path:?}\ntools = true\ndescription = \"the ACP test agent with lineage's tools: prompt lines `tool: NAME {{json}}` call them\"\n{ECHO_PROFILE}",
+            path = path.display().to_string()
         ),
-        None => String::new(),
+        None => ECHO_PROFILE.to_owned(),
     }
 }

@@ -16,7 +16,11 @@
 //! | `resume` | continuable children with a 100-event log, settled (cold) on node 2, resumed on node 3 with `resume` |
 //! | `drain` | 1,000 sessions (one tree), 10,000 (ten trees of 1,000) and 10,000 (one tree), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
 //!
+//! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
+//!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
+
+mod tools;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -41,7 +45,9 @@ use crate::cli::Global;
 use crate::dev::DevCluster;
 
 /// Every scenario, in the order `all` runs them.
-const SCENARIOS: [&str; 6] = ["baseline", "registry", "spawn", "settle", "resume", "drain"];
+const SCENARIOS: [&str; 7] = [
+    "baseline", "registry", "spawn", "settle", "resume", "drain", "tools",
+];
 
 /// Runs a scenario (`all`: each in turn; a failed one does not stop the others).
 pub async fn run(g: &Global, scenario: &str) -> Result<(), ControlError> {
@@ -90,6 +96,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "settle" => settle(&bench).await,
         "resume" => resume(&bench).await,
         "drain" => drain(&bench).await,
+        "tools" => tools::tools(&bench).await,
         other => Err(crate::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),
