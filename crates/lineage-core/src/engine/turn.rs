@@ -153,23 +153,27 @@ impl AgentEngine {
             }
             SubagentShape::OneShot => {}
         }
-        self.record(
-            JournalEvent::Spawned {
-                child: child.clone(),
-                shape,
-                node,
-                run,
-            },
-            out,
-        );
-        if let Some(result) = &result {
-            self.record(
-                JournalEvent::ChildResult {
-                    child: child.clone(),
-                    result: result.clone(),
-                },
-                out,
-            );
+        let spawned = JournalEvent::Spawned {
+            child: child.clone(),
+            shape,
+            node,
+            run,
+        };
+        // One append for the birth and a one-shot child's result, durable before the answer.
+        match &result {
+            Some(result) => {
+                self.stage(spawned, out);
+                self.record(
+                    JournalEvent::ChildResult {
+                        child: child.clone(),
+                        result: result.clone(),
+                    },
+                    out,
+                );
+            }
+            None => {
+                self.record(spawned, out);
+            }
         }
         out.push(EngineCommand::Answer {
             reply,
