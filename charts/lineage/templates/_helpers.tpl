@@ -546,7 +546,7 @@ a Deployment share one user, so their <node> is `*`, and they are denied the vot
 {{- $api := "$JS.API" }}
 {{- /* Hosting agents (voters and workers): per-node control, lifecycle events and parent
 inboxes, session event logs, drain progress. */}}
-{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.drain.*.progress" $p) }}
+{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.session.*.output" $p) (printf "%s.drain.*.progress" $p) }}
 {{- /* JetStream of a node: read the streams, session logs by direct get, a retried append's
 msg get, one durable pull consumer per live parent filtered on its inbox, acks. */}}
 {{- $jsNode := list
@@ -574,12 +574,13 @@ msg get, one durable pull consumer per live parent filtered on its inbox, acks. 
     (printf "%s.STREAM.MSG.GET.%s" $api $inbox) }}
 {{- /* The operator's own ephemeral consumers (`nats stream view`). */}}
 {{- $jsView := list
+    (printf "%s.DIRECT.GET.%s" $api $events)
     (printf "%s.CONSUMER.CREATE.%s.*.>" $api $inbox)
     (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox) }}
 {{- $reads := list (printf "%s.registry.read" $p) (printf "%s.registry.*.read" $p) }}
 {{- $srvServe := list "$SRV.*" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
 {{- $srvAsk := list "$SRV.INFO" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
-{{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) }}
+{{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) (printf "%s.session.*.output" $p) }}
 {{- /* `registry.*.read` / `registry.*.write.*` also match these: no write from a node named
 `read`, nor a token that is not a Raft id. */}}
 {{- $noOddWrites := list (printf "%s.registry.write.read" $p) (printf "%s.registry.write.write.>" $p) }}

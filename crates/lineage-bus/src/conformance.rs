@@ -42,6 +42,8 @@ pub trait Backend: Send + Sync {
     fn lifecycle(&self) -> BoxFuture<'_, Arc<dyn Lifecycle>>;
     /// A new handle on the control transport.
     fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>>;
+    /// A new handle on turn output.
+    fn output(&self) -> BoxFuture<'_, Arc<dyn crate::ports::TurnOutputs>>;
     /// The ack wait of the inbox consumers [`Backend::inbox`] makes.
     fn ack_wait(&self) -> Duration;
 }
@@ -477,6 +479,56 @@ pub async fn lifecycle_publish_subscribe(b: &dyn Backend) {
     }
 }
 
+async fn next_output(
+    feed: &mut dyn crate::ports::TurnOutputFeed,
+    what: &str,
+) -> lineage_core::output::TurnOutput {
+    tokio::time::timeout(DELIVERY, feed.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {DELIVERY:?}"))
+        .unwrap_or_else(|| panic!("{what}: the feed closed"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// A watch on a session sees its output in publish order and nothing of another session's; a
+/// watch on every session sees both (F1).
+pub async fn output_publish_subscribe(b: &dyn Backend) {
+    use lineage_core::output::{TurnEndOutcome, TurnOutput};
+    let bus = b.output().await;
+    let mut on_a = bus.watch(Some(&sid(1))).await.expect("watch A");
+    let mut all = bus.watch(None).await.expect("watch all");
+    let chunk = |s: u32, seq: u64| TurnOutput::Chunk {
+        session_id: sid(s),
+        turn: 0,
+        seq,
+        text: format!("t{seq}"),
+    };
+    let end = TurnOutput::TurnEnd {
+        session_id: sid(1),
+        turn: 0,
+        outcome: TurnEndOutcome::Completed,
+        error: None,
+        reply: Some("t1t2".into()),
+        at_ms: 3,
+    };
+    let sent = [chunk(1, 1), chunk(2, 1), chunk(1, 2), end.clone()];
+    for m in &sent {
+        bus.publish(m).await.expect("publish output");
+    }
+    for want in [chunk(1, 1), chunk(1, 2), end] {
+        assert_eq!(next_output(on_a.as_mut(), "A's output").await, want);
+    }
+    for want in sent {
+        assert_eq!(
+            next_output(all.as_mut(), "every session's output").await,
+            want
+        );
+    }
+    if let Ok(got) = tokio::time::timeout(Duration::from_millis(300), on_a.next()).await {
+        panic!("A's watch saw another session's output: {got:?}");
+    }
+}
+
 /// Expands to one `#[tokio::test]` per suite case, each running the case against the
 /// [`Backend`] that `$make` (an async expression, evaluated once per test) builds:
 ///
@@ -497,6 +549,7 @@ macro_rules! conformance_suite {
             inbox_in_progress_defers_redelivery,
             inbox_consumer_survives_reopen,
             lifecycle_publish_subscribe,
+            output_publish_subscribe,
             control_call_reaches_its_node,
             control_any_is_served_once,
             control_unserved_is_unavailable,

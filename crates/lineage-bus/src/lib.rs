@@ -9,8 +9,9 @@
 //! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
+//! | [`output`] | a turn's output as it comes, on core NATS (`session.<id>.output`) | F1 |
 //! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
-//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`] | issue 10 |
+//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`], [`ports::TurnOutputs`] | issue 10 |
 //! | [`memory`] | in-memory twins of the ports (same semantics, no nats-server) | issue 10 |
 //! | [`conformance`] | one suite both the NATS ports and the twins pass | issue 10 |
 //! | [`control`] | the control request helper over NATS; envelope and codes re-exported from `lineage_protocol` | N3 |
@@ -33,6 +34,7 @@ pub mod events;
 pub mod inbox;
 pub mod lifecycle;
 pub mod memory;
+pub mod output;
 pub mod ports;
 pub mod streams;
 pub mod subjects;
@@ -41,7 +43,7 @@ pub mod transport;
 
 pub use client::ControlClient;
 pub use error::BusError;
-pub use ports::{BusPorts, ControlTransport, EventLog, Inbox, Lifecycle};
+pub use ports::{BusPorts, ControlTransport, EventLog, Inbox, Lifecycle, TurnOutputs};
 pub use streams::StreamOptions;
 pub use subjects::Subjects;
 

@@ -18,8 +18,10 @@
 //!   nobody serves, or nobody answers in time, is `unavailable`.
 
 pub mod control;
+pub mod output;
 
 pub use control::MemoryControl;
+pub use output::MemoryTurnOutputs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,6 +55,7 @@ pub struct MemoryBus {
     inbox: Arc<InboxShared>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
     control: MemoryControl,
+    output: MemoryTurnOutputs,
 }
 
 impl Default for MemoryBus {
@@ -85,6 +88,7 @@ impl MemoryBus {
             }),
             lifecycle,
             control: MemoryControl::new(),
+            output: MemoryTurnOutputs::new(),
         }
     }
 
@@ -100,6 +104,11 @@ impl MemoryBus {
         MemoryInbox {
             shared: self.inbox.clone(),
         }
+    }
+
+    /// A handle on this bus's turn output.
+    pub fn output(&self) -> MemoryTurnOutputs {
+        self.output.clone()
     }
 
     /// A handle on this bus's lifecycle events.

@@ -142,6 +142,33 @@ pub trait LifecycleFeed: Send {
     fn next(&mut self) -> BoxFuture<'_, Option<Result<LifecycleEvent, BusError>>>;
 }
 
+/// A turn's output as it comes (F1): `turn-start`, `chunk`s, `turn-end` of each session's
+/// turns, at most once, to whoever watches when it is published.
+///
+/// Contract (checked by [`crate::conformance`]): a watch on a session sees that session's
+/// output published after the watch opened, in publish order, and nothing of other sessions; a
+/// watch on every session (`None`) sees all of it.
+pub trait TurnOutputs: Send + Sync + 'static {
+    /// Publishes one output message on its session's subject.
+    fn publish<'a>(
+        &'a self,
+        output: &'a lineage_core::output::TurnOutput,
+    ) -> BoxFuture<'a, Result<(), BusError>>;
+
+    /// A live feed of `session`'s output, or of every session's when `None`.
+    fn watch<'a>(
+        &'a self,
+        session: Option<&'a SessionId>,
+    ) -> BoxFuture<'a, Result<Box<dyn TurnOutputFeed>, BusError>>;
+}
+
+/// A live feed of turn output.
+pub trait TurnOutputFeed: Send {
+    /// The next message; `None` when the feed closed.
+    fn next(&mut self)
+        -> BoxFuture<'_, Option<Result<lineage_core::output::TurnOutput, BusError>>>;
+}
+
 /// Where a control call goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlTarget {
@@ -251,6 +278,8 @@ pub struct BusPorts {
     pub lifecycle: std::sync::Arc<dyn Lifecycle>,
     /// The control transport.
     pub control: std::sync::Arc<dyn ControlTransport>,
+    /// Turn output as it comes.
+    pub output: std::sync::Arc<dyn TurnOutputs>,
 }
 
 impl std::fmt::Debug for BusPorts {
@@ -279,6 +308,10 @@ impl BusPorts {
                 client.clone(),
                 subjects.clone(),
             )),
+            output: std::sync::Arc::new(crate::output::NatsTurnOutputs::new(
+                client.clone(),
+                subjects.clone(),
+            )),
             control: std::sync::Arc::new(crate::transport::NatsControl::new(client, subjects)),
         })
     }
@@ -291,6 +324,7 @@ impl BusPorts {
             inbox: std::sync::Arc::new(bus.inbox()),
             lifecycle: std::sync::Arc::new(bus.lifecycle()),
             control: std::sync::Arc::new(bus.control()),
+            output: std::sync::Arc::new(bus.output()),
         }
     }
 }

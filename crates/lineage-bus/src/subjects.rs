@@ -81,6 +81,16 @@ impl Subjects {
         format!("lineage.{}.session.*.events", self.cluster)
     }
 
+    /// `lineage.<cluster>.session.<id>.output`: a turn's output as it comes (F1).
+    pub fn session_output(&self, session: &SessionId) -> String {
+        format!("lineage.{}.session.{session}.output", self.cluster)
+    }
+
+    /// Every session's output (a wildcard subscription).
+    pub fn all_session_outputs(&self) -> String {
+        format!("lineage.{}.session.*.output", self.cluster)
+    }
+
     /// `lineage.<cluster>.ctl.<op>`: a control op any node may serve.
     pub fn control(&self, op: &str) -> String {
         format!("lineage.{}.ctl.{op}", self.cluster)

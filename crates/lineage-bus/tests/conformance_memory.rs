@@ -6,7 +6,7 @@ use std::time::Duration;
 use lineage_bus::conformance::Backend;
 use lineage_bus::memory::MemoryBus;
 use lineage_bus::ports::BoxFuture;
-use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle};
+use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle, TurnOutputs};
 
 /// Every handle is made from one bus, as every connection reaches one server.
 struct Memory(MemoryBus);
@@ -25,6 +25,9 @@ impl Backend for Memory {
     }
     fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>> {
         Box::pin(async { Arc::new(self.0.control()) as Arc<dyn ControlTransport> })
+    }
+    fn output(&self) -> BoxFuture<'_, Arc<dyn TurnOutputs>> {
+        Box::pin(async { Arc::new(self.0.output()) as Arc<dyn TurnOutputs> })
     }
     fn ack_wait(&self) -> Duration {
         ACK_WAIT

@@ -8,9 +8,10 @@ use lineage_bus::conformance::Backend;
 use lineage_bus::events::EventLogStore;
 use lineage_bus::inbox::ParentInbox;
 use lineage_bus::lifecycle::NatsLifecycle;
+use lineage_bus::output::NatsTurnOutputs;
 use lineage_bus::ports::BoxFuture;
 use lineage_bus::transport::NatsControl;
-use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle, Subjects};
+use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle, Subjects, TurnOutputs};
 use lineage_testkit::NatsServer;
 
 struct Nats {
@@ -68,6 +69,14 @@ impl Backend for Nats {
                 self.connect().await,
                 self.subjects.clone(),
             )) as Arc<dyn ControlTransport>
+        })
+    }
+    fn output(&self) -> BoxFuture<'_, Arc<dyn TurnOutputs>> {
+        Box::pin(async {
+            Arc::new(NatsTurnOutputs::new(
+                self.connect().await,
+                self.subjects.clone(),
+            )) as Arc<dyn TurnOutputs>
         })
     }
     fn ack_wait(&self) -> Duration {

@@ -16,6 +16,7 @@
 //! | [`composition`] | the child's creation-window composition | C1 |
 //! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
 //! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
+//! | [`output`] | a turn's output as it comes: `turn-start`, `chunk`, `turn-end` | F1 |
 //! | [`log`] | the append-only session event log | L1, P1, C3 |
 //! | [`journal`] | the typed events a hosted agent writes to its log | X2, M1–M3, E1 |
 //! | [`engine`] | one live agent's rules: accept, turns, restore, settle, as commands | X2, M1–M4, S1 |
@@ -44,6 +45,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod log;
 pub mod messages;
+pub mod output;
 pub mod policy;
 pub mod routing;
 

@@ -174,11 +174,24 @@ pub enum ActionOutcome {
     Refused(String),
 }
 
-/// A turn's way back to its host: actions during the turn. Cheap to clone; it stops working
-/// when the turn ends.
-#[derive(Debug, Clone)]
+/// Where a turn's streamed assistant text goes as it comes (F1): the host publishes it on the
+/// session's output subject. Best effort and non-blocking; the reply is recorded as usual.
+pub type OutputSink = std::sync::Arc<dyn Fn(String) + Send + Sync>;
+
+/// A turn's way back to its host: actions during the turn, and its output as it streams.
+/// Cheap to clone; it stops working when the turn ends.
+#[derive(Clone)]
 pub struct TurnCtx {
     tx: tokio::sync::mpsc::UnboundedSender<TurnRequest>,
+    output: Option<OutputSink>,
+}
+
+impl std::fmt::Debug for TurnCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnCtx")
+            .field("output", &self.output.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One [`TurnAction`] on its way to the agent task, with where its outcome goes.
@@ -194,7 +207,21 @@ impl TurnCtx {
     /// A context whose requests arrive on the returned receiver.
     pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<TurnRequest>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (TurnCtx { tx }, rx)
+        (TurnCtx { tx, output: None }, rx)
+    }
+
+    /// The same context, streaming the turn's text to `sink`.
+    pub fn with_output(mut self, sink: OutputSink) -> Self {
+        self.output = Some(sink);
+        self
+    }
+
+    /// Streams a piece of the assistant's text (a driver that streams calls this as the text
+    /// comes; nothing happens without a sink).
+    pub fn output(&self, text: &str) {
+        if let Some(sink) = &self.output {
+            sink(text.to_owned());
+        }
     }
 
     /// Asks the host for `action` and waits for its outcome (the turn ended: refused).

@@ -232,7 +232,8 @@ impl AgentDriver for ScriptDriver {
     }
 
     /// Runs the turn's actions through `ctx`, in order, so a step sees the outcome of the ones
-    /// before it (a `reply_result` after a spawn); a `fail` step ends the turn there.
+    /// before it (a `reply_result` after a spawn); a `fail` step ends the turn there. A reply is
+    /// streamed to the context's output word by word before it is recorded.
     fn turn_with<'a>(
         &'a mut self,
         input: TurnInput,
@@ -259,7 +260,13 @@ impl AgentDriver for ScriptDriver {
                     },
                 };
                 let outcome = match action {
-                    DriverAction::Reply(text) => ctx.act(TurnAction::Reply(text)).await,
+                    DriverAction::Reply(text) => {
+                        // Streamed word by word as it is "written" (F1), then recorded.
+                        for word in text.split_inclusive(' ') {
+                            ctx.output(word);
+                        }
+                        ctx.act(TurnAction::Reply(text)).await
+                    }
                     DriverAction::Report { content, delivery } => {
                         ctx.act(TurnAction::Report { content, delivery }).await
                     }

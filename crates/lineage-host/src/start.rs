@@ -122,16 +122,20 @@ impl Shared {
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
         log.append(AGENT_EVENT, record, now);
         // The first prompt is accepted with the creation window (one message): the agent
-        // takes its first turn on it as soon as it is live.
-        let accepted = Accepted {
-            message: TurnMessage::User { content: prompt },
-            wake: true,
-            dedup_id: None,
-            request_id: None,
-        };
-        let accepted = serde_json::to_value(&accepted)
-            .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
-        log.append(ACCEPTED_EVENT, accepted, now);
+        // takes its first turn on it as soon as it is live. A top-level session with no prompt
+        // starts idle: its first followup is its first turn (an ACP front door's session/new).
+        if !(prompt.is_empty() && header.parent_session().is_none()) {
+            let accepted = Accepted {
+                message: TurnMessage::User { content: prompt },
+                wake: true,
+                dedup_id: None,
+                request_id: None,
+            };
+            let accepted = serde_json::to_value(&accepted).map_err(|e| {
+                HostError::Internal(format!("cannot encode the first prompt: {e}"))
+            })?;
+            log.append(ACCEPTED_EVENT, accepted, now);
+        }
         // 1: durable before anything else sees the child: the whole creation window in one
         // message (all of it or none), on an empty log.
         let cursor = self

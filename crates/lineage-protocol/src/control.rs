@@ -63,7 +63,8 @@ pub struct SpawnRequest {
     pub shape: Option<SubagentShape>,
     /// The agent to run.
     pub agent: AgentSpec,
-    /// The first user message.
+    /// The first user message. A top-level session without one (empty) starts idle: its first
+    /// followup is its first turn.
     #[serde(default)]
     pub prompt: String,
     /// The node to host it; the serving node when absent.

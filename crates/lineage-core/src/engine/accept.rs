@@ -44,7 +44,11 @@ impl AgentEngine {
         }
         self.accepted.extend(record.once_keys());
         let message = record.message.clone();
+        let request_id = record.request_id.clone();
         let seq = self.stage(JournalEvent::Accepted(record), out);
+        if let Some(id) = request_id {
+            self.requests.insert(seq, id);
+        }
         let after_seq = self.flush(out);
         out.push(EngineCommand::Answer {
             reply,

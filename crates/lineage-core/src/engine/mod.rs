@@ -259,6 +259,9 @@ pub enum EngineCommand {
         index: u64,
         /// Its input messages, oldest first.
         messages: Vec<TurnMessage>,
+        /// The request ids of the followups among them (an ACP front door waits for the turn
+        /// that took its prompt).
+        request_ids: Vec<String>,
         /// Durable through this seq.
         after_seq: u64,
     },
@@ -338,6 +341,9 @@ pub struct AgentEngine {
     activation: Option<Activation>,
     wake: VecDeque<(u64, TurnMessage)>,
     quiet: Vec<(u64, TurnMessage)>,
+    /// The request ids of queued followups, by the seq of their `inbox/accepted`: a turn
+    /// names the followups it took ([`EngineCommand::RunTurn`]).
+    requests: BTreeMap<u64, String>,
     /// Top level: a turn runs or is due.
     busy: bool,
     /// The executor was told to take a turn and has not begun it.

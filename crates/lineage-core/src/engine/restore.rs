@@ -112,6 +112,7 @@ pub fn fold(
         activation,
         wake: VecDeque::new(),
         quiet: Vec::new(),
+        requests: BTreeMap::new(),
         busy: false,
         turn_due: false,
         in_turn: None,
@@ -152,6 +153,9 @@ pub fn fold(
     for (seq, a) in accepted {
         if consumed.contains(&seq) {
             continue;
+        }
+        if let Some(id) = &a.request_id {
+            engine.requests.insert(seq, id.clone());
         }
         if a.wake {
             engine.wake.push_back((seq, a.message));

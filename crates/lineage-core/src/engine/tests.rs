@@ -505,3 +505,70 @@ fn h1_k1_messages_a_turn_received_while_waiting_are_not_handed_to_a_turn_again_a
     assert_eq!(restored.pending(), (1, 0));
     assert_eq!(restored.last_report(&sid(11)), Some("child 11 progress"));
 }
+
+fn run_turn_request_ids(cmds: &[EngineCommand]) -> Option<Vec<String>> {
+    cmds.iter().find_map(|c| match c {
+        EngineCommand::RunTurn { request_ids, .. } => Some(request_ids.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn f1_a_turn_names_the_followups_it_took_and_a_restore_remembers_queued_ones() {
+    // Top level: two followups while a turn runs are the next turn, which names both.
+    let mut e = engine(None);
+    e.handle(user("first", Some("r1")), 1);
+    let begin = e.handle(EngineEvent::BeginTurn, 2);
+    assert_eq!(run_turn_request_ids(&begin), Some(vec!["r1".to_owned()]));
+    e.handle(user("second", Some("r2")), 3);
+    e.handle(user("no id", None), 4);
+    e.handle(user("third", Some("r3")), 5);
+    e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 6);
+    let next = e.handle(EngineEvent::BeginTurn, 7);
+    assert_eq!(run_turn_request_ids(&next), Some(vec!["r2".to_owned()]));
+    e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 8);
+    let next = e.handle(EngineEvent::BeginTurn, 9);
+    assert_eq!(run_turn_request_ids(&next), Some(vec![]));
+
+    // A followup accepted but not taken before a crash is named by the turn after restore;
+    // one a turn took is not named again.
+    let accepted = |text: &str, id: &str| {
+        JournalEvent::Accepted(crate::journal::Accepted {
+            message: TurnMessage::User {
+                content: text.into(),
+            },
+            wake: true,
+            dedup_id: None,
+            request_id: Some(id.into()),
+        })
+    };
+    let log = vec![
+        ev(1, accepted("one", "taken")),
+        ev(
+            2,
+            JournalEvent::TurnStart {
+                index: 0,
+                inputs: vec![1],
+            },
+        ),
+        ev(
+            3,
+            JournalEvent::TurnEnd {
+                index: 0,
+                stop_reason: StopReason::Completed,
+                error: None,
+            },
+        ),
+        ev(4, accepted("two", "queued")),
+    ];
+    let init = EngineInit {
+        session: sid(2),
+        parent: None,
+        shape: None,
+        label: None,
+        descriptor_pending: false,
+    };
+    let (mut e, _) = fold(init, &log, 4, true, 0).unwrap();
+    let begin = e.handle(EngineEvent::BeginTurn, 10);
+    assert_eq!(run_turn_request_ids(&begin), Some(vec!["queued".to_owned()]));
+}

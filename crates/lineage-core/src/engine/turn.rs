@@ -36,6 +36,10 @@ impl AgentEngine {
         self.turn_index += 1;
         self.in_turn = Some(index);
         let seqs: Vec<u64> = inputs.iter().map(|(seq, _)| *seq).collect();
+        let request_ids = seqs
+            .iter()
+            .filter_map(|seq| self.requests.remove(seq))
+            .collect();
         self.stage(
             JournalEvent::TurnStart {
                 index,
@@ -64,6 +68,7 @@ impl AgentEngine {
         out.push(EngineCommand::RunTurn {
             index,
             messages: inputs.into_iter().map(|(_, m)| m).collect(),
+            request_ids,
             after_seq,
         });
     }

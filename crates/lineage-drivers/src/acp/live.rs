@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::process::Process;
 use super::text::{agent_error, one_line, render_message, sdk_error};
 use super::PermissionPolicy;
-use crate::driver::{DriverAction, TurnInput};
+use crate::driver::{DriverAction, TurnCtx, TurnInput};
 use crate::error::DriverError;
 
 /// A running agent: its process, connection and session.
@@ -65,13 +65,15 @@ impl Live {
     }
 
     /// Runs one prompt turn: the turn's messages (after a pending replay) as one
-    /// `session/prompt`, the streamed reply collected until the agent answers or `timeout`
-    /// passes (then the prompt is cancelled and the turn fails).
+    /// `session/prompt`, the streamed reply collected (and passed to `ctx`'s output as it
+    /// comes) until the agent answers or `timeout` passes (then the prompt is cancelled and the
+    /// turn fails).
     pub(super) async fn prompt(
         &mut self,
         input: TurnInput,
         timeout: Duration,
         permissions: PermissionPolicy,
+        ctx: Option<&TurnCtx>,
     ) -> Result<Vec<DriverAction>, DriverError> {
         let mut blocks: Vec<ContentBlock> = Vec::new();
         if let Some(replay) = self.replay.take() {
@@ -107,6 +109,9 @@ impl Live {
                 SessionMessage::Message(dispatch) => {
                     if let Some(text) = absorb(dispatch, permissions).await {
                         if stale == 0 {
+                            if let Some(ctx) = ctx {
+                                ctx.output(&text);
+                            }
                             reply.push_str(&text);
                         }
                     }

@@ -230,7 +230,11 @@ impl AcpDriver {
         Ok(())
     }
 
-    async fn turn_inner(&mut self, input: TurnInput) -> Result<Vec<DriverAction>, DriverError> {
+    async fn turn_inner(
+        &mut self,
+        input: TurnInput,
+        ctx: Option<&TurnCtx>,
+    ) -> Result<Vec<DriverAction>, DriverError> {
         let Settings {
             prompt_timeout,
             cancel_grace,
@@ -242,7 +246,7 @@ impl AcpDriver {
             Some(live) => {
                 // Cancel and wind down prompts left over from an abandoned turn.
                 live.cancel(cancel_grace).await;
-                live.prompt(input, prompt_timeout, permissions).await
+                live.prompt(input, prompt_timeout, permissions, ctx).await
             }
         }
     }
@@ -269,11 +273,12 @@ impl AgentDriver for AcpDriver {
         &'a mut self,
         input: TurnInput,
     ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
-        Box::pin(self.turn_inner(input))
+        Box::pin(self.turn_inner(input, None))
     }
 
     /// The turn runs with its context in the tools' slot, so the agent's tool calls are this
-    /// turn's actions; the slot is cleared when the turn ends.
+    /// turn's actions; the slot is cleared when the turn ends. The streamed reply goes to the
+    /// context's output as it comes (F1).
     fn turn_with<'a>(
         &'a mut self,
         input: TurnInput,
@@ -282,10 +287,10 @@ impl AgentDriver for AcpDriver {
         let slot = self.settings.tools.as_ref().map(|t| t.slot.clone());
         Box::pin(async move {
             if let Some(slot) = &slot {
-                slot.set(ctx);
+                slot.set(ctx.clone());
             }
             let _clear = ClearOnDrop(slot);
-            self.turn_inner(input).await
+            self.turn_inner(input, Some(&ctx)).await
         })
     }
 

@@ -23,7 +23,7 @@ use lineage_drivers::driver::ActionOutcome;
 #[derive(Debug, Default)]
 pub(crate) struct Leftover {
     /// `RunTurn`: the driver runs on these.
-    pub(crate) run: Option<(u64, Vec<lineage_core::journal::TurnMessage>)>,
+    pub(crate) run: Option<(u64, Vec<lineage_core::journal::TurnMessage>, Vec<String>)>,
     /// `BeforeBirth` passed (the birth may go ahead), or its flush failed.
     pub(crate) birth: Option<Result<(), String>>,
 }
@@ -95,9 +95,12 @@ impl AgentTask {
                 }
                 EngineCommand::TakeTurn => self.want_turn = true,
                 EngineCommand::RunTurn {
-                    index, messages, ..
+                    index,
+                    messages,
+                    request_ids,
+                    ..
                 } => match &failed {
-                    None => left.run = Some((index, messages)),
+                    None => left.run = Some((index, messages, request_ids)),
                     Some(e) => follow.push(EngineEvent::TurnEnded(TurnOutcome::Failed(e.clone()))),
                 },
                 EngineCommand::CancelTurn => self.cancel_turn(),

@@ -13,6 +13,7 @@
 mod actions;
 mod exec;
 mod mail;
+mod output;
 mod turn;
 
 use mail::arrival_of;
@@ -154,6 +155,8 @@ pub(crate) struct AgentTask {
     pub(crate) wake_traces: HashMap<u64, TraceContext>,
     /// The seq of the waking message staged last (its trace is recorded when it is answered).
     pub(crate) staged_wake: Option<u64>,
+    /// The reply the running turn recorded (for its `turn-end` output).
+    pub(crate) turn_reply: Option<String>,
 }
 
 /// Starts the driver, registers the agent, publishes `subagent/start` (a child with a run),
@@ -259,6 +262,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         trace: lineage_bus::trace::current(),
         wake_traces: HashMap::new(),
         staged_wake: None,
+        turn_reply: None,
     };
     if start_recorded {
         if let Err(e) = task.flush().await {

@@ -17,6 +17,7 @@ use lineage_core::engine::{EngineEvent, TurnOutcome};
 use tokio::sync::mpsc;
 
 use super::actions::Side;
+use super::output::TurnStream;
 use super::{AgentCmd, AgentTask, Pending};
 use crate::control::SpawnReply;
 use crate::error::HostError;
@@ -58,11 +59,23 @@ impl AgentTask {
             .engine
             .handle(EngineEvent::BeginTurn, self.shared.now());
         let left = self.exec(commands).await;
-        let (Some((index, messages)), Some(mut driver)) = (left.run, self.driver.take()) else {
+        let (Some((index, messages, request_ids)), Some(mut driver)) =
+            (left.run, self.driver.take())
+        else {
             self.clear_slot();
             return;
         };
+        let stream = TurnStream::open(
+            self.shared.output.clone(),
+            self.session.clone(),
+            index,
+            request_ids,
+            self.shared.now(),
+        )
+        .await;
+        self.turn_reply = None;
         let (ctx, mut requests) = TurnCtx::channel();
+        let ctx = ctx.with_output(stream.sink());
         let input = TurnInput {
             turn_index: index,
             messages,
@@ -122,11 +135,15 @@ impl AgentTask {
             Some(Ok(())) => TurnOutcome::Completed,
         };
         // Host shutdown: no settlement, the session stays resumable.
+        let ended = outcome.clone();
         let event = match self.done || self.stop.is_cancelled() {
             true => EngineEvent::TurnAbandoned(outcome),
             false => EngineEvent::TurnEnded(outcome),
         };
         self.feed(event).await;
+        // After the turn's end is durable: whoever watches the output learns it ended.
+        let reply = self.turn_reply.take();
+        stream.close(&ended, reply, self.shared.now()).await;
     }
 
     fn clear_slot(&self) {
@@ -164,7 +181,10 @@ impl AgentTask {
         let TurnRequest { action, reply } = request;
         let id = self.reply_id(Pending::Action(reply));
         match action {
-            TurnAction::Reply(text) => self.feed(EngineEvent::Replied { text, reply: id }).await,
+            TurnAction::Reply(text) => {
+                self.turn_reply = Some(text.clone());
+                self.feed(EngineEvent::Replied { text, reply: id }).await
+            }
             TurnAction::Report { content, delivery } => {
                 let op = op_span!("report", self.shared.node());
                 op.record("session", &self.session)
