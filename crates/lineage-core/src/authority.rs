@@ -20,8 +20,8 @@ use crate::ids::SessionId;
 
 /// The authority an interrupt is sent with (M4).
 ///
-/// Wire forms: `{"kind":"user","parent_session_id":"…"}` and
-/// `{"kind":"ancestor","session":"…"}`.
+/// Wire forms: `{"kind":"user","parent_session_id":"…"}`, `{"kind":"ancestor","session":"…"}`
+/// and `{"kind":"top_level"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum InterruptAuthority {
@@ -35,6 +35,9 @@ pub enum InterruptAuthority {
         /// The claiming session.
         session: SessionId,
     },
+    /// The user of a top-level session, cancelling its own turn (an ACP client's
+    /// `session/cancel`): valid only when the target has no parent.
+    TopLevel,
 }
 
 /// Answers "is X an ancestor of Y" (R3).
@@ -71,7 +74,13 @@ pub fn check_interrupt_authority(
                 "user authority names parent {parent_session_id}, but the parent of {target} is {parent}; name the target's own parent"
             )),
             None => refuse(format!(
-                "user authority names parent {parent_session_id}, but {target} is a top-level session with no parent; interrupt it directly, not as a child"
+                "user authority names parent {parent_session_id}, but {target} is a top-level session with no parent; interrupt it with top-level authority (`lineage interrupt --top-level`)"
+            )),
+        },
+        InterruptAuthority::TopLevel => match target_parent {
+            None => Ok(()),
+            Some(parent) => refuse(format!(
+                "top-level authority is for top-level sessions, but {target} is a child of {parent}; act as the user of its parent or as an ancestor"
             )),
         },
         InterruptAuthority::Ancestor { session } => {
@@ -281,6 +290,26 @@ mod tests {
         let msg = reason(check_interrupt_authority(&sid(1), None, &user(2), &a).unwrap_err());
         assert!(
             msg.contains("top-level") && msg.contains(sid(1).as_str()),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn f1_m4_top_level_authority_cancels_a_top_level_turn_only() {
+        let a = family();
+        assert_eq!(
+            serde_json::to_string(&InterruptAuthority::TopLevel).unwrap(),
+            r#"{"kind":"top_level"}"#
+        );
+        check_interrupt_authority(&sid(1), None, &InterruptAuthority::TopLevel, &a).unwrap();
+        let msg = reason(
+            check_interrupt_authority(&sid(3), Some(&sid(2)), &InterruptAuthority::TopLevel, &a)
+                .unwrap_err(),
+        );
+        assert!(
+            msg.contains("top-level authority")
+                && msg.contains(sid(3).as_str())
+                && msg.contains(sid(2).as_str()),
             "{msg}"
         );
     }

@@ -18,8 +18,11 @@ pub struct Args {
     #[arg(long, conflicts_with = "as_ancestor")]
     pub as_user: Option<String>,
     /// Act as this ancestor session.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "top_level")]
     pub as_ancestor: Option<String>,
+    /// Act as the user of a top-level target (cancel its own turn).
+    #[arg(long, conflicts_with = "as_user")]
+    pub top_level: bool,
 }
 
 /// Sends the interrupt and prints what it did.
@@ -28,18 +31,20 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         target,
         as_user,
         as_ancestor,
+        top_level,
     } = args;
     let target = parse_session("target", &target)?;
-    let authority = match (as_user, as_ancestor) {
-        (Some(p), None) => InterruptAuthority::User {
+    let authority = match (as_user, as_ancestor, top_level) {
+        (Some(p), None, false) => InterruptAuthority::User {
             parent_session_id: parse_session("--as-user", &p)?,
         },
-        (None, Some(a)) => InterruptAuthority::Ancestor {
+        (None, Some(a), false) => InterruptAuthority::Ancestor {
             session: parse_session("--as-ancestor", &a)?,
         },
+        (None, None, true) => InterruptAuthority::TopLevel,
         _ => {
             return Err(usage(
-                "say who interrupts: --as-user PARENT_SESSION or --as-ancestor SESSION",
+                "say who interrupts: --as-user PARENT_SESSION, --as-ancestor SESSION, or --top-level for a top-level session",
             ))
         }
     };
