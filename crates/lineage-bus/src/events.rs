@@ -52,6 +52,17 @@ impl EventLogStore {
         Self::open_with(client, subjects, StreamOptions::default()).await
     }
 
+    /// A reader of the events stream, neither creating nor checking it (a client that only
+    /// reads logs, by direct gets: `lineage acp` loading a session).
+    pub fn reader(client: async_nats::Client, subjects: Subjects) -> Self {
+        let js = jetstream::new(client.clone());
+        EventLogStore {
+            client,
+            js,
+            subjects,
+        }
+    }
+
     /// Binds to the events stream of a cluster, creating it (with `options.replicas` replicas)
     /// if it does not exist; an existing one with fewer replicas is updated or refused as
     /// `options.update` says (see [`crate::streams`]). The stream allows direct gets (one round

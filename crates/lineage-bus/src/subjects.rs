@@ -81,6 +81,16 @@ impl Subjects {
         format!("lineage.{}.session.*.events", self.cluster)
     }
 
+    /// Every parent's `start` subject (a wildcard subscription).
+    pub fn all_parent_starts(&self) -> String {
+        format!("lineage.{}.parent.*.start", self.cluster)
+    }
+
+    /// Every parent's `end` subject (a wildcard subscription).
+    pub fn all_parent_ends(&self) -> String {
+        format!("lineage.{}.parent.*.end", self.cluster)
+    }
+
     /// `lineage.<cluster>.session.<id>.output`: a turn's output as it comes (F1).
     pub fn session_output(&self, session: &SessionId) -> String {
         format!("lineage.{}.session.{session}.output", self.cluster)

@@ -131,9 +131,8 @@ impl Shared {
                 dedup_id: None,
                 request_id: None,
             };
-            let accepted = serde_json::to_value(&accepted).map_err(|e| {
-                HostError::Internal(format!("cannot encode the first prompt: {e}"))
-            })?;
+            let accepted = serde_json::to_value(&accepted)
+                .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
             log.append(ACCEPTED_EVENT, accepted, now);
         }
         // 1: durable before anything else sees the child: the whole creation window in one

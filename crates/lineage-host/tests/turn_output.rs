@@ -80,7 +80,12 @@ async fn f1_a_top_level_session_without_a_prompt_starts_idle_and_streams_each_tu
         }
         // The end is durable when it is announced.
         let log = cluster.log(&root).await;
-        assert_eq!(count_kind(&log, "turn/end") as u64, n + 1, "{:?}", kinds(&log));
+        assert_eq!(
+            count_kind(&log, "turn/end") as u64,
+            n + 1,
+            "{:?}",
+            kinds(&log)
+        );
     }
     host.shutdown().await;
 }

@@ -133,6 +133,15 @@ pub enum Verb {
     /// its hosting node gives it (LINEAGE_MCP_SOCKET, LINEAGE_MCP_SECRET); not for people.
     #[command(after_help = "Example (what a hosted agent's MCP entry runs):\n  lineage mcp")]
     Mcp,
+    /// An ACP agent on stdio for an editor: each ACP session is a top-level lineage session of
+    /// the profile, hosted in the cluster; descendants show as subagent sessions.
+    ///
+    /// Put it in an editor's agent settings as the command, e.g. Zed's `agent_servers`:
+    /// `{"lineage": {"command": "lineage", "args": ["acp", "--profile", "claude"]}}`.
+    #[command(
+        after_help = "Example:\n  lineage acp --profile delegator --nats nats://127.0.0.1:4222"
+    )]
+    Acp(crate::acp::Args),
     /// Cluster status: leader, voters, nodes with lease age, sessions by state.
     #[command(after_help = "Example:\n  lineage status --nats nats://127.0.0.1:4222")]
     Status,

@@ -13,6 +13,7 @@
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
 //! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
 
+mod acp;
 mod bench;
 mod cli;
 mod cmd;

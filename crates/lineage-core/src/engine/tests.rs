@@ -570,5 +570,8 @@ fn f1_a_turn_names_the_followups_it_took_and_a_restore_remembers_queued_ones() {
     };
     let (mut e, _) = fold(init, &log, 4, true, 0).unwrap();
     let begin = e.handle(EngineEvent::BeginTurn, 10);
-    assert_eq!(run_turn_request_ids(&begin), Some(vec!["queued".to_owned()]));
+    assert_eq!(
+        run_turn_request_ids(&begin),
+        Some(vec!["queued".to_owned()])
+    );
 }

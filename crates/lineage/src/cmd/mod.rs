@@ -60,9 +60,12 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Watch(_) => Some("watch"),
         Verb::Status => Some("status"),
         Verb::Agents => Some("agents"),
-        Verb::Node { .. } | Verb::Dev { .. } | Verb::Config(_) | Verb::Bench { .. } | Verb::Mcp => {
-            None
-        }
+        Verb::Node { .. }
+        | Verb::Dev { .. }
+        | Verb::Config(_)
+        | Verb::Bench { .. }
+        | Verb::Mcp
+        | Verb::Acp(_) => None,
     };
     let outcome = match command {
         Some(command) => traced(command, run_verb(&g, cli.verb)).await,
@@ -132,6 +135,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Status => status::run(g).await,
         Verb::Agents => agents::run(g).await,
         Verb::Mcp => mcp::run().await,
+        Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
     }

@@ -1,0 +1,256 @@
+//! The ACP front door (F1–F3; issue 11 part 2), with a real nats-server and three real node
+//! processes: `lineage acp --profile delegator` on stdio, driven by the agent-client-protocol
+//! crate's *client* (as an editor), declaring the `subagents` capability. The root (the ACP
+//! test agent, tools on) spawns a continuable child on another node through its MCP tools; the
+//! client sees the child announced before any of its traffic, the child's text under its own
+//! session id, the root's text streamed; a second connection loads the tree back; closing the
+//! session drains it.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    ClientCapabilities, CloseSessionRequest, ContentBlock, ContentChunk, InitializeRequest,
+    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
+    StopReason, SubagentCapabilities,
+};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use lineage_testkit::binary::lineage_bin;
+use lineage_testkit::prelude::Cluster;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+fn profiles() -> String {
+    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
+    assert!(
+        agent.exists(),
+        "{} is missing: cargo build --workspace --bins",
+        agent.display()
+    );
+    format!(
+        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n\n[agents.echo]\ndriver = \"script\"\n",
+        agent.display()
+    )
+}
+
+/// One editor connection to a `lineage acp` process.
+struct Editor {
+    cx: ConnectionTo<Agent>,
+    seen: Arc<Mutex<Vec<SessionNotification>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    process: tokio::process::Child,
+}
+
+impl Editor {
+    async fn open(cluster: &Cluster, subagents: bool) -> Editor {
+        let mut process = tokio::process::Command::new(lineage_bin())
+            .args(["--nats", &cluster.nats.url(), "--cluster", &cluster.cluster])
+            .args(["acp", "--profile", "delegator", "--turn-timeout-s", "60"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start lineage acp");
+        let stdin = process.stdin.take().unwrap();
+        let stdout = process.stdout.take().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (cx_tx, cx_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let record = seen.clone();
+        let connection = Client
+            .v1()
+            .name("test-editor")
+            .on_receive_notification(
+                async move |n: SessionNotification, _cx| {
+                    record.lock().unwrap().push(n);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .connect_with(
+                ByteStreams::new(stdin.compat_write(), stdout.compat()),
+                async move |cx: ConnectionTo<Agent>| {
+                    drop(cx_tx.send(cx));
+                    drop(stop_rx.await);
+                    Ok(())
+                },
+            );
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let cx = cx_rx.await.expect("connected");
+        let mut caps = ClientCapabilities::new();
+        if subagents {
+            caps = caps.subagents(SubagentCapabilities::new());
+        }
+        let init = cx
+            .send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+            .block_task()
+            .await
+            .expect("initialize");
+        assert!(init.agent_capabilities.load_session);
+        Editor {
+            cx,
+            seen,
+            _stop: stop_tx,
+            process,
+        }
+    }
+
+    fn seen(&self) -> Vec<SessionNotification> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits up to 30 s for `what` to hold of what was seen.
+    async fn wait(&self, what: &str, ok: impl Fn(&[SessionNotification]) -> bool) {
+        for _ in 0..300 {
+            if ok(&self.seen()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{what}: not seen within 30 s; seen: {:#?}", self.seen());
+    }
+}
+
+/// The agent text shown in `session`, joined.
+fn text_in(seen: &[SessionNotification], session: &str, agent: bool) -> String {
+    seen.iter()
+        .filter(|n| n.session_id.to_string() == session)
+        .filter_map(|n| match (&n.update, agent) {
+            (SessionUpdate::AgentMessageChunk(ContentChunk { content, .. }), true)
+            | (SessionUpdate::UserMessageChunk(ContentChunk { content, .. }), false) => {
+                match content {
+                    ContentBlock::Text(t) => Some(t.text.clone()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The subagents announced on `parent`'s session: (child id, title) of each first update.
+fn announced(seen: &[SessionNotification], parent: &str) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for n in seen.iter().filter(|n| n.session_id.to_string() == parent) {
+        if let SessionUpdate::SubagentUpdate(u) = &n.update {
+            let id = u.session_id.to_string();
+            if !out.iter().any(|(c, _)| *c == id) {
+                let title = serde_json::to_value(u).unwrap()["title"]
+                    .as_str()
+                    .map(str::to_owned);
+                out.push((id, title));
+            }
+        }
+    }
+    out
+}
+
+fn prompt(session: &str, text: &str) -> PromptRequest {
+    PromptRequest::new(
+        session.to_owned(),
+        vec![ContentBlock::from(text.to_owned())],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and_closes_it() {
+    let cluster = Cluster::start_with_toml(3, &[], &profiles());
+    let editor = Editor::open(&cluster, true).await;
+    let cwd = tempfile::tempdir().unwrap();
+    let opened = editor
+        .cx
+        .send_request(NewSessionRequest::new(cwd.path()))
+        .block_task()
+        .await
+        .expect("session/new");
+    let root = opened.session_id.to_string();
+    // A top-level lineage session, started idle.
+    let tree = cluster.tree(&root);
+    assert_eq!(tree.len(), 1, "{tree:?}");
+
+    // F1: a prompt is a followup; the turn's text streams back; the turn's end answers it.
+    let spawn = r#"tool: spawn_subagent {"profile": "echo", "prompt": "hello child", "shape": "continuable", "label": "kid", "node": "node-2"}"#;
+    let answer = editor
+        .cx
+        .send_request(prompt(&root, spawn))
+        .block_task()
+        .await
+        .expect("session/prompt");
+    assert_eq!(answer.stop_reason, StopReason::EndTurn);
+    let said = text_in(&editor.seen(), &root, true);
+    assert!(said.starts_with("tool spawn_subagent: "), "{said}");
+
+    // F2: the child is announced on the root's session, titled by its label, before any of
+    // its own traffic; its reply shows under its own session id.
+    let kids = announced(&editor.seen(), &root);
+    assert_eq!(kids.len(), 1, "{:#?}", editor.seen());
+    let (child, title) = kids[0].clone();
+    assert_eq!(title.as_deref(), Some("kid"));
+    editor
+        .wait("the child's reply under its own id", |seen| {
+            text_in(seen, &child, true).contains("hello child")
+        })
+        .await;
+    let seen = editor.seen();
+    let first_own = seen
+        .iter()
+        .position(|n| n.session_id.to_string() == child)
+        .unwrap();
+    let announce = seen
+        .iter()
+        .position(|n| matches!(&n.update, SessionUpdate::SubagentUpdate(u) if u.session_id.to_string() == child))
+        .unwrap();
+    assert!(announce < first_own, "announced before its traffic");
+    let row = cluster.row(&root, &child);
+    assert_eq!(row["node"], "node-2", "{row}");
+
+    // F3: another connection loads the root: its transcript and its tree come back.
+    let other = Editor::open(&cluster, true).await;
+    other
+        .cx
+        .send_request(LoadSessionRequest::new(root.clone(), cwd.path()))
+        .block_task()
+        .await
+        .expect("session/load");
+    let loaded = other.seen();
+    assert!(
+        text_in(&loaded, &root, false).contains("tool: spawn_subagent"),
+        "{loaded:#?}"
+    );
+    assert!(text_in(&loaded, &root, true).starts_with("tool spawn_subagent: "));
+    assert_eq!(
+        announced(&loaded, &root),
+        vec![(child.clone(), Some("kid".into()))]
+    );
+    assert!(text_in(&loaded, &child, true).contains("hello child"));
+    // Loading a child, or a session that does not exist, is refused in one line.
+    let refused = other
+        .cx
+        .send_request(LoadSessionRequest::new(child.clone(), cwd.path()))
+        .block_task()
+        .await
+        .expect_err("a child is not a root");
+    assert!(
+        format!("{refused:?}").contains("load the root of its tree"),
+        "{refused:?}"
+    );
+
+    // Closing the session drains the tree, children first.
+    editor
+        .cx
+        .send_request(CloseSessionRequest::new(root.clone()))
+        .block_task()
+        .await
+        .expect("session/close");
+    for row in cluster.tree(&root) {
+        assert_eq!(row["state"], "disposed", "{row}");
+    }
+    drop(other);
+    let mut editor = editor;
+    let _ = editor.process.start_kill();
+}
