@@ -65,6 +65,18 @@ if ! python3 -c 'import mcp' >/dev/null 2>&1; then
   fi
 fi
 
+# The ACP Python SDK (PyPI agent-client-protocol, module `acp`): an ACP client this project did
+# not write, as the editor of the front door test (f1_acp_python), which fails without it.
+if ! python3 -c 'import acp' >/dev/null 2>&1; then
+  if have pip || have pip3; then
+    echo "install-deps: installing the ACP Python SDK (pip install agent-client-protocol==0.12.1)"
+    "$(command -v pip || command -v pip3)" install --quiet agent-client-protocol==0.12.1 >/dev/null 2>&1 \
+      || echo "install-deps: the ACP Python SDK is not installed (pip failed); f1_acp_python will fail" >&2
+  else
+    echo "install-deps: no pip: the ACP Python SDK is not installed; f1_acp_python will fail" >&2
+  fi
+fi
+
 # natscli v0.5.0 for the natscli inspection test (o3_natscli); without it that test skips.
 if ! have nats && have go; then
   echo "install-deps: installing natscli v0.5.0 (go install github.com/nats-io/natscli/nats@v0.5.0)"

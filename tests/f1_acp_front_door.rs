@@ -184,6 +184,18 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     assert_eq!(answer.stop_reason, StopReason::EndTurn);
     let said = text_in(&editor.seen(), &root, true);
     assert!(said.starts_with("tool spawn_subagent: "), "{said}");
+    // The usage the agent reported with its turn is recorded, and summed over the tree.
+    // (The test agent reports 100 tokens and 0.0005 USD per turn; the child's settlement may
+    // have woken the root for a second turn already.)
+    let row = cluster.row(&root, &root);
+    let used = row["usage"]["used_tokens"].as_u64().unwrap_or(0);
+    assert!(used >= 100 && used.is_multiple_of(100), "{row}");
+    assert_eq!(row["subtree_usage"]["used_tokens"], used, "{row}");
+    assert_eq!(
+        row["subtree_usage"]["cost_micros"]["USD"],
+        used * 5,
+        "{row}"
+    );
 
     // F2: the child is announced on the root's session, titled by its label, before any of
     // its own traffic; its reply shows under its own session id.

@@ -13,7 +13,8 @@
 //!   A prompt containing `slow` waits up to 10 s unless `session/cancel` arrives, and then ends
 //!   with stop reason `cancelled`; one containing `refuse` ends with stop reason `refusal`; one
 //!   containing `ask` first asks the client's permission (options `allow` / `reject`) and adds
-//!   ` [permission: selected <option>|cancelled]` to the reply.
+//!   ` [permission: selected <option>|cancelled]` to the reply. Every answered prompt ends with a
+//!   `usage_update`: 100 tokens in context and a cumulative cost of 0.0005 USD per turn.
 //! - A prompt with `tool: NAME {json}` lines calls those tools, in order, on the stdio MCP
 //!   server named `lineage` that its session was given ([`tools`]), and replies with one
 //!   `tool NAME: <result>` line each (instead of the echo).
@@ -27,11 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Cost, Implementation,
     InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, SessionNotification,
-    SessionUpdate, StopReason, ToolCallUpdate, ToolCallUpdateFields,
+    SessionUpdate, StopReason, ToolCallUpdate, ToolCallUpdateFields, UsageUpdate,
 };
 use agent_client_protocol::{Agent, ByteStreams, Error};
 use serde::{Deserialize, Serialize};
@@ -127,6 +128,17 @@ fn chunk(session: &str, agent: bool, text: String) -> SessionNotification {
         SessionUpdate::UserMessageChunk(content)
     };
     SessionNotification::new(session.to_string(), update)
+}
+
+/// A `usage_update` after turn `turn` (deterministic: 100 tokens and 0.0005 USD per turn).
+fn usage(session: &str, turn: usize) -> SessionNotification {
+    let turn = turn as u64;
+    SessionNotification::new(
+        session.to_string(),
+        SessionUpdate::UsageUpdate(
+            UsageUpdate::new(100 * turn, 200_000).cost(Cost::new(0.0005 * turn as f64, "USD")),
+        ),
+    )
 }
 
 /// A request error carrying a one-line reason.
@@ -298,6 +310,7 @@ async fn main() {
                         }
                         if let Some(reply) = tool_reply {
                             cx.send_notification(chunk(&id, true, reply.clone()))?;
+                            cx.send_notification(usage(&id, turn))?;
                             let history = {
                                 let mut guard = lock(&state);
                                 let history = guard.sessions.entry(id.clone()).or_default();
@@ -355,6 +368,7 @@ async fn main() {
                         if !suffix.is_empty() {
                             cx.send_notification(chunk(&id, true, suffix))?;
                         }
+                        cx.send_notification(usage(&id, turn))?;
                         let history = {
                             let mut guard = lock(&state);
                             let history = guard.sessions.entry(id.clone()).or_default();

@@ -26,6 +26,7 @@
 //! | [`routing`] | forward-once routing of a request to the node hosting its session; the owner of a hosted agent | R2, M3, M4 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
+//! | [`usage`] | usage hosted agents report, per session and summed per subtree | Q3 |
 //! | [`error`] | [`CoreError`], the crate's one error enum | |
 
 #![deny(missing_docs)]
@@ -48,5 +49,6 @@ pub mod messages;
 pub mod output;
 pub mod policy;
 pub mod routing;
+pub mod usage;
 
 pub use error::CoreError;

@@ -113,6 +113,9 @@ pub enum TurnAction {
     },
     /// List this agent's children.
     ListChildren,
+    /// Record the usage the agent last reported (once per turn, at its end): replaces the
+    /// session's previous usage in the registry.
+    Usage(lineage_core::usage::SessionUsage),
     /// Wait for children's reports and settlements, received in this turn
     /// ([`ActionOutcome::Arrived`]).
     WaitChildren {

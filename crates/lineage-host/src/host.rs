@@ -293,6 +293,24 @@ impl Shared {
         .map(|_| ())
     }
 
+    /// Records the usage a hosted agent reported (fenced by its epoch).
+    pub(crate) async fn record_usage(
+        &self,
+        session: &SessionId,
+        usage: lineage_core::usage::SessionUsage,
+        epoch: Option<u64>,
+    ) -> Result<(), HostError> {
+        self.write(|request_id, at_ms| Command::RecordUsage {
+            request_id,
+            at_ms,
+            session: session.clone(),
+            usage: usage.clone(),
+            expected_epoch: epoch,
+        })
+        .await
+        .map(|_| ())
+    }
+
     pub(crate) fn check_running(&self) -> Result<(), HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::ShuttingDown(self.cfg.node.to_string()));

@@ -226,6 +226,7 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             start_deadline_ms: Some(30_000),
+            usage: None,
         };
         let adopted: Vec<SessionState> = SessionState::ALL
             .into_iter()

@@ -32,6 +32,7 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
         Command::RegisterSession { .. }
         | Command::ExpireStart { .. }
         | Command::SetState { .. }
+        | Command::RecordUsage { .. }
         | Command::CloseAdmission { .. }
         | Command::Dispose { .. }
         | Command::AppendRun { .. }

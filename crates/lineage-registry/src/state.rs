@@ -196,6 +196,13 @@ impl RegistryState {
                 expected_epoch,
                 ..
             } => self.set_state(*at_ms, session, *state, *expected_epoch),
+            Command::RecordUsage {
+                at_ms,
+                session,
+                usage,
+                expected_epoch,
+                ..
+            } => self.record_usage(*at_ms, session, usage, *expected_epoch),
             Command::CloseAdmission { at_ms, roots, .. } => self.close_admission(*at_ms, roots),
             Command::Dispose { at_ms, session, .. } => self.dispose(*at_ms, session),
             Command::Heartbeat {
@@ -342,6 +349,7 @@ impl RegistryState {
                 Birth::Hosted => None,
                 Birth::Due(within) => Some(at_ms.saturating_add(within)),
             },
+            usage: None,
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
@@ -466,6 +474,32 @@ impl RegistryState {
         Ok(CommandResponse::StateSet {
             session: session.clone(),
             state,
+        })
+    }
+
+    /// Replaces the session's usage; fenced by the placement epoch like `set_state`.
+    fn record_usage(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        usage: &lineage_core::usage::SessionUsage,
+        expected_epoch: Option<u64>,
+    ) -> Refusal {
+        let record = self.live(session)?;
+        let current = record.placement.as_ref().map_or(0, |p| p.epoch);
+        if let Some(expected) = expected_epoch {
+            if current != expected {
+                return Err(RegistryRefusal::EpochMismatch {
+                    session: session.clone(),
+                    expected,
+                    current,
+                });
+            }
+        }
+        record.usage = Some(usage.clone());
+        record.updated_at_ms = at_ms;
+        Ok(CommandResponse::UsageRecorded {
+            session: session.clone(),
         })
     }
 
@@ -1339,6 +1373,65 @@ mod tests {
             s.apply(&set("any", None)),
             CommandResponse::StateSet { .. }
         ));
+    }
+
+    #[test]
+    fn q3_usage_is_recorded_replaced_and_fenced_by_the_epoch() {
+        use lineage_core::usage::SessionUsage;
+        let mut s = RegistryState::new();
+        s.apply(&root_cmd(1, None));
+        start(&mut s, 1);
+        let epoch = s
+            .session(&sid(1))
+            .unwrap()
+            .placement
+            .as_ref()
+            .map_or(0, |p| p.epoch);
+        let record = |r: &str, tokens, expected_epoch| Command::RecordUsage {
+            request_id: rid(r),
+            at_ms: 7,
+            session: sid(1),
+            usage: SessionUsage {
+                used_tokens: tokens,
+                ..Default::default()
+            },
+            expected_epoch,
+        };
+        assert!(matches!(
+            s.apply(&record("u1", 10, Some(epoch))),
+            CommandResponse::UsageRecorded { .. }
+        ));
+        assert!(matches!(
+            s.apply(&record("u2", 25, Some(epoch))),
+            CommandResponse::UsageRecorded { .. }
+        ));
+        assert_eq!(
+            s.session(&sid(1))
+                .unwrap()
+                .usage
+                .as_ref()
+                .unwrap()
+                .used_tokens,
+            25,
+            "replaced, not added: a report is the usage so far"
+        );
+        let before = s.digest();
+        assert!(matches!(
+            s.apply(&record("u3", 99, Some(epoch + 1))),
+            CommandResponse::Refused(RegistryRefusal::EpochMismatch { .. })
+        ));
+        let unknown = Command::RecordUsage {
+            request_id: rid("u4"),
+            at_ms: 8,
+            session: sid(9),
+            usage: SessionUsage::default(),
+            expected_epoch: None,
+        };
+        assert!(matches!(
+            s.apply(&unknown),
+            CommandResponse::Refused(RegistryRefusal::UnknownSession { .. })
+        ));
+        assert_eq!(s.digest(), before, "refusals change nothing");
     }
 
     #[test]

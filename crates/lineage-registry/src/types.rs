@@ -65,6 +65,9 @@ pub struct SessionRecord {
     /// that the sweeper disposes. Kept once it started, as a record of the birth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_deadline_ms: Option<u64>,
+    /// The usage its agent last reported (`record_usage`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<lineage_core::usage::SessionUsage>,
 }
 
 impl SessionRecord {
@@ -223,6 +226,21 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         activate: bool,
     },
+    /// Record the usage a hosted agent last reported (Q3, F-part of issue 11), replacing the
+    /// session's previous one; fenced like `SetState`.
+    RecordUsage {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// Its usage now.
+        usage: lineage_core::usage::SessionUsage,
+        /// Fencing: refused (`epoch_mismatch`) unless the session's placement epoch is this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_epoch: Option<u64>,
+    },
     /// Record an activation state (`running`, `waiting`, `settled`); use `Dispose` to dispose.
     SetState {
         /// Idempotency key.
@@ -303,6 +321,7 @@ impl Command {
             | Command::ExpireStart { request_id, .. }
             | Command::ClaimPlacement { request_id, .. }
             | Command::SetState { request_id, .. }
+            | Command::RecordUsage { request_id, .. }
             | Command::CloseAdmission { request_id, .. }
             | Command::Dispose { request_id, .. }
             | Command::Heartbeat { request_id, .. }
@@ -319,6 +338,7 @@ impl Command {
             | Command::ExpireStart { at_ms, .. }
             | Command::ClaimPlacement { at_ms, .. }
             | Command::SetState { at_ms, .. }
+            | Command::RecordUsage { at_ms, .. }
             | Command::CloseAdmission { at_ms, .. }
             | Command::Dispose { at_ms, .. }
             | Command::Heartbeat { at_ms, .. }
@@ -335,6 +355,7 @@ impl Command {
             Command::ExpireStart { .. } => "expire_start",
             Command::ClaimPlacement { .. } => "claim_placement",
             Command::SetState { .. } => "set_state",
+            Command::RecordUsage { .. } => "record_usage",
             Command::CloseAdmission { .. } => "close_admission",
             Command::Dispose { .. } => "dispose",
             Command::Heartbeat { .. } => "heartbeat",
@@ -391,6 +412,11 @@ pub enum CommandResponse {
     Placed {
         /// The new placement (epoch bumped).
         placement: Placement,
+    },
+    /// The usage is recorded.
+    UsageRecorded {
+        /// The session.
+        session: SessionId,
     },
     /// The state was recorded.
     StateSet {

@@ -527,6 +527,7 @@ fn summarize(r: &CommandResponse) -> String {
         } => format!("lease:{lease_expires_at_ms}"),
         CommandResponse::RunAppended { runs, .. } => format!("runs:{runs}"),
         CommandResponse::DescriptorSet { .. } => "descriptor".into(),
+        CommandResponse::UsageRecorded { .. } => "usage".into(),
         CommandResponse::Refused(r) => format!("refused:{}", r.kind()),
     }
 }

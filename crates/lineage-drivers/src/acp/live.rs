@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 use super::process::Process;
 use super::text::{agent_error, one_line, render_message, sdk_error};
 use super::PermissionPolicy;
-use crate::driver::{DriverAction, TurnCtx, TurnInput};
+use crate::driver::{ActionOutcome, DriverAction, TurnAction, TurnCtx, TurnInput};
 use crate::error::DriverError;
+use lineage_core::usage::SessionUsage;
 
 /// A running agent: its process, connection and session.
 #[derive(Debug)]
@@ -97,6 +98,7 @@ impl Live {
 
         let deadline = tokio::time::Instant::now() + timeout;
         let mut reply = String::new();
+        let mut usage = None;
         let outcome = loop {
             let message = match tokio::time::timeout_at(deadline, self.active.read_update()).await {
                 Err(_) => break Err(None),
@@ -106,16 +108,16 @@ impl Live {
                 Ok(Ok(message)) => message,
             };
             match message {
-                SessionMessage::Message(dispatch) => {
-                    if let Some(text) = absorb(dispatch, permissions).await {
-                        if stale == 0 {
-                            if let Some(ctx) = ctx {
-                                ctx.output(&text);
-                            }
-                            reply.push_str(&text);
+                SessionMessage::Message(dispatch) => match absorb(dispatch, permissions).await {
+                    Absorbed::Text(text) if stale == 0 => {
+                        if let Some(ctx) = ctx {
+                            ctx.output(&text);
                         }
+                        reply.push_str(&text);
                     }
-                }
+                    Absorbed::Usage(u) if stale == 0 => usage = Some(u),
+                    Absorbed::Text(_) | Absorbed::Usage(_) | Absorbed::Nothing => {}
+                },
                 SessionMessage::PromptResponse(result) => {
                     self.unanswered = self.unanswered.saturating_sub(1);
                     if stale > 0 {
@@ -127,6 +129,12 @@ impl Live {
                 _ => {}
             }
         };
+        // The turn's last reported usage is recorded once, whatever the turn's outcome.
+        if let (Some(ctx), Some(u)) = (ctx, usage) {
+            if let ActionOutcome::Refused(e) = ctx.act(TurnAction::Usage(u)).await {
+                tracing::debug!(session = %self.session, error = %e, "usage not recorded");
+            }
+        }
         match outcome {
             Err(None) => {
                 let cancel = self
@@ -220,22 +228,40 @@ impl Live {
     }
 }
 
+/// What one session message was, for the turn.
+pub(super) enum Absorbed {
+    /// Text of an `agent_message_chunk`.
+    Text(String),
+    /// A `usage_update`.
+    Usage(SessionUsage),
+    /// Anything else (answered or ignored).
+    Nothing,
+}
+
 /// Handles one message the agent sent for the session: returns the text of an
-/// `agent_message_chunk`, answers a permission request per `policy`, ignores the rest. Malformed
-/// messages are logged and ignored.
+/// `agent_message_chunk` or the usage of a `usage_update`, answers a permission request per
+/// `policy`, ignores the rest. Malformed messages are logged and ignored.
 pub(super) async fn absorb(
     dispatch: agent_client_protocol::v1::Dispatch,
     policy: PermissionPolicy,
-) -> Option<String> {
-    let mut text = None;
+) -> Absorbed {
+    let mut text = Absorbed::Nothing;
     let matched = MatchDispatch::new(dispatch.into_raw())
         .if_notification(async |notification: SessionNotification| {
-            if let SessionUpdate::AgentMessageChunk(ContentChunk {
-                content: ContentBlock::Text(chunk),
-                ..
-            }) = notification.update
-            {
-                text = Some(chunk.text);
+            match notification.update {
+                SessionUpdate::AgentMessageChunk(ContentChunk {
+                    content: ContentBlock::Text(chunk),
+                    ..
+                }) => text = Absorbed::Text(chunk.text),
+                SessionUpdate::UsageUpdate(u) => {
+                    text = Absorbed::Usage(SessionUsage {
+                        used_tokens: u.used,
+                        size_tokens: Some(u.size),
+                        cost_micros: u.cost.as_ref().map(|c| SessionUsage::micros(c.amount)),
+                        currency: u.cost.map(|c| c.currency),
+                    })
+                }
+                _ => {}
             }
             Ok(())
         })

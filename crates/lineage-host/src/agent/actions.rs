@@ -88,7 +88,10 @@ impl AgentTask {
                     }));
                 }
             }
-            other @ (TurnAction::Reply(_) | TurnAction::Report { .. } | TurnAction::Spawn(_)) => {
+            other @ (TurnAction::Reply(_)
+            | TurnAction::Report { .. }
+            | TurnAction::Spawn(_)
+            | TurnAction::Usage(_)) => {
                 let text = format!("{other:?} is not a side action");
                 self.answer_action(reply, ActionOutcome::Refused(text));
             }

@@ -179,6 +179,18 @@ impl AgentTask {
         sides: &mut FuturesUnordered<Side>,
     ) {
         let TurnRequest { action, reply } = request;
+        if let TurnAction::Usage(usage) = action {
+            // Best effort and fenced by the epoch: no log record, nothing waits on it.
+            if let Err(e) = self
+                .shared
+                .record_usage(&self.session, usage, self.epoch)
+                .await
+            {
+                tracing::warn!(session = %self.session, error = %e, "cannot record usage");
+            }
+            let _ = reply.send(ActionOutcome::Done);
+            return;
+        }
         let id = self.reply_id(Pending::Action(reply));
         match action {
             TurnAction::Reply(text) => {
@@ -215,6 +227,7 @@ impl AgentTask {
             | TurnAction::Interrupt { .. }
             | TurnAction::ListChildren
             | TurnAction::WaitChildren { .. }) => self.side_action(side, id, sides).await,
+            TurnAction::Usage(_) => {} // handled above, before a reply id is taken
         }
     }
 

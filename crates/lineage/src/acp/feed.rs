@@ -3,7 +3,8 @@
 //!
 //! Core NATS subscriptions on wildcards (the operator user may subscribe to all of them); the
 //! inbox is watched as plain messages, never consumed: the parent's durable consumer still
-//! receives every one. A child's label comes from the registry when its start is seen.
+//! receives every one. A child's label comes from the registry ([`Feed::label`]), asked by the
+//! front door for the children of its own trees only.
 
 use futures::StreamExt;
 use lineage_bus::{BusError, Subjects};
@@ -92,15 +93,12 @@ impl Feed {
                 Err(e) => skip("inbox", &e),
             },
             _ => match LifecycleEvent::decode(payload) {
-                Ok(LifecycleEvent::Start(info)) => {
-                    let label = self.label(&info.child_id).await;
-                    Some(Observed::Start {
-                        parent: info.parent_session_id,
-                        child: info.child_id,
-                        label,
-                        provider: info.provider,
-                    })
-                }
+                Ok(LifecycleEvent::Start(info)) => Some(Observed::Start {
+                    parent: info.parent_session_id,
+                    child: info.child_id,
+                    label: None,
+                    provider: info.provider,
+                }),
                 Ok(LifecycleEvent::End(info)) => Some(Observed::End {
                     parent: info.parent_session_id,
                     child: info.child_id,
@@ -111,8 +109,9 @@ impl Feed {
         }
     }
 
-    /// The child's label from its registry record (none when unreadable).
-    async fn label(&self, child: &lineage_core::ids::SessionId) -> Option<String> {
+    /// The child's label from its registry record (none when unreadable). Asked only for a
+    /// child of a session the tree knows: other trees' births cost nothing.
+    pub(crate) async fn label(&self, child: &lineage_core::ids::SessionId) -> Option<String> {
         let record = self
             .registry
             .session(child.clone(), Consistency::Linearizable)

@@ -7,7 +7,7 @@
 //! replayed under its own session id. Then the tree is live like a new one.
 
 use agent_client_protocol::v1::schema::{LoadSessionRequest, LoadSessionResponse};
-use agent_client_protocol::Error;
+use agent_client_protocol::{Error, ErrorCode as AcpCode};
 use lineage_bus::events::EventLogStore;
 use lineage_core::ids::SessionId;
 use lineage_core::lifecycle::SessionState;
@@ -21,7 +21,10 @@ use super::{lock, refuse, Front};
 /// Replays `session`'s transcript to the client.
 async fn replay(front: &Front, logs: &EventLogStore, session: &SessionId) -> Result<(), Error> {
     let (events, _) = logs.read(session).await.map_err(|e| {
-        Error::internal_error().data(format!("cannot read the log of session {session}: {e}"))
+        Error::new(
+            AcpCode::INTERNAL_ERROR,
+            format!("cannot read the log of session {session}: {e}"),
+        )
     })?;
     let Some(client) = front.client.get() else {
         return Ok(());
@@ -35,7 +38,10 @@ async fn replay(front: &Front, logs: &EventLogStore, session: &SessionId) -> Res
             _ => continue,
         };
         if let Err(e) = client.send_notification(n) {
-            return Err(Error::internal_error().data(format!("cannot replay to the client: {e}")));
+            return Err(Error::new(
+                AcpCode::INTERNAL_ERROR,
+                format!("cannot replay to the client: {e}"),
+            ));
         }
     }
     Ok(())
@@ -52,7 +58,12 @@ pub(crate) async fn load(
     let mut records = registry
         .subtree(root.clone(), Consistency::Linearizable)
         .await
-        .map_err(|e| Error::internal_error().data(format!("cannot read the registry: {e}")))?;
+        .map_err(|e| {
+            Error::new(
+                AcpCode::INTERNAL_ERROR,
+                format!("cannot read the registry: {e}"),
+            )
+        })?;
     let Some(record) = records.iter().find(|r| r.id() == &root) else {
         return Err(refuse(format!(
             "session {root} is not in the registry; check the id with `lineage tree`"

@@ -32,7 +32,7 @@ use agent_client_protocol::v1::schema::{
     SessionCloseCapabilities, StopReason,
 };
 use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::{Agent, ByteStreams, Client, Error};
+use agent_client_protocol::{Agent, ByteStreams, Client, Error, ErrorCode as AcpCode};
 use lineage_bus::control::ControlError;
 use lineage_bus::ControlClient;
 use lineage_core::authority::InterruptAuthority;
@@ -89,16 +89,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A request error carrying a one-line reason.
 pub(crate) fn refuse(reason: impl Into<String>) -> Error {
-    Error::invalid_params().data(reason.into())
+    Error::new(AcpCode::INVALID_PARAMS, reason.into())
 }
 
 /// A control error as an ACP error (its code and one line).
 fn control_error(e: ControlError) -> Error {
     match e.code {
         ErrorCode::BadRequest | ErrorCode::NotFound | ErrorCode::Refused => {
-            Error::invalid_params().data(e.message)
+            Error::new(AcpCode::INVALID_PARAMS, e.message)
         }
-        ErrorCode::Unavailable | ErrorCode::Internal => Error::internal_error().data(e.message),
+        ErrorCode::Unavailable | ErrorCode::Internal => {
+            Error::new(AcpCode::INTERNAL_ERROR, e.message)
+        }
     }
 }
 
@@ -150,28 +152,32 @@ impl Front {
     }
 
     async fn new_session(&self, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
-        let spawn =
-            SpawnRequest {
-                parent: None,
-                shape: None,
-                agent: AgentSpec::Profile {
-                    profile: self.profile.clone(),
-                },
-                prompt: String::new(),
-                node: None,
-                label: None,
-                persona: None,
-                tool_filter: None,
-                max_depth: None,
-                request_id: Some(RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(
-                    |e| Error::internal_error().data(format!("cannot mint a request id: {e}")),
-                )?),
-                // The editor's directory is on the editor's machine; the session runs in the
-                // profile's working directory, which the node's operator chooses (T4).
-                cwd: None,
-                preset: None,
-                policy: None,
-            };
+        let spawn = SpawnRequest {
+            parent: None,
+            shape: None,
+            agent: AgentSpec::Profile {
+                profile: self.profile.clone(),
+            },
+            prompt: String::new(),
+            node: None,
+            label: None,
+            persona: None,
+            tool_filter: None,
+            max_depth: None,
+            request_id: Some(
+                RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| {
+                    Error::new(
+                        AcpCode::INTERNAL_ERROR,
+                        format!("cannot mint a request id: {e}"),
+                    )
+                })?,
+            ),
+            // The editor's directory is on the editor's machine; the session runs in the
+            // profile's working directory, which the node's operator chooses (T4).
+            cwd: None,
+            preset: None,
+            policy: None,
+        };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
         let reply = self.control.spawn(&spawn).await.map_err(control_error)?;
         lock(&self.tree).add_root(reply.session.clone());
@@ -206,8 +212,12 @@ impl Front {
             ));
         }
         let id = uuid::Uuid::now_v7().to_string();
-        let request_id = RequestId::parse(&id)
-            .map_err(|e| Error::internal_error().data(format!("cannot mint a request id: {e}")))?;
+        let request_id = RequestId::parse(&id).map_err(|e| {
+            Error::new(
+                AcpCode::INTERNAL_ERROR,
+                format!("cannot mint a request id: {e}"),
+            )
+        })?;
         let (done, wait) = oneshot::channel();
         lock(&self.prompts).insert(
             id.clone(),
@@ -251,12 +261,12 @@ impl Front {
             Ok(Ok(TurnResult {
                 outcome: TurnEndOutcome::Failed,
                 error,
-            })) => Err(Error::internal_error().data(format!(
+            })) => Err(Error::new(AcpCode::INTERNAL_ERROR, format!(
                 "the turn of session {root} failed: {}",
                 error.unwrap_or_else(|| "no reason given".into())
             ))),
-            Ok(Err(_)) => Err(Error::internal_error().data("the front door stopped")),
-            Err(_) => Err(Error::internal_error().data(format!(
+            Ok(Err(_)) => Err(Error::new(AcpCode::INTERNAL_ERROR, "the front door stopped")),
+            Err(_) => Err(Error::new(AcpCode::INTERNAL_ERROR, format!(
                 "no end of the turn of session {root} within {} s; the session keeps running (see `lineage tree {root}`)",
                 self.turn_timeout.as_secs()
             ))),
@@ -313,6 +323,8 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             "--profile is empty; name an agent profile (`lineage agents` lists them)",
         ));
     }
+    // Logs go to stderr (stdout is the ACP connection); RUST_LOG filters them.
+    let _telemetry = crate::telemetry::init(None);
     let control = crate::cmd::control(g).await?;
     let subjects = crate::cmd::subjects(g)?;
     let nats = control.nats().clone();
@@ -331,7 +343,19 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()))?;
     let fed = front.clone();
     let feeding = tokio::spawn(async move {
-        while let Some(event) = feed.next().await {
+        while let Some(mut event) = feed.next().await {
+            if let tree::Observed::Start {
+                parent,
+                child,
+                label,
+                ..
+            } = &mut event
+            {
+                let ours = lock(&fed.tree).knows(parent);
+                if ours {
+                    *label = feed.label(child).await;
+                }
+            }
             let emits = lock(&fed.tree).observe(event);
             fed.emit(emits);
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::ControlClient;
 use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::usage::UsageTotal;
 use lineage_registry::{Consistency, RegistryClient, SessionRecord};
 use serde_json::json;
 
@@ -64,6 +65,31 @@ fn age(ms: u64) -> String {
     }
 }
 
+/// The usage of every session's subtree (itself included), summed from the records' usage
+/// (Q3; a session with no report and no reporting descendant has none).
+pub(crate) fn subtree_usage(records: &[SessionRecord]) -> BTreeMap<SessionId, UsageTotal> {
+    let by_id: BTreeMap<&SessionId, &SessionRecord> =
+        records.iter().map(|r| (r.header.id(), r)).collect();
+    let mut totals: BTreeMap<SessionId, UsageTotal> = BTreeMap::new();
+    for r in records {
+        let Some(usage) = &r.usage else { continue };
+        // Up the parent chain, within the records (bounded by their number).
+        let mut at = Some(r);
+        for _ in 0..records.len() {
+            let Some(here) = at else { break };
+            totals
+                .entry(here.header.id().clone())
+                .or_default()
+                .add(usage);
+            at = here
+                .header
+                .parent_session()
+                .and_then(|p| by_id.get(p).copied());
+        }
+    }
+    totals
+}
+
 /// Renders a subtree (parents before children) as indented lines.
 pub(crate) fn render_tree(
     records: &[SessionRecord],
@@ -73,6 +99,7 @@ pub(crate) fn render_tree(
     let by_id: BTreeMap<&SessionId, &SessionRecord> =
         records.iter().map(|r| (r.header.id(), r)).collect();
     let mut lines = Vec::new();
+    let usage = subtree_usage(records);
     let roots: Vec<&SessionRecord> = records
         .iter()
         .filter(|r| {
@@ -81,14 +108,14 @@ pub(crate) fn render_tree(
                 .is_none_or(|p| !by_id.contains_key(p))
         })
         .collect();
-    fn walk(
-        r: &SessionRecord,
-        prefix: &str,
-        by_id: &BTreeMap<&SessionId, &SessionRecord>,
-        owners: &BTreeMap<SessionId, Option<SessionId>>,
+    struct View<'a> {
+        by_id: BTreeMap<&'a SessionId, &'a SessionRecord>,
+        owners: &'a BTreeMap<SessionId, Option<SessionId>>,
+        usage: BTreeMap<SessionId, UsageTotal>,
         now: u64,
-        lines: &mut Vec<String>,
-    ) {
+    }
+    fn walk(r: &SessionRecord, prefix: &str, v: &View<'_>, lines: &mut Vec<String>) {
+        let (by_id, owners, now) = (&v.by_id, v.owners, v.now);
         let owner = match owners.get(r.header.id()) {
             Some(Some(o)) => short(o.as_str()),
             Some(None) => "-".into(),
@@ -99,8 +126,13 @@ pub(crate) fn render_tree(
             .as_ref()
             .map(|p| format!("{}@{}", p.node, p.epoch))
             .unwrap_or_else(|| "-".into());
+        let usage = v
+            .usage
+            .get(r.header.id())
+            .map(|u| format!("  usage={}", u.render()))
+            .unwrap_or_default();
         lines.push(format!(
-            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}",
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}{usage}",
             r.header.id(),
             shape_of(r),
             r.state.as_str(),
@@ -117,18 +149,17 @@ pub(crate) fn render_tree(
             } else {
                 "├─ "
             };
-            walk(
-                kid,
-                &format!("{child_prefix}{branch}"),
-                by_id,
-                owners,
-                now,
-                lines,
-            );
+            walk(kid, &format!("{child_prefix}{branch}"), v, lines);
         }
     }
+    let view = View {
+        by_id,
+        owners,
+        usage,
+        now,
+    };
     for root in roots {
-        walk(root, "", &by_id, owners, now, &mut lines);
+        walk(root, "", &view, &mut lines);
     }
     lines
 }
@@ -165,6 +196,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .collect();
     let owners = live_owners(&control, nodes).await;
     if g.json {
+        let usage = subtree_usage(&records);
         let items: Vec<_> = records
             .iter()
             .map(|r| {
@@ -179,6 +211,8 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                     "live": owners.contains_key(r.header.id()),
                     "owner": owners.get(r.header.id()).cloned().flatten(),
                     "admission": r.admission,
+                    "usage": r.usage,
+                    "subtree_usage": usage.get(r.header.id()),
                     "created_at_ms": r.created_at_ms,
                     "updated_at_ms": r.updated_at_ms,
                 })
@@ -191,4 +225,73 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lineage_core::header::{child_session_meta, SessionHeader};
+    use lineage_core::lifecycle::SessionState;
+    use lineage_core::usage::SessionUsage;
+    use lineage_registry::types::Admission;
+
+    fn sid(n: u32) -> SessionId {
+        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
+    }
+
+    fn record(header: SessionHeader, usage: Option<(u64, u64)>) -> SessionRecord {
+        SessionRecord {
+            header,
+            descriptor: None,
+            placement: None,
+            state: SessionState::Running,
+            admission: Admission::Open,
+            children: Default::default(),
+            runs: vec![],
+            max_depth: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            start_deadline_ms: None,
+            usage: usage.map(|(tokens, micros)| SessionUsage {
+                used_tokens: tokens,
+                size_tokens: None,
+                cost_micros: Some(micros),
+                currency: Some("USD".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn q3_usage_is_summed_per_subtree_up_every_ancestor() {
+        let root = SessionHeader::top_level(sid(1), None, None);
+        let child = child_session_meta(&root, sid(2), 1, 0, None).unwrap();
+        let grandchild = child_session_meta(&child, sid(3), 2, 0, None).unwrap();
+        let sibling = child_session_meta(&root, sid(4), 1, 0, None).unwrap();
+        let mut r1 = record(root, Some((100, 1_000)));
+        r1.children = [sid(2), sid(4)].into_iter().collect();
+        let mut r2 = record(child, None);
+        r2.children = [sid(3)].into_iter().collect();
+        let records = vec![
+            r1,
+            r2,
+            record(grandchild, Some((30, 300))),
+            record(sibling, Some((5, 50))),
+        ];
+        let totals = subtree_usage(&records);
+        assert_eq!(totals[&sid(1)].used_tokens, 135);
+        assert_eq!(totals[&sid(1)].cost_micros["USD"], 1_350);
+        assert_eq!(totals[&sid(1)].sessions, 3);
+        assert_eq!(
+            totals[&sid(2)].used_tokens,
+            30,
+            "a child without a report sums its subtree"
+        );
+        assert_eq!(totals[&sid(3)].used_tokens, 30);
+        assert_eq!(totals[&sid(4)].used_tokens, 5);
+        let lines = render_tree(&records, &BTreeMap::new(), 0);
+        assert!(
+            lines[0].ends_with("usage=135 tokens, 0.001350 USD"),
+            "{lines:?}"
+        );
+    }
 }

@@ -1,0 +1,138 @@
+//! The ACP front door driven by a client this project did not write (F1, F3; issue 11 part 2):
+//! the ACP Python SDK (PyPI `agent-client-protocol`, installed by scripts/install-deps.sh) starts
+//! `lineage acp --profile delegator` as an editor does, against a real nats-server and real
+//! node processes. It opens a session, prompts it (the reply streams back as several
+//! `agent_message_chunk`s), cancels a slow turn (`cancelled`), loads the session on a second
+//! connection (its transcript replayed), prompts an unknown session (a one-line error) and
+//! closes it (the tree is drained).
+
+use std::process::Command;
+
+use lineage_testkit::binary::lineage_bin;
+use lineage_testkit::prelude::Cluster;
+use serde_json::Value;
+
+const EDITOR: &str = r#"
+import asyncio, json, sys
+import acp
+from acp import spawn_agent_process, text_block, PROTOCOL_VERSION
+
+class Editor:
+    def __init__(self):
+        self.updates = []
+    async def session_update(self, session_id, update, **kwargs):
+        text = getattr(getattr(update, "content", None), "text", None)
+        self.updates.append((session_id, update.session_update, text))
+    async def request_permission(self, *args, **kwargs):
+        raise RuntimeError("no permission requests expected")
+    def chunks(self, session, kind):
+        return [t for (s, k, t) in self.updates if s == session and k == kind]
+
+async def main():
+    lineage, nats, cluster = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = ["--nats", nats, "--cluster", cluster, "acp", "--profile", "delegator"]
+    out = {}
+    first = Editor()
+    async with spawn_agent_process(first, lineage, *args) as (conn, _proc):
+        await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        session = (await conn.new_session(cwd="/tmp")).session_id
+        out["session"] = session
+        answer = await conn.prompt(session_id=session, prompt=[text_block("hello there")])
+        out["stop_reason"] = answer.stop_reason
+        out["chunks"] = first.chunks(session, "agent_message_chunk")
+        slow = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block("slow one")]))
+        await asyncio.sleep(1.5)
+        await conn.cancel(session_id=session)
+        out["cancelled"] = (await asyncio.wait_for(slow, 30)).stop_reason
+        try:
+            await conn.prompt(session_id="0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", prompt=[text_block("x")])
+            out["unknown"] = "accepted"
+        except Exception as e:
+            out["unknown"] = str(e)
+        second = Editor()
+        async with spawn_agent_process(second, lineage, *args) as (other, _p2):
+            await other.initialize(protocol_version=PROTOCOL_VERSION)
+            await other.load_session(cwd="/tmp", session_id=session)
+            out["loaded_user"] = second.chunks(session, "user_message_chunk")
+            out["loaded_agent"] = second.chunks(session, "agent_message_chunk")
+        await conn.close_session(session_id=session)
+    print(json.dumps(out))
+
+try:
+    asyncio.run(main())
+except Exception:
+    import traceback
+    traceback.print_exc()
+    sys.exit(1)
+"#;
+
+fn python_acp_installed() {
+    let ok = Command::new("python3")
+        .args(["-c", "import acp"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "the ACP Python SDK is missing: run scripts/install-deps.sh (pip install agent-client-protocol)"
+    );
+}
+
+fn profiles() -> String {
+    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
+    format!(
+        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n",
+        agent.display()
+    )
+}
+
+#[test]
+fn f1_f3_the_python_acp_sdk_opens_prompts_streams_cancels_loads_and_closes_a_session() {
+    python_acp_installed();
+    let cluster = Cluster::start_with_toml(1, &[], &profiles());
+    let out = Command::new("python3")
+        .args(["-c", EDITOR])
+        .arg(lineage_bin())
+        .arg(cluster.nats.url())
+        .arg(&cluster.cluster)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the editor failed: {stderr}");
+    let v: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
+    // Streamed: the test agent sends its reply in three chunks, each shown as it came.
+    let chunks: Vec<&str> = v["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(chunks.len() >= 3, "{v}");
+    assert_eq!(chunks.concat(), "echo: hello there [turn 1]", "{v}");
+    assert_eq!(v["cancelled"], "cancelled", "{v}");
+    let unknown = v["unknown"].as_str().unwrap();
+    assert!(
+        unknown.contains("is not open on this connection"),
+        "{unknown}"
+    );
+    // Loaded on another connection: the transcript comes back from the session's log.
+    let user: Vec<&str> = v["loaded_user"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(user.iter().any(|t| t.contains("hello there")), "{v}");
+    let agent = v["loaded_agent"].as_array().unwrap();
+    assert!(
+        agent.iter().any(|t| t == "echo: hello there [turn 1]"),
+        "{v}"
+    );
+    // Closed: drained.
+    let session = v["session"].as_str().unwrap();
+    for row in cluster.tree(session) {
+        assert_eq!(row["state"], "disposed", "{row}");
+    }
+}
