@@ -999,3 +999,44 @@ fn z2_a_worker_cannot_inject_registry_writes_through_a_jetstream_push_consumer()
         "a forged heartbeat for node-9 reached the registry through a push consumer: {nodes:?}"
     );
 }
+
+/// Turn output (F1): a hosting node (voter or worker) publishes it, the operator's and the
+/// observer's clients (`lineage acp`, `nats sub`) watch every session's, and neither may
+/// publish it (no client can put words in a session's mouth).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn z2_f1_nodes_publish_turn_output_and_clients_only_watch_it() {
+    let server = shipped();
+    let voter = as_user(&server, "voter").await;
+    let operator = as_user(&server, "operator").await;
+    let observer = as_user(&server, "observer").await;
+    let session = "01936c1e-7a3b-7cde-8f00-000000000001";
+    let subject = format!("lineage.dev.session.{session}.output");
+    let mut watches = Vec::new();
+    for user in [&operator, &observer] {
+        watches.push(
+            user.client
+                .subscribe("lineage.dev.session.*.output")
+                .await
+                .unwrap(),
+        );
+        user.sync().await;
+    }
+    voter
+        .client
+        .publish(subject.clone(), "chunk".into())
+        .await
+        .unwrap();
+    voter.client.flush().await.unwrap();
+    for watch in &mut watches {
+        let msg = tokio::time::timeout(Duration::from_secs(3), watch.next())
+            .await
+            .expect("the watcher sees the node's output")
+            .unwrap();
+        assert_eq!(msg.subject.as_str(), subject);
+    }
+    voter.assert_no_errors();
+    operator.assert_no_errors();
+    observer.assert_no_errors();
+    operator.assert_publish_refused(&subject).await;
+    observer.assert_publish_refused(&subject).await;
+}
