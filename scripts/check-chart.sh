@@ -361,7 +361,10 @@ EOF
   if python3 -c 'import nats' 2>/dev/null; then
     echo "listen: 127.0.0.1:-1" >>"$tmp/nats/nats-config/nats.conf"
     echo "ports_file_dir: \"$tmp/nats\"" >>"$tmp/nats/nats-config/nats.conf"
-    pw nats-server -c "$tmp/nats/nats-config/nats.conf" >"$tmp/nats/log" 2>&1 &
+    # Not through `pw`: a backgrounded shell function is a subshell, and killing its pid
+    # would leave the nats-server running. `env` execs nats-server, so `$!` is the server.
+    env LINEAGE_NATS_VOTER_PASSWORD=v LINEAGE_NATS_WORKER_PASSWORD=w LINEAGE_NATS_OPERATOR_PASSWORD=o LINEAGE_NATS_OBSERVER_PASSWORD=b \
+      nats-server -c "$tmp/nats/nats-config/nats.conf" >"$tmp/nats/log" 2>&1 &
     nats_pid=$!
     trap 'kill "$nats_pid" 2>/dev/null; wait "$nats_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
     for _ in $(seq 50); do ls "$tmp"/nats/*.ports >/dev/null 2>&1 && break; sleep 0.1; done

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    ClientCapabilities, CloseSessionRequest, ContentBlock, ContentChunk, InitializeRequest,
-    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
-    StopReason, SubagentCapabilities,
+    CancelNotification, ClientCapabilities, CloseSessionRequest, ContentBlock, ContentChunk,
+    InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification,
+    SessionUpdate, StopReason, SubagentCapabilities,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -150,6 +150,20 @@ fn announced(seen: &[SessionNotification], parent: &str) -> Vec<(String, Option<
     out
 }
 
+/// The states `child` was shown in (its `subagent_update`s with a state), in order.
+fn states(seen: &[SessionNotification], child: &str) -> Vec<String> {
+    seen.iter()
+        .filter_map(|n| match &n.update {
+            SessionUpdate::SubagentUpdate(u) if u.session_id.to_string() == child => {
+                serde_json::to_value(u).unwrap()["state"]["state"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn prompt(session: &str, text: &str) -> PromptRequest {
     PromptRequest::new(
         session.to_owned(),
@@ -221,6 +235,45 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     let row = cluster.row(&root, &child);
     assert_eq!(row["node"], "node-2", "{row}");
 
+    // session/cancel on a descendant interrupts its turn: a second child (the test agent)
+    // takes a slow turn (10 s unless cancelled); cancelled once its turn runs, it goes idle.
+    let slow = r#"tool: spawn_subagent {"profile": "delegator", "prompt": "slow work", "shape": "continuable", "label": "slowpoke", "node": "node-3"}"#;
+    editor
+        .cx
+        .send_request(prompt(&root, slow))
+        .block_task()
+        .await
+        .expect("the second prompt");
+    let slowpoke = announced(&editor.seen(), &root)
+        .into_iter()
+        .find(|(_, title)| title.as_deref() == Some("slowpoke"))
+        .expect("the slow child is announced")
+        .0;
+    // Announced running, then running again when its turn starts.
+    editor
+        .wait("the slow child's turn running", |seen| {
+            states(seen, &slowpoke)
+                .iter()
+                .filter(|s| *s == "running")
+                .count()
+                >= 2
+        })
+        .await;
+    let cancelled_at = std::time::Instant::now();
+    editor
+        .cx
+        .send_notification(CancelNotification::new(slowpoke.clone()))
+        .expect("session/cancel");
+    editor
+        .wait("the slow child idle after its cancel", |seen| {
+            states(seen, &slowpoke).last().map(String::as_str) == Some("idle")
+        })
+        .await;
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(8),
+        "idle because of the cancel, not the end of its 10 s wait"
+    );
+
     // F3: another connection loads the root: its transcript and its tree come back.
     let other = Editor::open(&cluster, true).await;
     other
@@ -237,7 +290,10 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     assert!(text_in(&loaded, &root, true).starts_with("tool spawn_subagent: "));
     assert_eq!(
         announced(&loaded, &root),
-        vec![(child.clone(), Some("kid".into()))]
+        vec![
+            (child.clone(), Some("kid".into())),
+            (slowpoke.clone(), Some("slowpoke".into()))
+        ]
     );
     assert!(text_in(&loaded, &child, true).contains("hello child"));
     // Loading a child, or a session that does not exist, is refused in one line.
