@@ -195,6 +195,10 @@ pub enum JournalEvent {
         node: NodeId,
         /// Its run id (a child always has one; `null` is kept readable).
         run: Option<RunId>,
+        /// The fingerprint of the call that asked for it (T5: a resumed turn that asks the
+        /// same is answered with this child, not a second birth).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call: Option<String>,
     },
     /// `subagent/result`.
     #[serde(rename = "subagent/result")]

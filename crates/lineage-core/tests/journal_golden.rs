@@ -103,9 +103,21 @@ fn x2_every_journal_kind_keeps_its_old_bytes() {
             shape: SubagentShape::OneShot,
             node: NodeId::parse("node-2").unwrap(),
             run: Some(run.clone()),
+            call: None,
         },
         "subagent/spawned",
         json!({"child": child, "shape": "one-shot", "node": "node-2", "run": run}),
+    );
+    check(
+        JournalEvent::Spawned {
+            child: child.clone(),
+            shape: SubagentShape::Continuable,
+            node: NodeId::parse("node-2").unwrap(),
+            run: Some(run.clone()),
+            call: Some("cbf29ce484222325".into()),
+        },
+        "subagent/spawned",
+        json!({"child": child, "shape": "continuable", "node": "node-2", "run": run, "call": "cbf29ce484222325"}),
     );
     let result = json!({"output": "42", "structured": null, "stop_reason": "completed"});
     check(

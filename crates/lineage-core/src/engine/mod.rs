@@ -136,6 +136,9 @@ pub enum EngineEvent {
     Spawn {
         /// Who waits.
         reply: ReplyTo,
+        /// The call's fingerprint (the spec it asks for, [`call_fingerprint`]): a spawn the
+        /// turn cut short by a lost node made is not made again by the next turn (T5).
+        call: Option<String>,
     },
     /// A birth this agent asked for succeeded (a one-shot one with its result).
     ChildBorn {
@@ -330,6 +333,17 @@ pub struct EngineInit {
     pub descriptor_pending: bool,
 }
 
+/// The fingerprint of a spawn call: FNV-1a (64 bit) of its canonical JSON, in hex. Equal specs
+/// (same agent, prompt, shape, label, ...) have equal fingerprints on every node.
+pub fn call_fingerprint(spec_json: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in spec_json {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// One live agent's state.
 #[derive(Debug, Clone)]
 pub struct AgentEngine {
@@ -373,6 +387,11 @@ pub struct AgentEngine {
     last_reports: BTreeMap<SessionId, String>,
     /// The turn's wait for children, if one is pending.
     wait: Option<wait::PendingWait>,
+    /// T5: the spawns of the turn a lost node cut short (restored), answered again instead of
+    /// born again when the next turn asks for the same call; cleared when that turn ends.
+    lost_spawns: Vec<turn::LostSpawn>,
+    /// The call fingerprints of births in flight, by who waits (recorded with the birth).
+    calls: BTreeMap<ReplyTo, String>,
     /// The seq the next staged event gets.
     next_seq: u64,
     /// The last seq a Flush covers (as far as the commands returned so far go).
@@ -481,7 +500,7 @@ impl AgentEngine {
                 delivery,
                 reply,
             } => self.report(content, delivery, reply, &mut out, now_ms),
-            EngineEvent::Spawn { .. } => self.before_birth(&mut out),
+            EngineEvent::Spawn { reply, call } => self.spawn(reply, call, &mut out),
             EngineEvent::ChildBorn {
                 child,
                 shape,

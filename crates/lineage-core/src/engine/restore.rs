@@ -19,6 +19,7 @@ use crate::journal::{Accepted, JournalEvent, TurnMessage};
 use crate::log::SessionEvent;
 use crate::messages::StopReason;
 
+use super::turn::LostSpawn;
 use super::{AgentEngine, EngineCommand, EngineInit};
 
 /// The `error` of the `turn/end` a resume writes for a turn cut short by the loss of its node.
@@ -47,6 +48,8 @@ pub fn fold(
     let mut children: BTreeSet<SessionId> = BTreeSet::new();
     let mut unsettled: BTreeSet<SessionId> = BTreeSet::new();
     let mut last_reports: BTreeMap<SessionId, String> = BTreeMap::new();
+    // The spawns of the turn open at the end of the log (T5).
+    let mut turn_spawns: Vec<LostSpawn> = Vec::new();
     for event in own_events {
         let Some(journal) = JournalEvent::from_event(&init.session, event)? else {
             continue;
@@ -56,10 +59,12 @@ pub fn fold(
                 turn_index += 1;
                 consumed.extend(inputs);
                 open_turn = Some(index);
+                turn_spawns.clear();
             }
             JournalEvent::TurnEnd { stop_reason, .. } => {
                 ended_turn = Some(stop_reason);
                 open_turn = None;
+                turn_spawns.clear();
             }
             JournalEvent::TurnInputs { inputs, .. } => consumed.extend(inputs),
             JournalEvent::Accepted(a) => {
@@ -80,7 +85,17 @@ pub fn fold(
                 }
                 accepted.push((event.seq, a));
             }
-            JournalEvent::Spawned { child, shape, .. } => {
+            JournalEvent::Spawned {
+                child, shape, call, ..
+            } => {
+                if let Some(call) = call {
+                    turn_spawns.push(LostSpawn {
+                        call,
+                        child: child.clone(),
+                        shape,
+                        result: None,
+                    });
+                }
                 children.insert(child.clone());
                 match shape {
                     SubagentShape::Continuable => {
@@ -93,9 +108,13 @@ pub fn fold(
                 outbox_seq = outbox_seq.max(seq);
             }
             JournalEvent::TurnAssistant { text } => last_assistant = Some(text),
+            JournalEvent::ChildResult { child, result } => {
+                if let Some(lost) = turn_spawns.iter_mut().find(|l| l.child == child) {
+                    lost.result = Some(result);
+                }
+            }
             JournalEvent::HostAgent(_)
             | JournalEvent::TurnUser { .. }
-            | JournalEvent::ChildResult { .. }
             | JournalEvent::SpawnRefused { .. } => {}
         }
     }
@@ -131,6 +150,12 @@ pub fn fold(
         unsettled,
         last_reports,
         wait: None,
+        // A turn cut short on resume: its spawns may be asked for again (T5).
+        lost_spawns: match (resumed, open_turn) {
+            (true, Some(_)) => turn_spawns,
+            _ => Vec::new(),
+        },
+        calls: BTreeMap::new(),
         next_seq: last_seq + 1,
         flushed_seq: last_seq,
     };

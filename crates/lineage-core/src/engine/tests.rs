@@ -306,7 +306,7 @@ fn parent_in_turn() -> AgentEngine {
     e.handle(user("go", None), 1);
     e.handle(EngineEvent::BeginTurn, 2);
     for (n, reply) in [(10, 20), (11, 21)] {
-        e.handle(EngineEvent::Spawn { reply }, 3);
+        e.handle(EngineEvent::Spawn { reply, call: None }, 3);
         e.handle(
             EngineEvent::ChildBorn {
                 child: sid(n),
@@ -573,5 +573,117 @@ fn f1_a_turn_names_the_followups_it_took_and_a_restore_remembers_queued_ones() {
     assert_eq!(
         run_turn_request_ids(&begin),
         Some(vec!["queued".to_owned()])
+    );
+}
+
+#[test]
+fn t5_a_resumed_turn_asking_for_a_spawn_the_lost_turn_made_gets_that_child_once() {
+    let spawned = |child: u32, shape, call: &str| JournalEvent::Spawned {
+        child: sid(child),
+        shape,
+        node: NodeId::parse("node-2").unwrap(),
+        run: None,
+        call: Some(call.into()),
+    };
+    let log = vec![
+        ev(
+            1,
+            JournalEvent::TurnStart {
+                index: 0,
+                inputs: vec![],
+            },
+        ),
+        ev(2, spawned(10, SubagentShape::Continuable, "c-cont")),
+        ev(3, spawned(11, SubagentShape::OneShot, "c-done")),
+        ev(
+            4,
+            JournalEvent::ChildResult {
+                child: sid(11),
+                result: serde_json::json!({"output": "42", "stop_reason": "completed"}),
+            },
+        ),
+        ev(5, spawned(12, SubagentShape::OneShot, "c-lost")),
+        // The node died here: no turn/end.
+    ];
+    let init = EngineInit {
+        session: sid(2),
+        parent: None,
+        shape: None,
+        label: None,
+        descriptor_pending: false,
+    };
+    let (mut e, _) = fold(init, &log, 5, true, 0).unwrap();
+    e.handle(user("again", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    let born = |cmds: &[EngineCommand]| {
+        cmds.iter().find_map(|c| match c {
+            EngineCommand::Answer {
+                answer: Answer::Born { child, result },
+                ..
+            } => Some((child.clone(), result.clone())),
+            _ => None,
+        })
+    };
+    let births = |cmds: &[EngineCommand]| {
+        cmds.iter()
+            .filter(|c| matches!(c, EngineCommand::BeforeBirth { .. }))
+            .count()
+    };
+    let spawn = |e: &mut AgentEngine, reply, call: &str| {
+        e.handle(
+            EngineEvent::Spawn {
+                reply,
+                call: Some(call.into()),
+            },
+            3,
+        )
+    };
+    // The continuable child and the one-shot child with a result answer; nothing is born.
+    let again = spawn(&mut e, 20, "c-cont");
+    assert_eq!(born(&again), Some((sid(10), None)));
+    assert_eq!(births(&again), 0);
+    let again = spawn(&mut e, 21, "c-done");
+    assert_eq!(born(&again).unwrap().0, sid(11));
+    assert!(
+        born(&again).unwrap().1.is_some(),
+        "with its recorded result"
+    );
+    // A one-shot child whose result never reached the log is born again (its result is lost).
+    assert_eq!(births(&spawn(&mut e, 22, "c-lost")), 1);
+    // Each is answered once: the same call again is a new birth.
+    assert_eq!(births(&spawn(&mut e, 23, "c-cont")), 1);
+    // A new birth records its call, so a later loss can find it.
+    let recorded = e.handle(
+        EngineEvent::ChildBorn {
+            child: sid(13),
+            shape: SubagentShape::Continuable,
+            node: NodeId::parse("node-2").unwrap(),
+            run: None,
+            result: None,
+            reply: 23,
+        },
+        4,
+    );
+    assert!(recorded.iter().any(|c| matches!(
+        c,
+        EngineCommand::Stage { event: JournalEvent::Spawned { call: Some(call), .. }, .. } if call == "c-cont"
+    )));
+    // After that turn ends, a repeat is an ordinary new spawn.
+    e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 5);
+    e.handle(user("later", None), 6);
+    e.handle(EngineEvent::BeginTurn, 7);
+    assert_eq!(births(&spawn(&mut e, 30, "c-done")), 1);
+}
+
+#[test]
+fn t5_call_fingerprints_are_stable_and_tell_specs_apart() {
+    assert_eq!(call_fingerprint(b""), "cbf29ce484222325");
+    assert_eq!(
+        call_fingerprint(b"{\"a\":1}"),
+        call_fingerprint(b"{\"a\":1}")
+    );
+    assert_ne!(
+        call_fingerprint(b"{\"a\":1}"),
+        call_fingerprint(b"{\"a\":2}")
     );
 }

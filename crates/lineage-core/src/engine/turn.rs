@@ -17,6 +17,29 @@ use crate::messages::{Delivery, StopReason, SubagentReport};
 
 use super::{AgentEngine, Answer, EngineCommand, ReplyTo, TurnOutcome};
 
+/// A spawn the turn cut short by a lost node made (T5), as the log shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct LostSpawn {
+    /// The call's fingerprint.
+    pub(super) call: String,
+    /// The child.
+    pub(super) child: SessionId,
+    /// Its shape.
+    pub(super) shape: SubagentShape,
+    /// A one-shot child's result, when the log has it.
+    pub(super) result: Option<Value>,
+}
+
+impl LostSpawn {
+    /// Whether the child can answer the repeated call: continuable, or one-shot with a result.
+    pub(super) fn answerable(&self) -> bool {
+        match self.shape {
+            SubagentShape::Continuable => true,
+            SubagentShape::OneShot => self.result.is_some(),
+        }
+    }
+}
+
 impl AgentEngine {
     pub(super) fn begin_turn(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
         if !self.turn_due || self.in_turn.is_some() {
@@ -132,8 +155,36 @@ impl AgentEngine {
         });
     }
 
-    /// A child's birth is visible to others: what the turn staged is durable first.
-    pub(super) fn before_birth(&mut self, out: &mut Vec<EngineCommand>) {
+    /// A spawn the turn asks for (T5 first): a call the cut-short turn made (same fingerprint)
+    /// is answered with its child, once, if that child can answer: a continuable child (alive
+    /// or settled, its messages reach the inbox), or a one-shot child whose result is in the
+    /// log. Otherwise a birth: what the turn staged is durable before it is visible to others.
+    pub(super) fn spawn(
+        &mut self,
+        reply: ReplyTo,
+        call: Option<String>,
+        out: &mut Vec<EngineCommand>,
+    ) {
+        let repeat = call.as_ref().and_then(|c| {
+            self.lost_spawns
+                .iter()
+                .position(|l| &l.call == c && l.answerable())
+        });
+        if let Some(at) = repeat {
+            let lost = self.lost_spawns.remove(at);
+            out.push(EngineCommand::Answer {
+                reply,
+                answer: Answer::Born {
+                    child: lost.child,
+                    result: lost.result,
+                },
+                after_seq: self.flushed_seq,
+            });
+            return;
+        }
+        if let Some(call) = call {
+            self.calls.insert(reply, call);
+        }
         let after_seq = self.flush(out);
         out.push(EngineCommand::BeforeBirth { after_seq });
     }
@@ -163,6 +214,7 @@ impl AgentEngine {
             shape,
             node,
             run,
+            call: self.calls.remove(&reply),
         };
         // One append for the birth and a one-shot child's result, durable before the answer.
         match &result {
@@ -193,6 +245,7 @@ impl AgentEngine {
         reply: ReplyTo,
         out: &mut Vec<EngineCommand>,
     ) {
+        self.calls.remove(&reply);
         self.record(
             JournalEvent::SpawnRefused {
                 error: error.clone(),
@@ -218,6 +271,8 @@ impl AgentEngine {
         if !self.stage_turn_end(outcome, out) {
             return;
         }
+        // T5: only the first turn after the lost one may repeat its calls.
+        self.lost_spawns.clear();
         match self.activation {
             Some(_) => self.feed(
                 ActivationEvent::TurnFinished {

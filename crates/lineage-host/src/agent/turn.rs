@@ -210,9 +210,12 @@ impl AgentTask {
                 .await;
             }
             TurnAction::Spawn(spec) => {
+                let call = serde_json::to_vec(&spec)
+                    .ok()
+                    .map(|json| lineage_core::engine::call_fingerprint(&json));
                 let commands = self
                     .engine
-                    .handle(EngineEvent::Spawn { reply: id }, self.shared.now());
+                    .handle(EngineEvent::Spawn { reply: id, call }, self.shared.now());
                 match self.exec(commands).await.birth {
                     Some(Ok(())) => births.push(self.birth(*spec, id)),
                     Some(Err(e)) => {
