@@ -18,22 +18,9 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, ByteStreams, Client};
-use lineage_testkit::binary::lineage_bin;
+use lineage_testkit::binary::{delegator_profiles, lineage_bin};
 use lineage_testkit::prelude::Cluster;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
-
-fn profiles() -> String {
-    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
-    assert!(
-        agent.exists(),
-        "{} is missing: cargo build --workspace --bins",
-        agent.display()
-    );
-    format!(
-        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n\n[agents.echo]\ndriver = \"script\"\n",
-        agent.display()
-    )
-}
 
 /// One editor connection to a `lineage acp` process.
 struct Editor {
@@ -173,7 +160,7 @@ fn prompt(session: &str, text: &str) -> PromptRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and_closes_it() {
-    let cluster = Cluster::start_with_toml(3, &[], &profiles());
+    let cluster = Cluster::start_with_toml(3, &[], &delegator_profiles());
     let editor = Editor::open(&cluster, true).await;
     let cwd = tempfile::tempdir().unwrap();
     let opened = editor

@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use lineage_testkit::binary::lineage_bin;
+use lineage_testkit::binary::{delegator_profiles, lineage_bin};
 use lineage_testkit::prelude::Cluster;
 use serde_json::Value;
 
@@ -77,18 +77,10 @@ fn python_acp_installed() {
     );
 }
 
-fn profiles() -> String {
-    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
-    format!(
-        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n",
-        agent.display()
-    )
-}
-
 #[test]
 fn f1_f3_the_python_acp_sdk_opens_prompts_streams_cancels_loads_and_closes_a_session() {
     python_acp_installed();
-    let cluster = Cluster::start_with_toml(1, &[], &profiles());
+    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
     let out = Command::new("python3")
         .args(["-c", EDITOR])
         .arg(lineage_bin())

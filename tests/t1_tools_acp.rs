@@ -7,22 +7,9 @@
 
 use std::time::Duration;
 
-use lineage_testkit::binary::lineage_bin;
+use lineage_testkit::binary::delegator_profiles;
 use lineage_testkit::prelude::{id_of, Cluster};
 use serde_json::Value;
-
-fn profiles() -> String {
-    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
-    assert!(
-        agent.exists(),
-        "{} is missing: cargo build --workspace --bins",
-        agent.display()
-    );
-    format!(
-        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n\n[agents.echo]\ndriver = \"script\"\n",
-        agent.display()
-    )
-}
 
 /// The assistant replies in `session`'s log.
 fn replies(log: &[lineage_testkit::prelude::Event]) -> Vec<String> {
@@ -34,7 +21,7 @@ fn replies(log: &[lineage_testkit::prelude::Event]) -> Vec<String> {
 
 #[test]
 fn t1_t2_an_acp_agent_spawns_a_one_shot_child_on_another_node_through_its_tools() {
-    let cluster = Cluster::start_with_toml(3, &[], &profiles());
+    let cluster = Cluster::start_with_toml(3, &[], &delegator_profiles());
     let prompt = r#"tool: spawn_subagent {"profile": "echo", "prompt": "hello child", "shape": "one-shot", "label": "kid", "node": "node-2"}"#;
     let reply = cluster.spawn(&[
         "--node",
@@ -77,7 +64,7 @@ fn t1_t2_an_acp_agent_spawns_a_one_shot_child_on_another_node_through_its_tools(
 
 #[test]
 fn d3_t5_a_spawn_past_the_max_depth_is_a_tool_error_the_agent_reads() {
-    let cluster = Cluster::start_with_toml(1, &[], &profiles());
+    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
     let prompt = r#"tool: spawn_subagent {"profile": "echo", "prompt": "x", "shape": "one-shot"}"#;
     let reply = cluster.spawn(&[
         "--profile",
@@ -131,7 +118,7 @@ fn body(lines: &[&str], tool: &str, nth: usize) -> Value {
 
 #[test]
 fn t3_m1_m3_m4_an_acp_agent_waits_for_follows_up_lists_and_interrupts_its_children() {
-    let cluster = Cluster::start_with_toml(3, &[], &profiles());
+    let cluster = Cluster::start_with_toml(3, &[], &delegator_profiles());
     // The child is an ACP agent with tools too: it reports to its parent with a tool call.
     let report = |text: &str| {
         line(

@@ -459,16 +459,7 @@ impl RegistryState {
                 ),
             });
         }
-        let current = record.placement.as_ref().map_or(0, |p| p.epoch);
-        if let Some(expected) = expected_epoch {
-            if current != expected {
-                return Err(RegistryRefusal::EpochMismatch {
-                    session: session.clone(),
-                    expected,
-                    current,
-                });
-            }
-        }
+        fenced(record, session, expected_epoch)?;
         record.state = state;
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::StateSet {
@@ -486,16 +477,7 @@ impl RegistryState {
         expected_epoch: Option<u64>,
     ) -> Refusal {
         let record = self.live(session)?;
-        let current = record.placement.as_ref().map_or(0, |p| p.epoch);
-        if let Some(expected) = expected_epoch {
-            if current != expected {
-                return Err(RegistryRefusal::EpochMismatch {
-                    session: session.clone(),
-                    expected,
-                    current,
-                });
-            }
-        }
+        fenced(record, session, expected_epoch)?;
         record.usage = Some(usage.clone());
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::UsageRecorded {
@@ -957,6 +939,24 @@ pub(crate) fn refusal_from_core(err: CoreError) -> RegistryRefusal {
         other => RegistryRefusal::Malformed {
             reason: other.to_string(),
         },
+    }
+}
+
+/// An agent's write is fenced by the placement epoch it holds: refused (`epoch_mismatch`)
+/// unless the session is placed at that epoch; an unfenced write (`None`) passes.
+fn fenced(
+    record: &SessionRecord,
+    session: &SessionId,
+    expected_epoch: Option<u64>,
+) -> Result<(), RegistryRefusal> {
+    let current = record.placement.as_ref().map_or(0, |p| p.epoch);
+    match expected_epoch {
+        Some(expected) if expected != current => Err(RegistryRefusal::EpochMismatch {
+            session: session.clone(),
+            expected,
+            current,
+        }),
+        Some(_) | None => Ok(()),
     }
 }
 

@@ -79,3 +79,19 @@ fn newer_source(depinfo: &Path, built: SystemTime) -> Option<PathBuf> {
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// Node config profiles for the suites that run real ACP agents (issue 11): `delegator`, the ACP
+/// test agent (built next to `lineage`) with the delegation tools, and `echo`, a script. Panics
+/// with what to build when the test agent is missing.
+pub fn delegator_profiles() -> String {
+    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
+    assert!(
+        agent.exists(),
+        "{} is missing: cargo build --workspace --bins",
+        agent.display()
+    );
+    format!(
+        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{}\"\ntools = true\n\n[agents.echo]\ndriver = \"script\"\n",
+        agent.display()
+    )
+}

@@ -33,7 +33,7 @@ pub mod shipped;
 pub mod user_conn;
 pub mod wait;
 
-pub use binary::{lineage_bin, workspace_root};
+pub use binary::{delegator_profiles, lineage_bin, workspace_root};
 pub use cluster::Cluster;
 pub use nats::{free_port, greeting, http_get, nats_server_binary, NatsOptions, NatsServer};
 pub use nats_cluster::NatsCluster;
