@@ -7,7 +7,9 @@
 //! one prompt (`tool-bench: N spawn_subagent {...}`) makes it call `spawn_subagent` N times over
 //! one MCP connection (`lineage mcp` -> the node's tools socket -> the session's turn); the
 //! agent times each call. The peer: N `spawn` requests to node 1's control service, timed by
-//! the bench, for children of the same session. What the tools add is the difference.
+//! the bench, for children of the same session. The two alternate in rounds (a prompt of N/4
+//! tool calls, then N/4 control spawns, four times), so both meet the same machine. What the
+//! tools add is the difference.
 
 use std::time::{Duration, Instant};
 
@@ -25,40 +27,26 @@ use crate::bench::Samples;
 const AGENT: &str = "delegator";
 const CHILD: &str = "echo";
 
+/// Rounds the two paths alternate in (so both meet the same machine: a drift in load or disk
+/// shows in both, not in one).
+const ROUNDS: usize = 4;
+
 pub(super) async fn tools(b: &Bench) -> Result<(), ControlError> {
     let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
     let n = scaled(200);
+    // n spread over the rounds: 10 is 3, 3, 2, 2.
+    let round_size = |r: usize| n / ROUNDS + usize::from(r <= n % ROUNDS);
     let warmup = 10;
-    println!("one-shot `{CHILD}` child on {cn} of a top-level `{AGENT}` session on {pn}, one at a time: through its MCP tools (timed by the agent) and through the control service (timed here)");
+    println!("one-shot `{CHILD}` child on {cn} of a top-level `{AGENT}` session on {pn}, one at a time: through its MCP tools (timed by the agent) and through the control service (timed here), alternating in {ROUNDS} rounds ({n} each)");
     let args = json!({"profile": CHILD, "prompt": "x", "shape": "one-shot", "node": cn});
+    let directive = |k: usize| format!("tool-bench: {k} spawn_subagent {args}");
     let mut root = spawn_request(None, None, lineage_protocol::script::Script::done(), &pn);
     root.agent = AgentSpec::Profile {
         profile: AGENT.to_owned(),
     };
-    root.prompt = format!("tool-bench: {} spawn_subagent {args}", n + warmup);
+    root.prompt = directive(warmup);
     let session = b.ctl.spawn(&pn, &root).await?.session;
-    let reply = agent_reply(b, &session).await?;
-    let body: Value = reply
-        .strip_prefix("tool-bench spawn_subagent: ")
-        .and_then(|b| serde_json::from_str(b).ok())
-        .ok_or_else(|| internal(format!("the agent's tool bench failed: {reply}")))?;
-    if let Some(first) = body["errors"].as_array().and_then(|e| e.first()) {
-        return Err(internal(format!(
-            "a spawn through the tools failed: {first}"
-        )));
-    }
-    let micros: Vec<u64> = body["micros"]
-        .as_array()
-        .map(|m| m.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    let tool_samples = Samples {
-        latencies: micros
-            .iter()
-            .skip(warmup)
-            .map(|us| Duration::from_micros(*us))
-            .collect(),
-        wall: Duration::from_micros(micros.iter().skip(warmup).sum()),
-    };
+    tool_round(b, &session, 0).await?;
     // The same spawn through the control service, children of the same session.
     let mut child: SpawnRequest = spawn_request(
         Some(&session),
@@ -70,18 +58,40 @@ pub(super) async fn tools(b: &Bench) -> Result<(), ControlError> {
         profile: CHILD.to_owned(),
     };
     child.prompt = "x".to_owned();
-    let mut latencies = Vec::with_capacity(n);
-    let wall = Instant::now();
-    for i in 0..(n + warmup) {
-        let started = Instant::now();
+    for _ in 0..warmup {
         b.ctl.spawn(&pn, &child).await?;
-        if i >= warmup {
-            latencies.push(started.elapsed());
+    }
+    let (mut tool_latencies, mut service_latencies) = (Vec::new(), Vec::new());
+    let (mut tool_wall, mut service_wall) = (Duration::ZERO, Duration::ZERO);
+    for round in 1..=ROUNDS {
+        let per_round = round_size(round);
+        if per_round == 0 {
+            break;
         }
+        let followup = lineage_protocol::control::FollowupRequest {
+            session: session.clone(),
+            content: directive(per_round),
+            request_id: None,
+        };
+        b.ctl.control.followup(&followup).await?;
+        let micros = tool_round(b, &session, round).await?;
+        tool_wall += Duration::from_micros(micros.iter().sum());
+        tool_latencies.extend(micros.iter().map(|us| Duration::from_micros(*us)));
+        let wall = Instant::now();
+        for _ in 0..per_round {
+            let started = Instant::now();
+            b.ctl.spawn(&pn, &child).await?;
+            service_latencies.push(started.elapsed());
+        }
+        service_wall += wall.elapsed();
     }
     let service = Samples {
-        latencies,
-        wall: wall.elapsed(),
+        latencies: service_latencies,
+        wall: service_wall,
+    };
+    let tool_samples = Samples {
+        latencies: tool_latencies,
+        wall: tool_wall,
     };
     b.report("spawn one-shot via the control service", &service);
     b.report("spawn one-shot via the MCP tool", &tool_samples);
@@ -95,8 +105,26 @@ pub(super) async fn tools(b: &Bench) -> Result<(), ControlError> {
     Ok(())
 }
 
-/// The agent's reply to its first prompt, from the session's log (bounded wait).
-async fn agent_reply(b: &Bench, session: &SessionId) -> Result<String, ControlError> {
+/// The timings (µs) of the agent's tool bench in its reply number `nth` (0-based).
+async fn tool_round(b: &Bench, session: &SessionId, nth: usize) -> Result<Vec<u64>, ControlError> {
+    let reply = agent_reply(b, session, nth).await?;
+    let body: Value = reply
+        .strip_prefix("tool-bench spawn_subagent: ")
+        .and_then(|b| serde_json::from_str(b).ok())
+        .ok_or_else(|| internal(format!("the agent's tool bench failed: {reply}")))?;
+    if let Some(first) = body["errors"].as_array().and_then(|e| e.first()) {
+        return Err(internal(format!(
+            "a spawn through the tools failed: {first}"
+        )));
+    }
+    Ok(body["micros"]
+        .as_array()
+        .map(|m| m.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default())
+}
+
+/// The agent's reply number `nth` (0-based), from the session's log (bounded wait).
+async fn agent_reply(b: &Bench, session: &SessionId, nth: usize) -> Result<String, ControlError> {
     let events =
         lineage_bus::events::EventLogStore::open(b.ctl.client.clone(), b.ctl.subjects.clone())
             .await
@@ -107,7 +135,8 @@ async fn agent_reply(b: &Bench, session: &SessionId) -> Result<String, ControlEr
         if let Some(text) = log
             .iter()
             .filter(|e| e.kind == "turn/assistant")
-            .find_map(|e| e.data["text"].as_str())
+            .filter_map(|e| e.data["text"].as_str())
+            .nth(nth)
         {
             return Ok(text.to_owned());
         }
