@@ -224,7 +224,7 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
 
     // session/cancel on a descendant interrupts its turn: a second child (the test agent)
     // takes a slow turn (10 s unless cancelled); cancelled once its turn runs, it goes idle.
-    let slow = r#"tool: spawn_subagent {"profile": "delegator", "prompt": "slow work", "shape": "continuable", "label": "slowpoke", "node": "node-3"}"#;
+    let slow = r#"tool: spawn_subagent {"profile": "delegator", "prompt": "tool: report_to_parent {\"content\": \"found it\", \"delivery\": \"quiet\"}\nslow work", "shape": "continuable", "label": "slowpoke", "node": "node-3"}"#;
     editor
         .cx
         .send_request(prompt(&root, slow))
@@ -244,6 +244,19 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
                 .filter(|s| *s == "running")
                 .count()
                 >= 2
+        })
+        .await;
+    // Its report (sent before its slow wait) shows in its own session, addressed to the root.
+    editor
+        .wait("the slow child's report", |seen| {
+            seen.iter().any(|n| {
+                let u = serde_json::to_value(&n.update).unwrap();
+                n.session_id.to_string() == slowpoke
+                    && u["sessionUpdate"] == "session_message"
+                    && u["senderSessionId"] == slowpoke.as_str()
+                    && u["recipientSessionId"] == root.as_str()
+                    && u["content"][0]["text"] == "found it"
+            })
         })
         .await;
     let cancelled_at = std::time::Instant::now();
