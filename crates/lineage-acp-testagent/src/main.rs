@@ -107,6 +107,24 @@ fn save_session(id: &str, history: &[Entry]) -> std::io::Result<()> {
     std::fs::rename(&tmp, &path)
 }
 
+/// Appends one prompt and its reply to `id`'s history and stores it.
+fn remember(state: &Mutex<State>, id: &str, text: String, reply: String) -> std::io::Result<()> {
+    let history = {
+        let mut guard = lock(state);
+        let history = guard.sessions.entry(id.to_string()).or_default();
+        history.push(Entry {
+            role: "user".into(),
+            text,
+        });
+        history.push(Entry {
+            role: "agent".into(),
+            text: reply,
+        });
+        history.clone()
+    };
+    save_session(id, &history)
+}
+
 /// The text of a prompt: its text blocks joined by newlines.
 fn prompt_text(prompt: &[ContentBlock]) -> String {
     prompt
@@ -311,20 +329,7 @@ async fn main() {
                         if let Some(reply) = tool_reply {
                             cx.send_notification(chunk(&id, true, reply.clone()))?;
                             cx.send_notification(usage(&id, turn))?;
-                            let history = {
-                                let mut guard = lock(&state);
-                                let history = guard.sessions.entry(id.clone()).or_default();
-                                history.push(Entry {
-                                    role: "user".into(),
-                                    text,
-                                });
-                                history.push(Entry {
-                                    role: "agent".into(),
-                                    text: reply,
-                                });
-                                history.clone()
-                            };
-                            if let Err(e) = save_session(&id, &history) {
+                            if let Err(e) = remember(&state, &id, text, reply) {
                                 return responder.respond_with_error(invalid(format!(
                                     "cannot store session: {e}"
                                 )));
@@ -369,20 +374,7 @@ async fn main() {
                             cx.send_notification(chunk(&id, true, suffix))?;
                         }
                         cx.send_notification(usage(&id, turn))?;
-                        let history = {
-                            let mut guard = lock(&state);
-                            let history = guard.sessions.entry(id.clone()).or_default();
-                            history.push(Entry {
-                                role: "user".into(),
-                                text,
-                            });
-                            history.push(Entry {
-                                role: "agent".into(),
-                                text: reply,
-                            });
-                            history.clone()
-                        };
-                        if let Err(e) = save_session(&id, &history) {
+                        if let Err(e) = remember(&state, &id, text, reply) {
                             return responder
                                 .respond_with_error(invalid(format!("cannot store session: {e}")));
                         }

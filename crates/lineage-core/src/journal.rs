@@ -106,6 +106,22 @@ pub struct Accepted {
 }
 
 impl Accepted {
+    /// The first prompt of a new session, accepted with its creation window: a waking user
+    /// message the agent's first turn takes. A top-level session with no prompt has none: it
+    /// starts idle, and its first followup is its first turn (an ACP front door's
+    /// `session/new`). A child always gets one (its turn is what it was spawned for).
+    pub fn first_prompt(prompt: String, top_level: bool) -> Option<Accepted> {
+        if top_level && prompt.is_empty() {
+            return None;
+        }
+        Some(Accepted {
+            message: TurnMessage::User { content: prompt },
+            wake: true,
+            dedup_id: None,
+            request_id: None,
+        })
+    }
+
     /// The keys this message is accepted once under (its dedup id, its followup request id).
     pub fn once_keys(&self) -> impl Iterator<Item = String> + '_ {
         self.dedup_id
@@ -289,6 +305,22 @@ impl JournalEvent {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn f1_a_top_level_session_without_a_prompt_starts_idle_a_child_never_does() {
+        use super::{Accepted, TurnMessage};
+        assert_eq!(Accepted::first_prompt(String::new(), true), None);
+        for (prompt, top_level) in [("", false), ("go", true), ("go", false)] {
+            let first = Accepted::first_prompt(prompt.into(), top_level).expect("a first prompt");
+            assert!(first.wake);
+            assert_eq!(
+                first.message,
+                TurnMessage::User {
+                    content: prompt.into()
+                }
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

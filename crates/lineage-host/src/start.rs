@@ -34,7 +34,6 @@ use crate::control::{OneShotResult, SpawnReply, StartRequest};
 use crate::error::HostError;
 use crate::host::{provider_of, Host, Shared};
 use crate::telemetry::op_span;
-use lineage_drivers::driver::TurnMessage;
 
 use crate::spawn::child_policy_view;
 
@@ -122,15 +121,9 @@ impl Shared {
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
         log.append(AGENT_EVENT, record, now);
         // The first prompt is accepted with the creation window (one message): the agent
-        // takes its first turn on it as soon as it is live. A top-level session with no prompt
-        // starts idle: its first followup is its first turn (an ACP front door's session/new).
-        if !(prompt.is_empty() && header.parent_session().is_none()) {
-            let accepted = Accepted {
-                message: TurnMessage::User { content: prompt },
-                wake: true,
-                dedup_id: None,
-                request_id: None,
-            };
+        // takes its first turn on it as soon as it is live (none: a top-level session starts
+        // idle, `Accepted::first_prompt`).
+        if let Some(accepted) = Accepted::first_prompt(prompt, header.parent_session().is_none()) {
             let accepted = serde_json::to_value(&accepted)
                 .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
             log.append(ACCEPTED_EVENT, accepted, now);
