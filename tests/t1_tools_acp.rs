@@ -63,6 +63,56 @@ fn t1_t2_an_acp_agent_spawns_a_one_shot_child_on_another_node_through_its_tools(
 }
 
 #[test]
+fn t1_an_acp_agent_that_declares_mcp_http_gets_its_tools_over_http_and_spawns_through_them() {
+    // `delegator-http` declares `mcpCapabilities.http` and uses only HTTP entries: a reply
+    // from the tool proves the node gave it the loopback URL with its bearer secret.
+    let cluster = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let prompt = r#"tool: spawn_subagent {"profile": "echo", "prompt": "over http", "shape": "one-shot", "label": "web", "node": "node-3"}
+tool: list_children {}"#;
+    let reply = cluster.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator-http",
+        "--prompt",
+        prompt,
+    ]);
+    let root = id_of(&reply["session"]);
+    let log = cluster.wait_log(
+        &root,
+        Duration::from_secs(60),
+        "both tools' answers",
+        |log| {
+            replies(log)
+                .iter()
+                .any(|r| r.contains("tool list_children"))
+        },
+    );
+    let text = replies(&log).join("\n");
+    let answer = text
+        .lines()
+        .find(|r| r.starts_with("tool spawn_subagent"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let body: Value = serde_json::from_str(
+        answer
+            .strip_prefix("tool spawn_subagent: ")
+            .unwrap_or_else(|| panic!("a tool error: {answer}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(body["output"], "over http", "{answer}");
+    let child = body["child"].as_str().unwrap().to_owned();
+    assert_eq!(cluster.row(&root, &child)["node"], "node-3");
+    let listed = text
+        .lines()
+        .find(|r| r.starts_with("tool list_children"))
+        .unwrap();
+    assert!(
+        listed.starts_with("tool list_children: ") && listed.contains(&child),
+        "{listed}"
+    );
+}
+
+#[test]
 fn d3_t5_a_spawn_past_the_max_depth_is_a_tool_error_the_agent_reads() {
     let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
     let prompt = r#"tool: spawn_subagent {"profile": "echo", "prompt": "x", "shape": "one-shot"}"#;

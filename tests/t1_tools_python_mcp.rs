@@ -41,6 +41,142 @@ async def main():
 asyncio.run(main())
 "#;
 
+/// The same client over streamable HTTP, with the grant's URL and headers (argv 1, 2: JSON).
+const HTTP_CLIENT: &str = r#"
+import asyncio, json, sys
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    url, headers = sys.argv[1], json.loads(sys.argv[2])
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                tools = await session.list_tools()
+                result = await session.call_tool("spawn_subagent", {
+                    "profile": "researcher", "prompt": "find y", "shape": "one-shot"})
+                print(json.dumps({
+                    "tools": sorted(t.name for t in tools.tools),
+                    "is_error": result.is_error,
+                    "text": "".join(c.text for c in result.content if c.type == "text"),
+                }))
+
+asyncio.run(main())
+"#;
+
+/// A raw `initialize` POST with `authorization` (or none): the status line and the body.
+fn raw_post(addr: &str, authorization: Option<&str>) -> (String, String) {
+    use std::io::{Read, Write};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"forger","version":"0"}}}"#;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn t1_t5_the_python_mcp_sdk_calls_the_tools_over_streamable_http_with_the_grants_bearer() {
+    python_mcp_installed();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut socket, _serving) = rt
+        .block_on(async { ToolsSocket::bind(dir.path()) })
+        .unwrap();
+    let _http = rt
+        .block_on(async { socket.serve_http("127.0.0.1:0".parse().unwrap()) })
+        .unwrap();
+    let session = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000011").unwrap();
+    let child = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000012").unwrap();
+    let (ctx, mut requests) = TurnCtx::channel();
+    let slot = TurnSlot::default();
+    slot.set(ctx);
+    let grant = socket.grant(session, slot);
+    let entry = grant.http().expect("the grant carries the HTTP entry");
+    assert!(entry.url.starts_with("http://127.0.0.1:"), "{entry:?}");
+    let answered = rt.spawn({
+        let child = child.clone();
+        async move {
+            let request = requests.recv().await.expect("the call reached the turn");
+            let _ = request.reply.send(ActionOutcome::Born {
+                child,
+                result: Some(OneShotResult {
+                    output: Some("y is 7".into()),
+                    structured: None,
+                    stop_reason: lineage_core::messages::StopReason::Completed,
+                }),
+            });
+            request.action
+        }
+    });
+    let headers: serde_json::Map<String, Value> = entry
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let out = Command::new("python3")
+        .args(["-c", HTTP_CLIENT, &entry.url])
+        .arg(Value::Object(headers).to_string())
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "python MCP client over HTTP failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(
+        report["tools"].as_array().map(Vec::len),
+        Some(6),
+        "{report}"
+    );
+    assert_eq!(report["is_error"], false, "{report}");
+    let body: Value = serde_json::from_str(report["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["child"], child.to_string());
+    assert_eq!(body["output"], "y is 7");
+    let TurnAction::Spawn(spec) = rt.block_on(answered).unwrap() else {
+        panic!("not a spawn")
+    };
+    assert_eq!(spec.prompt, "find y");
+
+    // Without the secret, or with another one, or once revoked: 401 in one line, no MCP.
+    let addr = entry
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let forged = format!("Bearer {}", "0".repeat(64));
+    for authorization in [None, Some(forged.as_str())] {
+        let (status, body) = raw_post(&addr, authorization);
+        assert!(status.contains("401"), "{authorization:?}: {status}");
+        assert_eq!(
+            body.trim(),
+            lineage_drivers::tools::http::REFUSED_HTTP,
+            "{authorization:?}"
+        );
+    }
+    let granted = entry.headers[0].1.clone();
+    drop(grant);
+    let (status, body) = raw_post(&addr, Some(&granted));
+    assert!(status.contains("401"), "revoked: {status}");
+    assert_eq!(body.trim(), lineage_drivers::tools::http::REFUSED_HTTP);
+}
+
 fn python_mcp_installed() {
     let ok = Command::new("python3")
         .args(["-c", "import mcp"])

@@ -2,7 +2,8 @@
 //! to test lineage's `acp` driver without a real model.
 //!
 //! Behaviour:
-//! - `initialize` advertises `loadSession` (unless started with `--no-load`).
+//! - `initialize` advertises `loadSession` (unless started with `--no-load`), and
+//!   `mcpCapabilities.http` when started with `--mcp-http`.
 //! - `session/new` creates a session; every session is remembered in `sessions.json` in the
 //!   directory given by `--dir <path>`, else by `LINEAGE_ACP_TESTAGENT_DIR`, else a directory in
 //!   the system temp dir, so a new process can `session/load` a session an older process
@@ -30,9 +31,10 @@ use std::time::Duration;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Cost, Implementation,
     InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
-    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, SessionNotification,
-    SessionUpdate, StopReason, ToolCallUpdate, ToolCallUpdateFields, UsageUpdate,
+    McpCapabilities, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
+    PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionNotification, SessionUpdate, StopReason, ToolCallUpdate, ToolCallUpdateFields,
+    UsageUpdate,
 };
 use agent_client_protocol::{Agent, ByteStreams, Error};
 use serde::{Deserialize, Serialize};
@@ -61,7 +63,7 @@ struct State {
     /// The cancel signal of each session's running prompt.
     cancels: HashMap<String, Arc<CancelSignal>>,
     /// The stdio MCP servers each session was given.
-    servers: HashMap<String, Vec<tools::StdioServer>>,
+    servers: HashMap<String, Vec<tools::ToolServer>>,
     /// The last child each session's `spawn_subagent` returned (`$child`).
     last_child: HashMap<String, String>,
 }
@@ -174,6 +176,8 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let advertise_load = !std::env::args().any(|arg| arg == "--no-load");
+    // `--mcp-http`: declare `mcpCapabilities.http` (the node then gives the tools' HTTP URL).
+    let mcp_http = std::env::args().any(|arg| arg == "--mcp-http");
     let state = Arc::new(Mutex::new(State::default()));
     let counter = Arc::new(AtomicU64::new(0));
 
@@ -189,7 +193,11 @@ async fn main() {
             async move |request: InitializeRequest, responder, _cx| {
                 responder.respond(
                     InitializeResponse::new(request.protocol_version)
-                        .agent_capabilities(AgentCapabilities::new().load_session(advertise_load))
+                        .agent_capabilities(
+                            AgentCapabilities::new()
+                                .load_session(advertise_load)
+                                .mcp_capabilities(McpCapabilities::new().http(mcp_http)),
+                        )
                         .agent_info(Implementation::new(
                             "lineage-acp-testagent",
                             env!("CARGO_PKG_VERSION"),
@@ -214,7 +222,7 @@ async fn main() {
                     lock(&state).sessions.insert(id.clone(), Vec::new());
                     lock(&state)
                         .servers
-                        .insert(id.clone(), tools::stdio_servers(&request.mcp_servers));
+                        .insert(id.clone(), tools::servers(&request.mcp_servers, mcp_http));
                     if let Err(e) = save_session(&id, &[]) {
                         return responder
                             .respond_with_error(invalid(format!("cannot store session: {e}")));
@@ -242,7 +250,7 @@ async fn main() {
                     }
                     lock(&state)
                         .servers
-                        .insert(id.clone(), tools::stdio_servers(&request.mcp_servers));
+                        .insert(id.clone(), tools::servers(&request.mcp_servers, mcp_http));
                     lock(&state).sessions.insert(id, history);
                     responder.respond(LoadSessionResponse::new())
                 }

@@ -1,9 +1,11 @@
-//! The test agent's MCP client (issue 11): it calls the tools of the stdio MCP servers its
+//! The test agent's MCP client (issue 11): it calls the tools of the MCP servers its
 //! `session/new` declared, as a real agent calls lineage's delegation tools.
 //!
-//! A prompt line `tool: NAME {json arguments}` is a directive: the agent starts the server
-//! named `lineage` (its command, arguments and environment as declared), connects with the
-//! official Rust MCP SDK's client over the process's stdio, calls tool NAME, and its reply line
+//! A prompt line `tool: NAME {json arguments}` is a directive: the agent connects to the server
+//! named `lineage` with the official Rust MCP SDK's client (a stdio entry: it starts the command
+//! with its arguments and environment as declared and talks over its stdio; an HTTP entry, given
+//! to an agent started with `--mcp-http`, which then declares `mcpCapabilities.http`: streamable
+//! HTTP to the URL with the declared headers), calls tool NAME, and its reply line
 //! is `tool NAME: <result text>` (`tool NAME error: <text>` for a tool error or a failure).
 //! `$child` in the arguments stands for the last child a `spawn_subagent` of this session
 //! returned, so one prompt can spawn a child and then talk to it. A line `tool-bench: N NAME
@@ -31,12 +33,44 @@ pub struct StdioServer {
     pub env: Vec<(String, String)>,
 }
 
-/// The stdio servers of a `session/new` or `session/load`.
-pub fn stdio_servers(servers: &[McpServer]) -> Vec<StdioServer> {
+/// An MCP server a session was given over streamable HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpServer {
+    /// Its name in `mcpServers`.
+    pub name: String,
+    /// The endpoint.
+    pub url: String,
+    /// The headers to send (name, value).
+    pub headers: Vec<(String, String)>,
+}
+
+/// An MCP server of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolServer {
+    /// Started as a process, spoken to over its stdio.
+    Stdio(StdioServer),
+    /// Reached over streamable HTTP.
+    Http(HttpServer),
+}
+
+impl ToolServer {
+    fn name(&self) -> &str {
+        match self {
+            ToolServer::Stdio(s) => &s.name,
+            ToolServer::Http(s) => &s.name,
+        }
+    }
+}
+
+/// The servers of a `session/new` or `session/load` this agent uses: with `http_only` (it
+/// declared `mcpCapabilities.http`) only the HTTP entries, so a test sees which transport the
+/// node chose; SSE entries never (it does not declare `mcpCapabilities.sse`).
+pub fn servers(servers: &[McpServer], http_only: bool) -> Vec<ToolServer> {
     servers
         .iter()
+        .filter(|s| !http_only || matches!(s, McpServer::Http(_)))
         .filter_map(|s| match s {
-            McpServer::Stdio(s) => Some(StdioServer {
+            McpServer::Stdio(s) => Some(ToolServer::Stdio(StdioServer {
                 name: s.name.clone(),
                 command: s.command.clone(),
                 args: s.args.clone(),
@@ -45,7 +79,16 @@ pub fn stdio_servers(servers: &[McpServer]) -> Vec<StdioServer> {
                     .iter()
                     .map(|v| (v.name.clone(), v.value.clone()))
                     .collect(),
-            }),
+            })),
+            McpServer::Http(s) => Some(ToolServer::Http(HttpServer {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                headers: s
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+            })),
             _ => None,
         })
         .collect()
@@ -70,9 +113,9 @@ pub fn bench_directive(text: &str) -> Option<(usize, String)> {
 }
 
 /// Calls `name` `n` times over one connection; the reply line with each call's duration.
-pub async fn bench(servers: &[StdioServer], n: usize, name: &str, args: Value) -> String {
+pub async fn bench(servers: &[ToolServer], n: usize, name: &str, args: Value) -> String {
     let outcome = async {
-        let (client, mut child) = connect(servers).await?;
+        let (client, child) = connect(servers).await?;
         let Value::Object(arguments) = args else {
             return Err("tool arguments must be a JSON object".to_owned());
         };
@@ -93,7 +136,9 @@ pub async fn bench(servers: &[StdioServer], n: usize, name: &str, args: Value) -
             }
         }
         let _ = client.cancel().await;
-        let _ = child.kill().await;
+        if let Some(mut child) = child {
+            let _ = child.kill().await;
+        }
         Ok(serde_json::json!({"micros": micros, "errors": errors}))
     }
     .await;
@@ -123,7 +168,7 @@ pub fn child_of(line: &str) -> Option<String> {
 }
 
 /// Calls `name` with `args` on the server named `lineage`; the reply line.
-pub async fn call(servers: &[StdioServer], name: &str, args: Value) -> String {
+pub async fn call(servers: &[ToolServer], name: &str, args: Value) -> String {
     match call_inner(servers, name, args).await {
         Ok((false, text)) => format!("tool {name}: {text}"),
         Ok((true, text)) => format!("tool {name} error: {text}"),
@@ -131,20 +176,25 @@ pub async fn call(servers: &[StdioServer], name: &str, args: Value) -> String {
     }
 }
 
-/// Starts the server named `lineage` and connects the MCP client over its stdio.
+/// Connects the MCP client to the server named `lineage`: starts it and speaks over its
+/// stdio, or over streamable HTTP; the process, if one was started.
 async fn connect(
-    servers: &[StdioServer],
+    servers: &[ToolServer],
 ) -> Result<
     (
         rmcp::service::RunningService<rmcp::RoleClient, ()>,
-        tokio::process::Child,
+        Option<tokio::process::Child>,
     ),
     String,
 > {
     let server = servers
         .iter()
-        .find(|s| s.name == "lineage")
+        .find(|s| s.name() == "lineage")
         .ok_or("no MCP server named lineage in this session")?;
+    let server = match server {
+        ToolServer::Stdio(server) => server,
+        ToolServer::Http(server) => return connect_http(server).await.map(|c| (c, None)),
+    };
     let mut child = tokio::process::Command::new(&server.command)
         .args(&server.args)
         .envs(server.env.iter().cloned())
@@ -161,7 +211,31 @@ async fn connect(
         ().serve((stdout, stdin))
             .await
             .map_err(|e| format!("MCP initialize failed: {e}"))?;
-    Ok((client, child))
+    Ok((client, Some(child)))
+}
+
+/// The MCP client over streamable HTTP (`Authorization: Bearer` as the transport's auth).
+async fn connect_http(
+    server: &HttpServer,
+) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>, String> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.clone());
+    for (name, value) in &server.headers {
+        if name.eq_ignore_ascii_case("authorization") {
+            let token = value.strip_prefix("Bearer ").unwrap_or(value);
+            config = config.auth_header(token.to_owned());
+        } else {
+            let name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| format!("bad header name {name:?}: {e}"))?;
+            let value =
+                http::HeaderValue::from_str(value).map_err(|e| format!("bad header value: {e}"))?;
+            config.custom_headers.insert(name, value);
+        }
+    }
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+    ().serve(transport)
+        .await
+        .map_err(|e| format!("MCP initialize over HTTP failed: {e}"))
 }
 
 fn text_of(result: &rmcp::model::CallToolResult) -> String {
@@ -173,11 +247,11 @@ fn text_of(result: &rmcp::model::CallToolResult) -> String {
 }
 
 async fn call_inner(
-    servers: &[StdioServer],
+    servers: &[ToolServer],
     name: &str,
     args: Value,
 ) -> Result<(bool, String), String> {
-    let (client, mut child) = connect(servers).await?;
+    let (client, child) = connect(servers).await?;
     let Value::Object(arguments) = args else {
         return Err("tool arguments must be a JSON object".into());
     };
@@ -186,7 +260,9 @@ async fn call_inner(
         .await
         .map_err(|e| format!("tools/call failed: {e}"));
     let _ = client.cancel().await;
-    let _ = child.kill().await;
+    if let Some(mut child) = child {
+        let _ = child.kill().await;
+    }
     let result = result?;
     Ok((result.is_error == Some(true), text_of(&result)))
 }

@@ -48,6 +48,8 @@ pub struct NodeConfig {
     pub nats: NatsSection,
     /// Agent profiles (T4): `[agents]` and one `[agents.<name>]` table per profile.
     pub agents: AgentProfiles,
+    /// How hosted agents reach lineage's delegation tools (T1).
+    pub tools: ToolsSection,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -61,6 +63,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("lease", &self.lease)
             .field("nats", &self.nats)
             .field("agents", &self.agents)
+            .field("tools", &self.tools)
             .finish()
     }
 }
@@ -184,6 +187,17 @@ pub struct LimitsSection {
     pub max_depth: MaxDepth,
 }
 
+/// `[tools]`: how hosted agents reach lineage's delegation tools (T1). Every agent can start
+/// the stdio bridge (`lineage mcp`, through the node's Unix socket); an agent that declares
+/// `mcpCapabilities.http` is given this listener's URL instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSection {
+    /// Loopback address of the tools' streamable HTTP listener (port 0 picks one); empty
+    /// disables it (every agent then gets the stdio bridge).
+    pub http_addr: String,
+}
+
 /// `[lease]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -226,6 +240,9 @@ impl Default for NodeConfig {
             },
             nats: NatsSection::default(),
             agents: AgentProfiles::default(),
+            tools: ToolsSection {
+                http_addr: "127.0.0.1:0".into(),
+            },
         }
     }
 }
@@ -542,7 +559,35 @@ fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
     if let Err((key, what)) = config.agents.validate() {
         return fail(&key, what);
     }
+    if let Some(addr) = config.tools.listen() {
+        match addr {
+            Ok(addr) if addr.ip().is_loopback() => {}
+            Ok(addr) => {
+                return fail(
+                    "tools.http_addr",
+                    format!("{addr} is not a loopback address; the tools' secrets travel in clear text, so use 127.0.0.1:PORT (0 picks one) or \"\" to disable"),
+                )
+            }
+            Err(e) => {
+                return fail(
+                    "tools.http_addr",
+                    format!("{e}; give an address like 127.0.0.1:0 or \"\" to disable"),
+                )
+            }
+        }
+    }
     Ok(())
+}
+
+impl ToolsSection {
+    /// The HTTP listener's address: `None` when disabled (empty), else parsed.
+    pub fn listen(&self) -> Option<Result<std::net::SocketAddr, String>> {
+        let addr = self.http_addr.trim();
+        (!addr.is_empty()).then(|| {
+            addr.parse::<std::net::SocketAddr>()
+                .map_err(|e| format!("{addr:?} is not an address (ip:port): {e}"))
+        })
+    }
 }
 
 impl NatsSection {
@@ -791,6 +836,8 @@ mod tests {
     fn d4_o1_invalid_config_names_key_and_source() {
         let cases = [
             ("[limits]\nmax_depth = -1\n", "limits.max_depth"),
+            ("[tools]\nhttp_addr = \"0.0.0.0:0\"\n", "tools.http_addr"),
+            ("[tools]\nhttp_addr = \"localhost\"\n", "tools.http_addr"),
             ("[limits]\nmax_depth = 1.5\n", "limits.max_depth"),
             ("[limits]\nmax_depth = \"3\"\n", "limits.max_depth"),
             ("bogus = 1\n", "bogus"),

@@ -93,6 +93,7 @@ impl Tools {
         AgentTools {
             bridge: self.bridge.clone(),
             env: grant.env(),
+            http: grant.http(),
             slot,
             grant: std::sync::Arc::new(grant),
         }

@@ -94,16 +94,41 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     // Without it (say the data_dir's path is too long for a Unix socket) the node runs, and a
     // profile with tools = true is refused with the reason.
     let drivers = NodeDrivers::new(PathBuf::from(&config.node.data_dir), config.agents.clone());
-    let (drivers, _tools_serving) = match ToolsSocket::bind(
+    // Agents that declare `mcpCapabilities.http` get the loopback listener of `[tools]` instead.
+    let (drivers, _tools_serving, _tools_http) = match ToolsSocket::bind(
         &PathBuf::from(&config.node.data_dir).join("tools"),
     ) {
-        Ok((socket, serving)) => (
-            drivers.with_tools(socket, tools_bridge()),
-            Some(AbortOnDrop(serving)),
-        ),
+        Ok((mut socket, serving)) => {
+            let http = match config.tools.listen() {
+                None => None,
+                Some(Ok(addr)) => match socket.serve_http(addr) {
+                    Ok(task) => {
+                        tracing::info!(
+                            url = socket.http_url().unwrap_or_default(),
+                            "tools served over HTTP too"
+                        );
+                        Some(AbortOnDrop(task))
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no tools over HTTP: every agent gets the stdio bridge");
+                        None
+                    }
+                },
+                Some(Err(e)) => {
+                    return Err(NodeError::Config(format!(
+                        "invalid config key tools.http_addr: {e}"
+                    )))
+                }
+            };
+            (
+                drivers.with_tools(socket, tools_bridge()),
+                Some(AbortOnDrop(serving)),
+                http,
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %e, "no tools socket: profiles with tools = true cannot run on this node");
-            (drivers, None)
+            (drivers, None, None)
         }
     };
     let host = Host::start(

@@ -87,14 +87,17 @@ struct Settings {
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
-/// (`lineage mcp` over stdio, with the grant's environment) and the slot through which a tool
-/// call reaches the running turn.
+/// (`lineage mcp` over stdio, with the grant's environment; or, to an agent that declares
+/// `mcpCapabilities.http`, the node's loopback URL with the grant's bearer header) and the slot
+/// through which a tool call reaches the running turn.
 #[derive(Debug, Clone)]
 pub struct AgentTools {
     /// The bridge the agent starts: program, then arguments (the node's `lineage mcp`).
     pub bridge: Vec<String>,
     /// The grant's environment for the bridge ([`crate::tools::socket::ToolsGrant::env`]).
     pub env: Vec<(String, String)>,
+    /// The HTTP entry, when the node serves the tools over HTTP too.
+    pub http: Option<crate::tools::socket::HttpEntry>,
     /// Where the running turn is, for the tools.
     pub slot: crate::tools::TurnSlot,
     /// Keeps the grant alive as long as the driver (revoked when the driver is dropped).

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    EnvVariable, Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerStdio,
-    NewSessionRequest,
+    EnvVariable, HttpHeader, Implementation, InitializeRequest, LoadSessionRequest, McpServer,
+    McpServerHttp, McpServerStdio, NewSessionRequest,
 };
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -92,6 +92,11 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         )));
     }
     let can_load = response.agent_capabilities.load_session;
+    let transport = if response.agent_capabilities.mcp_capabilities.http {
+        ToolsTransport::Http
+    } else {
+        ToolsTransport::Stdio
+    };
 
     // Open the session: load it on a cold resume when possible, else a new one.
     let recorded = if start.resumed {
@@ -100,7 +105,7 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         None
     };
     let loaded = match (can_load, recorded) {
-        (true, Some(id)) => load(settings, &cx, &cwd, &session, id).await,
+        (true, Some(id)) => load(settings, transport, &cx, &cwd, &session, id).await,
         _ => None,
     };
     let was_loaded = loaded.is_some();
@@ -108,7 +113,7 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         Some(active) => active,
         None => {
             let new = cx
-                .build_session_from(new_session(settings, &cwd))
+                .build_session_from(new_session(settings, transport, &cwd))
                 .block_task()
                 .start_session();
             match tokio::time::timeout(settings.init_timeout, new).await {
@@ -155,17 +160,41 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     })
 }
 
-/// `session/new` in `cwd`, declaring lineage's tools when the session has them.
-fn new_session(settings: &Settings, cwd: &std::path::Path) -> NewSessionRequest {
-    NewSessionRequest::new(cwd).mcp_servers(tools_servers(settings))
+/// How the agent reaches lineage's tools: what its `initialize` answer declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolsTransport {
+    /// Every agent supports stdio: it starts `lineage mcp`.
+    Stdio,
+    /// The agent declared `mcpCapabilities.http`: the node's loopback URL, when it serves one.
+    Http,
 }
 
-/// lineage's tools as the MCP server the agent starts (stdio: every agent supports it): none
-/// when the session's profile has no tools.
-fn tools_servers(settings: &Settings) -> Vec<McpServer> {
+/// `session/new` in `cwd`, declaring lineage's tools when the session has them.
+fn new_session(
+    settings: &Settings,
+    transport: ToolsTransport,
+    cwd: &std::path::Path,
+) -> NewSessionRequest {
+    NewSessionRequest::new(cwd).mcp_servers(tools_servers(settings, transport))
+}
+
+/// lineage's tools as one MCP server entry: over HTTP to an agent that declared it (when the
+/// node serves HTTP), else the stdio bridge every agent supports; none when the session's
+/// profile has no tools.
+fn tools_servers(settings: &Settings, transport: ToolsTransport) -> Vec<McpServer> {
     let Some(tools) = &settings.tools else {
         return Vec::new();
     };
+    if let (ToolsTransport::Http, Some(http)) = (transport, &tools.http) {
+        let headers = http
+            .headers
+            .iter()
+            .map(|(name, value)| HttpHeader::new(name.clone(), value.clone()))
+            .collect();
+        let server =
+            McpServerHttp::new(super::TOOLS_SERVER_NAME, http.url.clone()).headers(headers);
+        return vec![McpServer::Http(server)];
+    }
     let Some((program, args)) = tools.bridge.split_first() else {
         return Vec::new();
     };
@@ -205,13 +234,15 @@ fn working_dir(
 /// before it answers; `None` (logged) when the agent cannot, so a new session is opened.
 async fn load(
     settings: &Settings,
+    transport: ToolsTransport,
     cx: &ConnectionTo<Agent>,
     cwd: &std::path::Path,
     session: &str,
     id: String,
 ) -> Option<ActiveSession<'static, Agent>> {
     // The tools again: a resumed session has a new grant (and so a new secret).
-    let request = LoadSessionRequest::new(id.clone(), cwd).mcp_servers(tools_servers(settings));
+    let request =
+        LoadSessionRequest::new(id.clone(), cwd).mcp_servers(tools_servers(settings, transport));
     let load = cx.load_session_from(request).block_task().start_session();
     let mut active = match tokio::time::timeout(settings.init_timeout, load).await {
         Ok(Ok(setup)) => setup.session,

@@ -22,8 +22,10 @@
 //! How an agent reaches them: [`socket::ToolsSocket`], the node's Unix socket, serves each
 //! connection as the session whose grant (a per-session secret) it presents first; the agent
 //! starts `lineage mcp` (a stdio bridge to that socket) from the `mcpServers` of its ACP
-//! `session/new`.
+//! `session/new`. An agent that declares `mcpCapabilities.http` is given [`http`]'s loopback
+//! URL instead, with the secret as its bearer token.
 
+pub mod http;
 pub mod socket;
 
 use std::sync::{Arc, Mutex};

@@ -8,6 +8,9 @@
 //! MCP session of that lineage session's [`DelegationTools`]. A secret that names no live grant
 //! is answered with [`REFUSED_LINE`] and the connection closed: nothing is served (so another agent on the same node,
 //! which does not know the secret, cannot act as this session). Dropping the grant revokes it.
+//!
+//! The same grants also open the node's streamable HTTP listener ([`super::http`], loopback
+//! only, for agents that declare `mcpCapabilities.http`): there the secret is the bearer token.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,21 +29,72 @@ pub use lineage_protocol::tools::{GRANTED_LINE, REFUSED_LINE, SECRET_ENV, SOCKET
 /// The longest first line read (a secret is 64 hex digits).
 const MAX_SECRET_LINE: usize = 256;
 
-type Grants = Arc<Mutex<HashMap<String, (SessionId, TurnSlot)>>>;
+/// What a live secret names: the session, its turn slot, and its MCP service over HTTP.
+#[derive(Clone)]
+pub(super) struct Granted {
+    pub(super) session: SessionId,
+    pub(super) slot: TurnSlot,
+    pub(super) http: Option<super::http::SessionService>,
+}
 
-/// A node's tools socket: listening, and serving each granted session.
-#[derive(Debug, Clone)]
+pub(super) type Grants = Arc<Mutex<HashMap<String, Granted>>>;
+
+impl std::fmt::Debug for Granted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Granted")
+            .field("session", &self.session)
+            .field("http", &self.http.is_some())
+            .finish()
+    }
+}
+
+/// A node's tools socket: listening, and serving each granted session. `Debug` shows how many
+/// grants are live, never their secrets.
+#[derive(Clone)]
 pub struct ToolsSocket {
     path: PathBuf,
     grants: Grants,
+    /// The HTTP listener's base URL, once [`ToolsSocket::serve_http`] bound it.
+    http: Option<String>,
 }
 
-/// A session's right to its tools over the socket; revoked when dropped.
-#[derive(Debug)]
+/// A session's right to its tools over the socket (and HTTP); revoked when dropped. `Debug`
+/// hides the secret.
 pub struct ToolsGrant {
     secret: String,
     path: PathBuf,
+    http: Option<String>,
     grants: Grants,
+}
+
+/// How an agent reaches its tools over streamable HTTP: the URL and the headers to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpEntry {
+    /// The MCP endpoint (`http://127.0.0.1:PORT/mcp`).
+    pub url: String,
+    /// `Authorization: Bearer <secret>`.
+    pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for ToolsSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let live = self.grants.lock().map(|g| g.len()).unwrap_or_default();
+        f.debug_struct("ToolsSocket")
+            .field("path", &self.path)
+            .field("http", &self.http)
+            .field("live_grants", &live)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ToolsGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolsGrant")
+            .field("path", &self.path)
+            .field("http", &self.http)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
 }
 
 impl ToolsGrant {
@@ -51,6 +105,17 @@ impl ToolsGrant {
             (SOCKET_ENV.to_owned(), self.path.display().to_string()),
             (SECRET_ENV.to_owned(), self.secret.clone()),
         ]
+    }
+
+    /// The HTTP entry of this grant, when the node serves its tools over HTTP.
+    pub fn http(&self) -> Option<HttpEntry> {
+        self.http.as_ref().map(|url| HttpEntry {
+            url: url.clone(),
+            headers: vec![(
+                "Authorization".to_owned(),
+                format!("Bearer {}", self.secret),
+            )],
+        })
     }
 }
 
@@ -86,6 +151,7 @@ impl ToolsSocket {
         let socket = ToolsSocket {
             path,
             grants: Arc::default(),
+            http: None,
         };
         let grants = socket.grants.clone();
         let task = tokio::spawn(async move {
@@ -101,6 +167,23 @@ impl ToolsSocket {
         &self.path
     }
 
+    /// Also serves the granted sessions' tools over streamable HTTP on `listen` (a loopback
+    /// address; port 0 picks one): grants made from now on carry an [`HttpEntry`]. Serves
+    /// until the returned task is dropped or aborted.
+    pub fn serve_http(
+        &mut self,
+        listen: std::net::SocketAddr,
+    ) -> Result<tokio::task::JoinHandle<()>, DriverError> {
+        let (url, task) = super::http::serve(listen, self.grants.clone())?;
+        self.http = Some(url);
+        Ok(task)
+    }
+
+    /// The HTTP listener's MCP endpoint, when [`ToolsSocket::serve_http`] bound one.
+    pub fn http_url(&self) -> Option<&str> {
+        self.http.as_deref()
+    }
+
     /// Grants `session` its tools, acting through whatever turn `slot` holds.
     pub fn grant(&self, session: SessionId, slot: TurnSlot) -> ToolsGrant {
         let secret = format!(
@@ -108,12 +191,24 @@ impl ToolsSocket {
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
+        let http = self
+            .http
+            .as_ref()
+            .map(|_| super::http::session_service(session.clone(), slot.clone()));
         if let Ok(mut grants) = self.grants.lock() {
-            grants.insert(secret.clone(), (session, slot));
+            grants.insert(
+                secret.clone(),
+                Granted {
+                    session,
+                    slot,
+                    http,
+                },
+            );
         }
         ToolsGrant {
             secret,
             path: self.path.clone(),
+            http: self.http.clone(),
             grants: self.grants.clone(),
         }
     }
@@ -138,7 +233,7 @@ async fn serve(stream: UnixStream, grants: Grants) {
             .and_then(|g| g.get(line.trim_end()).cloned()),
         Err(_) => None,
     };
-    let Some((session, slot)) = granted else {
+    let Some(Granted { session, slot, .. }) = granted else {
         let _ = write
             .write_all(format!("{REFUSED_LINE}\n").as_bytes())
             .await;
