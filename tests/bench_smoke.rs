@@ -74,7 +74,8 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
     for name in [
         "nats request-reply (baseline)",
         "spawn one-shot via the control service",
-        "spawn one-shot via the MCP tool",
+        "spawn one-shot via the MCP tool over stdio",
+        "spawn one-shot via the MCP tool over HTTP",
     ] {
         let line = stdout
             .lines()
@@ -84,8 +85,10 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
             assert!(line.contains(field), "{field} missing in {line}");
         }
     }
-    assert!(
-        stdout.contains("the tool path adds"),
-        "no comparison in:\n{stdout}"
-    );
+    for transport in ["stdio", "HTTP"] {
+        assert!(
+            stdout.contains(&format!("the tool path over {transport} adds")),
+            "no comparison for {transport} in:\n{stdout}"
+        );
+    }
 }

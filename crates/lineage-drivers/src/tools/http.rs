@@ -67,6 +67,8 @@ pub(super) fn serve(
     let url = format!("http://{bound}{MCP_PATH}");
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            // Small JSON-RPC messages, one at a time: no Nagle delay.
+            let _ = stream.set_nodelay(true);
             let grants = grants.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {

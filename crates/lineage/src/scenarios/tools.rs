@@ -1,15 +1,15 @@
 //! `lineage bench tools` (T1): a spawn through the delegation tools over MCP vs the same spawn
 //! through the control service, in one run.
 //!
-//! Both spawn a one-shot `echo` child (a scripted profile) on node 2 of the same top-level
-//! session on node 1, one at a time, and wait for its result. The tool path: that session runs
-//! the ACP test agent with `tools = true` (profile `delegator` of `lineage dev`'s config), and
-//! one prompt (`tool-bench: N spawn_subagent {...}`) makes it call `spawn_subagent` N times over
-//! one MCP connection (`lineage mcp` -> the node's tools socket -> the session's turn); the
-//! agent times each call. The peer: N `spawn` requests to node 1's control service, timed by
-//! the bench, for children of the same session. The two alternate in rounds (a prompt of N/4
-//! tool calls, then N/4 control spawns, four times), so both meet the same machine. What the
-//! tools add is the difference.
+//! All spawn a one-shot `echo` child (a scripted profile) on node 2 of a top-level session on
+//! node 1, one at a time, and wait for its result. The tool paths: a session runs the ACP test
+//! agent with `tools = true`, and one prompt (`tool-bench: N spawn_subagent {...}`) makes it
+//! call `spawn_subagent` N times over one MCP connection; the agent times each call. Over stdio
+//! (profile `delegator` of `lineage dev`'s config: `lineage mcp` -> the node's tools socket ->
+//! the session's turn) and over streamable HTTP (`delegator-http`: the node's loopback
+//! listener -> the session's turn). The peer: N `spawn` requests to node 1's control service,
+//! timed by the bench, for children of the first session. The three alternate in rounds (N/4
+//! calls each, four times), so all meet the same machine. What the tools add is the difference.
 
 use std::time::{Duration, Instant};
 
@@ -23,8 +23,9 @@ use serde_json::{json, Value};
 use super::{internal, scaled, spawn_request, Bench};
 use crate::bench::Samples;
 
-/// The profile of the agent that calls the tools, and of the children (`lineage dev` ships both).
-const AGENT: &str = "delegator";
+/// The profiles of the agents that call the tools (stdio, HTTP), and of the children
+/// (`lineage dev` ships all three).
+const AGENTS: [(&str, &str); 2] = [("stdio", "delegator"), ("HTTP", "delegator-http")];
 const CHILD: &str = "echo";
 
 /// Rounds the two paths alternate in (so both meet the same machine: a drift in load or disk
@@ -37,19 +38,23 @@ pub(super) async fn tools(b: &Bench) -> Result<(), ControlError> {
     // n spread over the rounds: 10 is 3, 3, 2, 2.
     let round_size = |r: usize| n / ROUNDS + usize::from(r <= n % ROUNDS);
     let warmup = 10;
-    println!("one-shot `{CHILD}` child on {cn} of a top-level `{AGENT}` session on {pn}, one at a time: through its MCP tools (timed by the agent) and through the control service (timed here), alternating in {ROUNDS} rounds ({n} each)");
+    println!("one-shot `{CHILD}` child on {cn} of a top-level session on {pn}, one at a time: through its MCP tools over stdio and over HTTP (timed by the agent) and through the control service (timed here), alternating in {ROUNDS} rounds ({n} each)");
     let args = json!({"profile": CHILD, "prompt": "x", "shape": "one-shot", "node": cn});
     let directive = |k: usize| format!("tool-bench: {k} spawn_subagent {args}");
-    let mut root = spawn_request(None, None, lineage_protocol::script::Script::done(), &pn);
-    root.agent = AgentSpec::Profile {
-        profile: AGENT.to_owned(),
-    };
-    root.prompt = directive(warmup);
-    let session = b.ctl.spawn(&pn, &root).await?.session;
-    tool_round(b, &session, 0).await?;
-    // The same spawn through the control service, children of the same session.
+    let mut sessions = Vec::new();
+    for (_, profile) in AGENTS {
+        let mut root = spawn_request(None, None, lineage_protocol::script::Script::done(), &pn);
+        root.agent = AgentSpec::Profile {
+            profile: profile.to_owned(),
+        };
+        root.prompt = directive(warmup);
+        let session = b.ctl.spawn(&pn, &root).await?.session;
+        tool_round(b, &session, 0).await?;
+        sessions.push(session);
+    }
+    // The same spawn through the control service, children of the first session.
     let mut child: SpawnRequest = spawn_request(
-        Some(&session),
+        Some(&sessions[0]),
         Some(SubagentShape::OneShot),
         lineage_protocol::script::Script::done(),
         &cn,
@@ -61,47 +66,60 @@ pub(super) async fn tools(b: &Bench) -> Result<(), ControlError> {
     for _ in 0..warmup {
         b.ctl.spawn(&pn, &child).await?;
     }
-    let (mut tool_latencies, mut service_latencies) = (Vec::new(), Vec::new());
-    let (mut tool_wall, mut service_wall) = (Duration::ZERO, Duration::ZERO);
+    let mut tools: Vec<Samples> = AGENTS
+        .iter()
+        .map(|_| Samples {
+            latencies: Vec::new(),
+            wall: Duration::ZERO,
+        })
+        .collect();
+    let mut service = Samples {
+        latencies: Vec::new(),
+        wall: Duration::ZERO,
+    };
     for round in 1..=ROUNDS {
         let per_round = round_size(round);
         if per_round == 0 {
             break;
         }
-        let followup = lineage_protocol::control::FollowupRequest {
-            session: session.clone(),
-            content: directive(per_round),
-            request_id: None,
-        };
-        b.ctl.control.followup(&followup).await?;
-        let micros = tool_round(b, &session, round).await?;
-        tool_wall += Duration::from_micros(micros.iter().sum());
-        tool_latencies.extend(micros.iter().map(|us| Duration::from_micros(*us)));
+        for (session, samples) in sessions.iter().zip(tools.iter_mut()) {
+            let followup = lineage_protocol::control::FollowupRequest {
+                session: session.clone(),
+                content: directive(per_round),
+                request_id: None,
+            };
+            b.ctl.control.followup(&followup).await?;
+            let micros = tool_round(b, session, round).await?;
+            samples.wall += Duration::from_micros(micros.iter().sum());
+            samples
+                .latencies
+                .extend(micros.iter().map(|us| Duration::from_micros(*us)));
+        }
         let wall = Instant::now();
         for _ in 0..per_round {
             let started = Instant::now();
             b.ctl.spawn(&pn, &child).await?;
-            service_latencies.push(started.elapsed());
+            service.latencies.push(started.elapsed());
         }
-        service_wall += wall.elapsed();
+        service.wall += wall.elapsed();
     }
-    let service = Samples {
-        latencies: service_latencies,
-        wall: service_wall,
-    };
-    let tool_samples = Samples {
-        latencies: tool_latencies,
-        wall: tool_wall,
-    };
     b.report("spawn one-shot via the control service", &service);
-    b.report("spawn one-shot via the MCP tool", &tool_samples);
-    let (t, s) = (tool_samples.p50(), service.p50());
-    println!(
-        "the tool path adds {:+.3} ms at p50 ({:.3} vs {:.3} ms; aim: under 1 ms)",
-        (t.as_secs_f64() - s.as_secs_f64()) * 1e3,
-        t.as_secs_f64() * 1e3,
-        s.as_secs_f64() * 1e3
-    );
+    for ((transport, _), samples) in AGENTS.iter().zip(&tools) {
+        b.report(
+            &format!("spawn one-shot via the MCP tool over {transport}"),
+            samples,
+        );
+    }
+    let s = service.p50();
+    for ((transport, _), samples) in AGENTS.iter().zip(&tools) {
+        let t = samples.p50();
+        println!(
+            "the tool path over {transport} adds {:+.3} ms at p50 ({:.3} vs {:.3} ms; aim: under 1 ms)",
+            (t.as_secs_f64() - s.as_secs_f64()) * 1e3,
+            t.as_secs_f64() * 1e3,
+            s.as_secs_f64() * 1e3
+        );
+    }
     Ok(())
 }
 
