@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`ids`] | `SessionId`, `RunId`, `NodeId`, `RequestId`: safe NATS subject tokens | N1 |
 //! | [`depth`] | delegation depth, max depth validation, `SubagentDepthError` | D1–D4 |
+//! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
 //! | [`policy`] | delegated policy snapshot and its log events | C2, C3 |
 //! | [`composition`] | the child's creation-window composition | C1 |
@@ -39,6 +40,7 @@ pub mod descriptor;
 pub mod drain;
 pub mod engine;
 pub mod error;
+pub mod fanout;
 pub mod header;
 pub mod ids;
 pub mod index;

@@ -115,6 +115,7 @@ impl HostError {
                 | RegistryRefusal::DepthMismatch { .. }
                 | RegistryRefusal::DepthExceeded { .. }
                 | RegistryRefusal::DepthOverflow { .. }
+                | RegistryRefusal::FanOutExceeded { .. }
                 | RegistryRefusal::AdmissionClosed { .. }
                 | RegistryRefusal::SessionDisposed { .. }
                 | RegistryRefusal::EpochMismatch { .. }

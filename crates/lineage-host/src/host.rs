@@ -45,6 +45,9 @@ pub struct HostConfig {
     pub heartbeat_every: Duration,
     /// The default max depth (D4) when a request gives none.
     pub max_depth: Option<MaxDepth>,
+    /// The fan-out caps (Q1) this node asks for at every birth (`limits.max_children`,
+    /// `limits.max_descendants`); the registry applies the stricter of these and the tree's.
+    pub fan_out: lineage_core::fanout::FanOut,
     /// Deadline of a request to another node (start of a continuable child, release, ...).
     pub request_timeout: Duration,
     /// Deadline of a one-shot run started on another node.
@@ -69,6 +72,7 @@ impl HostConfig {
             lease: Duration::from_secs(10),
             heartbeat_every: Duration::from_secs(2),
             max_depth: None,
+            fan_out: lineage_core::fanout::FanOut::NONE,
             request_timeout: Duration::from_secs(10),
             one_shot_timeout: Duration::from_secs(300),
             registry_attempts: 5,

@@ -227,6 +227,7 @@ mod tests {
             updated_at_ms: 0,
             start_deadline_ms: Some(30_000),
             usage: None,
+            fan_out: Default::default(),
         };
         let adopted: Vec<SessionState> = SessionState::ALL
             .into_iter()

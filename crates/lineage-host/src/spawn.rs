@@ -89,6 +89,7 @@ impl Shared {
         self.admit_agent(&target, &spec.agent).await?;
         // 5: the target hosts it: creation window, then the birth, then the launch.
         let request = StartRequest {
+            fan_out: self.cfg.fan_out,
             request_id,
             max_depth,
             header,
@@ -180,6 +181,7 @@ impl Shared {
         self.admit_agent(&target, &request.agent).await?;
         let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
         let start = StartRequest {
+            fan_out: self.cfg.fan_out,
             request_id,
             max_depth: max_depth.or(self.cfg.max_depth),
             header,

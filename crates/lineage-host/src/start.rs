@@ -56,6 +56,7 @@ impl Shared {
         let StartRequest {
             request_id,
             max_depth,
+            fan_out,
             header,
             descriptor: requested_descriptor,
             agent,
@@ -153,6 +154,7 @@ impl Shared {
                 header: header.clone(),
                 descriptor: descriptor_json,
                 max_depth,
+                fan_out,
                 node: Some(self.cfg.node.clone()),
                 run: run.clone(),
                 start_within_ms: None,

@@ -22,6 +22,7 @@ async fn suite(port: &dyn RegistryPort) {
         header,
         descriptor: None,
         max_depth: None,
+        fan_out: Default::default(),
         node: Some(node("node-a")),
         run: None,
         start_within_ms: Some(1_000),

@@ -185,6 +185,12 @@ pub struct RegistrySection {
 pub struct LimitsSection {
     /// Default max delegation depth for trees started on this cluster (D4).
     pub max_depth: MaxDepth,
+    /// Live children per parent (Q1); absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<u32>,
+    /// Live descendants per tree, the root not counted (Q1); absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_descendants: Option<u32>,
 }
 
 /// `[tools]`: how hosted agents reach lineage's delegation tools (T1). Every agent can start
@@ -232,6 +238,8 @@ impl Default for NodeConfig {
             },
             limits: LimitsSection {
                 max_depth: MaxDepth::from_u32(8),
+                max_children: None,
+                max_descendants: None,
             },
             lease: LeaseSection {
                 lease_ms: 3000,
@@ -837,6 +845,11 @@ mod tests {
         let cases = [
             ("[limits]\nmax_depth = -1\n", "limits.max_depth"),
             ("[tools]\nhttp_addr = \"0.0.0.0:0\"\n", "tools.http_addr"),
+            ("[limits]\nmax_children = -1\n", "limits.max_children"),
+            (
+                "[limits]\nmax_descendants = \"many\"\n",
+                "limits.max_descendants",
+            ),
             ("[tools]\nhttp_addr = \"localhost\"\n", "tools.http_addr"),
             ("[limits]\nmax_depth = 1.5\n", "limits.max_depth"),
             ("[limits]\nmax_depth = \"3\"\n", "limits.max_depth"),

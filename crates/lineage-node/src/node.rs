@@ -86,6 +86,10 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     host_cfg.takeover_after = (config.lease.takeover_after_ms > 0)
         .then(|| Duration::from_millis(config.lease.takeover_after_ms));
     host_cfg.max_depth = Some(config.limits.max_depth);
+    host_cfg.fan_out = lineage_core::fanout::FanOut {
+        max_children: config.limits.max_children,
+        max_descendants: config.limits.max_descendants,
+    };
     host_cfg.streams = lineage_bus::StreamOptions {
         replicas: usize::from(config.nats.stream_replicas),
         update: config.nats.update_streams,

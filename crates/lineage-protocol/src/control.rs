@@ -137,6 +137,13 @@ pub struct StartRequest {
     /// and the tree's recorded one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<MaxDepth>,
+    /// The fan-out caps the spawning node enforces (Q1); the registry applies the stricter of
+    /// these and the tree's recorded ones.
+    #[serde(
+        default,
+        skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
+    )]
+    pub fan_out: lineage_core::fanout::FanOut,
     /// The frozen header, to register.
     pub header: SessionHeader,
     /// Children: the descriptor (P1).

@@ -135,6 +135,7 @@ fn n3_spawn_and_start_replies_are_pinned() {
 #[test]
 fn n3_start_request_is_pinned() {
     let start = StartRequest {
+        fan_out: Default::default(),
         request_id: RequestId::parse(R).unwrap(),
         max_depth: None,
         header: SessionHeader::top_level(sid(A), Some("/w".into()), None),

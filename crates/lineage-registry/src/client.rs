@@ -43,6 +43,8 @@ pub struct NewSession {
     pub descriptor: Option<serde_json::Value>,
     /// The max depth the caller enforces.
     pub max_depth: Option<MaxDepth>,
+    /// The fan-out caps the caller enforces (Q1).
+    pub fan_out: lineage_core::fanout::FanOut,
     /// The hosting node (placement epoch 1).
     pub node: Option<NodeId>,
     /// The first run.
@@ -271,6 +273,7 @@ impl RegistryClient {
             header,
             descriptor: new.descriptor,
             max_depth: new.max_depth,
+            fan_out: new.fan_out,
             node: new.node,
             run: new.run,
             start_within_ms: new.start_within_ms,

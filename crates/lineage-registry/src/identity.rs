@@ -92,6 +92,7 @@ mod tests {
             ),
             descriptor: None,
             max_depth: None,
+            fan_out: Default::default(),
             node: Some(NodeId::parse("node-2").unwrap()),
             run: None,
             start_within_ms: None,

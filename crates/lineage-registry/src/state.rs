@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
+use lineage_core::fanout::FanOut;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_core::lifecycle::DEFAULT_START_WITHIN_MS;
@@ -148,6 +149,7 @@ impl RegistryState {
                 header,
                 descriptor,
                 max_depth,
+                fan_out,
                 node,
                 run,
                 start_within_ms,
@@ -157,7 +159,7 @@ impl RegistryState {
                 *at_ms,
                 header,
                 descriptor,
-                *max_depth,
+                (*max_depth, *fan_out),
                 node,
                 run,
                 match hosted {
@@ -265,7 +267,7 @@ impl RegistryState {
         at_ms: u64,
         header: &SessionHeader,
         descriptor: &Option<serde_json::Value>,
-        max_depth: Option<MaxDepth>,
+        (max_depth, fan_out): (Option<MaxDepth>, FanOut),
         node: &Option<NodeId>,
         run: &Option<RunId>,
         birth: Birth,
@@ -282,8 +284,8 @@ impl RegistryState {
         if self.sessions.contains_key(&id) {
             return Err(RegistryRefusal::DuplicateSession { session: id });
         }
-        let (depth, effective_max) = match header.parent_session() {
-            None => (0, max_depth.map(MaxDepth::get)),
+        let (depth, effective_max, effective_fan_out) = match header.parent_session() {
+            None => (0, max_depth.map(MaxDepth::get), fan_out),
             Some(parent_id) => {
                 let parent =
                     self.sessions
@@ -319,7 +321,21 @@ impl RegistryState {
                 if found != expected {
                     return Err(RegistryRefusal::DepthMismatch { expected, found });
                 }
-                (expected, effective)
+                // Q1: the tree's caps, tightened by the caller's, against the live counts.
+                let caps = fan_out.stricter(parent.fan_out);
+                if caps.is_capped() {
+                    let live_children = self.live_count(parent.children.iter());
+                    let live_descendants = match caps.max_descendants {
+                        Some(_) => self.live_descendants(parent_root),
+                        None => 0,
+                    };
+                    caps.admit(live_children, live_descendants)
+                        .map_err(|exceeded| RegistryRefusal::FanOutExceeded {
+                            parent: parent_id.clone(),
+                            exceeded,
+                        })?;
+                }
+                (expected, effective, caps)
             }
         };
         if let Some(parent_id) = header.parent_session() {
@@ -350,12 +366,46 @@ impl RegistryState {
                 Birth::Due(within) => Some(at_ms.saturating_add(within)),
             },
             usage: None,
+            fan_out: effective_fan_out,
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
         }
         self.sessions.insert(id.clone(), record);
         Ok(CommandResponse::Registered { session: id, depth })
+    }
+
+    /// How many of `ids` are live (registered and not disposed).
+    fn live_count<'a>(&self, ids: impl Iterator<Item = &'a SessionId>) -> u64 {
+        ids.filter(|id| {
+            self.sessions
+                .get(*id)
+                .is_some_and(|r| r.state != SessionState::Disposed)
+        })
+        .count() as u64
+    }
+
+    /// Live descendants of `root` (not itself): a walk of its subtree, bounded by the number
+    /// of sessions (a corrupt map can never loop forever).
+    fn live_descendants(&self, root: &SessionId) -> u64 {
+        let mut stack: Vec<&SessionId> = match self.sessions.get(root) {
+            Some(r) => r.children.iter().collect(),
+            None => return 0,
+        };
+        let (mut live, mut steps) = (0u64, 0usize);
+        while let Some(id) = stack.pop() {
+            steps += 1;
+            if steps > self.sessions.len() {
+                break;
+            }
+            if let Some(record) = self.sessions.get(id) {
+                if record.state != SessionState::Disposed {
+                    live += 1;
+                }
+                stack.extend(record.children.iter());
+            }
+        }
+        live
     }
 
     /// The nearest session at or above `id` whose admission is closed.
@@ -978,6 +1028,7 @@ mod tests {
             header: SessionHeader::top_level(sid(n), None, None),
             descriptor: None,
             max_depth: max.map(|m| MaxDepth::new(m).unwrap()),
+            fan_out: Default::default(),
             node: Some(NodeId::parse("n1").unwrap()),
             run: None,
             start_within_ms: None,
@@ -1014,6 +1065,7 @@ mod tests {
             header,
             descriptor: None,
             max_depth: None,
+            fan_out: Default::default(),
             node: None,
             run: None,
             start_within_ms: None,
@@ -1041,6 +1093,7 @@ mod tests {
             header: header.clone(),
             descriptor: None,
             max_depth: None,
+            fan_out: Default::default(),
             node: node.map(|n| NodeId::parse(n).unwrap()),
             run: None,
             start_within_ms: Some(5),

@@ -68,6 +68,12 @@ pub struct SessionRecord {
     /// The usage its agent last reported (`record_usage`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<lineage_core::usage::SessionUsage>,
+    /// The fan-out caps in force for its tree (Q1), recorded at birth.
+    #[serde(
+        default,
+        skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
+    )]
+    pub fan_out: lineage_core::fanout::FanOut,
 }
 
 impl SessionRecord {
@@ -165,6 +171,13 @@ pub enum Command {
         /// depth applies.
         #[serde(default)]
         max_depth: Option<MaxDepth>,
+        /// The fan-out caps the caller enforces (Q1); the stricter of these and the tree's
+        /// recorded ones apply.
+        #[serde(
+            default,
+            skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
+        )]
+        fan_out: lineage_core::fanout::FanOut,
         /// The node that will host it (placement epoch 1), if any.
         #[serde(default)]
         node: Option<NodeId>,
@@ -519,6 +532,13 @@ pub enum RegistryRefusal {
         /// The parent's depth.
         parent_depth: u64,
     },
+    /// A fan-out cap is reached (Q1): the numbers say which and how far.
+    FanOutExceeded {
+        /// The session that was to get a child.
+        parent: SessionId,
+        /// Which cap, the live count and the cap.
+        exceeded: lineage_core::fanout::FanOutExceeded,
+    },
     /// Admission is closed at this ancestor: a drain began (X1).
     AdmissionClosed {
         /// The session that was to get a child.
@@ -620,6 +640,7 @@ impl RegistryRefusal {
             RegistryRefusal::DepthMismatch { .. } => "depth_mismatch",
             RegistryRefusal::DepthExceeded { .. } => "depth_exceeded",
             RegistryRefusal::DepthOverflow { .. } => "depth_overflow",
+            RegistryRefusal::FanOutExceeded { .. } => "fan_out_exceeded",
             RegistryRefusal::AdmissionClosed { .. } => "admission_closed",
             RegistryRefusal::UnknownSession { .. } => "unknown_session",
             RegistryRefusal::SessionDisposed { .. } => "session_disposed",
@@ -677,6 +698,7 @@ impl fmt::Display for RegistryRefusal {
                 f,
                 "child depth overflows the safe-integer range (parent depth {parent_depth}); the lineage is corrupt or runaway"
             ),
+            RegistryRefusal::FanOutExceeded { exceeded, .. } => write!(f, "{exceeded}"),
             RegistryRefusal::AdmissionClosed { parent, closed_at } => write!(
                 f,
                 "admission is closed at {closed_at} (a drain began), so {parent} cannot take new children; do not spawn during a drain"

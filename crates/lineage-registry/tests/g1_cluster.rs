@@ -367,6 +367,7 @@ async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
         header,
         descriptor: None,
         max_depth: None,
+        fan_out: Default::default(),
         node: None,
         run: None,
         start_within_ms: None,

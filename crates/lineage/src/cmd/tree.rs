@@ -258,6 +258,7 @@ mod tests {
                 cost_micros: Some(micros),
                 currency: Some("USD".into()),
             }),
+            fan_out: Default::default(),
         }
     }
 
