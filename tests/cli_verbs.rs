@@ -33,6 +33,42 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
 }
 
 #[test]
+fn o1_config_show_names_an_environment_variable_as_its_source_not_the_flag() {
+    let source = |args: &[&str], env: &[(&str, &str)], key: &str| {
+        let mut all = vec!["--json", "config", "show"];
+        all.extend_from_slice(args);
+        let (code, out, err) = run(&all, env);
+        assert_eq!(code, 0, "{err}");
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let row = rows.iter().find(|r| r["key"] == key).cloned().unwrap();
+        (
+            row["value"].clone(),
+            row["source"].as_str().unwrap().to_owned(),
+        )
+    };
+    let env = [
+        ("NATS_URL", "nats://from-env:4222"),
+        ("LINEAGE_CLUSTER", "envcluster"),
+        ("LINEAGE_TOOLS__HTTP_ADDR", "127.0.0.1:7777"),
+    ];
+    let (value, src) = source(&[], &env, "nats_url");
+    assert_eq!(value, "\"nats://from-env:4222\"");
+    assert_eq!(src, "NATS_URL environment variable");
+    let (value, src) = source(&[], &env, "cluster");
+    assert_eq!(value, "\"envcluster\"");
+    assert_eq!(src, "LINEAGE_CLUSTER environment variable");
+    let (value, src) = source(&[], &env, "tools.http_addr");
+    assert_eq!(value, "\"127.0.0.1:7777\"");
+    assert!(src.contains("environment"), "{src}");
+    // The flag given on the command line wins, and is named as the flag.
+    let (value, src) = source(&["--nats", "nats://from-flag:4222"], &env, "nats_url");
+    assert_eq!(value, "\"nats://from-flag:4222\"");
+    assert_eq!(src, "--nats flag");
+    let (_, src) = source(&[], &[("NATS_CREDS", "/tmp/x.creds")], "nats.creds");
+    assert_eq!(src, "NATS_CREDS environment variable");
+}
+
+#[test]
 fn o1_config_show_prints_values_with_sources_and_refuses_bad_config() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("lineage.toml");

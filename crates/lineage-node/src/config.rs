@@ -264,6 +264,20 @@ pub struct FlagOverrides {
     pub cluster: Option<String>,
     /// `[nats]` keys set by flags (`--creds`, `--user`, ...): (key under `nats.`, value, flag).
     pub nats: Vec<(&'static str, FlagValue, &'static str)>,
+    /// Flags whose value came from their environment variable, not the command line: flag
+    /// (`--nats`) -> variable (`NATS_URL`), so a value's source is named truly.
+    pub from_env: BTreeMap<String, String>,
+}
+
+impl FlagOverrides {
+    /// How a value set through `flag` is labelled: `NATS_URL environment variable` when it
+    /// came from the flag's variable, else `--nats flag`.
+    fn label(&self, flag: &str) -> String {
+        match self.from_env.get(flag) {
+            Some(var) => format!("{var} environment variable"),
+            None => format!("{flag} flag"),
+        }
+    }
 }
 
 /// A flag's value.
@@ -356,11 +370,11 @@ struct Flag {
     table: Option<&'static str>,
     key: &'static str,
     value: Value,
-    name: &'static str,
+    name: String,
 }
 
 impl Flag {
-    fn new(key: &'static str, value: &str, name: &'static str) -> Self {
+    fn new(key: &'static str, value: &str, name: String) -> Self {
         Flag {
             table: None,
             key,
@@ -372,7 +386,7 @@ impl Flag {
 
 impl Provider for Flag {
     fn metadata(&self) -> Metadata {
-        Metadata::named(self.name)
+        Metadata::named(self.name.clone())
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
@@ -388,8 +402,8 @@ impl Provider for Flag {
 
 /// The top-level config keys; `LINEAGE_*` variables outside them (say `LINEAGE_TEST_THREADS`
 /// of the test script) are someone else's and are not read as config.
-pub const TOP_LEVEL_KEYS: [&str; 8] = [
-    "cluster", "nats_url", "node", "registry", "limits", "lease", "nats", "agents",
+pub const TOP_LEVEL_KEYS: [&str; 9] = [
+    "cluster", "nats_url", "node", "registry", "limits", "lease", "nats", "agents", "tools",
 ];
 
 /// `LINEAGE_` environment variables, `__` for nesting, restricted to [`TOP_LEVEL_KEYS`].
@@ -426,10 +440,10 @@ pub fn load_with_env(
     }
     figment = figment.merge(env);
     if let Some(url) = &flags.nats_url {
-        figment = figment.merge(Flag::new("nats_url", url, "--nats flag"));
+        figment = figment.merge(Flag::new("nats_url", url, flags.label("--nats")));
     }
     if let Some(cluster) = &flags.cluster {
-        figment = figment.merge(Flag::new("cluster", cluster, "--cluster flag"));
+        figment = figment.merge(Flag::new("cluster", cluster, flags.label("--cluster")));
     }
     for (key, value, name) in &flags.nats {
         let value = match value {
@@ -440,7 +454,7 @@ pub fn load_with_env(
             table: Some("nats"),
             key,
             value,
-            name,
+            name: flags.label(name),
         });
     }
     let config: NodeConfig = figment.extract().map_err(|e| config_error(&figment, e))?;
@@ -812,6 +826,7 @@ mod tests {
             nats_url: Some("nats://b:2".into()),
             cluster: None,
             nats: vec![],
+            from_env: Default::default(),
         };
         let loaded = load_with_env(
             Some(&path),

@@ -27,6 +27,11 @@ pub struct Global {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Flags whose value came from their environment variable (`--nats` -> `NATS_URL`), filled
+    /// in by `main` from clap's matches ([`flags_from_env`]), so `config show` names a value's
+    /// source truly.
+    #[arg(skip)]
+    pub from_env: std::collections::BTreeMap<String, String>,
     /// How long to wait for a reply, in milliseconds.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -168,4 +173,26 @@ pub enum ConfigVerb {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+/// The flags (`--nats`) whose value clap took from their environment variable (`NATS_URL`),
+/// at any level of `matches`.
+pub fn flags_from_env(matches: &clap::ArgMatches) -> std::collections::BTreeMap<String, String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut out = std::collections::BTreeMap::new();
+    let mut level = Some(matches);
+    while let Some(current) = level {
+        for id in current.ids() {
+            if current.value_source(id.as_str()) != Some(clap::parser::ValueSource::EnvVariable) {
+                continue;
+            }
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id);
+            if let Some((long, env)) = arg.and_then(|a| Some((a.get_long()?, a.get_env()?))) {
+                out.insert(format!("--{long}"), env.to_string_lossy().into_owned());
+            }
+        }
+        level = current.subcommand().map(|(_, sub)| sub);
+    }
+    out
 }

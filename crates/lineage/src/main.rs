@@ -25,10 +25,12 @@ mod progress;
 mod scenarios;
 mod telemetry;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() {
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.global.from_env = cli::flags_from_env(&matches);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -202,14 +202,14 @@ pub(crate) fn node_overrides(
     }
     let mut out = Vec::new();
     let strings: [(&'static str, &Option<String>, &'static str); 8] = [
-        ("creds", &g.creds, "--creds flag"),
-        ("nkey_seed_file", &g.nkey, "--nkey flag"),
-        ("user", &g.user, "--user flag"),
-        ("password", &g.password, "--password flag"),
-        ("token", &g.token, "--token flag"),
-        ("tls_ca", &g.tlsca, "--tlsca flag"),
-        ("tls_cert", &g.tlscert, "--tlscert flag"),
-        ("tls_key", &g.tlskey, "--tlskey flag"),
+        ("creds", &g.creds, "--creds"),
+        ("nkey_seed_file", &g.nkey, "--nkey"),
+        ("user", &g.user, "--user"),
+        ("password", &g.password, "--password"),
+        ("token", &g.token, "--token"),
+        ("tls_ca", &g.tlsca, "--tlsca"),
+        ("tls_cert", &g.tlscert, "--tlscert"),
+        ("tls_key", &g.tlskey, "--tlskey"),
     ];
     for (key, value, name) in strings {
         if let Some(v) = value {
@@ -217,7 +217,7 @@ pub(crate) fn node_overrides(
         }
     }
     if g.tls_required {
-        out.push(("tls_required", FlagValue::Bool(true), "--tls-required flag"));
+        out.push(("tls_required", FlagValue::Bool(true), "--tls-required"));
     }
     Ok(out)
 }

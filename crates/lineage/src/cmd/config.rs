@@ -14,6 +14,7 @@ pub(crate) fn show(g: &Global, file: Option<std::path::PathBuf>) -> Result<(), C
         nats_url: g.nats.clone(),
         cluster: g.cluster.clone(),
         nats: crate::nats_auth::node_overrides(g)?,
+        from_env: g.from_env.clone(),
     };
     let loaded = config::load(file.as_deref(), &flags).map_err(|e| usage(e.to_string()))?;
     let rows = loaded.with_sources();
