@@ -408,7 +408,7 @@ fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
         "subagent-settled",
         "killing node-3",
         "worker now on node-",
-        "ResumedAndDelivered",
+        "and delivered the message",
         "wave 0:",
         "demo done",
     ] {

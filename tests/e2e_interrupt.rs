@@ -118,14 +118,44 @@ fn m4_r3_interrupt_authority_across_nodes() {
         l.iter()
             .any(|e| e.kind == "turn/end" && e.data["stop_reason"] == "interrupted")
     });
-    // The direct parent may interrupt as an ancestor too (C1 over G2, now idle or cold).
-    let reply = c.cli_json(&["interrupt", &g2, "--as-ancestor", &c1]);
+    // The direct parent may interrupt as an ancestor too (C1 over G2, now idle or cold): in
+    // words, exit 0 when it is live and idle, exit 3 (not found) when it is not live anywhere.
+    let (code, out, err) = c.cli(&["interrupt", &g2, "--as-ancestor", &c1]);
+    match code {
+        0 => assert!(
+            out.starts_with(&format!(
+                "nothing to cancel: {g2} is live on node-1 but no turn is running"
+            )),
+            "{out}"
+        ),
+        3 => {
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(
+                err.starts_with(&format!(
+                    "error: nothing to cancel: {g2} is not live on any node"
+                )),
+                "{err}"
+            );
+        }
+        _ => panic!("exit {code}\nstdout: {out}\nstderr: {err}"),
+    }
     assert!(
-        ["nothing_running", "not_live"].contains(&reply["outcome"].as_str().unwrap_or("")),
-        "{reply}"
+        !out.contains("NothingRunning") && !err.contains("NotLive"),
+        "no enum names"
     );
     // C2 was never touched.
     let row = c.row(&root, &c2);
     assert_eq!(row["state"], "running", "{row}");
     assert!(of_kind(&c.log(&c2), "turn/end").is_empty());
+
+    // O3 (issue 15): `lineage send` says what happened in words, not enum names.
+    let (code, out, err) = c.cli(&["send", &c2, "later", "--request-id", "words-1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("delivered to {c2} on node-3"));
+    let (code, out, err) = c.cli(&["send", &c2, "later", "--request-id", "words-1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("already delivered: this request id was accepted before by {c2} on node-3; nothing was added")
+    );
 }

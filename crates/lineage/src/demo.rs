@@ -185,7 +185,11 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             request_id: None,
         })
         .await?;
-    println!("   worker now on {} ({:?})", reply.node, reply.outcome);
+    println!(
+        "   worker now on {}: {}",
+        reply.node,
+        crate::output::followup_words(&reply)
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     print_tree(
         &control,

@@ -17,3 +17,18 @@ pub fn fail(json: bool, error: &ControlError) -> i32 {
 pub fn usage(message: impl Into<String>) -> ControlError {
     ControlError::new(ErrorCode::BadRequest, message)
 }
+
+/// A followup's outcome in words (`lineage send`, the demo): never an enum name.
+pub fn followup_words(reply: &lineage_protocol::control::FollowupReply) -> String {
+    use lineage_protocol::control::FollowupOutcome;
+    let (session, node) = (&reply.session, &reply.node);
+    match reply.outcome {
+        FollowupOutcome::Delivered => format!("delivered to {session} on {node}"),
+        FollowupOutcome::ResumedAndDelivered => {
+            format!("resumed {session} on {node} and delivered the message")
+        }
+        FollowupOutcome::AlreadyDelivered => format!(
+            "already delivered: this request id was accepted before by {session} on {node}; nothing was added"
+        ),
+    }
+}

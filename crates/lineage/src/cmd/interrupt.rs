@@ -1,9 +1,11 @@
 //! `lineage interrupt`: cancel a live session's current turn, as its parent's user or as an
-//! ancestor (M4, R3).
+//! ancestor (M4, R3). Exit 0 when a turn was cancelled or the session is live and idle; exit 3
+//! (not found) when it is not live anywhere, so nothing could be cancelled.
 
 use lineage_bus::control::ControlError;
 use lineage_core::authority::InterruptAuthority;
-use lineage_protocol::control::InterruptRequest;
+use lineage_protocol::control::{InterruptOutcome, InterruptRequest};
+use lineage_protocol::envelope::ErrorCode;
 
 use super::{control, parse_session, print_json};
 use crate::cli::Global;
@@ -52,15 +54,32 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .await?
         .interrupt(&InterruptRequest { target, authority })
         .await?;
+    let on = reply
+        .node
+        .as_ref()
+        .map(|n| format!(" on {n}"))
+        .unwrap_or_default();
+    let words = match reply.outcome {
+        InterruptOutcome::Cancelled => format!("cancelled the running turn of {}{on}", reply.target),
+        InterruptOutcome::NothingRunning => format!(
+            "nothing to cancel: {} is live{on} but no turn is running",
+            reply.target
+        ),
+        // Nothing was interrupted because nothing of it runs anywhere: not found (exit 3).
+        InterruptOutcome::NotLive => {
+            return Err(ControlError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "nothing to cancel: {} is not live on any node (cold, settled or disposed); `lineage send` resumes a continuable session",
+                    reply.target
+                ),
+            ))
+        }
+    };
     if g.json {
         print_json(&reply);
     } else {
-        println!(
-            "{}: {:?}{}",
-            reply.target,
-            reply.outcome,
-            reply.node.map(|n| format!(" on {n}")).unwrap_or_default()
-        );
+        println!("{words}");
     }
     Ok(())
 }

@@ -46,10 +46,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     if g.json {
         print_json(&reply);
     } else {
-        println!(
-            "delivered to {} on {} ({:?})",
-            reply.session, reply.node, reply.outcome
-        );
+        println!("{}", crate::output::followup_words(&reply));
     }
     Ok(())
 }
