@@ -75,6 +75,14 @@ fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
             "{row}"
         );
     }
+    // A spawn under A while its node is down: unavailable (exit 5), in one line, not "not found".
+    let (code, out, err) = c.cli(&["spawn", "--parent", &a, "--shape", "one-shot"]);
+    assert_eq!(code, 5, "stdout: {out}\nstderr: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("session {a} runs on node node-2, which is down")),
+        "{err}"
+    );
 
     // `lineage send` resumes A wherever the request lands (node-1 or node-3).
     let sent = c.cli_json(&["send", &a, "after the crash"]);

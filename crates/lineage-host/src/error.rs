@@ -38,6 +38,15 @@ pub enum HostError {
         /// This node.
         node: String,
     },
+    /// The session's node is down (its lease expired): it cannot take a child until it runs
+    /// again somewhere (a followup resumes it).
+    #[error("session {session} runs on node {node}, which is down (its lease expired); send it a followup to resume it on a live node, then spawn again")]
+    NodeDown {
+        /// The session.
+        session: String,
+        /// Its node.
+        node: String,
+    },
     /// The session is still `starting`: registered, but no node hosts it yet (its node is
     /// writing its creation window, or it never starts and the sweeper disposes it).
     #[error(
@@ -148,6 +157,7 @@ impl HostError {
                 }
             },
             HostError::UnknownSession(_) | HostError::NotLive { .. } => ErrorCode::NotFound,
+            HostError::NodeDown { .. } => ErrorCode::Unavailable,
             HostError::Disposed(_) | HostError::ClaimLost { .. } | HostError::NotAuthorized(_) => {
                 ErrorCode::Refused
             }

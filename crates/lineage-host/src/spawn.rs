@@ -317,7 +317,7 @@ impl Host {
         match route(record.state, placement, here, hop.is_forwarded()) {
             Route::Forward(node) => {
                 if !self.shared.node_alive(&node).await? {
-                    return Err(HostError::NotLive {
+                    return Err(HostError::NodeDown {
                         session: parent.to_string(),
                         node: node.to_string(),
                     });
