@@ -417,6 +417,17 @@ fn k1_x1_dev_runs_the_demo_on_a_local_cluster() {
             "missing {want:?} in the demo output:\n{out}"
         );
     }
+    // Issue 15: nats-server's store is under --dir too, not in a temp dir of its own.
+    let stores: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("nats-") && e.path().is_dir())
+        .collect();
+    assert_eq!(
+        stores.len(),
+        1,
+        "one nats-server store under --dir: {stores:?}"
+    );
     // The tree after the drain shows every session disposed.
     let after = out.split("after the drain").nth(1).unwrap_or("");
     assert!(

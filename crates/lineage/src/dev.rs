@@ -131,10 +131,18 @@ impl DevCluster {
                 lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?
             }
         };
+        // nats-server's store lives with the nodes' data, under the cluster's directory; kept
+        // after exit when that directory is the user's (`--dir`), like the nodes' data and logs.
         let store = tempfile::Builder::new()
-            .prefix("lineage-dev-nats-")
-            .tempdir()
-            .map_err(|e| usage(format!("cannot create a temp dir: {e}")))?;
+            .prefix("nats-")
+            .disable_cleanup(temp.is_none())
+            .tempdir_in(&dir)
+            .map_err(|e| {
+                usage(format!(
+                    "cannot create nats-server's store in {}: {e}",
+                    dir.display()
+                ))
+            })?;
         let nats = lineage_testkit::NatsServer::start_on(port, store).map_err(|e| {
             ControlError::new(
                 ErrorCode::Unavailable,
