@@ -265,9 +265,11 @@ fn m3_followup_gives_a_continuable_child_new_turns(c: &Cluster) {
         .iter()
         .any(|e| e.kind == "turn/user" && e.data["text"] == "second"));
     c.wait_state(&root, &kid, "settled", T);
-    // Cold: settled, so the followup resumes it (new epoch) and it takes a third turn.
+    // Cold: settled, so the followup resumes it (new epoch) and it takes a third turn, on its
+    // own node (node-2 is healthy) wherever the request landed.
     let sent = c.cli_json(&["send", &kid, "third"]);
     assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    assert_eq!(sent["node"], "node-2", "resumed where it ran: {sent}");
     let log = c.wait_log(&kid, T, "the third turn", |l| {
         l.iter()
             .any(|e| e.kind == "turn/assistant" && e.data["text"] == "third")

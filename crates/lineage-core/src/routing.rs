@@ -41,6 +41,25 @@ pub fn route(
     }
 }
 
+/// Where a followup goes (M3, K1): like [`route`], and a settled continuable session goes back
+/// to the node it was on, so it is resumed where it ran (its working directory, warm caches)
+/// rather than wherever the request landed. The caller checks that node's lease as for
+/// [`route`]: a dead node's session is resumed here.
+pub fn route_followup(
+    state: SessionState,
+    placement: Option<&NodeId>,
+    here: &NodeId,
+    already_forwarded: bool,
+) -> Route {
+    match state {
+        SessionState::Settled => route(SessionState::Waiting, placement, here, already_forwarded),
+        SessionState::Running
+        | SessionState::Waiting
+        | SessionState::Starting
+        | SessionState::Disposed => route(state, placement, here, already_forwarded),
+    }
+}
+
 /// The owner of an agent being hosted: its parent when the parent is live on this node, else
 /// none (a top-level session has none either).
 pub fn owner_of(parent: Option<&SessionId>, parent_live_here: bool) -> Option<SessionId> {
@@ -50,6 +69,39 @@ pub fn owner_of(parent: Option<&SessionId>, parent_live_here: bool) -> Option<Se
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn m3_a_followup_to_a_settled_session_goes_back_to_its_node() {
+        let (here, there) = (node("node-1"), node("node-2"));
+        assert_eq!(
+            route_followup(SessionState::Settled, Some(&there), &here, false),
+            Route::Forward(there.clone())
+        );
+        // Plain routing serves a settled session where the request is.
+        assert_eq!(
+            route(SessionState::Settled, Some(&there), &here, false),
+            Route::Here
+        );
+        // Forwarded once already, or placed here: here.
+        assert_eq!(
+            route_followup(SessionState::Settled, Some(&there), &here, true),
+            Route::Here
+        );
+        assert_eq!(
+            route_followup(SessionState::Settled, Some(&here), &here, false),
+            Route::Here
+        );
+        for state in [SessionState::Starting, SessionState::Disposed] {
+            assert_eq!(
+                route_followup(state, Some(&there), &here, false),
+                Route::Here
+            );
+        }
+        assert_eq!(
+            route_followup(SessionState::Running, Some(&there), &here, false),
+            Route::Forward(there)
+        );
+    }
 
     fn node(n: &str) -> NodeId {
         NodeId::parse(n).unwrap()

@@ -2,7 +2,8 @@
 //!
 //! Live here: the message is accepted into the agent's log and queued. Live on another node
 //! (its lease is current and it is running or waiting): the request is forwarded once to that
-//! node. Otherwise (its node is dead, or it settled/was passivated) it is cold: resumed here
+//! node; a settled one is forwarded to its node too, to be resumed there while that node is
+//! live. Otherwise (its node is dead, or it was passivated) it is cold: resumed here
 //! ([`crate::resume`]) and then given the message. A followup that finds the agent here in the
 //! middle of its settlement (live, taking no message) waits for it to leave, then resumes it.
 
@@ -67,7 +68,8 @@ impl Shared {
         if record.is_one_shot() {
             return Err(one_shot(&session));
         }
-        if let Some(node) = self.forward_target(&record, hop.is_forwarded()).await? {
+        // A settled session goes back to its own node while that node is live.
+        if let Some(node) = self.followup_target(&record, hop.is_forwarded()).await? {
             return self
                 .forward(
                     &node,

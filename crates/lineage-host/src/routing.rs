@@ -43,8 +43,38 @@ impl Shared {
         record: &lineage_registry::SessionRecord,
         already_forwarded: bool,
     ) -> Result<Option<NodeId>, HostError> {
+        self.forward_target_by(record, already_forwarded, route)
+            .await
+    }
+
+    /// [`Shared::forward_target`] for a followup: a settled session goes back to its node
+    /// while that node is live ([`lineage_core::routing::route_followup`]).
+    pub(crate) async fn followup_target(
+        &self,
+        record: &lineage_registry::SessionRecord,
+        already_forwarded: bool,
+    ) -> Result<Option<NodeId>, HostError> {
+        self.forward_target_by(
+            record,
+            already_forwarded,
+            lineage_core::routing::route_followup,
+        )
+        .await
+    }
+
+    async fn forward_target_by(
+        &self,
+        record: &lineage_registry::SessionRecord,
+        already_forwarded: bool,
+        rule: fn(
+            lineage_registry::types::SessionState,
+            Option<&NodeId>,
+            &NodeId,
+            bool,
+        ) -> lineage_core::routing::Route,
+    ) -> Result<Option<NodeId>, HostError> {
         let placement = record.placement.as_ref().map(|p| &p.node);
-        match route(record.state, placement, &self.cfg.node, already_forwarded) {
+        match rule(record.state, placement, &self.cfg.node, already_forwarded) {
             // Its node's lease expired: the session is cold, served (resumed) here.
             Route::Forward(node) => Ok(self.node_alive(&node).await?.then_some(node)),
             Route::Here => Ok(None),
