@@ -446,4 +446,21 @@ fn x1_n3_drain_publishes_live_progress_per_wave() {
     assert_eq!(stderr, "", "no live bars when stderr is not a terminal");
     assert!(stdout.contains("drained 4 sessions in 2 waves"), "{stdout}");
     assert!(stdout.starts_with("wave  0 [###"), "{stdout}");
+    assert!(
+        !stdout.contains("-:"),
+        "no unexplained node column: {stdout}"
+    );
+
+    // Issue 15: draining it again disposes nothing and says the 4 were already disposed; the
+    // totals add up to the sessions closed to admission.
+    let (code, stdout, stderr) = c.cli(&["drain", &pipe]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("drained 0 sessions in 0 waves")
+            && stdout.contains("0 released by their nodes, 0 not hosted (disposed in the registry), 4 already disposed; 4 closed to admission"),
+        "{stdout}"
+    );
+    let again = c.cli_json(&["drain", &pipe]);
+    assert_eq!(again["totals"]["already_disposed"], 4, "{again}");
+    assert_eq!(again["closed_count"], 4, "{again}");
 }

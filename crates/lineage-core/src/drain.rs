@@ -100,6 +100,9 @@ pub struct DrainPlan {
     pub cancel: BTreeMap<NodeId, Vec<SessionId>>,
     /// Disposal waves, leaves first; the roots come in their own height's wave.
     pub waves: Vec<DrainWave>,
+    /// Sessions of the subtree that were disposed before the drain began (one-shot children
+    /// that settled, an earlier drain): in no wave, counted so the report adds up.
+    pub already_disposed: u64,
 }
 
 impl DrainPlan {
@@ -240,7 +243,10 @@ pub fn plan_drain(input: &DrainInput) -> Result<DrainPlan, CoreError> {
             continue;
         };
         match session.state {
-            DrainSessionState::Disposed => continue,
+            DrainSessionState::Disposed => {
+                plan.already_disposed += 1;
+                continue;
+            }
             DrainSessionState::Live => {}
         }
         let h = height.get(id).copied().unwrap_or(0);

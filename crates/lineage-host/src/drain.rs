@@ -178,6 +178,9 @@ impl Shared {
             roots: roots.clone(),
             sessions,
         })?;
+        // Disposed before the drain began: in no wave, but counted (the totals add up to the
+        // sessions closed to admission).
+        report.totals.already_disposed += plan.already_disposed;
         if let Some(p) = &progress {
             let sizes = plan.waves.iter().map(|w| w.len() as u64).collect();
             p.send(DrainProgress::planned(p.drain.clone(), sizes)).await;

@@ -51,7 +51,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                 .map(|(n, c)| format!("{n}:{c}"))
                 .collect();
             if total > hosted {
-                nodes.push(format!("-:{}", total - hosted));
+                nodes.push(format!("{} not hosted", total - hosted));
             }
             let bar = "#".repeat(usize::try_from(total).unwrap_or(usize::MAX).min(40));
             println!(
@@ -59,12 +59,16 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                 nodes.join(" ")
             );
         }
+        let t = &report.totals;
         println!(
-            "drained {} sessions in {} waves ({} closed to admission) in {:.1?}",
-            report.disposed(),
+            "drained {} sessions in {} waves in {:.1?}: {} released by their nodes, {} not hosted (disposed in the registry), {} already disposed; {} closed to admission",
+            t.released + t.registry_only,
             report.summary.len(),
+            started.elapsed(),
+            t.released,
+            t.registry_only,
+            t.already_disposed,
             report.closed_count,
-            started.elapsed()
         );
         if report.truncated {
             println!(
