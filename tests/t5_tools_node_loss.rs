@@ -1,9 +1,11 @@
 //! T5 end to end: a spawn made through the tools is not repeated when the caller's node dies
 //! mid-turn. Real nats-server, three real nodes, the ACP test agent with `tools = true`: the
 //! root (on node-2) spawns a continuable child on node-3 through `spawn_subagent`, then its
-//! turn hangs (`slow`); node-2 is SIGKILLed; a followup resumes the root elsewhere, and the
-//! resumed agent makes the same call again (the same arguments, as an agent replaying its plan
-//! does). It is answered with the child the lost turn made, and no second child is born.
+//! turn hangs (`slow`); node-2 is SIGKILLed; the child settles (its notice waits in the root's
+//! inbox); a followup resumes the root elsewhere, and the resumed agent makes the same call
+//! again (the same arguments, as an agent replaying its plan does), possibly after a turn that
+//! answered the notice. It is answered with the child the lost turn made, and no second child
+//! is born.
 
 use std::time::Duration;
 
@@ -73,6 +75,9 @@ fn t5_a_resumed_caller_repeating_a_tool_spawn_after_its_node_died_gets_the_same_
         (row["lease_live"] == false).then_some(())
     });
 
+    // The child has settled meanwhile: its notice waits in the root's inbox, so the resumed
+    // root may first run a turn that answers it (and spawns nothing) before the followup's.
+    c.wait_state(&root, &child, "settled", T);
     // The followup resumes the root on node-1 or node-3; its agent calls the same spawn.
     let sent = c.cli_json(&["send", &root, SPAWN]);
     assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");

@@ -388,8 +388,12 @@ pub struct AgentEngine {
     /// The turn's wait for children, if one is pending.
     wait: Option<wait::PendingWait>,
     /// T5: the spawns of the turn a lost node cut short (restored), answered again instead of
-    /// born again when the next turn asks for the same call; cleared when that turn ends.
+    /// born again when a later turn asks for the same call; cleared when the first later turn
+    /// that asked for any spawn ends (turns that spawn nothing, say one answering a child's
+    /// notice, leave them).
     lost_spawns: Vec<turn::LostSpawn>,
+    /// Whether the running turn asked for a spawn (T5: its end clears `lost_spawns`).
+    spawn_asked: bool,
     /// The call fingerprints of births in flight, by who waits (recorded with the birth).
     calls: BTreeMap<ReplyTo, String>,
     /// The seq the next staged event gets.

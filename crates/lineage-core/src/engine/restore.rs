@@ -155,6 +155,7 @@ pub fn fold(
             (true, Some(_)) => turn_spawns,
             _ => Vec::new(),
         },
+        spawn_asked: false,
         calls: BTreeMap::new(),
         next_seq: last_seq + 1,
         flushed_seq: last_seq,

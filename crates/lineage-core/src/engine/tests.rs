@@ -676,6 +676,69 @@ fn t5_a_resumed_turn_asking_for_a_spawn_the_lost_turn_made_gets_that_child_once(
 }
 
 #[test]
+fn t5_a_turn_that_spawns_nothing_does_not_use_up_the_lost_turns_calls() {
+    // The lost turn spawned a continuable child; after the resume, a turn answering a notice
+    // (no spawn) runs first, then the turn that repeats the call: still the same child.
+    let log = vec![
+        ev(
+            1,
+            JournalEvent::TurnStart {
+                index: 0,
+                inputs: vec![],
+            },
+        ),
+        ev(
+            2,
+            JournalEvent::Spawned {
+                child: sid(10),
+                shape: SubagentShape::Continuable,
+                node: NodeId::parse("node-2").unwrap(),
+                run: None,
+                call: Some("c-cont".into()),
+            },
+        ),
+    ];
+    let init = EngineInit {
+        session: sid(2),
+        parent: None,
+        shape: None,
+        label: None,
+        descriptor_pending: false,
+    };
+    let (mut e, _) = fold(init, &log, 2, true, 0).unwrap();
+    let spawn = |e: &mut AgentEngine, reply, call: &str| {
+        e.handle(
+            EngineEvent::Spawn {
+                reply,
+                call: Some(call.into()),
+            },
+            3,
+        )
+    };
+    let births = |cmds: &[EngineCommand]| {
+        cmds.iter()
+            .filter(|c| matches!(c, EngineCommand::BeforeBirth { .. }))
+            .count()
+    };
+    e.handle(user("a notice", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 3);
+    e.handle(user("again", None), 4);
+    e.handle(EngineEvent::BeginTurn, 5);
+    let again = spawn(&mut e, 20, "c-cont");
+    assert_eq!(births(&again), 0, "{again:?}");
+    assert!(again.iter().any(|c| matches!(
+        c,
+        EngineCommand::Answer { answer: Answer::Born { child, .. }, .. } if *child == sid(10)
+    )));
+    // That turn spawned: once it ends, the window is closed.
+    e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 6);
+    e.handle(user("later", None), 7);
+    e.handle(EngineEvent::BeginTurn, 8);
+    assert_eq!(births(&spawn(&mut e, 30, "c-cont")), 1);
+}
+
+#[test]
 fn t5_call_fingerprints_are_stable_and_tell_specs_apart() {
     assert_eq!(call_fingerprint(b""), "cbf29ce484222325");
     assert_eq!(

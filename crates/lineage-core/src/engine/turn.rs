@@ -155,8 +155,9 @@ impl AgentEngine {
         });
     }
 
-    /// A spawn the turn asks for (T5 first): a call the cut-short turn made (same fingerprint)
-    /// is answered with its child, once, if that child can answer: a continuable child (alive
+    /// A spawn the turn asks for (T5 first): a call the cut-short turn made (same fingerprint),
+    /// asked for again before a later turn that spawned has ended, is answered with its child,
+    /// once, if that child can answer: a continuable child (alive
     /// or settled, its messages reach the inbox), or a one-shot child whose result is in the
     /// log. Otherwise a birth: what the turn staged is durable before it is visible to others.
     pub(super) fn spawn(
@@ -165,6 +166,7 @@ impl AgentEngine {
         call: Option<String>,
         out: &mut Vec<EngineCommand>,
     ) {
+        self.spawn_asked = true;
         let repeat = call.as_ref().and_then(|c| {
             self.lost_spawns
                 .iter()
@@ -271,8 +273,11 @@ impl AgentEngine {
         if !self.stage_turn_end(outcome, out) {
             return;
         }
-        // T5: only the first turn after the lost one may repeat its calls.
-        self.lost_spawns.clear();
+        // T5: the lost turn's calls may be repeated until the end of the first later turn that
+        // asks for a spawn (a turn that only answers a notice does not use the window up).
+        if std::mem::take(&mut self.spawn_asked) {
+            self.lost_spawns.clear();
+        }
         match self.activation {
             Some(_) => self.feed(
                 ActivationEvent::TurnFinished {
