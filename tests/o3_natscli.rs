@@ -386,6 +386,13 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
                 "{op_name} missing:\n{info}"
             );
         }
+        // Issue 15: every endpoint says what it does (its `description` metadata).
+        assert!(
+            info.contains("description: spawn a top-level session or a child of one")
+                && info.contains("description: drain subtrees children first and dispose them")
+                && !info.contains(" ... "),
+            "endpoint descriptions missing:\n{info}"
+        );
         let stats = nats.ok(&strs(&ctx(user, &["micro", "stats", "lineage"])));
         let ids: Vec<&str> = ls
             .lines()

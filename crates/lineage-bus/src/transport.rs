@@ -80,6 +80,7 @@ impl NatsControl {
             let endpoint = service
                 .endpoint_builder()
                 .name(format!("ctl-{op}"))
+                .metadata(describe(op))
                 .queue_group(&cluster_queue)
                 .add(self.subjects.control(op))
                 .await
@@ -91,6 +92,7 @@ impl NatsControl {
             let endpoint = service
                 .endpoint_builder()
                 .name(format!("node-{op}"))
+                .metadata(describe(op))
                 .queue_group(&node_queue)
                 .add(self.subjects.node_control(node, op))
                 .await
@@ -110,6 +112,11 @@ impl NatsControl {
             client: self.client.clone(),
         })
     }
+}
+
+/// An endpoint's metadata: its one-line `description` (`nats micro info` shows it).
+fn describe(op: &str) -> std::collections::HashMap<String, String> {
+    std::collections::HashMap::from([("description".to_owned(), ops::description(op).to_owned())])
 }
 
 /// Reads one endpoint into the shared channel until the endpoint or the channel closes.

@@ -43,6 +43,24 @@ pub mod ops {
     pub const RELEASE: &str = "release";
     /// The agent profiles the serving node offers (T4).
     pub const AGENTS: &str = "agents";
+    /// What `op` does, in under 60 characters (the `description` metadata of its endpoint,
+    /// shown whole by `nats micro info lineage`, which cuts longer values).
+    pub fn description(op: &str) -> &'static str {
+        match op {
+            SPAWN => "spawn a top-level session or a child of one",
+            FOLLOWUP => "next user message to a session (resumes a cold one)",
+            INTERRUPT => "cancel a live session's turn, with authority",
+            DRAIN => "drain subtrees children first and dispose them",
+            RESUME => "cold-resume a session on the serving node",
+            STATUS => "what the serving node hosts",
+            AGENTS => "the agent profiles the serving node offers",
+            START => "per node: host a registered session here",
+            STOP => "per node: stop live sessions' turns (drain)",
+            RELEASE => "per node: settle and drop live sessions (drain)",
+            _ => "a lineage control op",
+        }
+    }
+
     /// Every cluster-wide op.
     pub const CLUSTER: [&str; 7] = [SPAWN, FOLLOWUP, INTERRUPT, DRAIN, RESUME, STATUS, AGENTS];
     /// Every per-node op.

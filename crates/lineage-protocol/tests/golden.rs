@@ -497,3 +497,13 @@ fn n3_routing_is_a_header_and_a_legacy_forwarded_field_is_dropped() {
     assert_eq!(Hop::from_header(Some("0")), Hop::Client);
     assert_eq!(Hop::from_header(None), Hop::Client);
 }
+
+#[test]
+fn o3_every_control_op_has_a_description_natscli_shows_whole() {
+    use lineage_protocol::control::ops;
+    for op in ops::CLUSTER.iter().chain(ops::NODE.iter()) {
+        let d = ops::description(op);
+        assert_ne!(d, ops::description("no-such-op"), "{op} has no description");
+        assert!(d.len() < 60, "{op}: {d:?} is cut by nats micro info");
+    }
+}
