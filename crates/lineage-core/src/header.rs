@@ -64,6 +64,8 @@ pub struct SessionHeader {
     cwd: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     agent_preset: Option<AgentPreset>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline_at_ms: Option<u64>,
 }
 
 /// The header as it arrives from storage or the wire, before validation.
@@ -84,6 +86,8 @@ struct RawHeader {
     cwd: Option<String>,
     #[serde(default)]
     agent_preset: Option<AgentPreset>,
+    #[serde(default)]
+    deadline_at_ms: Option<serde_json::Value>,
 }
 
 impl TryFrom<RawHeader> for SessionHeader {
@@ -124,6 +128,7 @@ impl TryFrom<RawHeader> for SessionHeader {
             seed_length: number("seed_length", raw.seed_length)?,
             cwd: raw.cwd,
             agent_preset: raw.agent_preset,
+            deadline_at_ms: number("deadline_at_ms", raw.deadline_at_ms)?,
         };
         header.validate()?;
         Ok(header)
@@ -146,7 +151,20 @@ impl SessionHeader {
             seed_length: None,
             cwd,
             agent_preset,
+            deadline_at_ms: None,
         }
+    }
+
+    /// The same header with its deadline (Q2) set to `requested` when that is earlier than the
+    /// one it has (a child's starts as its parent's, so a child can never outlive its parent's
+    /// deadline: the result is always `min(parent's, requested)`). `None` changes nothing.
+    /// Only for building a header at birth: once registered, a header is frozen.
+    pub fn with_deadline(mut self, requested: Option<u64>) -> Self {
+        self.deadline_at_ms = match (self.deadline_at_ms, requested) {
+            (Some(current), Some(requested)) => Some(current.min(requested)),
+            (current, requested) => current.or(requested),
+        };
+        self
     }
 
     /// Checks every L2 rule and the lineage shape; every constructor runs it.
@@ -160,6 +178,7 @@ impl SessionHeader {
         for (field, value) in [
             ("delegation_depth", self.delegation_depth),
             ("seed_length", self.seed_length),
+            ("deadline_at_ms", self.deadline_at_ms),
         ] {
             if value.is_some_and(|v| v > MAX_SAFE_INTEGER) {
                 return bad(
@@ -236,6 +255,11 @@ impl SessionHeader {
     pub fn agent_preset(&self) -> Option<&AgentPreset> {
         self.agent_preset.as_ref()
     }
+    /// The absolute deadline of this session's subtree (Q2, ms since the Unix epoch), if it has
+    /// one: at it, the deadline sweeper drains the subtree with stop reason `deadline`.
+    pub fn deadline_at_ms(&self) -> Option<u64> {
+        self.deadline_at_ms
+    }
     /// True when the header says this session is a subagent.
     pub fn is_subagent(&self) -> bool {
         self.origin == Some(Origin::Subagent)
@@ -244,7 +268,8 @@ impl SessionHeader {
 
 /// Computes a child's header once, at birth (L1): `cwd` inherited if the parent has one,
 /// `agent_preset` = the parent's composed preset if any, `parent_session`, `origin =
-/// "subagent"`, `delegation_depth`, `seed_length` only when > 0, and the parent's root.
+/// "subagent"`, `delegation_depth`, `seed_length` only when > 0, the parent's root and the
+/// parent's deadline (Q2; [`SessionHeader::with_deadline`] can only make it earlier).
 ///
 /// `child_depth` must come from [`crate::depth::resolve_child_depth`].
 pub fn child_session_meta(
@@ -263,6 +288,7 @@ pub fn child_session_meta(
         seed_length: (lineage_seed_length > 0).then_some(lineage_seed_length),
         cwd: parent.cwd.clone(),
         agent_preset: composed_preset,
+        deadline_at_ms: parent.deadline_at_ms,
     };
     header.validate()?;
     Ok(header)
@@ -400,5 +426,43 @@ mod tests {
         }
         assert_eq!(cursor.id(), &sid(1));
         assert_eq!(steps, 6);
+    }
+
+    #[test]
+    fn q2_a_child_inherits_its_parents_deadline_and_can_only_make_it_earlier() {
+        let top = root().with_deadline(Some(10_000));
+        assert_eq!(top.deadline_at_ms(), Some(10_000));
+        let later = child_session_meta(&top, sid(2), 1, 0, None)
+            .unwrap()
+            .with_deadline(Some(60_000));
+        assert_eq!(
+            later.deadline_at_ms(),
+            Some(10_000),
+            "min(parent's, requested)"
+        );
+        let earlier = child_session_meta(&top, sid(3), 1, 0, None)
+            .unwrap()
+            .with_deadline(Some(4_000));
+        assert_eq!(earlier.deadline_at_ms(), Some(4_000));
+        let none = child_session_meta(&top, sid(4), 1, 0, None)
+            .unwrap()
+            .with_deadline(None);
+        assert_eq!(none.deadline_at_ms(), Some(10_000));
+        assert_eq!(root().with_deadline(None).deadline_at_ms(), None);
+        let text = serde_json::to_string(&earlier).unwrap();
+        assert!(text.contains(r#""deadline_at_ms":4000"#), "{text}");
+        let back: SessionHeader = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, earlier);
+    }
+
+    #[test]
+    fn q2_a_deadline_that_is_not_a_safe_integer_is_refused() {
+        for bad in ["-1", "1.5", "\"soon\"", "9007199254740992"] {
+            let text = format!(
+                r#"{{"id":"01936c1e-7a3b-7cde-8f00-000000000001","deadline_at_ms":{bad}}}"#
+            );
+            let e = serde_json::from_str::<SessionHeader>(&text).unwrap_err();
+            assert!(e.to_string().contains("deadline_at_ms"), "{bad}: {e}");
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`ids`] | `SessionId`, `RunId`, `NodeId`, `RequestId`: safe NATS subject tokens | N1 |
 //! | [`depth`] | delegation depth, max depth validation, `SubagentDepthError` | D1–D4 |
+//! | [`deadline`] | deadlines: a timeout to an absolute deadline, the subtrees the sweeper drains | Q2 |
 //! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
 //! | [`policy`] | delegated policy snapshot and its log events | C2, C3 |
@@ -35,6 +36,7 @@
 pub mod activation;
 pub mod authority;
 pub mod composition;
+pub mod deadline;
 pub mod depth;
 pub mod descriptor;
 pub mod drain;

@@ -166,6 +166,8 @@ pub enum StopReason {
     Disposed,
     /// `max_turns`: the child stopped because it reached its turn limit.
     MaxTurns,
+    /// `deadline`: the child's subtree ran past its deadline (Q2) and was drained.
+    Deadline,
 }
 
 impl StopReason {
@@ -177,6 +179,7 @@ impl StopReason {
             StopReason::Interrupted => "interrupted",
             StopReason::Disposed => "disposed",
             StopReason::MaxTurns => "max_turns",
+            StopReason::Deadline => "deadline",
         }
     }
 }
@@ -744,6 +747,7 @@ pub fn settlement_summary(
         StopReason::Interrupted => "was interrupted",
         StopReason::Disposed => "was disposed",
         StopReason::MaxTurns => "stopped at its turn limit",
+        StopReason::Deadline => "ran past its deadline",
     };
     let mut text = format!("subagent {} {what}", one_line(child_label_or_id));
     if let Some(output) = output.map(one_line).filter(|o| !o.is_empty()) {
@@ -1173,6 +1177,7 @@ mod tests {
             StopReason::Interrupted,
             StopReason::Disposed,
             StopReason::MaxTurns,
+            StopReason::Deadline,
         ] {
             assert_eq!(
                 serde_json::to_string(&r).unwrap(),

@@ -16,7 +16,7 @@ use lineage_core::engine::{
 };
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::journal::{JournalEvent, TurnMessage};
-use lineage_core::messages::Delivery;
+use lineage_core::messages::{Delivery, StopReason};
 use proptest::prelude::*;
 
 fn sid(n: u32) -> SessionId {
@@ -85,7 +85,7 @@ struct Model {
 
 impl Model {
     fn run(&mut self, engine: &AgentEngine, event: &EngineEvent, cmds: &[EngineCommand]) {
-        let releasing = matches!(event, EngineEvent::Release);
+        let releasing = matches!(event, EngineEvent::Release(_));
         for cmd in cmds {
             match cmd {
                 EngineCommand::Stage { seq, event } => {
@@ -212,8 +212,8 @@ fn event_of(step: &Step, model: &mut Model) -> EngineEvent {
             }
         }
         Step::Adopt(c) => EngineEvent::Adopt(sid(10 + u32::from(c))),
-        Step::Stop => EngineEvent::Stop,
-        Step::Release => EngineEvent::Release,
+        Step::Stop => EngineEvent::Stop(StopReason::Disposed),
+        Step::Release => EngineEvent::Release(StopReason::Disposed),
         Step::Recover => EngineEvent::Recover,
         Step::Begin => EngineEvent::BeginTurn,
         Step::Reply => EngineEvent::Replied {
@@ -292,7 +292,7 @@ proptest! {
                         model.owned.remove(c);
                     }
                 }
-                EngineEvent::Stop | EngineEvent::Release => model.stopping = true,
+                EngineEvent::Stop(_) | EngineEvent::Release(_) => model.stopping = true,
                 _ => {}
             }
             model.run(&engine, &event, &cmds);

@@ -54,6 +54,10 @@ pub struct ChildSpec {
     /// Tool filter (C1).
     #[serde(default)]
     pub tool_filter: Option<Vec<String>>,
+    /// How long the child's subtree may run (Q2), in ms from the spawn; the frozen deadline is
+    /// the earlier of that and the parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// What kind of agent a session runs (P1): defined with the wire bodies in `lineage_protocol`.

@@ -101,6 +101,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             label,
             persona,
             tool_filter,
+            timeout_ms,
         } => DriverAction::Spawn(Box::new(ChildSpec {
             shape: *shape,
             agent: agent.as_deref().cloned().unwrap_or(AgentSpec::Script {
@@ -111,6 +112,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             label: label.clone(),
             persona: persona.clone(),
             tool_filter: tool_filter.clone(),
+            timeout_ms: *timeout_ms,
         })),
         // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
         // a turn without a spawn gives.

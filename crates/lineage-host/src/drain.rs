@@ -36,6 +36,7 @@ use lineage_core::drain::{
     plan_drain, DrainInput, DrainSession, DrainSessionState, DrainWave, ProgressThrottle,
 };
 use lineage_core::ids::{DrainId, NodeId, SessionId};
+use lineage_core::messages::StopReason;
 use lineage_registry::types::{Command, CommandResponse, SessionState};
 
 use crate::agent::AgentCmd;
@@ -99,6 +100,7 @@ impl Shared {
         self: &Arc<Self>,
         roots: Vec<SessionId>,
         progress: Option<DrainId>,
+        reason: StopReason,
     ) -> Result<DrainReport, HostError> {
         if roots.is_empty() {
             return Err(HostError::BadRequest(
@@ -186,11 +188,10 @@ impl Shared {
             p.send(DrainProgress::planned(p.drain.clone(), sizes)).await;
         }
         // 4. Stop live descendants where they run, every node at once.
-        let stops =
-            join_all(plan.cancel.iter().map(|(node, ids)| async move {
-                (node, self.on_node(node, ops::STOP, ids).await)
-            }))
-            .await;
+        let stops = join_all(plan.cancel.iter().map(|(node, ids)| async move {
+            (node, self.on_node(node, ops::STOP, ids, reason).await)
+        }))
+        .await;
         for (node, result) in stops {
             if let Err(e) = result {
                 report
@@ -202,7 +203,13 @@ impl Shared {
         // a wave failed), before the reply.
         let mut disposed: Vec<SessionId> = Vec::new();
         let outcome = self
-            .waves(&plan.waves, &mut report, &mut disposed, progress.as_ref())
+            .waves(
+                &plan.waves,
+                &mut report,
+                &mut disposed,
+                progress.as_ref(),
+                reason,
+            )
             .await;
         if let Err(e) = self.inbox.delete_consumers(&disposed).await {
             report
@@ -224,6 +231,7 @@ impl Shared {
         report: &mut DrainReport,
         disposed: &mut Vec<SessionId>,
         progress: Option<&Progress>,
+        reason: StopReason,
     ) -> Result<(), HostError> {
         let mut listed = 0usize;
         let count = waves.len();
@@ -238,7 +246,11 @@ impl Shared {
             // Released there (or already gone after its stop settled it), unless the node
             // could not be reached: then straight from the registry.
             let releases = join_all(wave.by_node.iter().map(|(node, ids)| async move {
-                (node, ids, self.on_node(node, ops::RELEASE, ids).await)
+                (
+                    node,
+                    ids,
+                    self.on_node(node, ops::RELEASE, ids, reason).await,
+                )
             }))
             .await;
             let mut items: Vec<(SessionId, Option<NodeId>)> = Vec::with_capacity(wave.len());
@@ -345,9 +357,11 @@ impl Shared {
         node: &NodeId,
         op: &str,
         ids: &[SessionId],
+        reason: StopReason,
     ) -> Result<StopReply, HostError> {
         let request = StopRequest {
             sessions: ids.to_vec(),
+            reason: (reason != StopReason::Disposed).then_some(reason),
         };
         if node == &self.cfg.node {
             return Ok(match op {
@@ -362,9 +376,11 @@ impl Shared {
     /// Per-node `stop`: cancel the current turn, take no new turns.
     pub(crate) async fn stop_local(&self, request: StopRequest) -> StopReply {
         let mut reply = StopReply::default();
+        let reason = request.reason.unwrap_or(StopReason::Disposed);
         for id in request.sessions {
             match self
                 .queue_then_cancel(&id, |reply| AgentCmd::Stop {
+                    reason,
                     reply,
                     trace: lineage_bus::trace::current(),
                 })
@@ -380,9 +396,11 @@ impl Shared {
     /// Per-node `release`: settle (stop reason `disposed`) and leave; waits until gone.
     pub(crate) async fn release_local(&self, request: StopRequest) -> StopReply {
         let mut reply = StopReply::default();
+        let reason = request.reason.unwrap_or(StopReason::Disposed);
         for id in request.sessions {
             match self
                 .queue_then_cancel(&id, |reply| AgentCmd::Release {
+                    reason,
                     reply,
                     trace: lineage_bus::trace::current(),
                 })
@@ -442,7 +460,9 @@ impl Host {
         let op = op_span!("drain", self.node());
         op.record("session", join(&roots));
         let started = std::time::Instant::now();
-        let report = op.run(self.shared.drain(roots, progress)).await;
+        let report = op
+            .run(self.shared.drain(roots, progress, StopReason::Disposed))
+            .await;
         let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.shared.metrics.drained(report.is_ok(), ms);
         report

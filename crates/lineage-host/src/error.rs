@@ -125,6 +125,7 @@ impl HostError {
                 | RegistryRefusal::DepthExceeded { .. }
                 | RegistryRefusal::DepthOverflow { .. }
                 | RegistryRefusal::FanOutExceeded { .. }
+                | RegistryRefusal::DeadlineBeyondParent { .. }
                 | RegistryRefusal::AdmissionClosed { .. }
                 | RegistryRefusal::SessionDisposed { .. }
                 | RegistryRefusal::EpochMismatch { .. }

@@ -400,6 +400,31 @@ impl Host {
         if let Ok(mut tasks) = shared.tasks.lock() {
             tasks.push(task);
         }
+        // Q2: subtrees past their deadline are drained (stop reason `deadline`) by the
+        // sweeper (see `crate::deadlines`).
+        let deadlines = shared.clone();
+        let every = deadlines
+            .cfg
+            .lease
+            .min(crate::deadlines::DEADLINE_SWEEP_EVERY)
+            .max(Duration::from_millis(250));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = deadlines.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {
+                        match deadlines.sweep_deadlines().await {
+                            Ok(r) if r.drained.is_empty() && r.failed.is_empty() => {}
+                            Ok(r) => tracing::info!(drained = r.drained.len(), failed = r.failed.len(), "drained subtrees past their deadline"),
+                            Err(e) => tracing::warn!(error = %e, "deadline sweep failed"),
+                        }
+                    }
+                }
+            }
+        });
+        if let Ok(mut tasks) = shared.tasks.lock() {
+            tasks.push(task);
+        }
         if let Some(after) = shared.cfg.takeover_after {
             let sweeper = shared.clone();
             let every = sweeper.cfg.lease.max(Duration::from_millis(500));

@@ -46,6 +46,13 @@ pub trait RegistryPort: Send + Sync + 'static {
         now_ms: u64,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
+    /// One page (at most `limit`) of the undisposed sessions whose deadline (Q2) is at or
+    /// before `now_ms`, earliest first (the deadline sweeper's read).
+    fn overdue_deadlines(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
 }
 
 /// Maps a registry error to the host's error.
@@ -141,6 +148,16 @@ impl RegistryPort for MemoryRegistry {
             self.with(|s| s.overdue_births(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)));
         Box::pin(async move { out })
     }
+
+    fn overdue_deadlines(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        let out = self
+            .with(|s| s.overdue_deadlines(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)));
+        Box::pin(async move { out })
+    }
 }
 
 /// The real registry. Writes go to the leader (retried with the same request id); reads are
@@ -209,6 +226,18 @@ impl RegistryPort for RegistryClient {
     ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
         Box::pin(async move {
             RegistryClient::overdue_births(self, now_ms, limit, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn overdue_deadlines(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::overdue_deadlines(self, now_ms, limit, Consistency::Linearizable)
                 .await
                 .map_err(registry_error)
         })

@@ -5,7 +5,8 @@
 //! 1. validate the max depth (D4, done where the request is parsed: [`MaxDepth`]);
 //! 2. resolve the child's depth from the parent's frozen header (`delegation_depth_of`, D2, D3);
 //! 3. capture the policy snapshot synchronously, before the first await (C2);
-//! 4. build the child's frozen header with `child_session_meta` (L1);
+//! 4. build the child's frozen header with `child_session_meta` (L1), its deadline the
+//!    earlier of the parent's and the spawn's `timeout_ms` (Q2);
 //! 5. check the target's offer (T4), then ask the target node to host it (this node, or any
 //!    other through its per-node `start`), with the spawn's request id;
 //! 6. on the hosting node ([`crate::start`]): the creation window, composition (C1), the
@@ -25,6 +26,7 @@
 
 use std::sync::Arc;
 
+use lineage_core::deadline::deadline_from_timeout;
 use lineage_core::depth::{delegation_depth_of, resolve_child_depth, MaxDepth};
 use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::header::{child_session_meta, AgentPreset, SessionHeader};
@@ -61,7 +63,11 @@ impl Shared {
         adopt: bool,
     ) -> Result<SpawnReply, HostError> {
         self.check_running()?;
-        // 1-3: depth and policy, all synchronous (C2: before the first await).
+        // 1-3: depth, policy and deadline, all synchronous (C2: before the first await).
+        let deadline = spec
+            .timeout_ms
+            .map(|t| deadline_from_timeout(self.now(), t))
+            .transpose()?;
         let max_depth = max_depth.or(self.cfg.max_depth);
         let parent_depth = delegation_depth_of(&parent.header, None);
         let child_depth = resolve_child_depth(parent_depth, max_depth)?;
@@ -74,7 +80,8 @@ impl Shared {
             child_depth,
             0,
             parent.preset.clone(),
-        )?;
+        )?
+        .with_deadline(deadline);
         let descriptor = SubagentDescriptor {
             provider: provider_of(&spec.agent).to_owned(),
             label: spec.label.clone(),
@@ -176,7 +183,12 @@ impl Shared {
         self.check_running()?;
         let session = self.mint.session();
         lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
-        let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset);
+        let deadline = request
+            .timeout_ms
+            .map(|t| deadline_from_timeout(self.now(), t))
+            .transpose()?;
+        let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset)
+            .with_deadline(deadline);
         let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
         self.admit_agent(&target, &request.agent).await?;
         let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
@@ -283,6 +295,7 @@ impl Host {
             label: request.label,
             persona: request.persona,
             tool_filter: request.tool_filter,
+            timeout_ms: request.timeout_ms,
         };
         let request_id = request
             .request_id

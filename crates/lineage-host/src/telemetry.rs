@@ -118,12 +118,13 @@ impl Op {
     }
 }
 
-const STOP_REASONS: [StopReason; 5] = [
+const STOP_REASONS: [StopReason; 6] = [
     StopReason::Completed,
     StopReason::Failed,
     StopReason::Interrupted,
     StopReason::Disposed,
     StopReason::MaxTurns,
+    StopReason::Deadline,
 ];
 
 /// Counters of one host, incremented where things happen. All relaxed atomics: they never
@@ -133,7 +134,7 @@ pub struct HostMetrics {
     spawns_top_level: AtomicU64,
     spawns_continuable: AtomicU64,
     spawns_one_shot: AtomicU64,
-    settlements: [AtomicU64; 5],
+    settlements: [AtomicU64; STOP_REASONS.len()],
     resumes: AtomicU64,
     reports: AtomicU64,
     inbox_publish_failures: AtomicU64,
@@ -186,8 +187,9 @@ impl HostMetrics {
     }
 
     pub(crate) fn settled(&self, stop: StopReason) {
-        if let Some(i) = STOP_REASONS.iter().position(|s| *s == stop) {
-            self.settlements[i].fetch_add(1, Ordering::Relaxed);
+        let i = STOP_REASONS.iter().position(|s| *s == stop);
+        if let Some(c) = i.and_then(|i| self.settlements.get(i)) {
+            c.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -269,8 +271,13 @@ mod tests {
             s.spawns,
             vec![("top-level", 1), ("continuable", 0), ("one-shot", 1)]
         );
-        assert_eq!(s.settlements.len(), 5);
+        assert_eq!(s.settlements.len(), STOP_REASONS.len());
         assert!(s.settlements.contains(&("max_turns", 1)));
+        // Every stop reason has its counter (a new one once panicked the agent task here).
+        for r in STOP_REASONS {
+            m.settled(r);
+        }
+        assert!(m.snapshot().settlements.contains(&("deadline", 1)));
         assert_eq!(
             (s.inbox_accepted, s.inbox_lag_ms_sum, s.inbox_lag_ms_max),
             (2, 45, 40)

@@ -112,6 +112,11 @@ pub struct SpawnRequest {
     /// Top-level only: its policy (what its children inherit, C2).
     #[serde(default)]
     pub policy: Option<ParentPolicyView>,
+    /// How long the new session's subtree may run (Q2), in ms from the spawn: at that deadline
+    /// it is drained with stop reason `deadline`. A child's deadline is the earlier of this and
+    /// its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// The result of a one-shot run (S1).
@@ -560,6 +565,10 @@ pub struct AgentsReply {
 pub struct StopRequest {
     /// The sessions.
     pub sessions: Vec<SessionId>,
+    /// The stop reason a cut-short turn and the settlement say: `disposed` when absent (a
+    /// drain), `deadline` when the deadline sweeper drains (Q2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<StopReason>,
 }
 
 /// Per-node `release` body (same shape as [`StopRequest`]).

@@ -59,6 +59,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         cwd: None,
         preset: None,
         policy: None,
+        timeout_ms: None,
     };
     pin(
         &minimal,
@@ -83,11 +84,12 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
             sandbox_override: None,
             has_approval_service: true,
         }),
+        timeout_ms: Some(30_000),
     };
     pin(
         &full,
         &format!(
-            r#"{{"parent":"{A}","shape":"one-shot","agent":{{"driver":"profile","profile":"coder"}},"prompt":"go","node":"node-2","label":"leaf","persona":"terse","tool_filter":["read"],"max_depth":3,"request_id":"{R}","cwd":null,"preset":null,"policy":{{"has_approval_service":true}}}}"#
+            r#"{{"parent":"{A}","shape":"one-shot","agent":{{"driver":"profile","profile":"coder"}},"prompt":"go","node":"node-2","label":"leaf","persona":"terse","tool_filter":["read"],"max_depth":3,"request_id":"{R}","cwd":null,"preset":null,"policy":{{"has_approval_service":true}},"timeout_ms":30000}}"#
         ),
     );
     // What a client writes least: only the agent.
@@ -354,6 +356,7 @@ fn n3_status_agents_stop_bodies_are_pinned() {
     pin(
         &StopRequest {
             sessions: vec![sid(A)],
+            reason: None,
         },
         &format!(r#"{{"sessions":["{A}"]}}"#),
     );
@@ -384,6 +387,7 @@ fn h1_script_language_is_pinned() {
                 label: None,
                 persona: None,
                 tool_filter: None,
+                timeout_ms: None,
             },
             Step::WaitChildren,
             Step::Sleep { ms: 5 },

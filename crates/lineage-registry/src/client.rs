@@ -325,6 +325,23 @@ impl RegistryClient {
         }
     }
 
+    /// The undisposed sessions whose deadline (Q2) is at or before `now_ms`, earliest first,
+    /// at most `limit` (clamped to 1..=[`crate::state::OVERDUE_DEADLINES_PAGE`]).
+    pub async fn overdue_deadlines(
+        &self,
+        now_ms: u64,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<Vec<SessionRecord>, RegistryError> {
+        match self
+            .query(Query::OverdueDeadlines { now_ms, limit }, consistency)
+            .await?
+        {
+            QueryResult::Sessions(r) => Ok(r),
+            other => Err(unexpected_read(&other)),
+        }
+    }
+
     /// Claims a session's placement by CAS on the epoch (K1). Returns the new placement.
     pub async fn claim_placement(
         &self,

@@ -709,6 +709,9 @@ impl Server {
             Query::OverdueBirths { now_ms, limit } => QueryResult::Sessions(
                 s.overdue_births(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)),
             ),
+            Query::OverdueDeadlines { now_ms, limit } => QueryResult::Sessions(
+                s.overdue_deadlines(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)),
+            ),
             Query::Children { session } => QueryResult::Children(s.children(&session)),
             Query::Nodes => QueryResult::Nodes(s.nodes()),
             Query::Digest => QueryResult::Digest(s.digest()),

@@ -87,7 +87,14 @@ pub struct RegistryState {
     /// `sessions` (not serialized, rebuilt on load) like `requests_by_age`.
     #[serde(skip)]
     births_by_deadline: BTreeSet<(u64, SessionId)>,
+    /// The undisposed sessions with a deadline (Q2), by deadline, for the overdue-deadlines
+    /// query: derived from `sessions` (not serialized, rebuilt on load).
+    #[serde(skip)]
+    sessions_by_deadline: BTreeSet<(u64, SessionId)>,
 }
+
+/// The most records one [`RegistryState::overdue_deadlines`] answer holds (the sweeper's page).
+pub const OVERDUE_DEADLINES_PAGE: usize = 256;
 
 /// The most records one [`RegistryState::overdue_births`] answer holds (the sweeper's page).
 pub const OVERDUE_BIRTHS_PAGE: usize = 256;
@@ -113,12 +120,19 @@ impl From<StateRepr> for RegistryState {
             .filter(|r| r.state == SessionState::Starting)
             .map(|r| (r.start_deadline_ms.unwrap_or(0), r.id().clone()))
             .collect();
+        let sessions_by_deadline = repr
+            .sessions
+            .values()
+            .filter(|r| r.state != SessionState::Disposed)
+            .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
+            .collect();
         Self {
             sessions: repr.sessions,
             nodes: repr.nodes,
             requests: repr.requests,
             requests_by_age,
             births_by_deadline,
+            sessions_by_deadline,
         }
     }
 }
@@ -321,6 +335,17 @@ impl RegistryState {
                 if found != expected {
                     return Err(RegistryRefusal::DepthMismatch { expected, found });
                 }
+                // Q2: a child never outlives its parent's deadline.
+                if let Some(parent_deadline) = parent.header.deadline_at_ms() {
+                    let found = header.deadline_at_ms();
+                    if found.is_none_or(|d| d > parent_deadline) {
+                        return Err(RegistryRefusal::DeadlineBeyondParent {
+                            parent: parent_id.clone(),
+                            parent_deadline_ms: parent_deadline,
+                            found,
+                        });
+                    }
+                }
                 // Q1: the tree's caps, tightened by the caller's, against the live counts.
                 let caps = fan_out.stricter(parent.fan_out);
                 if caps.is_capped() {
@@ -370,6 +395,9 @@ impl RegistryState {
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
+        }
+        if let Some(deadline) = header.deadline_at_ms() {
+            self.sessions_by_deadline.insert((deadline, id.clone()));
         }
         self.sessions.insert(id.clone(), record);
         Ok(CommandResponse::Registered { session: id, depth })
@@ -596,6 +624,10 @@ impl RegistryState {
             if record.state == SessionState::Starting {
                 self.births_by_deadline
                     .remove(&(record.start_deadline_ms.unwrap_or(0), session.clone()));
+            }
+            if let Some(deadline) = record.header.deadline_at_ms() {
+                self.sessions_by_deadline
+                    .remove(&(deadline, session.clone()));
             }
             record.state = SessionState::Disposed;
             record.admission = Admission::Closed;
@@ -903,6 +935,19 @@ impl RegistryState {
             .iter()
             .take_while(|(deadline, _)| *deadline <= now_ms)
             .take(limit.clamp(1, OVERDUE_BIRTHS_PAGE))
+            .filter_map(|(_, id)| self.sessions.get(id).cloned())
+            .collect()
+    }
+
+    /// The undisposed sessions whose deadline (Q2) is at or before `now_ms` (the caller's
+    /// clock), earliest first, at most `limit` (at least 1, at most
+    /// [`OVERDUE_DEADLINES_PAGE`]): one page for the deadline sweeper, which drains them and
+    /// asks again.
+    pub fn overdue_deadlines(&self, now_ms: u64, limit: usize) -> Vec<SessionRecord> {
+        self.sessions_by_deadline
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now_ms)
+            .take(limit.clamp(1, OVERDUE_DEADLINES_PAGE))
             .filter_map(|(_, id)| self.sessions.get(id).cloned())
             .collect()
     }

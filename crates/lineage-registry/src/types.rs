@@ -539,6 +539,15 @@ pub enum RegistryRefusal {
         /// Which cap, the live count and the cap.
         exceeded: lineage_core::fanout::FanOutExceeded,
     },
+    /// The child's header carries no deadline, or a later one than its parent's (Q2).
+    DeadlineBeyondParent {
+        /// The parent.
+        parent: SessionId,
+        /// The parent's deadline.
+        parent_deadline_ms: u64,
+        /// The child header's deadline.
+        found: Option<u64>,
+    },
     /// Admission is closed at this ancestor: a drain began (X1).
     AdmissionClosed {
         /// The session that was to get a child.
@@ -641,6 +650,7 @@ impl RegistryRefusal {
             RegistryRefusal::DepthExceeded { .. } => "depth_exceeded",
             RegistryRefusal::DepthOverflow { .. } => "depth_overflow",
             RegistryRefusal::FanOutExceeded { .. } => "fan_out_exceeded",
+            RegistryRefusal::DeadlineBeyondParent { .. } => "deadline_beyond_parent",
             RegistryRefusal::AdmissionClosed { .. } => "admission_closed",
             RegistryRefusal::UnknownSession { .. } => "unknown_session",
             RegistryRefusal::SessionDisposed { .. } => "session_disposed",
@@ -699,6 +709,15 @@ impl fmt::Display for RegistryRefusal {
                 "child depth overflows the safe-integer range (parent depth {parent_depth}); the lineage is corrupt or runaway"
             ),
             RegistryRefusal::FanOutExceeded { exceeded, .. } => write!(f, "{exceeded}"),
+            RegistryRefusal::DeadlineBeyondParent {
+                parent,
+                parent_deadline_ms,
+                found,
+            } => write!(
+                f,
+                "the child's header deadline ({}) is later than its parent {parent}'s deadline {parent_deadline_ms} ms; compute the header with child_session_meta (a child inherits its parent's deadline and can only shorten it)",
+                found.map_or_else(|| "none".to_owned(), |d| format!("{d} ms"))
+            ),
             RegistryRefusal::AdmissionClosed { parent, closed_at } => write!(
                 f,
                 "admission is closed at {closed_at} (a drain began), so {parent} cannot take new children; do not spawn during a drain"

@@ -96,6 +96,14 @@ pub enum Query {
         /// At most this many (clamped to 1..=[`crate::state::OVERDUE_BIRTHS_PAGE`]).
         limit: u32,
     },
+    /// The undisposed sessions whose deadline (Q2) is at or before `now_ms`, earliest first
+    /// (the deadline sweeper's page; answered with [`QueryResult::Sessions`]).
+    OverdueDeadlines {
+        /// The caller's clock.
+        now_ms: u64,
+        /// At most this many (clamped to 1..=[`crate::state::OVERDUE_DEADLINES_PAGE`]).
+        limit: u32,
+    },
     /// Direct children with descendant counts.
     Children {
         /// The parent.
@@ -148,7 +156,8 @@ pub struct RegistryStatus {
 pub enum QueryResult {
     /// For [`Query::Session`].
     Session(Option<Box<SessionRecord>>),
-    /// For [`Query::Subtree`], [`Query::SessionsOnNode`] and [`Query::OverdueBirths`].
+    /// For [`Query::Subtree`], [`Query::SessionsOnNode`], [`Query::OverdueBirths`] and
+    /// [`Query::OverdueDeadlines`].
     Sessions(Vec<SessionRecord>),
     /// For [`Query::SubtreePage`].
     Page {

@@ -123,6 +123,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             cwd: None,
             preset: None,
             policy: None,
+            timeout_ms: None,
         })
         .await?;
     let root_id = root.session.clone();

@@ -211,6 +211,7 @@ fn spawn_request(
         cwd: None,
         preset: None,
         policy: None,
+        timeout_ms: None,
     }
 }
 

@@ -106,10 +106,12 @@ pub enum EngineEvent {
     },
     /// A child spawned on this agent's behalf, not from its own turn.
     Adopt(SessionId),
-    /// Drain: take no more turns (a running turn is cancelled).
-    Stop,
-    /// Drain wave: settle as `disposed` and leave; owned children are gone already.
-    Release,
+    /// Drain: take no more turns (a running turn is cancelled and ends with this reason:
+    /// `disposed` for a drain, `deadline` for the deadline sweeper's, Q2).
+    Stop(StopReason),
+    /// Drain wave: settle with this reason (`disposed`, or `deadline`) and leave; owned
+    /// children are gone already.
+    Release(StopReason),
     /// Re-adoption: decide as if the last turn had just ended.
     Recover,
     /// The executor is ready to run the turn it was told to take ([`EngineCommand::TakeTurn`]).
@@ -494,8 +496,8 @@ impl AgentEngine {
                 self.deliver(arrival, reply, &mut out, now_ms)
             }
             EngineEvent::Adopt(child) => self.adopt(child, &mut out, now_ms),
-            EngineEvent::Stop => self.stop(&mut out, now_ms),
-            EngineEvent::Release => self.release(&mut out, now_ms),
+            EngineEvent::Stop(reason) => self.stop(reason, &mut out, now_ms),
+            EngineEvent::Release(reason) => self.release(reason, &mut out, now_ms),
             EngineEvent::Recover => self.recover(&mut out, now_ms),
             EngineEvent::BeginTurn => self.begin_turn(&mut out, now_ms),
             EngineEvent::Replied { text, reply } => self.replied(text, reply, &mut out),
@@ -556,8 +558,8 @@ impl AgentEngine {
             EngineEvent::Adopt(_)
             | EngineEvent::WaitExpired { .. }
             | EngineEvent::ChildFollowedUp(_)
-            | EngineEvent::Stop
-            | EngineEvent::Release
+            | EngineEvent::Stop(_)
+            | EngineEvent::Release(_)
             | EngineEvent::Recover
             | EngineEvent::BeginTurn
             | EngineEvent::TurnEnded(_)

@@ -20,6 +20,7 @@ pub fn stop_reason_from(text: Option<&str>) -> StopReason {
         Some("interrupted") => StopReason::Interrupted,
         Some("disposed") => StopReason::Disposed,
         Some("max_turns") => StopReason::MaxTurns,
+        Some("deadline") => StopReason::Deadline,
         Some(_) | None => StopReason::Completed,
     }
 }
@@ -133,9 +134,10 @@ impl AgentEngine {
         ));
     }
 
-    /// Drain step 2: no more turns; a cut-short turn says `disposed`.
-    pub(super) fn stop(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
-        self.forced_stop = Some(StopReason::Disposed);
+    /// Drain step 2: no more turns; a cut-short turn says `reason` (`disposed` for a drain,
+    /// `deadline` when the deadline sweeper drains, Q2).
+    pub(super) fn stop(&mut self, reason: StopReason, out: &mut Vec<EngineCommand>, now_ms: u64) {
+        self.forced_stop = Some(reason);
         if self.in_turn.is_some() {
             out.push(EngineCommand::CancelTurn);
         }
@@ -143,8 +145,13 @@ impl AgentEngine {
     }
 
     /// Drain wave: stop, every owned child is gone (leaves first), settle and leave.
-    pub(super) fn release(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
-        self.stop(out, now_ms);
+    pub(super) fn release(
+        &mut self,
+        reason: StopReason,
+        out: &mut Vec<EngineCommand>,
+        now_ms: u64,
+    ) {
+        self.stop(reason, out, now_ms);
         for child in self.owned_children() {
             self.feed(ActivationEvent::ChildDisposed(child), out, now_ms);
         }

@@ -163,7 +163,7 @@ fn x1_a_drain_stop_makes_the_cut_short_turn_disposed() {
     let mut e = engine(Some(SubagentShape::Continuable));
     e.handle(user("go", None), 1);
     e.handle(EngineEvent::BeginTurn, 2);
-    let stop = e.handle(EngineEvent::Stop, 3);
+    let stop = e.handle(EngineEvent::Stop(StopReason::Disposed), 3);
     assert!(stop.contains(&EngineCommand::CancelTurn));
     let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Cancelled), 4);
     assert!(end.iter().any(|c| matches!(

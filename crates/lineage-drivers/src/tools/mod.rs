@@ -103,6 +103,10 @@ pub struct SpawnSubagent {
     /// The node to run it on; any node when absent.
     #[serde(default)]
     pub node: Option<String>,
+    /// How long the child (and everything it spawns) may run, in ms; it is stopped at that
+    /// deadline, and never outlives yours.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `report_to_parent`.
@@ -277,6 +281,7 @@ impl DelegationTools {
             label: args.label,
             persona: args.persona,
             tool_filter: args.tool_filter,
+            timeout_ms: args.timeout_ms,
         };
         answer(
             self.act(TurnAction::Spawn(Box::new(spec)))

@@ -69,13 +69,15 @@ pub(crate) enum AgentCmd {
     },
     /// Adopt a child spawned on this agent's behalf (not from its own turn).
     Adopt(SessionId),
-    /// Drain step 2: take no more turns.
+    /// Drain step 2: take no more turns (a cut-short turn ends with `reason`).
     Stop {
+        reason: StopReason,
         reply: oneshot::Sender<()>,
         trace: Option<TraceContext>,
     },
-    /// Drain wave: settle (stop reason `disposed`) and leave.
+    /// Drain wave: settle with `reason` (`disposed`, or `deadline`) and leave.
     Release {
+        reason: StopReason,
         reply: oneshot::Sender<()>,
         trace: Option<TraceContext>,
     },
@@ -396,14 +398,14 @@ impl AgentTask {
             } => self.deliver(incoming, reply, trace).await,
             AgentCmd::Adopt(child) => self.feed(EngineEvent::Adopt(child)).await,
             AgentCmd::Recover => self.feed(EngineEvent::Recover).await,
-            AgentCmd::Stop { reply, .. } => {
+            AgentCmd::Stop { reason, reply, .. } => {
                 self.cancel_turn();
-                self.feed(EngineEvent::Stop).await;
+                self.feed(EngineEvent::Stop(reason)).await;
                 let _ = reply.send(());
             }
-            AgentCmd::Release { reply, .. } => {
+            AgentCmd::Release { reason, reply, .. } => {
                 self.cancel_turn();
-                self.feed(EngineEvent::Release).await;
+                self.feed(EngineEvent::Release(reason)).await;
                 self.done = true;
                 let _ = reply.send(());
             }

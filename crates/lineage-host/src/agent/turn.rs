@@ -155,9 +155,9 @@ impl AgentTask {
     /// A command that arrived during the turn; false once the mailbox must wait (a release).
     async fn mid_turn(&mut self, cmd: AgentCmd) -> bool {
         match cmd {
-            AgentCmd::Release { .. } => {
+            AgentCmd::Release { reason, .. } => {
                 self.cancel_turn();
-                self.feed(EngineEvent::Stop).await;
+                self.feed(EngineEvent::Stop(reason)).await;
                 self.backlog.push_back(cmd);
                 false
             }

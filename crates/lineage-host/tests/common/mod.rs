@@ -122,6 +122,7 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
             sandbox_override: Some(lineage_core::policy::SandboxMode::WorkspaceWrite),
             has_approval_service: true,
         }),
+        timeout_ms: None,
     }
 }
 
@@ -181,6 +182,7 @@ pub fn child_request(
         cwd: None,
         preset: None,
         policy: None,
+        timeout_ms: None,
     }
 }
 

@@ -177,6 +177,7 @@ impl Front {
             cwd: None,
             preset: None,
             policy: None,
+            timeout_ms: None,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
         let reply = self.control.spawn(&spawn).await.map_err(control_error)?;

@@ -54,6 +54,10 @@ pub struct Args {
     /// Idempotency key: a retried spawn with the same id returns the first result.
     #[arg(long)]
     pub request_id: Option<String>,
+    /// Deadline (Q2), in ms from now: the new session and everything it spawns are drained
+    /// (stop reason `deadline`) then; a child never outlives its parent's deadline.
+    #[arg(long, value_name = "MS")]
+    pub deadline_ms: Option<u64>,
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session.
@@ -104,6 +108,14 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .as_deref()
         .map(|r| RequestId::parse(r).map_err(|e| usage(format!("--request-id: {e}"))))
         .transpose()?;
+    if let Some(ms) = args.deadline_ms {
+        lineage_core::deadline::deadline_from_timeout(0, ms).map_err(|_| {
+            usage(format!(
+                "--deadline-ms {ms} is out of range; give 1 to {} ms (30 days), or leave it out for no deadline of its own",
+                lineage_core::deadline::MAX_TIMEOUT_MS
+            ))
+        })?;
+    }
     let request = SpawnRequest {
         parent,
         shape: Some(match args.shape {
@@ -121,6 +133,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         cwd: None,
         preset: None,
         policy: None,
+        timeout_ms: args.deadline_ms,
     };
     let reply = control(g).await?.spawn(&request).await?;
     if g.json {

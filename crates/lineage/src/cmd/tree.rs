@@ -7,7 +7,7 @@ use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::ControlClient;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::usage::UsageTotal;
-use lineage_registry::{Consistency, RegistryClient, SessionRecord};
+use lineage_registry::{Consistency, RegistryClient, SessionRecord, SessionState};
 use serde_json::json;
 
 use super::{cluster, control, now_ms, parse_session, print_json, registry_error};
@@ -131,8 +131,14 @@ pub(crate) fn render_tree(
             .get(r.header.id())
             .map(|u| format!("  usage={}", u.render()))
             .unwrap_or_default();
+        // Q2: how long it has left (only while it is not disposed).
+        let deadline = match (r.header.deadline_at_ms(), r.state) {
+            (Some(_), SessionState::Disposed) | (None, _) => String::new(),
+            (Some(at), _) if at <= now => "  deadline=passed".to_owned(),
+            (Some(at), _) => format!("  deadline=in {}", age(at - now)),
+        };
         lines.push(format!(
-            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}{usage}",
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}{usage}{deadline}",
             r.header.id(),
             shape_of(r),
             r.state.as_str(),
@@ -215,6 +221,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                     "subtree_usage": usage.get(r.header.id()),
                     "created_at_ms": r.created_at_ms,
                     "updated_at_ms": r.updated_at_ms,
+                    "deadline_at_ms": r.header.deadline_at_ms(),
                 })
             })
             .collect();
