@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`ids`] | `SessionId`, `RunId`, `NodeId`, `RequestId`: safe NATS subject tokens | N1 |
 //! | [`depth`] | delegation depth, max depth validation, `SubagentDepthError` | D1–D4 |
+//! | [`budget`] | budgets of tokens and cost per subtree, and the refusal once spent | Q3 |
 //! | [`deadline`] | deadlines: a timeout to an absolute deadline, the subtrees the sweeper drains | Q2 |
 //! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
@@ -35,6 +36,7 @@
 
 pub mod activation;
 pub mod authority;
+pub mod budget;
 pub mod composition;
 pub mod deadline;
 pub mod depth;

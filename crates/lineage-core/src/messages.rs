@@ -168,6 +168,8 @@ pub enum StopReason {
     MaxTurns,
     /// `deadline`: the child's subtree ran past its deadline (Q2) and was drained.
     Deadline,
+    /// `budget`: a budget over the child's subtree was spent (Q3) and it was drained.
+    Budget,
 }
 
 impl StopReason {
@@ -180,6 +182,7 @@ impl StopReason {
             StopReason::Disposed => "disposed",
             StopReason::MaxTurns => "max_turns",
             StopReason::Deadline => "deadline",
+            StopReason::Budget => "budget",
         }
     }
 }
@@ -748,6 +751,7 @@ pub fn settlement_summary(
         StopReason::Disposed => "was disposed",
         StopReason::MaxTurns => "stopped at its turn limit",
         StopReason::Deadline => "ran past its deadline",
+        StopReason::Budget => "ran out of budget",
     };
     let mut text = format!("subagent {} {what}", one_line(child_label_or_id));
     if let Some(output) = output.map(one_line).filter(|o| !o.is_empty()) {
@@ -1178,6 +1182,7 @@ mod tests {
             StopReason::Disposed,
             StopReason::MaxTurns,
             StopReason::Deadline,
+            StopReason::Budget,
         ] {
             assert_eq!(
                 serde_json::to_string(&r).unwrap(),

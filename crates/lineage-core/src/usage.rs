@@ -58,6 +58,19 @@ impl UsageTotal {
         }
     }
 
+    /// Takes one session's usage out again (saturating): with [`UsageTotal::add`], how a sum
+    /// follows a session whose report was replaced.
+    pub fn remove(&mut self, usage: &SessionUsage) {
+        self.sessions = self.sessions.saturating_sub(1);
+        self.used_tokens = self.used_tokens.saturating_sub(usage.used_tokens);
+        if let Some(micros) = usage.cost_micros {
+            let currency = usage.currency.clone().unwrap_or_else(|| "?".to_owned());
+            if let Some(sum) = self.cost_micros.get_mut(&currency) {
+                *sum = sum.saturating_sub(micros);
+            }
+        }
+    }
+
     /// One line: `12,345 tokens, 0.0042 USD` (no cost part when none was reported).
     pub fn render(&self) -> String {
         let mut out = format!("{} tokens", self.used_tokens);

@@ -58,6 +58,9 @@ pub struct ChildSpec {
     /// the earlier of that and the parent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// A budget over the child's subtree (Q3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<lineage_core::budget::Budget>,
 }
 
 /// What kind of agent a session runs (P1): defined with the wire bodies in `lineage_protocol`.

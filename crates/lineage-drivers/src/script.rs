@@ -113,6 +113,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             persona: persona.clone(),
             tool_filter: tool_filter.clone(),
             timeout_ms: *timeout_ms,
+            budget: None,
         })),
         // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
         // a turn without a spawn gives.

@@ -126,6 +126,7 @@ impl HostError {
                 | RegistryRefusal::DepthOverflow { .. }
                 | RegistryRefusal::FanOutExceeded { .. }
                 | RegistryRefusal::DeadlineBeyondParent { .. }
+                | RegistryRefusal::BudgetSpent(_)
                 | RegistryRefusal::AdmissionClosed { .. }
                 | RegistryRefusal::SessionDisposed { .. }
                 | RegistryRefusal::EpochMismatch { .. }

@@ -418,6 +418,12 @@ impl Host {
                             Ok(r) => tracing::info!(drained = r.drained.len(), failed = r.failed.len(), "drained subtrees past their deadline"),
                             Err(e) => tracing::warn!(error = %e, "deadline sweep failed"),
                         }
+                        // Q3, on the same tick: subtrees whose budget is spent.
+                        match deadlines.sweep_budgets().await {
+                            Ok(r) if r.drained.is_empty() && r.failed.is_empty() => {}
+                            Ok(r) => tracing::info!(drained = r.drained.len(), failed = r.failed.len(), "drained subtrees whose budget is spent"),
+                            Err(e) => tracing::warn!(error = %e, "budget sweep failed"),
+                        }
                     }
                 }
             }

@@ -23,6 +23,7 @@
 //! | `routing` | node liveness, forward-once routing, the control transport, agent admission | R2, T4, N3 |
 //! | [`resume`] | cold resume by CAS on the placement epoch | K1, R2, L3 |
 //! | [`births`] | the birth sweeper: dispose births no node started in time, tell the parent | S1, M2 |
+//! | [`budgets`] | the budget sweeper: drain subtrees whose budget is spent, stop reason `budget` | Q3 |
 //! | [`deadlines`] | the deadline sweeper: drain subtrees past their deadline, stop reason `deadline` | Q2 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
@@ -35,6 +36,7 @@
 
 mod agent;
 pub mod births;
+pub mod budgets;
 pub mod clock;
 pub mod control;
 pub mod deadlines;

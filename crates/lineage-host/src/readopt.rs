@@ -228,6 +228,7 @@ mod tests {
             start_deadline_ms: Some(30_000),
             usage: None,
             fan_out: Default::default(),
+            budget: None,
         };
         let adopted: Vec<SessionState> = SessionState::ALL
             .into_iter()

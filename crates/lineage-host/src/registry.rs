@@ -53,6 +53,14 @@ pub trait RegistryPort: Send + Sync + 'static {
         now_ms: u64,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
+    /// One page (at most `limit`) of the undisposed sessions whose budget (Q3) is spent (the
+    /// budget sweeper's read).
+    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
+    /// The nearest spent budget (Q3) at or above `session`, if any.
+    fn spent_budget_over(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>>;
 }
 
 /// Maps a registry error to the host's error.
@@ -158,6 +166,19 @@ impl RegistryPort for MemoryRegistry {
             .with(|s| s.overdue_deadlines(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)));
         Box::pin(async move { out })
     }
+
+    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        let out = self.with(|s| s.spent_budgets(usize::try_from(limit).unwrap_or(usize::MAX)));
+        Box::pin(async move { out })
+    }
+
+    fn spent_budget_over(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>> {
+        let out = self.with(|s| s.spent_budget_over(&session));
+        Box::pin(async move { out })
+    }
 }
 
 /// The real registry. Writes go to the leader (retried with the same request id); reads are
@@ -238,6 +259,25 @@ impl RegistryPort for RegistryClient {
     ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
         Box::pin(async move {
             RegistryClient::overdue_deadlines(self, now_ms, limit, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::spent_budgets(self, limit, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn spent_budget_over(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::spent_budget_over(self, session, Consistency::Linearizable)
                 .await
                 .map_err(registry_error)
         })

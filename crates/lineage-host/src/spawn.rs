@@ -35,6 +35,7 @@ use lineage_core::policy::{
     capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_core::routing::{route, Route};
+use lineage_registry::types::RegistryRefusal;
 
 use crate::agent::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
@@ -97,6 +98,7 @@ impl Shared {
         // 5: the target hosts it: creation window, then the birth, then the launch.
         let request = StartRequest {
             fan_out: self.cfg.fan_out,
+            budget: spec.budget,
             request_id,
             max_depth,
             header,
@@ -194,6 +196,7 @@ impl Shared {
         let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
         let start = StartRequest {
             fan_out: self.cfg.fan_out,
+            budget: request.budget,
             request_id,
             max_depth: max_depth.or(self.cfg.max_depth),
             header,
@@ -296,6 +299,7 @@ impl Host {
             persona: request.persona,
             tool_filter: request.tool_filter,
             timeout_ms: request.timeout_ms,
+            budget: request.budget,
         };
         let request_id = request
             .request_id
@@ -323,7 +327,17 @@ impl Host {
             .await?
             .ok_or_else(|| HostError::UnknownSession(parent.to_string()))?;
         if let Some(refusal) = record.child_refusal() {
-            return Err(HostError::Refused(refusal));
+            // The registry refuses a birth under a spent budget (Q3) before anything else, so
+            // a tree drained because its budget was spent says so, with the numbers.
+            let spent = self
+                .shared
+                .registry
+                .spent_budget_over(parent.clone())
+                .await?;
+            return Err(HostError::Refused(match spent {
+                Some(spent) => RegistryRefusal::BudgetSpent(spent),
+                None => refusal,
+            }));
         }
         let here = &self.shared.cfg.node;
         let placement = record.placement.as_ref().map(|p| &p.node);

@@ -118,13 +118,14 @@ impl Op {
     }
 }
 
-const STOP_REASONS: [StopReason; 6] = [
+const STOP_REASONS: [StopReason; 7] = [
     StopReason::Completed,
     StopReason::Failed,
     StopReason::Interrupted,
     StopReason::Disposed,
     StopReason::MaxTurns,
     StopReason::Deadline,
+    StopReason::Budget,
 ];
 
 /// Counters of one host, incremented where things happen. All relaxed atomics: they never

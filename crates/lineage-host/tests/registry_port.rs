@@ -23,6 +23,7 @@ async fn suite(port: &dyn RegistryPort) {
         descriptor: None,
         max_depth: None,
         fan_out: Default::default(),
+        budget: None,
         node: Some(node("node-a")),
         run: None,
         start_within_ms: Some(1_000),

@@ -117,6 +117,10 @@ pub struct SpawnRequest {
     /// its parent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// A budget over the new session's subtree (Q3): once the usage its agents report reaches
+    /// it, no child is registered under it and it is drained with stop reason `budget`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<lineage_core::budget::Budget>,
 }
 
 /// The result of a one-shot run (S1).
@@ -167,6 +171,9 @@ pub struct StartRequest {
         skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
     )]
     pub fan_out: lineage_core::fanout::FanOut,
+    /// A budget over the new session's subtree (Q3); its ancestors' budgets apply too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<lineage_core::budget::Budget>,
     /// The frozen header, to register.
     pub header: SessionHeader,
     /// Children: the descriptor (P1).

@@ -60,6 +60,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         preset: None,
         policy: None,
         timeout_ms: None,
+        budget: None,
     };
     pin(
         &minimal,
@@ -85,6 +86,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
             has_approval_service: true,
         }),
         timeout_ms: Some(30_000),
+        budget: None,
     };
     pin(
         &full,
@@ -138,6 +140,7 @@ fn n3_spawn_and_start_replies_are_pinned() {
 fn n3_start_request_is_pinned() {
     let start = StartRequest {
         fan_out: Default::default(),
+        budget: None,
         request_id: RequestId::parse(R).unwrap(),
         max_depth: None,
         header: SessionHeader::top_level(sid(A), Some("/w".into()), None),

@@ -274,6 +274,7 @@ impl RegistryClient {
             descriptor: new.descriptor,
             max_depth: new.max_depth,
             fan_out: new.fan_out,
+            budget: None,
             node: new.node,
             run: new.run,
             start_within_ms: new.start_within_ms,
@@ -335,6 +336,22 @@ impl RegistryClient {
     ) -> Result<Vec<SessionRecord>, RegistryError> {
         match self
             .query(Query::OverdueDeadlines { now_ms, limit }, consistency)
+            .await?
+        {
+            QueryResult::Sessions(r) => Ok(r),
+            other => Err(unexpected_read(&other)),
+        }
+    }
+
+    /// The undisposed sessions whose budget (Q3) is spent, at most `limit` (clamped to
+    /// 1..=[`crate::state::SPENT_BUDGETS_PAGE`]).
+    pub async fn spent_budgets(
+        &self,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<Vec<SessionRecord>, RegistryError> {
+        match self
+            .query(Query::SpentBudgets { limit }, consistency)
             .await?
         {
             QueryResult::Sessions(r) => Ok(r),
@@ -639,6 +656,21 @@ impl RegistryClient {
     ) -> Result<std::collections::BTreeMap<String, u64>, RegistryError> {
         match self.query(Query::SessionCounts, consistency).await? {
             QueryResult::Counts(c) => Ok(c),
+            other => Err(unexpected_read(&other)),
+        }
+    }
+
+    /// The nearest spent budget (Q3) at or above `session`, if any.
+    pub async fn spent_budget_over(
+        &self,
+        session: SessionId,
+        consistency: Consistency,
+    ) -> Result<Option<lineage_core::budget::BudgetSpent>, RegistryError> {
+        match self
+            .query(Query::SpentBudgetOver { session }, consistency)
+            .await?
+        {
+            QueryResult::BudgetSpent(b) => Ok(b),
             other => Err(unexpected_read(&other)),
         }
     }

@@ -93,6 +93,7 @@ mod tests {
             descriptor: None,
             max_depth: None,
             fan_out: Default::default(),
+            budget: None,
             node: Some(NodeId::parse("node-2").unwrap()),
             run: None,
             start_within_ms: None,

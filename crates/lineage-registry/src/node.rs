@@ -709,6 +709,12 @@ impl Server {
             Query::OverdueBirths { now_ms, limit } => QueryResult::Sessions(
                 s.overdue_births(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)),
             ),
+            Query::SpentBudgetOver { session } => {
+                QueryResult::BudgetSpent(s.spent_budget_over(&session))
+            }
+            Query::SpentBudgets { limit } => {
+                QueryResult::Sessions(s.spent_budgets(usize::try_from(limit).unwrap_or(usize::MAX)))
+            }
             Query::OverdueDeadlines { now_ms, limit } => QueryResult::Sessions(
                 s.overdue_deadlines(now_ms, usize::try_from(limit).unwrap_or(usize::MAX)),
             ),

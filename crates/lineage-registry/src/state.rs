@@ -25,11 +25,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use lineage_core::budget::{Budget, BudgetSpent};
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
 use lineage_core::fanout::FanOut;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_core::lifecycle::DEFAULT_START_WITHIN_MS;
+use lineage_core::usage::{SessionUsage, UsageTotal};
 use lineage_core::CoreError;
 use serde::{Deserialize, Serialize};
 
@@ -91,7 +93,27 @@ pub struct RegistryState {
     /// query: derived from `sessions` (not serialized, rebuilt on load).
     #[serde(skip)]
     sessions_by_deadline: BTreeSet<(u64, SessionId)>,
+    /// Per session, the usage of its whole subtree (itself included, disposed sessions too:
+    /// what was spent stays spent), for budget checks (Q3): derived from `sessions` (not
+    /// serialized, rebuilt on load), updated by `record_usage` along the ancestors.
+    #[serde(skip)]
+    subtree_usage: BTreeMap<SessionId, UsageTotal>,
+    /// The undisposed sessions whose budget is spent (Q3), for the budget sweeper: derived.
+    #[serde(skip)]
+    spent_budgets: BTreeSet<SessionId>,
 }
+
+/// What a birth is limited by (D3, Q1, Q3): the caller's max depth and fan-out caps (the
+/// stricter of them and the tree's apply) and a budget over the new session's subtree.
+#[derive(Debug, Clone, Copy, Default)]
+struct BirthLimits {
+    max_depth: Option<MaxDepth>,
+    fan_out: FanOut,
+    budget: Option<Budget>,
+}
+
+/// The most records one [`RegistryState::spent_budgets`] answer holds (the sweeper's page).
+pub const SPENT_BUDGETS_PAGE: usize = 256;
 
 /// The most records one [`RegistryState::overdue_deadlines`] answer holds (the sweeper's page).
 pub const OVERDUE_DEADLINES_PAGE: usize = 256;
@@ -126,14 +148,25 @@ impl From<StateRepr> for RegistryState {
             .filter(|r| r.state != SessionState::Disposed)
             .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
             .collect();
-        Self {
+        let mut state = Self {
             sessions: repr.sessions,
             nodes: repr.nodes,
             requests: repr.requests,
             requests_by_age,
             births_by_deadline,
             sessions_by_deadline,
+            subtree_usage: BTreeMap::new(),
+            spent_budgets: BTreeSet::new(),
+        };
+        let reported: Vec<(SessionId, SessionUsage)> = state
+            .sessions
+            .values()
+            .filter_map(|r| Some((r.id().clone(), r.usage.clone()?)))
+            .collect();
+        for (id, usage) in reported {
+            state.add_usage_up(&id, None, &usage);
         }
+        state
     }
 }
 
@@ -164,6 +197,7 @@ impl RegistryState {
                 descriptor,
                 max_depth,
                 fan_out,
+                budget,
                 node,
                 run,
                 start_within_ms,
@@ -173,7 +207,11 @@ impl RegistryState {
                 *at_ms,
                 header,
                 descriptor,
-                (*max_depth, *fan_out),
+                BirthLimits {
+                    max_depth: *max_depth,
+                    fan_out: *fan_out,
+                    budget: *budget,
+                },
                 node,
                 run,
                 match hosted {
@@ -281,11 +319,16 @@ impl RegistryState {
         at_ms: u64,
         header: &SessionHeader,
         descriptor: &Option<serde_json::Value>,
-        (max_depth, fan_out): (Option<MaxDepth>, FanOut),
+        limits: BirthLimits,
         node: &Option<NodeId>,
         run: &Option<RunId>,
         birth: Birth,
     ) -> Refusal {
+        let BirthLimits {
+            max_depth,
+            fan_out,
+            budget,
+        } = limits;
         header.validate().map_err(refusal_from_core)?;
         let id = header.id().clone();
         if birth == Birth::Hosted && node.is_none() {
@@ -307,6 +350,11 @@ impl RegistryState {
                         .ok_or_else(|| RegistryRefusal::ParentMissing {
                             parent: parent_id.clone(),
                         })?;
+                // Q3: no birth under a spent budget (the parent's own, or an ancestor's). First,
+                // so a tree drained because its budget was spent still says so.
+                if let Some(spent) = self.spent_budget_over(parent_id) {
+                    return Err(RegistryRefusal::BudgetSpent(spent));
+                }
                 if let Some(refusal) = parent.child_refusal_by_state() {
                     return Err(refusal);
                 }
@@ -392,6 +440,7 @@ impl RegistryState {
             },
             usage: None,
             fan_out: effective_fan_out,
+            budget: budget.filter(|b| !b.is_unlimited()),
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
@@ -556,11 +605,67 @@ impl RegistryState {
     ) -> Refusal {
         let record = self.live(session)?;
         fenced(record, session, expected_epoch)?;
-        record.usage = Some(usage.clone());
+        let old = record.usage.replace(usage.clone());
         record.updated_at_ms = at_ms;
+        self.add_usage_up(session, old.as_ref(), usage);
         Ok(CommandResponse::UsageRecorded {
             session: session.clone(),
         })
+    }
+
+    /// Q3: `session`'s report changed from `old` to `new`: every sum from it up to its root
+    /// follows, and an undisposed ancestor (or itself) whose budget that spends is listed in
+    /// `spent_budgets`. Bounded by the number of sessions (a corrupt map never loops forever).
+    fn add_usage_up(
+        &mut self,
+        session: &SessionId,
+        old: Option<&SessionUsage>,
+        new: &SessionUsage,
+    ) {
+        let mut cursor = Some(session.clone());
+        let mut steps = 0usize;
+        while let Some(id) = cursor {
+            steps += 1;
+            if steps > self.sessions.len() {
+                break;
+            }
+            let total = self.subtree_usage.entry(id.clone()).or_default();
+            if let Some(old) = old {
+                total.remove(old);
+            }
+            total.add(new);
+            let Some(record) = self.sessions.get(&id) else {
+                break;
+            };
+            if let Some(budget) = record.budget {
+                if record.state != SessionState::Disposed && budget.check(&id, total).is_err() {
+                    self.spent_budgets.insert(id.clone());
+                }
+            }
+            cursor = record.header.parent_session().cloned();
+        }
+    }
+
+    /// Q3: the first spent budget at or above `id` (nearest first), with the numbers: what a
+    /// birth under `id` is refused with.
+    pub fn spent_budget_over(&self, id: &SessionId) -> Option<BudgetSpent> {
+        let mut cursor = Some(id);
+        let mut steps = 0usize;
+        while let Some(current) = cursor {
+            steps += 1;
+            if steps > self.sessions.len() {
+                return None;
+            }
+            let record = self.sessions.get(current)?;
+            if let Some(budget) = record.budget {
+                let total = self.subtree_usage.get(current).cloned().unwrap_or_default();
+                if let Err(spent) = budget.check(current, &total) {
+                    return Some(spent);
+                }
+            }
+            cursor = record.header.parent_session();
+        }
+        None
     }
 
     fn close_admission(&mut self, at_ms: u64, roots: &[SessionId]) -> Refusal {
@@ -629,6 +734,7 @@ impl RegistryState {
                 self.sessions_by_deadline
                     .remove(&(deadline, session.clone()));
             }
+            self.spent_budgets.remove(session);
             record.state = SessionState::Disposed;
             record.admission = Admission::Closed;
             record.updated_at_ms = at_ms;
@@ -952,6 +1058,21 @@ impl RegistryState {
             .collect()
     }
 
+    /// The undisposed sessions whose budget (Q3) is spent, at most `limit` (at least 1, at most
+    /// [`SPENT_BUDGETS_PAGE`]): one page for the budget sweeper, which drains them.
+    pub fn spent_budgets(&self, limit: usize) -> Vec<SessionRecord> {
+        self.spent_budgets
+            .iter()
+            .take(limit.clamp(1, SPENT_BUDGETS_PAGE))
+            .filter_map(|id| self.sessions.get(id).cloned())
+            .collect()
+    }
+
+    /// The usage of `id`'s whole subtree (Q3), itself and disposed sessions included.
+    pub fn subtree_usage(&self, id: &SessionId) -> UsageTotal {
+        self.subtree_usage.get(id).cloned().unwrap_or_default()
+    }
+
     /// Direct children of `id`, each with counts of its subagent descendants (I1).
     pub fn children(&self, id: &SessionId) -> Vec<ChildSummary> {
         let Some(record) = self.sessions.get(id) else {
@@ -1074,6 +1195,7 @@ mod tests {
             descriptor: None,
             max_depth: max.map(|m| MaxDepth::new(m).unwrap()),
             fan_out: Default::default(),
+            budget: None,
             node: Some(NodeId::parse("n1").unwrap()),
             run: None,
             start_within_ms: None,
@@ -1111,6 +1233,7 @@ mod tests {
             descriptor: None,
             max_depth: None,
             fan_out: Default::default(),
+            budget: None,
             node: None,
             run: None,
             start_within_ms: None,
@@ -1139,6 +1262,7 @@ mod tests {
             descriptor: None,
             max_depth: None,
             fan_out: Default::default(),
+            budget: None,
             node: node.map(|n| NodeId::parse(n).unwrap()),
             run: None,
             start_within_ms: Some(5),

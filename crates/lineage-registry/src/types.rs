@@ -74,6 +74,9 @@ pub struct SessionRecord {
         skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
     )]
     pub fan_out: lineage_core::fanout::FanOut,
+    /// The budget over its own subtree (Q3), recorded at birth, if it was given one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<lineage_core::budget::Budget>,
 }
 
 impl SessionRecord {
@@ -178,6 +181,9 @@ pub enum Command {
             skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
         )]
         fan_out: lineage_core::fanout::FanOut,
+        /// A budget over the new session's subtree (Q3); its ancestors' budgets apply too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<lineage_core::budget::Budget>,
         /// The node that will host it (placement epoch 1), if any.
         #[serde(default)]
         node: Option<NodeId>,
@@ -539,6 +545,8 @@ pub enum RegistryRefusal {
         /// Which cap, the live count and the cap.
         exceeded: lineage_core::fanout::FanOutExceeded,
     },
+    /// A budget over the parent's subtree (its own or an ancestor's) is spent (Q3).
+    BudgetSpent(lineage_core::budget::BudgetSpent),
     /// The child's header carries no deadline, or a later one than its parent's (Q2).
     DeadlineBeyondParent {
         /// The parent.
@@ -651,6 +659,7 @@ impl RegistryRefusal {
             RegistryRefusal::DepthOverflow { .. } => "depth_overflow",
             RegistryRefusal::FanOutExceeded { .. } => "fan_out_exceeded",
             RegistryRefusal::DeadlineBeyondParent { .. } => "deadline_beyond_parent",
+            RegistryRefusal::BudgetSpent(_) => "budget_spent",
             RegistryRefusal::AdmissionClosed { .. } => "admission_closed",
             RegistryRefusal::UnknownSession { .. } => "unknown_session",
             RegistryRefusal::SessionDisposed { .. } => "session_disposed",
@@ -709,6 +718,7 @@ impl fmt::Display for RegistryRefusal {
                 "child depth overflows the safe-integer range (parent depth {parent_depth}); the lineage is corrupt or runaway"
             ),
             RegistryRefusal::FanOutExceeded { exceeded, .. } => write!(f, "{exceeded}"),
+            RegistryRefusal::BudgetSpent(spent) => write!(f, "{spent}"),
             RegistryRefusal::DeadlineBeyondParent {
                 parent,
                 parent_deadline_ms,

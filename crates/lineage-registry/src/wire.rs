@@ -104,6 +104,18 @@ pub enum Query {
         /// At most this many (clamped to 1..=[`crate::state::OVERDUE_DEADLINES_PAGE`]).
         limit: u32,
     },
+    /// The undisposed sessions whose budget (Q3) is spent (the budget sweeper's page;
+    /// answered with [`QueryResult::Sessions`]).
+    SpentBudgets {
+        /// At most this many (clamped to 1..=[`crate::state::SPENT_BUDGETS_PAGE`]).
+        limit: u32,
+    },
+    /// The nearest spent budget (Q3) at or above `session`, if any (answered with
+    /// [`QueryResult::BudgetSpent`]): what a birth under it would be refused with.
+    SpentBudgetOver {
+        /// The would-be parent.
+        session: SessionId,
+    },
     /// Direct children with descendant counts.
     Children {
         /// The parent.
@@ -176,6 +188,8 @@ pub enum QueryResult {
     Status(RegistryStatus),
     /// For [`Query::Digest`].
     Digest(u64),
+    /// For [`Query::SpentBudgetOver`].
+    BudgetSpent(Option<lineage_core::budget::BudgetSpent>),
     /// For [`Query::SessionCounts`]: state name -> count.
     Counts(std::collections::BTreeMap<String, u64>),
 }

@@ -368,6 +368,7 @@ async fn g1_concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
         descriptor: None,
         max_depth: None,
         fan_out: Default::default(),
+        budget: None,
         node: None,
         run: None,
         start_within_ms: None,

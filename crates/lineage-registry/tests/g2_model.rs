@@ -418,6 +418,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
                 descriptor: None,
                 max_depth: max.map(|m| MaxDepth::new(u64::from(m)).unwrap()),
                 fan_out: Default::default(),
+                budget: None,
                 node: Some(node(1)),
                 run: None,
                 start_within_ms: None,

@@ -20,6 +20,7 @@ fn register(n: u32, header: SessionHeader, fan_out: FanOut) -> Command {
         descriptor: None,
         max_depth: None,
         fan_out,
+        budget: None,
         node: Some(NodeId::parse("n1").unwrap()),
         run: None,
         start_within_ms: None,

@@ -124,6 +124,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             preset: None,
             policy: None,
             timeout_ms: None,
+            budget: None,
         })
         .await?;
     let root_id = root.session.clone();

@@ -212,6 +212,7 @@ fn spawn_request(
         preset: None,
         policy: None,
         timeout_ms: None,
+        budget: None,
     }
 }
 

@@ -21,6 +21,7 @@ pub fn stop_reason_from(text: Option<&str>) -> StopReason {
         Some("disposed") => StopReason::Disposed,
         Some("max_turns") => StopReason::MaxTurns,
         Some("deadline") => StopReason::Deadline,
+        Some("budget") => StopReason::Budget,
         Some(_) | None => StopReason::Completed,
     }
 }

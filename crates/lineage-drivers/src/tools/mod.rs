@@ -282,6 +282,7 @@ impl DelegationTools {
             persona: args.persona,
             tool_filter: args.tool_filter,
             timeout_ms: args.timeout_ms,
+            budget: None,
         };
         answer(
             self.act(TurnAction::Spawn(Box::new(spec)))

@@ -123,6 +123,7 @@ pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
             has_approval_service: true,
         }),
         timeout_ms: None,
+        budget: None,
     }
 }
 
@@ -183,6 +184,7 @@ pub fn child_request(
         preset: None,
         policy: None,
         timeout_ms: None,
+        budget: None,
     }
 }
 

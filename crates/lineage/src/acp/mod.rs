@@ -178,6 +178,7 @@ impl Front {
             preset: None,
             policy: None,
             timeout_ms: None,
+            budget: None,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
         let reply = self.control.spawn(&spawn).await.map_err(control_error)?;

@@ -58,6 +58,13 @@ pub struct Args {
     /// (stop reason `deadline`) then; a child never outlives its parent's deadline.
     #[arg(long, value_name = "MS")]
     pub deadline_ms: Option<u64>,
+    /// Budget (Q3): tokens the new session's subtree may report in all; once reached, no child
+    /// is born under it and it is drained (stop reason `budget`).
+    #[arg(long, value_name = "TOKENS")]
+    pub budget_tokens: Option<u64>,
+    /// Budget (Q3): cost the subtree may report in all (in the agents' currency, e.g. 0.50).
+    #[arg(long, value_name = "AMOUNT", allow_hyphen_values = true)]
+    pub budget_cost: Option<f64>,
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session.
@@ -116,6 +123,23 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             ))
         })?;
     }
+    let budget = match args.budget_cost {
+        Some(c) if !c.is_finite() || c <= 0.0 => {
+            return Err(usage(format!(
+                "--budget-cost {c} is not a positive amount; give e.g. --budget-cost 0.50"
+            )))
+        }
+        cost => lineage_core::budget::Budget {
+            max_tokens: args.budget_tokens,
+            max_cost_micros: cost.map(lineage_core::usage::SessionUsage::micros),
+        },
+    };
+    if budget.max_tokens == Some(0) {
+        return Err(usage(
+            "--budget-tokens 0 would be spent at birth; give a positive number of tokens",
+        ));
+    }
+    let budget = (!budget.is_unlimited()).then_some(budget);
     let request = SpawnRequest {
         parent,
         shape: Some(match args.shape {
@@ -134,6 +158,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         preset: None,
         policy: None,
         timeout_ms: args.deadline_ms,
+        budget,
     };
     let reply = control(g).await?.spawn(&request).await?;
     if g.json {

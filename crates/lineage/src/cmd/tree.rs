@@ -266,6 +266,7 @@ mod tests {
                 currency: Some("USD".into()),
             }),
             fan_out: Default::default(),
+            budget: None,
         }
     }
 
