@@ -129,3 +129,52 @@ fn q3_a_tree_past_its_budget_is_drained_and_refuses_a_spawn_with_the_numbers() {
         assert!(err.contains(flag), "{err}");
     }
 }
+
+#[test]
+fn q3_the_script_drivers_declared_cost_spends_a_cost_budget() {
+    let c = Cluster::start(3);
+    // The child declares 0.60 USD and keeps working; the root declares 0.50: 1.10 of 1.00.
+    let child = serde_json::json!({"turns": [[
+        {"do": "usage", "tokens": 10, "cost_micros": 600000, "currency": "USD"},
+        {"do": "sleep", "ms": 300000}
+    ]]});
+    let mut spawn = spawn_step("continuable", "node-2", "work", child);
+    spawn["label"] = serde_json::json!("spender");
+    let root_script = serde_json::json!({"turns": [[
+        spawn,
+        {"do": "sleep", "ms": 500},
+        {"do": "usage", "tokens": 10, "cost_micros": 500000, "currency": "USD"},
+        {"do": "sleep", "ms": 300000}
+    ]]});
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--budget-cost",
+        "1.00",
+        "--prompt",
+        "go",
+        "--script",
+        &root_script.to_string(),
+    ]);
+    let root = id_of(&reply["session"]);
+    c.wait_state(&root, &root, "disposed", T);
+    let tree = c.tree(&root);
+    assert_eq!(tree.len(), 2, "{tree:?}");
+    let r = tree.iter().find(|r| r["session"] == root.as_str()).unwrap();
+    assert_eq!(r["subtree_usage"]["cost_micros"]["USD"], 1_100_000, "{r}");
+    let kid = Cluster::children(&tree, &root)[0].clone();
+    let log = c.log(&kid);
+    let ends = of_kind(&log, "turn/end");
+    assert_eq!(
+        ends[0].data["stop_reason"],
+        "budget",
+        "{}",
+        render_log(&log)
+    );
+    let (code, _, err) = c.cli(&["spawn", "--parent", &root, "--shape", "one-shot"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("has used 1.100000 in cost of its budget of 1.000000"),
+        "{err}"
+    );
+}

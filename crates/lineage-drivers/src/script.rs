@@ -124,6 +124,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
         Step::Followup { .. }
         | Step::Interrupt { .. }
         | Step::ListChildren
+        | Step::Usage { .. }
         | Step::AwaitChildren { .. } => return None,
     })
 }
@@ -148,6 +149,16 @@ fn turn_action(step: &Step, last_child: Option<&SessionId>) -> Option<Result<Tur
             child(named).map(|child| TurnAction::Interrupt { child })
         }
         Step::ListChildren => Ok(TurnAction::ListChildren),
+        Step::Usage {
+            tokens,
+            cost_micros,
+            currency,
+        } => Ok(TurnAction::Usage(lineage_core::usage::SessionUsage {
+            used_tokens: *tokens,
+            size_tokens: None,
+            cost_micros: *cost_micros,
+            currency: currency.clone(),
+        })),
         Step::AwaitChildren {
             children,
             mode,
@@ -435,11 +446,33 @@ mod tests {
             r#"{"turns": 3}"#,
             r#"{"turnz": []}"#,
             r#"{"turns": [[{"do": "report", "content": "x", "delivery": "loud"}]]}"#,
+            r#"{"turns": [[{"do": "usage", "tokens": -5}]]}"#,
+            r#"{"turns": [[{"do": "usage", "tokens": 5, "cost": 0.5}]]}"#,
         ] {
             let err = Script::from_json(bad).unwrap_err().to_string();
             assert!(err.starts_with("malformed script"), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn q3_a_usage_step_is_a_usage_action_during_the_turn() {
+        let script = Script::from_json(
+            r#"{"turns": [[{"do": "usage", "tokens": 7, "cost_micros": 1500, "currency": "USD"}]]}"#,
+        )
+        .unwrap();
+        let step = &script.turns[0][0];
+        let action = turn_action(step, None).expect("an in-turn action").unwrap();
+        assert_eq!(
+            action,
+            TurnAction::Usage(lineage_core::usage::SessionUsage {
+                used_tokens: 7,
+                size_tokens: None,
+                cost_micros: Some(1500),
+                currency: Some("USD".into()),
+            })
+        );
+        assert_eq!(step_action(step, &input(0, &[])), None);
     }
 
     #[test]

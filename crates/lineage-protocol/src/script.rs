@@ -126,6 +126,19 @@ pub enum Step {
         #[serde(default = "default_wait_ms")]
         timeout_ms: u64,
     },
+    /// Declare the usage this agent has reached so far (Q3), as an ACP agent's `usage_update`
+    /// does: recorded in the registry when the step runs, replacing the previous declaration,
+    /// and counted against every budget above.
+    Usage {
+        /// Tokens in context now.
+        tokens: u64,
+        /// Cumulative cost so far, in millionths of `currency`.
+        #[serde(default)]
+        cost_micros: Option<u64>,
+        /// The cost's unit, e.g. `USD`.
+        #[serde(default)]
+        currency: Option<String>,
+    },
     /// Simulated work.
     Sleep {
         /// Milliseconds.
