@@ -26,11 +26,10 @@ impl Shared {
     /// sweeper. The report lists the holders drained.
     pub(crate) async fn sweep_budgets(self: &Arc<Self>) -> Result<DeadlineSweepReport, HostError> {
         self.check_running()?;
-        let mut report = DeadlineSweepReport::default();
         let now = self.now();
         let nodes = self.registry.nodes().await?;
         if !is_sweeper(&nodes, &self.cfg.node, now) {
-            return Ok(report);
+            return Ok(DeadlineSweepReport::default());
         }
         let page = u32::try_from(SPENT_BUDGETS_PAGE).unwrap_or(u32::MAX);
         let records = self.registry.spent_budgets(page).await?;
@@ -43,21 +42,8 @@ impl Shared {
                 deadline_at_ms: 0,
             })
             .collect();
-        for root in deadline_drain_roots(&spent, now) {
-            match self
-                .drain(vec![root.clone()], None, StopReason::Budget)
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(session = %root, "budget spent: subtree drained");
-                    report.drained.push(root);
-                }
-                Err(e) => {
-                    tracing::warn!(session = %root, error = %e, "budget drain failed; next sweep retries");
-                    report.failed.push((root, e.to_string()));
-                }
-            }
-        }
-        Ok(report)
+        Ok(self
+            .drain_subtrees(deadline_drain_roots(&spent, now), StopReason::Budget)
+            .await)
     }
 }

@@ -57,30 +57,39 @@ impl Shared {
         self: &Arc<Self>,
     ) -> Result<DeadlineSweepReport, HostError> {
         self.check_running()?;
-        let mut report = DeadlineSweepReport::default();
         let now = self.now();
         let nodes = self.registry.nodes().await?;
         if !is_sweeper(&nodes, &self.cfg.node, now) {
-            return Ok(report);
+            return Ok(DeadlineSweepReport::default());
         }
         let page = u32::try_from(OVERDUE_DEADLINES_PAGE).unwrap_or(u32::MAX);
         let records = self.registry.overdue_deadlines(now, page).await?;
         let overdue: Vec<OverdueSession> = records.iter().filter_map(overdue_session).collect();
-        for root in deadline_drain_roots(&overdue, now) {
-            match self
-                .drain(vec![root.clone()], None, StopReason::Deadline)
-                .await
-            {
+        Ok(self
+            .drain_subtrees(deadline_drain_roots(&overdue, now), StopReason::Deadline)
+            .await)
+    }
+
+    /// Drains each of `roots`' subtrees on its own with stop reason `reason` (the deadline and
+    /// budget sweeps); a drain that fails is reported and retried by the next sweep.
+    pub(crate) async fn drain_subtrees(
+        self: &Arc<Self>,
+        roots: Vec<SessionId>,
+        reason: StopReason,
+    ) -> DeadlineSweepReport {
+        let mut report = DeadlineSweepReport::default();
+        for root in roots {
+            match self.drain(vec![root.clone()], None, reason).await {
                 Ok(drain) => {
-                    tracing::info!(session = %root, disposed = drain.totals.released + drain.totals.registry_only, "deadline passed: subtree drained");
+                    tracing::info!(session = %root, reason = reason.as_str(), disposed = drain.totals.released + drain.totals.registry_only, "subtree drained");
                     report.drained.push(root);
                 }
                 Err(e) => {
-                    tracing::warn!(session = %root, error = %e, "deadline drain failed; next sweep retries");
+                    tracing::warn!(session = %root, reason = reason.as_str(), error = %e, "drain failed; next sweep retries");
                     report.failed.push((root, e.to_string()));
                 }
             }
         }
-        Ok(report)
+        report
     }
 }
