@@ -169,7 +169,10 @@ impl ParentInbox {
             .messages()
             .await
             .map_err(|e| BusError::js("read the parent inbox", e))?;
-        Ok(InboxConsumer { messages })
+        Ok(InboxConsumer {
+            consumer,
+            messages: Some(messages),
+        })
     }
 
     /// Deletes a parent's durable consumer once the parent is disposed.
@@ -239,8 +242,16 @@ pub const DELETE_CONCURRENCY: usize = 16;
 
 /// One parent's inbox on JetStream, in order. Messages stay until [`InboxDelivery::ack`].
 pub struct InboxConsumer {
-    messages: consumer::pull::Stream,
+    consumer: consumer::PullConsumer,
+    /// `None` after a pull was answered "no responders" (the consumer had no leader yet: a
+    /// stream just moved to three replicas, a server restarting): the client's stream would
+    /// count that pull's batch as outstanding and ask again only when it expires (30 s), so
+    /// the next call opens a fresh one after [`NO_RESPONDERS_PAUSE`].
+    messages: Option<consumer::pull::Stream>,
 }
+
+/// How long [`InboxConsumer::next`] waits before pulling again after "no responders".
+pub const NO_RESPONDERS_PAUSE: Duration = Duration::from_millis(200);
 
 /// A delivered inbox message; ack it after the parent durably accepted it.
 pub struct InboxDelivery {
@@ -330,9 +341,24 @@ impl Acknowledge for JetStreamAck {
 impl InboxConsumer {
     /// Waits for the next message; `None` when the consumer is gone.
     pub async fn next(&mut self) -> Option<Result<InboxDelivery, BusError>> {
-        let raw = match self.messages.next().await? {
+        let messages = match &mut self.messages {
+            Some(messages) => messages,
+            None => {
+                tokio::time::sleep(NO_RESPONDERS_PAUSE).await;
+                match self.consumer.messages().await {
+                    Ok(messages) => self.messages.insert(messages),
+                    Err(e) => return Some(Err(BusError::js("read the parent inbox", e))),
+                }
+            }
+        };
+        let raw = match messages.next().await? {
             Ok(raw) => raw,
-            Err(e) => return Some(Err(BusError::js("receive from the parent inbox", e))),
+            Err(e) => {
+                if e.kind() == consumer::pull::MessagesErrorKind::NoResponders {
+                    self.messages = None;
+                }
+                return Some(Err(BusError::js("receive from the parent inbox", e)));
+            }
         };
         let message = InboxMessage::decode(&raw.payload).map_err(BusError::from);
         let traceparent = raw
