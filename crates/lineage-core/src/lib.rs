@@ -20,6 +20,7 @@
 //! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
 //! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
 //! | [`output`] | a turn's output as it comes: `turn-start`, `chunk`, `turn-end` | F1 |
+//! | [`retention`] | when a disposed session is purged; the tombstone of purged ids | Q5 |
 //! | [`log`] | the append-only session event log | L1, P1, C3 |
 //! | [`journal`] | the typed events a hosted agent writes to its log | X2, M1–M3, E1 |
 //! | [`engine`] | one live agent's rules: accept, turns, restore, settle, as commands | X2, M1–M4, S1 |
@@ -54,6 +55,7 @@ pub mod log;
 pub mod messages;
 pub mod output;
 pub mod policy;
+pub mod retention;
 pub mod routing;
 pub mod usage;
 

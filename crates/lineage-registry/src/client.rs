@@ -584,6 +584,33 @@ impl RegistryClient {
         }
     }
 
+    /// Q4: one page of the sessions `filter` keeps, oldest first, after the cursor `after`
+    /// (`None`: from the oldest), at most `limit`; and where the next page starts (`None`:
+    /// nothing further can match). A page may be short, even empty, with a `next`: each
+    /// examines a bounded number of index entries (see [`crate::listing`]).
+    pub async fn list_page(
+        &self,
+        filter: crate::listing::ListFilter,
+        after: Option<crate::listing::ListCursor>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<(Vec<SessionRecord>, Option<crate::listing::ListCursor>), RegistryError> {
+        match self
+            .query(
+                Query::ListSessions {
+                    filter,
+                    after,
+                    limit,
+                },
+                consistency,
+            )
+            .await?
+        {
+            QueryResult::Listed { sessions, next } => Ok((sessions, next)),
+            other => Err(unexpected_read(&other)),
+        }
+    }
+
     /// True when `ancestor` is a strict ancestor of `descendant` (R3, across nodes).
     pub async fn is_ancestor(
         &self,

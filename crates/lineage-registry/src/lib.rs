@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`types`] | `SessionRecord`, `NodeRecord`, `Command`, `CommandResponse`, `RegistryRefusal` | G1 |
 //! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
+//! | [`listing`] | list and search: derived indexes, filters, cursors, pages | Q4 |
 //! | [`storage`] | redb log store and state machine (openraft storage v2) | G3 |
 //! | [`raft_types`] | the openraft type configuration | G1 |
 //! | [`subjects`] | NATS subject names | N3 |
@@ -28,6 +29,7 @@ pub mod bench;
 pub mod client;
 pub mod error;
 pub mod identity;
+pub mod listing;
 pub mod network;
 pub mod node;
 pub mod raft_types;

@@ -701,6 +701,28 @@ impl Server {
                 };
                 QueryResult::Page { sessions, next }
             }
+            Query::ListSessions {
+                filter,
+                after,
+                limit,
+            } => {
+                let (mut sessions, mut next) = s.list_page(&filter, after.as_ref(), limit);
+                // Keep the reply well under max_payload: cut after the last record that fits
+                // and go on from it.
+                let mut bytes = 0usize;
+                for (i, record) in sessions.iter().enumerate() {
+                    bytes += serde_json::to_vec(record).map_or(0, |v| v.len() + 1);
+                    if i > 0 && bytes > SUBTREE_PAGE_BYTES {
+                        sessions.truncate(i);
+                        next = sessions.last().map(|r| crate::listing::ListCursor {
+                            created_at_ms: r.created_at_ms,
+                            id: r.id().clone(),
+                        });
+                        break;
+                    }
+                }
+                QueryResult::Listed { sessions, next }
+            }
             Query::IsAncestor {
                 ancestor,
                 descendant,

@@ -35,6 +35,7 @@ use lineage_core::usage::{SessionUsage, UsageTotal};
 use lineage_core::CoreError;
 use serde::{Deserialize, Serialize};
 
+use crate::listing::{ListCursor, ListFilter, MutableKey, SessionIndex};
 use crate::types::{
     Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
     SessionRecord, SessionState,
@@ -101,6 +102,10 @@ pub struct RegistryState {
     /// The undisposed sessions whose budget is spent (Q3), for the budget sweeper: derived.
     #[serde(skip)]
     spent_budgets: BTreeSet<SessionId>,
+    /// The listing indexes (Q4): derived from `sessions` (not serialized, rebuilt on load),
+    /// kept up to date by `apply` (see [`crate::listing`]).
+    #[serde(skip)]
+    index: SessionIndex,
 }
 
 /// What a birth is limited by (D3, Q1, Q3): the caller's max depth and fan-out caps (the
@@ -148,7 +153,9 @@ impl From<StateRepr> for RegistryState {
             .filter(|r| r.state != SessionState::Disposed)
             .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
             .collect();
+        let index = SessionIndex::build(repr.sessions.values());
         let mut state = Self {
+            index,
             sessions: repr.sessions,
             nodes: repr.nodes,
             requests: repr.requests,
@@ -190,6 +197,9 @@ impl RegistryState {
             }
             return first.response.clone();
         }
+        // Q4: the indexed fields of the one session a command may change, to re-file it.
+        let target = reindexed_session(cmd);
+        let before = target.and_then(|id| self.sessions.get(id).map(MutableKey::of));
         let result = match cmd {
             Command::RegisterSession {
                 at_ms,
@@ -279,6 +289,11 @@ impl RegistryState {
                 ..
             } => self.set_descriptor(*at_ms, session, descriptor),
         };
+        if let (Some(id), Some(before)) = (target, before) {
+            if let Some(record) = self.sessions.get(id) {
+                self.index.update(record, &before);
+            }
+        }
         match result {
             Ok(response) => {
                 let at_ms = cmd.at_ms();
@@ -448,6 +463,7 @@ impl RegistryState {
         if let Some(deadline) = header.deadline_at_ms() {
             self.sessions_by_deadline.insert((deadline, id.clone()));
         }
+        self.index.insert(&record);
         self.sessions.insert(id.clone(), record);
         Ok(CommandResponse::Registered { session: id, depth })
     }
@@ -896,6 +912,17 @@ impl RegistryState {
 
     // ----- queries -----
 
+    /// Q4: one page of the sessions `filter` keeps, oldest first, after `after` (see
+    /// [`SessionIndex::page`]), and the cursor of the next page.
+    pub fn list_page(
+        &self,
+        filter: &ListFilter,
+        after: Option<&ListCursor>,
+        limit: u32,
+    ) -> (Vec<SessionRecord>, Option<ListCursor>) {
+        self.index.page(&self.sessions, filter, after, limit)
+    }
+
     /// One session's record.
     pub fn session(&self, id: &SessionId) -> Option<&SessionRecord> {
         self.sessions.get(id)
@@ -1129,6 +1156,24 @@ impl RegistryState {
 }
 
 /// FNV-1a over bytes.
+/// The session whose state, placement or descriptor `cmd` may change (a birth is filed by
+/// `register` itself).
+fn reindexed_session(cmd: &Command) -> Option<&SessionId> {
+    match cmd {
+        Command::ConfirmStart { session, .. }
+        | Command::ExpireStart { session, .. }
+        | Command::ClaimPlacement { session, .. }
+        | Command::SetState { session, .. }
+        | Command::Dispose { session, .. }
+        | Command::SetDescriptor { session, .. } => Some(session),
+        Command::RegisterSession { .. }
+        | Command::RecordUsage { .. }
+        | Command::CloseAdmission { .. }
+        | Command::Heartbeat { .. }
+        | Command::AppendRun { .. } => None,
+    }
+}
+
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {

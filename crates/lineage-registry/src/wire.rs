@@ -130,6 +130,19 @@ pub enum Query {
     /// How many sessions are in each state (`starting`, `running`, `waiting`, `settled`,
     /// `disposed`).
     SessionCounts,
+    /// Q4: one page of the sessions `filter` keeps, oldest first (answered with
+    /// [`QueryResult::Listed`]; see [`crate::listing`]).
+    ListSessions {
+        /// What to keep.
+        #[serde(default)]
+        filter: crate::listing::ListFilter,
+        /// The previous page's `next`; `None` for the first page.
+        #[serde(default)]
+        after: Option<crate::listing::ListCursor>,
+        /// At most this many records (clamped to 1..=[`crate::listing::LIST_PAGE_MAX`]; a page
+        /// also stops before [`SUBTREE_PAGE_BYTES`] of records).
+        limit: u32,
+    },
 }
 
 /// A read request.
@@ -192,6 +205,13 @@ pub enum QueryResult {
     BudgetSpent(Option<lineage_core::budget::BudgetSpent>),
     /// For [`Query::SessionCounts`]: state name -> count.
     Counts(std::collections::BTreeMap<String, u64>),
+    /// For [`Query::ListSessions`].
+    Listed {
+        /// The records of this page, oldest first.
+        sessions: Vec<SessionRecord>,
+        /// Where the next page starts; `None` when nothing further can match.
+        next: Option<crate::listing::ListCursor>,
+    },
 }
 
 /// A reply on a read subject.

@@ -116,6 +116,12 @@ pub enum Verb {
         after_help = "Example:\n  lineage tree 0193...root\n  lineage tree 0193...root --json | jq ."
     )]
     Tree(crate::cmd::tree::Args),
+    /// List and search sessions (Q4): by root, parent, state, node, label and age, paged,
+    /// oldest first.
+    #[command(
+        after_help = "Example:\n  lineage ls --state running --node node-2\n  lineage ls --root 0193...root --label reviewer --older-than 10m\n  lineage ls --state disposed --limit 100 --after 1733000000123.0193...\n  lineage ls --all --json | jq '.sessions | length'"
+    )]
+    Ls(crate::cmd::ls::Args),
     /// Drain subtrees: close admission, stop descendants, dispose leaves first.
     ///
     /// While the drain runs, and when stderr is a terminal, a live bar per wave is drawn on

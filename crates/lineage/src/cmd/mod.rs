@@ -10,6 +10,7 @@
 //! | [`send`] | `lineage send` (followup) |
 //! | [`interrupt`] | `lineage interrupt` |
 //! | [`tree`] | `lineage tree` |
+//! | [`ls`] | `lineage ls`: list and search sessions (Q4) |
 //! | [`drain`] | `lineage drain` |
 //! | [`watch`] | `lineage watch` |
 //! | [`status`] | `lineage status` |
@@ -21,6 +22,7 @@ pub mod agents;
 pub mod config;
 pub mod drain;
 pub mod interrupt;
+pub mod ls;
 pub mod mcp;
 pub mod node;
 pub mod send;
@@ -56,6 +58,7 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Send(_) => Some("send"),
         Verb::Interrupt(_) => Some("interrupt"),
         Verb::Tree(_) => Some("tree"),
+        Verb::Ls(_) => Some("ls"),
         Verb::Drain(_) => Some("drain"),
         Verb::Watch(_) => Some("watch"),
         Verb::Status => Some("status"),
@@ -130,6 +133,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Send(args) => send::run(g, args).await,
         Verb::Interrupt(args) => interrupt::run(g, args).await,
         Verb::Tree(args) => tree::run(g, args).await,
+        Verb::Ls(args) => ls::run(g, args).await,
         Verb::Drain(args) => drain::run(g, args).await,
         Verb::Watch(args) => watch::run(g, args).await,
         Verb::Status => status::run(g).await,

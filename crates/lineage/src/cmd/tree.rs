@@ -38,7 +38,7 @@ pub(crate) async fn live_owners(
     out
 }
 
-fn shape_of(record: &SessionRecord) -> String {
+pub(crate) fn shape_of(record: &SessionRecord) -> String {
     record
         .descriptor
         .as_ref()
@@ -54,7 +54,7 @@ fn shape_of(record: &SessionRecord) -> String {
         })
 }
 
-fn age(ms: u64) -> String {
+pub(crate) fn age(ms: u64) -> String {
     let s = ms / 1000;
     if s < 60 {
         format!("{s}s")
