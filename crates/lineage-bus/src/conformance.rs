@@ -147,6 +147,50 @@ pub async fn log_round_trip(b: &dyn Backend) {
     assert_eq!(seqs(&other), vec![1, 2, 3, 4]);
 }
 
+/// Q5: a purged session's log reads empty (from any handle); other sessions' logs are
+/// untouched; purging again, or a session with no log, is not an error.
+pub async fn log_purge_removes_only_the_purged_sessions(b: &dyn Backend) {
+    let log = b.events().await;
+    for seq in 1..=5 {
+        log.append(&sid(7), &event(seq), None).await.expect("append 7");
+        log.append(&sid(8), &event(seq), None).await.expect("append 8");
+    }
+    log.purge(&[sid(7), sid(9)]).await.expect("purge");
+    let (gone, _) = b.events().await.read(&sid(7)).await.expect("read purged");
+    assert!(gone.is_empty(), "{gone:?}");
+    let (kept, _) = log.read(&sid(8)).await.expect("read kept");
+    assert_eq!(seqs(&kept), (1..=5).collect::<Vec<_>>());
+    log.purge(&[sid(7)]).await.expect("purge again");
+    log.purge(&[]).await.expect("purge nothing");
+}
+
+/// Q5: a purged parent's inbox holds nothing (a new consumer gets nothing); another parent's
+/// messages are still delivered.
+pub async fn inbox_purge_removes_only_the_purged_parents(b: &dyn Backend) {
+    let inbox = b.inbox().await;
+    for seq in 1..=3 {
+        inbox.publish(&report(seq), None).await.expect("publish to 1");
+        inbox
+            .publish(&report_to(sid(3), seq), None)
+            .await
+            .expect("publish to 3");
+    }
+    // Parent 1 had a consumer, part read.
+    let mut reader = inbox.consumer(&sid(1)).await.expect("consumer 1");
+    next_within(reader.as_mut(), DELIVERY, "before the purge").await.ack().await.expect("ack");
+    drop(reader);
+    inbox.purge(&[sid(1), sid(9)]).await.expect("purge");
+    let mut reader = b.inbox().await.consumer(&sid(1)).await.expect("consumer 1 again");
+    nothing_within(reader.as_mut(), Duration::from_millis(500), "a purged inbox").await;
+    let mut other = inbox.consumer(&sid(3)).await.expect("consumer 3");
+    for seq in 1..=3 {
+        let d = next_within(other.as_mut(), DELIVERY, "the kept inbox").await;
+        assert_eq!(seq_of(&d), seq);
+        d.ack().await.expect("ack");
+    }
+    inbox.purge(&[sid(1)]).await.expect("purge again");
+}
+
 /// A writer whose cursor is stale (another writer appended first) is refused and changes
 /// nothing; so is one that believes an existing log is empty.
 pub async fn log_conflicting_writer_refused(b: &dyn Backend) {
@@ -543,6 +587,8 @@ macro_rules! conformance_suite {
             log_conflicting_writer_refused,
             log_retried_append_recognised,
             log_multi_event_append_is_all_or_nothing,
+            log_purge_removes_only_the_purged_sessions,
+            inbox_purge_removes_only_the_purged_parents,
             inbox_dedup_by_message_id,
             inbox_in_order_delivery,
             inbox_unacked_redelivery,

@@ -360,6 +360,25 @@ impl crate::ports::EventLog for EventLogStore {
     ) -> crate::ports::BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
         Box::pin(EventLogStore::read(self, session))
     }
+
+    fn purge<'a>(
+        &'a self,
+        sessions: &'a [SessionId],
+    ) -> crate::ports::BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            let subjects = sessions
+                .iter()
+                .map(|s| self.subjects.session_events(s))
+                .collect();
+            crate::streams::purge_subjects(
+                &self.js,
+                &self.subjects.events_stream(),
+                subjects,
+                "purge session logs",
+            )
+            .await
+        })
+    }
 }
 
 /// A numeric header of a direct get reply.

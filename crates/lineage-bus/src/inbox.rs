@@ -409,4 +409,21 @@ impl Inbox for ParentInbox {
     ) -> BoxFuture<'a, Result<usize, BusError>> {
         Box::pin(ParentInbox::delete_consumers(self, parents))
     }
+
+    fn purge<'a>(&'a self, parents: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            ParentInbox::delete_consumers(self, parents).await?;
+            let subjects = parents
+                .iter()
+                .map(|p| self.subjects.parent_inbox(p))
+                .collect();
+            crate::streams::purge_subjects(
+                &self.js,
+                &self.subjects.inbox_stream(),
+                subjects,
+                "purge parent inboxes",
+            )
+            .await
+        })
+    }
 }

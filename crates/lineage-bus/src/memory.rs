@@ -239,6 +239,16 @@ impl EventLog for MemoryEventLog {
     ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
         Box::pin(async move { self.read_now(session) })
     }
+
+    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            let mut state = lock(&self.state, "purge session logs")?;
+            for session in sessions {
+                state.sessions.remove(session);
+            }
+            Ok(())
+        })
+    }
 }
 
 // ---- parent inbox -----------------------------------------------------------------------
@@ -378,6 +388,16 @@ impl Inbox for MemoryInbox {
         parents: &'a [SessionId],
     ) -> BoxFuture<'a, Result<usize, BusError>> {
         Box::pin(async move { self.delete_now(parents) })
+    }
+
+    fn purge<'a>(&'a self, parents: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            self.delete_now(parents)?;
+            let gone: std::collections::HashSet<&SessionId> = parents.iter().collect();
+            let mut state = lock(&self.shared.state, "purge parent inboxes")?;
+            state.messages.retain(|m| !gone.contains(&m.parent));
+            Ok(())
+        })
     }
 }
 

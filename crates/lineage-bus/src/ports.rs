@@ -66,6 +66,10 @@ pub trait EventLog: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<LogCursor, BusError>> {
         self.append_all(session, std::slice::from_ref(event), expected)
     }
+
+    /// Q5: removes every event of `sessions` (purged: disposed past their retention), so a
+    /// read returns none. A session with no events is not an error; purging again is harmless.
+    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>>;
 }
 
 /// The parent inbox (M1, M2, N2): reports and settlement notices a parent must not lose.
@@ -103,6 +107,10 @@ pub trait Inbox: Send + Sync + 'static {
         &'a self,
         parents: &'a [SessionId],
     ) -> BoxFuture<'a, Result<usize, BusError>>;
+
+    /// Q5: removes every message addressed to `parents` (purged sessions) and their durable
+    /// consumers. A parent with none is not an error; purging again is harmless.
+    fn purge<'a>(&'a self, parents: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>>;
 }
 
 /// One parent's durable inbox consumer, read in order.
