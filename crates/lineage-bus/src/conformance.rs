@@ -152,8 +152,12 @@ pub async fn log_round_trip(b: &dyn Backend) {
 pub async fn log_purge_removes_only_the_purged_sessions(b: &dyn Backend) {
     let log = b.events().await;
     for seq in 1..=5 {
-        log.append(&sid(7), &event(seq), None).await.expect("append 7");
-        log.append(&sid(8), &event(seq), None).await.expect("append 8");
+        log.append(&sid(7), &event(seq), None)
+            .await
+            .expect("append 7");
+        log.append(&sid(8), &event(seq), None)
+            .await
+            .expect("append 8");
     }
     log.purge(&[sid(7), sid(9)]).await.expect("purge");
     let (gone, _) = b.events().await.read(&sid(7)).await.expect("read purged");
@@ -169,7 +173,10 @@ pub async fn log_purge_removes_only_the_purged_sessions(b: &dyn Backend) {
 pub async fn inbox_purge_removes_only_the_purged_parents(b: &dyn Backend) {
     let inbox = b.inbox().await;
     for seq in 1..=3 {
-        inbox.publish(&report(seq), None).await.expect("publish to 1");
+        inbox
+            .publish(&report(seq), None)
+            .await
+            .expect("publish to 1");
         inbox
             .publish(&report_to(sid(3), seq), None)
             .await
@@ -177,11 +184,25 @@ pub async fn inbox_purge_removes_only_the_purged_parents(b: &dyn Backend) {
     }
     // Parent 1 had a consumer, part read.
     let mut reader = inbox.consumer(&sid(1)).await.expect("consumer 1");
-    next_within(reader.as_mut(), DELIVERY, "before the purge").await.ack().await.expect("ack");
+    next_within(reader.as_mut(), DELIVERY, "before the purge")
+        .await
+        .ack()
+        .await
+        .expect("ack");
     drop(reader);
     inbox.purge(&[sid(1), sid(9)]).await.expect("purge");
-    let mut reader = b.inbox().await.consumer(&sid(1)).await.expect("consumer 1 again");
-    nothing_within(reader.as_mut(), Duration::from_millis(500), "a purged inbox").await;
+    let mut reader = b
+        .inbox()
+        .await
+        .consumer(&sid(1))
+        .await
+        .expect("consumer 1 again");
+    nothing_within(
+        reader.as_mut(),
+        Duration::from_millis(500),
+        "a purged inbox",
+    )
+    .await;
     let mut other = inbox.consumer(&sid(3)).await.expect("consumer 3");
     for seq in 1..=3 {
         let d = next_within(other.as_mut(), DELIVERY, "the kept inbox").await;

@@ -262,5 +262,8 @@ pub(crate) async fn purge_subjects(
         .buffer_unordered(PURGE_CONCURRENCY)
         .collect()
         .await;
-    results.into_iter().find_map(Result::err).map_or(Ok(()), Err)
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
 }

@@ -71,6 +71,21 @@ impl UsageTotal {
         }
     }
 
+    /// Adds another sum (saturating): how a purged subtree's usage is carried to its parent.
+    pub fn add_total(&mut self, other: &UsageTotal) {
+        self.sessions = self.sessions.saturating_add(other.sessions);
+        self.used_tokens = self.used_tokens.saturating_add(other.used_tokens);
+        for (currency, micros) in &other.cost_micros {
+            let sum = self.cost_micros.entry(currency.clone()).or_default();
+            *sum = sum.saturating_add(*micros);
+        }
+    }
+
+    /// True when nothing was summed.
+    pub fn is_empty(&self) -> bool {
+        self == &UsageTotal::default()
+    }
+
     /// One line: `12,345 tokens, 0.0042 USD` (no cost part when none was reported).
     pub fn render(&self) -> String {
         let mut out = format!("{} tokens", self.used_tokens);

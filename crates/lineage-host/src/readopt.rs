@@ -229,6 +229,7 @@ mod tests {
             usage: None,
             fan_out: Default::default(),
             budget: None,
+            purged_usage: None,
         };
         let adopted: Vec<SessionState> = SessionState::ALL
             .into_iter()

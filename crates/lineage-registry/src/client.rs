@@ -442,6 +442,51 @@ impl RegistryClient {
         }
     }
 
+    /// Q5: purges the named disposed sessions that are due (see [`Command::Purge`]); returns
+    /// the ones removed.
+    pub async fn purge(
+        &self,
+        request_id: RequestId,
+        at_ms: u64,
+        sessions: Vec<SessionId>,
+        disposed_after_ms: u64,
+    ) -> Result<Vec<SessionId>, RegistryError> {
+        let cmd = Command::Purge {
+            request_id,
+            at_ms,
+            sessions,
+            disposed_after_ms,
+        };
+        match self.accepted(cmd).await? {
+            CommandResponse::Purged { sessions } => Ok(sessions),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Q5: the disposed sessions due to be purged at `now_ms`, oldest disposal first.
+    pub async fn purge_candidates(
+        &self,
+        now_ms: u64,
+        disposed_after_ms: u64,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<Vec<SessionId>, RegistryError> {
+        match self
+            .query(
+                Query::PurgeCandidates {
+                    now_ms,
+                    disposed_after_ms,
+                    limit,
+                },
+                consistency,
+            )
+            .await?
+        {
+            QueryResult::SessionIds(ids) => Ok(ids),
+            other => Err(unexpected_read(&other)),
+        }
+    }
+
     /// Renews a node's lease. Returns the lease end.
     pub async fn heartbeat(
         &self,

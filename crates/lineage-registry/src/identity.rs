@@ -36,7 +36,8 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
         | Command::CloseAdmission { .. }
         | Command::Dispose { .. }
         | Command::AppendRun { .. }
-        | Command::SetDescriptor { .. } => None,
+        | Command::SetDescriptor { .. }
+        | Command::Purge { .. } => None,
     };
     match acts_as {
         Some(node) if node != &sender => Err(RegistryRefusal::SenderMismatch {

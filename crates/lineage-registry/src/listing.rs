@@ -309,6 +309,11 @@ impl SessionIndex {
         (out, next)
     }
 
+    /// How many sessions are in `state`.
+    pub fn count_in(&self, state: SessionState) -> usize {
+        self.by_state.get(&state).map_or(0, BTreeSet::len)
+    }
+
     /// How many entries the indexes hold in all (for memory figures).
     pub fn entries(&self) -> usize {
         fn sum<K>(m: &BTreeMap<K, BTreeSet<Entry>>) -> usize {

@@ -701,6 +701,15 @@ impl Server {
                 };
                 QueryResult::Page { sessions, next }
             }
+            Query::PurgeCandidates {
+                now_ms,
+                disposed_after_ms,
+                limit,
+            } => QueryResult::SessionIds(s.purge_candidates(
+                now_ms,
+                disposed_after_ms,
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            )),
             Query::ListSessions {
                 filter,
                 after,

@@ -25,12 +25,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod purge;
+
 use lineage_core::budget::{Budget, BudgetSpent};
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
 use lineage_core::fanout::FanOut;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_core::lifecycle::DEFAULT_START_WITHIN_MS;
+use lineage_core::retention::Tombstone;
 use lineage_core::usage::{SessionUsage, UsageTotal};
 use lineage_core::CoreError;
 use serde::{Deserialize, Serialize};
@@ -106,6 +109,13 @@ pub struct RegistryState {
     /// kept up to date by `apply` (see [`crate::listing`]).
     #[serde(skip)]
     index: SessionIndex,
+    /// Q5: the disposed sessions by disposal time (a disposed record never changes again, so
+    /// its `updated_at_ms` is when it was disposed), for the purge sweep: derived.
+    #[serde(skip)]
+    disposed_by_age: BTreeSet<(u64, SessionId)>,
+    /// Q5: what is remembered of purged sessions (their ids are refused for ever).
+    #[serde(default)]
+    tombstone: Tombstone,
 }
 
 /// What a birth is limited by (D3, Q1, Q3): the caller's max depth and fan-out caps (the
@@ -132,6 +142,8 @@ struct StateRepr {
     sessions: BTreeMap<SessionId, SessionRecord>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     requests: BTreeMap<RequestId, RequestOutcome>,
+    #[serde(default)]
+    tombstone: Tombstone,
 }
 
 impl From<StateRepr> for RegistryState {
@@ -154,8 +166,16 @@ impl From<StateRepr> for RegistryState {
             .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
             .collect();
         let index = SessionIndex::build(repr.sessions.values());
+        let disposed_by_age = repr
+            .sessions
+            .values()
+            .filter(|r| r.state == SessionState::Disposed)
+            .map(|r| (r.updated_at_ms, r.id().clone()))
+            .collect();
         let mut state = Self {
             index,
+            disposed_by_age,
+            tombstone: repr.tombstone,
             sessions: repr.sessions,
             nodes: repr.nodes,
             requests: repr.requests,
@@ -172,6 +192,14 @@ impl From<StateRepr> for RegistryState {
             .collect();
         for (id, usage) in reported {
             state.add_usage_up(&id, None, &usage);
+        }
+        let carried: Vec<(SessionId, UsageTotal)> = state
+            .sessions
+            .values()
+            .filter_map(|r| Some((r.id().clone(), r.purged_usage.clone()?)))
+            .collect();
+        for (id, total) in carried {
+            state.add_up(&id, |sum| sum.add_total(&total));
         }
         state
     }
@@ -288,6 +316,12 @@ impl RegistryState {
                 descriptor,
                 ..
             } => self.set_descriptor(*at_ms, session, descriptor),
+            Command::Purge {
+                at_ms,
+                sessions,
+                disposed_after_ms,
+                ..
+            } => self.purge(*at_ms, sessions, *disposed_after_ms),
         };
         if let (Some(id), Some(before)) = (target, before) {
             if let Some(record) = self.sessions.get(id) {
@@ -355,6 +389,9 @@ impl RegistryState {
         }
         if self.sessions.contains_key(&id) {
             return Err(RegistryRefusal::DuplicateSession { session: id });
+        }
+        if self.tombstone.refuses(&id) {
+            return Err(RegistryRefusal::IdPurged { session: id });
         }
         let (depth, effective_max, effective_fan_out) = match header.parent_session() {
             None => (0, max_depth.map(MaxDepth::get), fan_out),
@@ -456,6 +493,7 @@ impl RegistryState {
             usage: None,
             fan_out: effective_fan_out,
             budget: budget.filter(|b| !b.is_unlimited()),
+            purged_usage: None,
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
@@ -638,6 +676,17 @@ impl RegistryState {
         old: Option<&SessionUsage>,
         new: &SessionUsage,
     ) {
+        self.add_up(session, |total| {
+            if let Some(old) = old {
+                total.remove(old);
+            }
+            total.add(new);
+        });
+    }
+
+    /// `change` applied to the subtree sum of `session` and of every ancestor, listing each
+    /// undisposed one whose budget that spends (Q3). Bounded by the number of sessions.
+    fn add_up(&mut self, session: &SessionId, change: impl Fn(&mut UsageTotal)) {
         let mut cursor = Some(session.clone());
         let mut steps = 0usize;
         while let Some(id) = cursor {
@@ -646,10 +695,7 @@ impl RegistryState {
                 break;
             }
             let total = self.subtree_usage.entry(id.clone()).or_default();
-            if let Some(old) = old {
-                total.remove(old);
-            }
-            total.add(new);
+            change(total);
             let Some(record) = self.sessions.get(&id) else {
                 break;
             };
@@ -754,6 +800,7 @@ impl RegistryState {
             record.state = SessionState::Disposed;
             record.admission = Admission::Closed;
             record.updated_at_ms = at_ms;
+            self.disposed_by_age.insert((at_ms, session.clone()));
         }
         Ok(CommandResponse::Disposed {
             session: session.clone(),
@@ -939,9 +986,10 @@ impl RegistryState {
             .iter()
             .map(|s| (s.as_str().to_owned(), 0))
             .collect();
-        for record in self.sessions() {
-            *counts.entry(record.state.as_str().to_owned()).or_default() += 1;
+        for state in SessionState::ALL {
+            counts.insert(state.as_str().to_owned(), self.index.count_in(state) as u64);
         }
+        counts.insert("purged".to_owned(), self.tombstone.purged);
         counts
     }
 
@@ -1170,7 +1218,8 @@ fn reindexed_session(cmd: &Command) -> Option<&SessionId> {
         | Command::RecordUsage { .. }
         | Command::CloseAdmission { .. }
         | Command::Heartbeat { .. }
-        | Command::AppendRun { .. } => None,
+        | Command::AppendRun { .. }
+        | Command::Purge { .. } => None,
     }
 }
 

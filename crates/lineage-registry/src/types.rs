@@ -77,6 +77,10 @@ pub struct SessionRecord {
     /// The budget over its own subtree (Q3), recorded at birth, if it was given one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<lineage_core::budget::Budget>,
+    /// Q5: the usage of its purged descendants (carried up when each was purged), so its
+    /// subtree's sum, and any budget above it, stays what it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purged_usage: Option<lineage_core::usage::UsageTotal>,
 }
 
 impl SessionRecord {
@@ -329,6 +333,20 @@ pub enum Command {
         /// The descriptor as JSON.
         descriptor: serde_json::Value,
     },
+    /// Q5: purge these disposed sessions (record gone, id tombstoned), each only if it is due
+    /// at `at_ms` under a retention of `disposed_after_ms` (see
+    /// `lineage_core::retention::purge_due`); the others are left as they are. At most
+    /// `lineage_core::retention::PURGE_BATCH` ids.
+    Purge {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The sessions, in the order to purge them (leaves first).
+        sessions: Vec<SessionId>,
+        /// The retention of disposed sessions.
+        disposed_after_ms: u64,
+    },
 }
 
 impl Command {
@@ -345,7 +363,8 @@ impl Command {
             | Command::Dispose { request_id, .. }
             | Command::Heartbeat { request_id, .. }
             | Command::AppendRun { request_id, .. }
-            | Command::SetDescriptor { request_id, .. } => request_id,
+            | Command::SetDescriptor { request_id, .. }
+            | Command::Purge { request_id, .. } => request_id,
         }
     }
 
@@ -362,7 +381,8 @@ impl Command {
             | Command::Dispose { at_ms, .. }
             | Command::Heartbeat { at_ms, .. }
             | Command::AppendRun { at_ms, .. }
-            | Command::SetDescriptor { at_ms, .. } => *at_ms,
+            | Command::SetDescriptor { at_ms, .. }
+            | Command::Purge { at_ms, .. } => *at_ms,
         }
     }
 
@@ -380,6 +400,7 @@ impl Command {
             Command::Heartbeat { .. } => "heartbeat",
             Command::AppendRun { .. } => "append_run",
             Command::SetDescriptor { .. } => "set_descriptor",
+            Command::Purge { .. } => "purge",
         }
     }
 }
@@ -449,6 +470,11 @@ pub enum CommandResponse {
         /// Every session now closed, parents before children.
         sessions: Vec<SessionId>,
     },
+    /// Q5: the sessions a purge removed (the others named were not due).
+    Purged {
+        /// The removed sessions, in the order they were purged.
+        sessions: Vec<SessionId>,
+    },
     /// The session is disposed.
     Disposed {
         /// The session.
@@ -501,6 +527,18 @@ pub enum RegistryRefusal {
     DuplicateSession {
         /// The id.
         session: SessionId,
+    },
+    /// Q5: the id was purged (or minted before the purge horizon), so it is never registered.
+    IdPurged {
+        /// The id.
+        session: SessionId,
+    },
+    /// Q5: a purge named more sessions than one command takes.
+    PurgeBatchTooLarge {
+        /// How many it named.
+        count: usize,
+        /// The most one command takes.
+        max: usize,
     },
     /// The parent named by the header is not registered.
     ParentMissing {
@@ -651,6 +689,8 @@ impl RegistryRefusal {
             RegistryRefusal::Malformed { .. } => "malformed",
             RegistryRefusal::InvalidHeader { .. } => "invalid_header",
             RegistryRefusal::DuplicateSession { .. } => "duplicate_session",
+            RegistryRefusal::IdPurged { .. } => "id_purged",
+            RegistryRefusal::PurgeBatchTooLarge { .. } => "purge_batch_too_large",
             RegistryRefusal::ParentMissing { .. } => "parent_missing",
             RegistryRefusal::ParentDisposed { .. } => "parent_disposed",
             RegistryRefusal::RootMismatch { .. } => "root_mismatch",
@@ -689,6 +729,14 @@ impl fmt::Display for RegistryRefusal {
             RegistryRefusal::DuplicateSession { session } => write!(
                 f,
                 "session {session} is already registered; mint a fresh session id (ids are never reused)"
+            ),
+            RegistryRefusal::IdPurged { session } => write!(
+                f,
+                "session id {session} was purged or minted before the purge horizon; mint a fresh session id (ids are never reused)"
+            ),
+            RegistryRefusal::PurgeBatchTooLarge { count, max } => write!(
+                f,
+                "a purge names {count} sessions but takes at most {max}; split it"
             ),
             RegistryRefusal::ParentMissing { parent } => write!(
                 f,

@@ -130,6 +130,16 @@ pub enum Query {
     /// How many sessions are in each state (`starting`, `running`, `waiting`, `settled`,
     /// `disposed`).
     SessionCounts,
+    /// Q5: the disposed sessions due to be purged, oldest disposal first (answered with
+    /// [`QueryResult::SessionIds`]).
+    PurgeCandidates {
+        /// The caller's clock.
+        now_ms: u64,
+        /// The retention of disposed sessions.
+        disposed_after_ms: u64,
+        /// At most this many (clamped to 1..=`lineage_core::retention::PURGE_BATCH`).
+        limit: u32,
+    },
     /// Q4: one page of the sessions `filter` keeps, oldest first (answered with
     /// [`QueryResult::Listed`]; see [`crate::listing`]).
     ListSessions {
@@ -205,6 +215,8 @@ pub enum QueryResult {
     BudgetSpent(Option<lineage_core::budget::BudgetSpent>),
     /// For [`Query::SessionCounts`]: state name -> count.
     Counts(std::collections::BTreeMap<String, u64>),
+    /// For [`Query::PurgeCandidates`].
+    SessionIds(Vec<SessionId>),
     /// For [`Query::ListSessions`].
     Listed {
         /// The records of this page, oldest first.

@@ -267,6 +267,7 @@ mod tests {
             }),
             fan_out: Default::default(),
             budget: None,
+            purged_usage: None,
         }
     }
 
