@@ -203,6 +203,9 @@ lease_ms = {{ int64 .Values.lease.leaseMs }}
 heartbeat_ms = {{ int64 .Values.lease.heartbeatMs }}
 takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
 
+[retention]
+disposed_after_ms = {{ int64 .Values.retention.disposedAfterMs }}
+
 [nats]
 {{- $auth := .Values.nats.auth }}
 {{- $tls := .Values.nats.tls }}

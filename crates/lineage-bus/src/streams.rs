@@ -189,6 +189,45 @@ pub(crate) async fn open_stream(
     Ok((stream, info.config))
 }
 
+/// How many subject purges [`purge_subjects`] keeps in flight.
+pub const PURGE_CONCURRENCY: usize = 16;
+
+/// Q5: removes every message of each of `subjects` from `stream` (a subject with none is not
+/// an error), up to [`PURGE_CONCURRENCY`] at a time. The first failure is returned after every
+/// purge was tried; purging again is harmless.
+pub(crate) async fn purge_subjects(
+    js: &jetstream::Context,
+    stream: &str,
+    subjects: Vec<String>,
+    what: &'static str,
+) -> Result<(), BusError> {
+    use futures::StreamExt;
+    if subjects.is_empty() {
+        return Ok(());
+    }
+    let stream = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| BusError::js(what, e))?;
+    let stream = &stream;
+    let results: Vec<Result<(), BusError>> = futures::stream::iter(subjects)
+        .map(|subject| async move {
+            stream
+                .purge()
+                .filter(subject)
+                .await
+                .map(|_| ())
+                .map_err(|e| BusError::js(what, e))
+        })
+        .buffer_unordered(PURGE_CONCURRENCY)
+        .collect()
+        .await;
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,43 +266,4 @@ mod tests {
             }
         );
     }
-}
-
-/// How many subject purges [`purge_subjects`] keeps in flight.
-pub const PURGE_CONCURRENCY: usize = 16;
-
-/// Q5: removes every message of each of `subjects` from `stream` (a subject with none is not
-/// an error), up to [`PURGE_CONCURRENCY`] at a time. The first failure is returned after every
-/// purge was tried; purging again is harmless.
-pub(crate) async fn purge_subjects(
-    js: &jetstream::Context,
-    stream: &str,
-    subjects: Vec<String>,
-    what: &'static str,
-) -> Result<(), BusError> {
-    use futures::StreamExt;
-    if subjects.is_empty() {
-        return Ok(());
-    }
-    let stream = js
-        .get_stream(stream)
-        .await
-        .map_err(|e| BusError::js(what, e))?;
-    let stream = &stream;
-    let results: Vec<Result<(), BusError>> = futures::stream::iter(subjects)
-        .map(|subject| async move {
-            stream
-                .purge()
-                .filter(subject)
-                .await
-                .map(|_| ())
-                .map_err(|e| BusError::js(what, e))
-        })
-        .buffer_unordered(PURGE_CONCURRENCY)
-        .collect()
-        .await;
-    results
-        .into_iter()
-        .find_map(Result::err)
-        .map_or(Ok(()), Err)
 }

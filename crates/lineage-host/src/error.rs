@@ -119,6 +119,8 @@ impl HostError {
                     ErrorCode::BadRequest
                 }
                 RegistryRefusal::DuplicateSession { .. }
+                | RegistryRefusal::IdPurged { .. }
+                | RegistryRefusal::PurgeBatchTooLarge { .. }
                 | RegistryRefusal::ParentDisposed { .. }
                 | RegistryRefusal::RootMismatch { .. }
                 | RegistryRefusal::DepthMismatch { .. }

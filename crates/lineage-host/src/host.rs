@@ -60,11 +60,15 @@ pub struct HostConfig {
     /// Replicas of the events and inbox streams, and whether an existing stream with fewer is
     /// updated (`nats.stream_replicas`, `nats.update_streams`; Z3).
     pub streams: lineage_bus::StreamOptions,
+    /// Q5: how long a disposed session's record, log and inbox are kept before the sweeper
+    /// purges them (`retention.disposed_after_ms`); `None`: kept for ever.
+    pub disposed_after: Option<Duration>,
 }
 
 impl HostConfig {
     /// Defaults: 10 s lease, heartbeat every 2 s, no max depth, 10 s requests, 5 min one-shots,
-    /// one-replica streams.
+    /// one-replica streams, disposed sessions kept for a day
+    /// ([`lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS`]).
     pub fn new(node: NodeId, subjects: Subjects) -> Self {
         HostConfig {
             node,
@@ -78,6 +82,9 @@ impl HostConfig {
             registry_attempts: 5,
             takeover_after: None,
             streams: lineage_bus::StreamOptions::default(),
+            disposed_after: Some(Duration::from_millis(
+                lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
+            )),
         }
     }
 }
@@ -423,6 +430,12 @@ impl Host {
                             Ok(r) if r.drained.is_empty() && r.failed.is_empty() => {}
                             Ok(r) => tracing::info!(drained = r.drained.len(), failed = r.failed.len(), "drained subtrees whose budget is spent"),
                             Err(e) => tracing::warn!(error = %e, "budget sweep failed"),
+                        }
+                        // Q5, on the same tick: disposed sessions past their retention.
+                        match deadlines.sweep_retention().await {
+                            Ok(r) if r.purged.is_empty() => {}
+                            Ok(r) => tracing::info!(purged = r.purged.len(), "purged disposed sessions past their retention"),
+                            Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
                         }
                     }
                 }

@@ -25,6 +25,7 @@
 //! | [`births`] | the birth sweeper: dispose births no node started in time, tell the parent | S1, M2 |
 //! | [`budgets`] | the budget sweeper: drain subtrees whose budget is spent, stop reason `budget` | Q3 |
 //! | [`deadlines`] | the deadline sweeper: drain subtrees past their deadline, stop reason `deadline` | Q2 |
+//! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox) | Q5 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
@@ -49,6 +50,7 @@ pub mod readopt;
 pub mod registry;
 pub mod report;
 pub mod resume;
+pub mod retention;
 mod routing;
 pub mod service;
 pub mod settle;

@@ -61,6 +61,14 @@ pub trait RegistryPort: Send + Sync + 'static {
         &self,
         session: SessionId,
     ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>>;
+    /// Q5: at most `limit` disposed sessions due to be purged at `now_ms` under a retention of
+    /// `disposed_after_ms`, oldest disposal first (the retention sweeper's read).
+    fn purge_candidates(
+        &self,
+        now_ms: u64,
+        disposed_after_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>>;
 }
 
 /// Maps a registry error to the host's error.
@@ -179,6 +187,22 @@ impl RegistryPort for MemoryRegistry {
         let out = self.with(|s| s.spent_budget_over(&session));
         Box::pin(async move { out })
     }
+
+    fn purge_candidates(
+        &self,
+        now_ms: u64,
+        disposed_after_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>> {
+        let out = self.with(|s| {
+            s.purge_candidates(
+                now_ms,
+                disposed_after_ms,
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            )
+        });
+        Box::pin(async move { out })
+    }
 }
 
 /// The real registry. Writes go to the leader (retried with the same request id); reads are
@@ -280,6 +304,25 @@ impl RegistryPort for RegistryClient {
             RegistryClient::spent_budget_over(self, session, Consistency::Linearizable)
                 .await
                 .map_err(registry_error)
+        })
+    }
+
+    fn purge_candidates(
+        &self,
+        now_ms: u64,
+        disposed_after_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::purge_candidates(
+                self,
+                now_ms,
+                disposed_after_ms,
+                limit,
+                Consistency::Linearizable,
+            )
+            .await
+            .map_err(registry_error)
         })
     }
 }

@@ -50,6 +50,8 @@ pub struct NodeConfig {
     pub agents: AgentProfiles,
     /// How hosted agents reach lineage's delegation tools (T1).
     pub tools: ToolsSection,
+    /// How long disposed sessions are kept (Q5).
+    pub retention: RetentionSection,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -64,6 +66,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("nats", &self.nats)
             .field("agents", &self.agents)
             .field("tools", &self.tools)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -204,6 +207,15 @@ pub struct ToolsSection {
     pub http_addr: String,
 }
 
+/// `[retention]` (Q5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// How long a disposed session's registry record, event log and inbox are kept before the
+    /// sweeper purges them (its id stays refused for ever); 0: kept for ever. Default: a day.
+    pub disposed_after_ms: u64,
+}
+
 /// `[lease]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +262,9 @@ impl Default for NodeConfig {
             agents: AgentProfiles::default(),
             tools: ToolsSection {
                 http_addr: "127.0.0.1:0".into(),
+            },
+            retention: RetentionSection {
+                disposed_after_ms: lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
             },
         }
     }
@@ -402,8 +417,17 @@ impl Provider for Flag {
 
 /// The top-level config keys; `LINEAGE_*` variables outside them (say `LINEAGE_TEST_THREADS`
 /// of the test script) are someone else's and are not read as config.
-pub const TOP_LEVEL_KEYS: [&str; 9] = [
-    "cluster", "nats_url", "node", "registry", "limits", "lease", "nats", "agents", "tools",
+pub const TOP_LEVEL_KEYS: [&str; 10] = [
+    "cluster",
+    "nats_url",
+    "node",
+    "registry",
+    "limits",
+    "lease",
+    "nats",
+    "agents",
+    "tools",
+    "retention",
 ];
 
 /// `LINEAGE_` environment variables, `__` for nesting, restricted to [`TOP_LEVEL_KEYS`].
@@ -870,6 +894,11 @@ mod tests {
             ("[limits]\nmax_depth = \"3\"\n", "limits.max_depth"),
             ("bogus = 1\n", "bogus"),
             ("[lease]\nlease_ms = \"soon\"\n", "lease.lease_ms"),
+            (
+                "[retention]\ndisposed_after_ms = -1\n",
+                "retention.disposed_after_ms",
+            ),
+            ("[retention]\nkeep = 1\n", "retention.keep"),
             (
                 "[registry]\nvoters = { 1 = \"node-1\", 2 = \"node-2\" }\n",
                 "registry.voters",

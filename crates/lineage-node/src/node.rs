@@ -85,6 +85,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     host_cfg.heartbeat_every = Duration::from_millis(config.lease.heartbeat_ms);
     host_cfg.takeover_after = (config.lease.takeover_after_ms > 0)
         .then(|| Duration::from_millis(config.lease.takeover_after_ms));
+    host_cfg.disposed_after = (config.retention.disposed_after_ms > 0)
+        .then(|| Duration::from_millis(config.retention.disposed_after_ms));
     host_cfg.max_depth = Some(config.limits.max_depth);
     host_cfg.fan_out = lineage_core::fanout::FanOut {
         max_children: config.limits.max_children,

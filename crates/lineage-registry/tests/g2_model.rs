@@ -523,6 +523,7 @@ fn summarize(r: &CommandResponse) -> String {
         ),
         CommandResponse::AdmissionClosed { sessions } => format!("closed:{}", sessions.len()),
         CommandResponse::Disposed { already, .. } => format!("disposed:{already}"),
+        CommandResponse::Purged { sessions } => format!("purged:{}", sessions.len()),
         CommandResponse::LeaseRenewed {
             lease_expires_at_ms,
             ..

@@ -105,6 +105,24 @@ impl Cluster {
         format!("LINEAGE_{}_EVENTS", self.cluster.to_ascii_uppercase())
     }
 
+    /// `LINEAGE_<CLUSTER>_INBOX`.
+    pub fn inbox_stream(&self) -> String {
+        format!("LINEAGE_{}_INBOX", self.cluster.to_ascii_uppercase())
+    }
+
+    /// How many messages a stream holds now (its state, from `$JS.API.STREAM.INFO`).
+    pub fn stream_messages(&self, stream: &str) -> u64 {
+        let bus = self.bus();
+        bus.rt.block_on(async {
+            let js = async_nats::jetstream::new(bus.client.clone());
+            let mut stream = js
+                .get_stream(stream)
+                .await
+                .unwrap_or_else(|e| panic!("stream {stream}: {e}"));
+            stream.info().await.expect("stream info").state.messages
+        })
+    }
+
     /// Reads a session's whole event log straight from JetStream (ordered consumer).
     pub fn log(&self, session: &str) -> Vec<Event> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};

@@ -1,0 +1,70 @@
+//! The retention sweeper (Q5): disposed sessions past `retention.disposed_after` are purged,
+//! record, event log and inbox.
+//!
+//! On each deadline tick the cluster's sweeper (the live node with the smallest id,
+//! [`is_sweeper`]) reads one page of purge candidates from the registry (disposed longer ago
+//! than the retention, no child record left: oldest disposal first, so leaves before their
+//! parents), purges their event-log subjects and their inboxes (messages and consumer) from
+//! JetStream, and then sends one `purge` command naming them, which the registry re-checks at
+//! apply time and turns into tombstones. The streams go first: a sweeper that dies between
+//! the two leaves records whose logs are already empty, and the next sweep purges them again
+//! (both steps are idempotent), so nothing purged from the registry keeps messages behind.
+//! A parent comes up on the sweep after its last child went.
+
+use std::sync::Arc;
+
+use lineage_core::ids::SessionId;
+use lineage_core::retention::PURGE_BATCH;
+use lineage_registry::types::{Command, CommandResponse};
+
+use crate::error::HostError;
+use crate::host::Shared;
+use crate::readopt::is_sweeper;
+
+/// What one retention sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionSweepReport {
+    /// The sessions purged, in order.
+    pub purged: Vec<SessionId>,
+}
+
+impl Shared {
+    /// One retention sweep (see the module documentation); nothing unless a retention is
+    /// configured and this node is the sweeper.
+    pub(crate) async fn sweep_retention(
+        self: &Arc<Self>,
+    ) -> Result<RetentionSweepReport, HostError> {
+        let Some(keep) = self.cfg.disposed_after else {
+            return Ok(RetentionSweepReport::default());
+        };
+        self.check_running()?;
+        let now = self.now();
+        let nodes = self.registry.nodes().await?;
+        if !is_sweeper(&nodes, &self.cfg.node, now) {
+            return Ok(RetentionSweepReport::default());
+        }
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+        let page = u32::try_from(PURGE_BATCH).unwrap_or(u32::MAX);
+        let due = self.registry.purge_candidates(now, keep_ms, page).await?;
+        if due.is_empty() {
+            return Ok(RetentionSweepReport::default());
+        }
+        self.events.purge(&due).await?;
+        self.inbox.purge(&due).await?;
+        let response = self
+            .registry
+            .write(Command::Purge {
+                request_id: self.mint.request(),
+                at_ms: now,
+                sessions: due,
+                disposed_after_ms: keep_ms,
+            })
+            .await?;
+        match response {
+            CommandResponse::Purged { sessions } => Ok(RetentionSweepReport { purged: sessions }),
+            other => Err(HostError::Internal(format!(
+                "the registry answered a purge with {other:?}"
+            ))),
+        }
+    }
+}
