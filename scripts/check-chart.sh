@@ -89,7 +89,8 @@ schema = {"cluster": None, "nats_url": None,
           "registry": {"role", "raft_id", "voters", "bootstrap", "heartbeat_ms", "election_min_ms", "election_max_ms"},
           "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
           "nats": {"tls_required", "stream_replicas", "update_streams"},
-          "agents": {"allow_raw_commands"}}
+          "agents": {"allow_raw_commands"},
+          "retention": {"disposed_after_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
 profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
@@ -112,6 +113,7 @@ for table, keys in schema.items():
     elif keys is not None:
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
+assert isinstance(cfg["retention"]["disposed_after_ms"], int) and cfg["retention"]["disposed_after_ms"] >= 0, cfg["retention"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"
 assert cfg["node"]["data_dir"] == "/var/lib/lineage"
 assert isinstance(cfg["limits"]["max_depth"], int) and cfg["limits"]["max_depth"] >= 0
