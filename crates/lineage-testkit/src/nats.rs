@@ -8,8 +8,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+/// The ports [`free_port`] hands out: below Linux's ephemeral range (32768–60999), so a
+/// process binding port 0 (a node's tools listener, a client socket) is never given one of them
+/// between the pick and the bind; a CI run once lost a node's `/readyz` to a tools listener
+/// that the OS had given the port chosen for it.
+const PICK_FROM: u32 = 20_000;
+const PICK_SPAN: u32 = 12_000;
+
+/// Hands out each port of the range once per process (tests of one binary run in parallel).
+static NEXT_PICK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Returns a TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range
+/// (see [`PICK_FROM`]); the OS's choice only when that whole range is taken.
 pub fn free_port() -> io::Result<u16> {
+    let offset = std::process::id().wrapping_mul(2_654_435_761) % PICK_SPAN;
+    for _ in 0..PICK_SPAN {
+        let n = NEXT_PICK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = PICK_FROM + (offset + n) % PICK_SPAN;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
