@@ -56,7 +56,7 @@ pub struct ListFilter {
 impl ListFilter {
     /// True when `record` passes every field of the filter.
     pub fn matches(&self, record: &SessionRecord) -> bool {
-        let key = MutableKey::of(record);
+        // No allocation: this runs for every entry a page examines.
         self.root
             .as_ref()
             .is_none_or(|r| record.header.root_session() == r)
@@ -64,15 +64,15 @@ impl ListFilter {
                 .parent
                 .as_ref()
                 .is_none_or(|p| record.header.parent_session() == Some(p))
-            && self.state.is_none_or(|s| key.state == s)
+            && self.state.is_none_or(|s| record.state == s)
             && self
                 .node
                 .as_ref()
-                .is_none_or(|n| key.node.as_ref() == Some(n))
+                .is_none_or(|n| record.placement.as_ref().map(|p| &p.node) == Some(n))
             && self
                 .label
                 .as_ref()
-                .is_none_or(|l| key.label.as_ref() == Some(l))
+                .is_none_or(|l| label_of(record) == Some(l.as_str()))
             && self
                 .created_before_ms
                 .is_none_or(|t| record.created_at_ms < t)
@@ -112,6 +112,11 @@ impl std::str::FromStr for ListCursor {
     }
 }
 
+/// The descriptor's `label`, if any.
+pub fn label_of(record: &SessionRecord) -> Option<&str> {
+    record.descriptor.as_ref()?.get("label")?.as_str()
+}
+
 /// One entry of an index: when a session was registered, and its id.
 type Entry = (u64, SessionId);
 
@@ -129,12 +134,7 @@ impl MutableKey {
         MutableKey {
             state: record.state,
             node: record.placement.as_ref().map(|p| p.node.clone()),
-            label: record
-                .descriptor
-                .as_ref()
-                .and_then(|d| d.get("label"))
-                .and_then(|l| l.as_str())
-                .map(str::to_owned),
+            label: label_of(record).map(str::to_owned),
         }
     }
 }

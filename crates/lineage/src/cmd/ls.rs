@@ -2,7 +2,7 @@
 
 use lineage_bus::control::ControlError;
 use lineage_core::ids::NodeId;
-use lineage_registry::listing::{ListCursor, ListFilter, LIST_PAGE_MAX};
+use lineage_registry::listing::{label_of, ListCursor, ListFilter, LIST_PAGE_MAX};
 use lineage_registry::{Consistency, RegistryClient, SessionRecord, SessionState};
 use serde_json::json;
 
@@ -110,12 +110,7 @@ fn filter_of(args: &Args, now: u64) -> Result<ListFilter, ControlError> {
 }
 
 fn row(r: &SessionRecord, now: u64) -> String {
-    let label = r
-        .descriptor
-        .as_ref()
-        .and_then(|d| d.get("label"))
-        .and_then(|l| l.as_str())
-        .unwrap_or("-");
+    let label = label_of(r).unwrap_or("-");
     let node = r
         .placement
         .as_ref()
@@ -148,7 +143,7 @@ fn item(r: &SessionRecord) -> serde_json::Value {
         "state": r.state.as_str(),
         "depth": r.depth(),
         "node": r.placement.as_ref().map(|p| p.node.to_string()),
-        "label": r.descriptor.as_ref().and_then(|d| d.get("label")).cloned(),
+        "label": label_of(r),
         "created_at_ms": r.created_at_ms,
         "updated_at_ms": r.updated_at_ms,
     })
