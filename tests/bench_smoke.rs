@@ -92,3 +92,61 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
         );
     }
 }
+
+/// Issue 13 (scale), scaled down to 10,000 sessions: every figure the full run reports is
+/// printed, and the lagging follower catches up by installing a snapshot (not from the log).
+#[test]
+fn q_scale_bench_reports_memory_snapshots_restart_and_a_snapshot_catch_up() {
+    let out = lineage()
+        .env("LINEAGE_BENCH_SCALE", "0.01")
+        .args(["bench", "scale"])
+        .output()
+        .expect("run lineage bench scale");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for name in [
+        "register child, 1 client at ",
+        "register child, 64 clients at ",
+    ] {
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(name)).collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "one {name:?} line per checkpoint in:\n{stdout}"
+        );
+        for line in lines {
+            for field in ["p50=", "p99=", "x baseline"] {
+                assert!(line.contains(field), "{field} missing in {line}");
+            }
+        }
+    }
+    for needle in [
+        "B per session",
+        "last snapshot built",
+        "load at open (read the snapshot, rebuild the state)",
+        "snapshot installed in",
+    ] {
+        assert!(stdout.contains(needle), "no {needle:?} in:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("caught up from the log"),
+        "the lagging follower should have installed a snapshot:\n{stdout}"
+    );
+}
+
+#[test]
+fn q_scale_bench_refuses_a_given_cluster() {
+    let out = lineage()
+        .args(["--nats", "nats://127.0.0.1:4222", "bench", "scale"])
+        .output()
+        .expect("run lineage bench scale --nats");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cluster of its own"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -84,8 +84,11 @@ fn is_ulid_text(s: &str) -> bool {
 macro_rules! token_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $strict:expr) => {
         $(#[$doc])*
+        ///
+        /// Shared text: a clone (an index entry, a child in its parent's set) is a reference
+        /// count, not a copy (issue 13: a million sessions in the registry).
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Parses and validates an id; the error names the input and what is wrong with it.
@@ -99,7 +102,7 @@ macro_rules! token_id {
                         reason: "it is not UUID or ULID text",
                     });
                 }
-                Ok(Self(input.to_owned()))
+                Ok(Self(std::sync::Arc::from(input)))
             }
 
             /// The id as text, usable as one NATS subject token.
@@ -135,7 +138,7 @@ macro_rules! token_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let raw = String::deserialize(d)?;
+                let raw = std::borrow::Cow::<str>::deserialize(d)?;
                 Self::parse(&raw).map_err(serde::de::Error::custom)
             }
         }

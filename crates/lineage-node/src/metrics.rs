@@ -17,7 +17,9 @@
 //! | `lineage_inbox_lag_max_seconds` | gauge | the largest such lag since start |
 //! | `lineage_drains_total` / `lineage_drain_failures_total` | counter | drains coordinated here |
 //! | `lineage_drain_duration_seconds` | summary (`_sum`, `_count`) | duration of completed drains |
-//! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index` | gauge | voters only |
+//! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
+//! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
+//! | `lineage_registry_snapshot_bytes`, `lineage_registry_snapshots_built_total`, `lineage_registry_snapshots_installed_total` | gauge, counter | voters only: size of the last snapshot built, snapshots built and installed since start |
 //! | `lineage_otlp_spans_exported_total`, `_dropped_total`, `_failed_total` | counter | when OTLP export is on |
 
 use std::collections::BTreeMap;
@@ -41,6 +43,8 @@ pub struct RaftView {
     pub applied_index: u64,
     /// Last index in the local log.
     pub last_log_index: u64,
+    /// Last index purged from the local log (behind a snapshot).
+    pub purged_index: u64,
 }
 
 impl RaftView {
@@ -72,6 +76,7 @@ impl RaftView {
             commit_index: quorum.max(applied),
             applied_index: applied,
             last_log_index: m.last_log_index.unwrap_or(0),
+            purged_index: m.purged.map(|l| l.index).unwrap_or(0),
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct MetricsPage {
     pub sessions: Option<BTreeMap<String, u64>>,
     /// Raft, on a voter.
     pub raft: Option<RaftView>,
+    /// The registry member's store, on a voter.
+    pub store: Option<lineage_registry::store_stats::StoreFigures>,
     /// OTLP export, when on.
     pub otlp: Option<OtlpStats>,
 }
@@ -264,6 +271,51 @@ impl MetricsPage {
                 "Last log index in this member's log.",
                 r.last_log_index,
             );
+            p.single(
+                "lineage_raft_purged_index",
+                "gauge",
+                "Last log index purged behind a snapshot (a follower behind it catches up by snapshot).",
+                r.purged_index,
+            );
+        }
+        if let Some(f) = &self.store {
+            let secs = |d: std::time::Duration| format!("{:.3}", d.as_secs_f64());
+            p.single(
+                "lineage_registry_load_seconds",
+                "gauge",
+                "Time the registry member took at open to read its snapshot and rebuild its state.",
+                secs(f.load),
+            );
+            p.single(
+                "lineage_registry_snapshot_build_seconds",
+                "gauge",
+                "Time the last snapshot build took (encode the state, write it durably).",
+                secs(f.build),
+            );
+            p.single(
+                "lineage_registry_snapshot_bytes",
+                "gauge",
+                "Size of the last snapshot built.",
+                f.build_bytes,
+            );
+            p.single(
+                "lineage_registry_snapshots_built_total",
+                "counter",
+                "Snapshots built since start.",
+                f.built_total,
+            );
+            p.single(
+                "lineage_registry_snapshot_install_seconds",
+                "gauge",
+                "Time the last snapshot install took (decode, write durably, swap the state).",
+                secs(f.install),
+            );
+            p.single(
+                "lineage_registry_snapshots_installed_total",
+                "counter",
+                "Snapshots received from a leader and installed since start.",
+                f.installed_total,
+            );
         }
         if let Some(o) = &self.otlp {
             p.single(
@@ -319,6 +371,13 @@ mod tests {
                 commit_index: 10,
                 applied_index: 9,
                 last_log_index: 11,
+                purged_index: 4,
+            }),
+            store: Some(lineage_registry::store_stats::StoreFigures {
+                build: std::time::Duration::from_millis(1500),
+                build_bytes: 4096,
+                built_total: 2,
+                ..Default::default()
             }),
             otlp: Some(OtlpStats {
                 exported: 5,
@@ -337,7 +396,11 @@ mod tests {
             "lineage_inbox_lag_max_seconds{node=\"node-1\"} 0.900",
             "lineage_drain_duration_seconds_sum{node=\"node-1\"} 0.045",
             "lineage_raft_commit_index{node=\"node-1\"} 10",
+            "lineage_raft_purged_index{node=\"node-1\"} 4",
             "lineage_otlp_spans_failed_total{node=\"node-1\"} 1",
+            "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.500",
+            "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096",
+            "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
             "lineage_live_agents{node=\"node-1\"} 2",
         ] {
             assert!(

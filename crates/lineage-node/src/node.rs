@@ -158,6 +158,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         registry: registry.clone(),
         host: host.clone(),
         member: registry_node.as_ref().map(|m| m.raft().clone()),
+        store: registry_node.as_ref().map(|m| m.store_stats()),
     });
     if !config.node.http_addr.is_empty() {
         let addr = http::serve(&config.node.http_addr, probe, shutdown.clone()).await?;
@@ -235,6 +236,7 @@ struct NodeProbe {
     registry: RegistryClient,
     host: Host,
     member: Option<lineage_registry::raft_types::RegistryRaft>,
+    store: Option<std::sync::Arc<lineage_registry::store_stats::StoreStats>>,
 }
 
 impl Probe for NodeProbe {
@@ -263,6 +265,7 @@ impl Probe for NodeProbe {
                     .member
                     .as_ref()
                     .map(|raft| RaftView::from_metrics(&raft.metrics().borrow())),
+                store: self.store.as_ref().map(|s| s.figures()),
                 otlp: crate::otlp::global_stats(),
             }
             .render()

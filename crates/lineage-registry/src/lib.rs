@@ -13,6 +13,9 @@
 //! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
 //! | [`listing`] | list and search: derived indexes, filters, cursors, pages | Q4 |
 //! | [`storage`] | redb log store and state machine (openraft storage v2) | G3 |
+//! | [`snapshot_file`] | the last snapshot in its own file (tmp, fsync, rename), not in redb | G3 |
+//! | [`snapshot_policy`] | when a member builds a snapshot: after commands in proportion to the state | G3 |
+//! | [`store_stats`] | what the store spent: load at open, snapshot builds and installs, sizes | G3 |
 //! | [`raft_types`] | the openraft type configuration | G1 |
 //! | [`subjects`] | NATS subject names | N3 |
 //! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
@@ -33,8 +36,11 @@ pub mod listing;
 pub mod network;
 pub mod node;
 pub mod raft_types;
+pub mod snapshot_file;
+pub mod snapshot_policy;
 pub mod state;
 pub mod storage;
+pub mod store_stats;
 pub mod subjects;
 pub mod types;
 pub mod wire;

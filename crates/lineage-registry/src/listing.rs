@@ -264,9 +264,9 @@ impl SessionIndex {
     /// One page: the records after `after` (oldest first) that match `filter`, at most
     /// `limit` (clamped to 1..=[`LIST_PAGE_MAX`]), having examined at most [`LIST_SCAN_MAX`]
     /// entries; and the cursor to go on from (`None`: nothing further can match).
-    pub fn page(
+    pub fn page<R: std::borrow::Borrow<SessionRecord>>(
         &self,
-        records: &BTreeMap<SessionId, SessionRecord>,
+        records: &BTreeMap<SessionId, R>,
         filter: &ListFilter,
         after: Option<&ListCursor>,
         limit: u32,
@@ -289,7 +289,7 @@ impl SessionIndex {
         for entry in walk.by_ref() {
             examined += 1;
             last = Some(entry);
-            if let Some(record) = records.get(&entry.1) {
+            if let Some(record) = records.get(&entry.1).map(|r| r.borrow()) {
                 if filter.matches(record) {
                     out.push(record.clone());
                 }

@@ -71,8 +71,9 @@ pub struct RegistryNodeConfig {
     pub election_timeout_min: Duration,
     /// Upper bound of the randomized election timeout.
     pub election_timeout_max: Duration,
-    /// Build a snapshot after this many applied entries since the last one.
-    pub snapshot_logs_since_last: u64,
+    /// Build a snapshot after at least this many applied commands since the last one (more
+    /// for a large state: see [`crate::snapshot_policy`]).
+    pub snapshot_commands_since_last: u64,
     /// Log entries kept behind the last snapshot (older ones are purged).
     pub max_in_snapshot_log_to_keep: u64,
     /// Snapshot chunk size in bytes; `None` derives it from the server's `max_payload`.
@@ -80,8 +81,8 @@ pub struct RegistryNodeConfig {
 }
 
 impl RegistryNodeConfig {
-    /// Sane defaults for a LAN: heartbeat 250 ms, election 1000–2000 ms, snapshot every 5000
-    /// entries, keep 1000 entries behind it. (openraft uses the heartbeat interval as the
+    /// Sane defaults for a LAN: heartbeat 250 ms, election 1000–2000 ms, snapshot after 5000
+    /// commands (a quarter of the records for a large state), keep 1000 entries behind it. (openraft uses the heartbeat interval as the
     /// append-entries deadline, so a short one times out replication under load.)
     pub fn new(cluster: impl Into<String>, raft_id: u64, node: NodeId, data_dir: PathBuf) -> Self {
         Self {
@@ -92,7 +93,7 @@ impl RegistryNodeConfig {
             heartbeat_interval: Duration::from_millis(250),
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
-            snapshot_logs_since_last: 5000,
+            snapshot_commands_since_last: 5000,
             max_in_snapshot_log_to_keep: 1000,
             snapshot_chunk_bytes: None,
         }
@@ -116,6 +117,7 @@ pub struct RegistryNode {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     db: Option<Arc<redb::Database>>,
+    store_stats: Arc<crate::store_stats::StoreStats>,
 }
 
 fn raft_err<E: std::fmt::Display>(e: E) -> RegistryError {
@@ -132,9 +134,19 @@ impl RegistryNode {
                 config.cluster
             )));
         }
-        let (log_store, sm_store) = open_store(&config.data_dir, &config.cluster, config.raft_id)?;
+        // Loading a large snapshot takes seconds of CPU: on a blocking thread.
+        let (dir, cluster, raft_id) = (
+            config.data_dir.clone(),
+            config.cluster.clone(),
+            config.raft_id,
+        );
+        let (log_store, sm_store) =
+            tokio::task::spawn_blocking(move || open_store(&dir, &cluster, raft_id))
+                .await
+                .map_err(|e| RegistryError::Storage(format!("opening the store failed: {e}")))??;
         let state = sm_store.shared();
         let db = Some(sm_store.db_handle());
+        let store_stats = sm_store.stats();
         let max_payload = nats.server_info().max_payload;
         let chunk = config
             .snapshot_chunk_bytes
@@ -145,7 +157,8 @@ impl RegistryNode {
             election_timeout_min: config.election_timeout_min.as_millis() as u64,
             election_timeout_max: config.election_timeout_max.as_millis() as u64,
             install_snapshot_timeout: 2000,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
+            // Triggered by `trigger_snapshots` instead (crate::snapshot_policy).
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
             snapshot_max_chunk_size: chunk as u64,
             ..Default::default()
@@ -181,6 +194,13 @@ impl RegistryNode {
             })
         };
         tasks.push(raft_task);
+        tasks.push(tokio::spawn(trigger_snapshots(
+            raft.clone(),
+            state.clone(),
+            store_stats.clone(),
+            config.snapshot_commands_since_last,
+            stop_rx.clone(),
+        )));
         let limits = WriteLimits::for_max_payload(max_payload);
         let (writes, write_rx) = mpsc::channel(WRITE_QUEUE);
         tasks.push(tokio::spawn(batch_writes(
@@ -241,6 +261,7 @@ impl RegistryNode {
             stop,
             tasks,
             db,
+            store_stats,
         })
     }
 
@@ -344,6 +365,12 @@ impl RegistryNode {
         &self.raft
     }
 
+    /// What this member's store has spent on its load at open, snapshot builds and installs
+    /// (shared: the figures move as the member works).
+    pub fn store_stats(&self) -> Arc<crate::store_stats::StoreStats> {
+        self.store_stats.clone()
+    }
+
     /// A copy of this member's applied state (stale: no Raft round trip).
     pub fn local_state(&self) -> Result<RegistryState, RegistryError> {
         self.state
@@ -421,6 +448,38 @@ struct PendingWrite {
     /// Its JSON size as received.
     bytes: usize,
     reply: oneshot::Sender<WriteReply>,
+}
+
+/// How often [`trigger_snapshots`] looks.
+const SNAPSHOT_CHECK: Duration = Duration::from_millis(500);
+
+/// Asks Raft for a snapshot whenever [`crate::snapshot_policy::snapshot_due`] says so, until
+/// `stop` fires. (openraft skips the request while a build is under way.)
+async fn trigger_snapshots(
+    raft: RegistryRaft,
+    state: SharedState,
+    stats: Arc<crate::store_stats::StoreStats>,
+    min_commands: u64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(SNAPSHOT_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {}
+        }
+        let Ok(records) = state.read().map(|d| d.state.session_count() as u64) else {
+            break;
+        };
+        let since = stats.figures().commands_since_snapshot;
+        if crate::snapshot_policy::snapshot_due(since, records, min_commands) {
+            if let Err(e) = raft.trigger().snapshot().await {
+                tracing::debug!(error = %e, "snapshot trigger refused");
+                break;
+            }
+        }
+    }
 }
 
 /// Proposes queued commands in batches, at most [`MAX_BATCHES_IN_FLIGHT`] at once, until `stop`

@@ -82,7 +82,7 @@ pub struct RequestOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "StateRepr")]
 pub struct RegistryState {
-    sessions: BTreeMap<SessionId, SessionRecord>,
+    sessions: BTreeMap<SessionId, Box<SessionRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     requests: BTreeMap<RequestId, RequestOutcome>,
     /// The idempotency table ordered by age, for pruning: derived from `requests`, so it is not
@@ -139,7 +139,7 @@ pub const OVERDUE_BIRTHS_PAGE: usize = 256;
 /// The serialized form of [`RegistryState`] (everything but the derived age index).
 #[derive(Deserialize)]
 struct StateRepr {
-    sessions: BTreeMap<SessionId, SessionRecord>,
+    sessions: BTreeMap<SessionId, Box<SessionRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     requests: BTreeMap<RequestId, RequestOutcome>,
     #[serde(default)]
@@ -165,7 +165,7 @@ impl From<StateRepr> for RegistryState {
             .filter(|r| r.state != SessionState::Disposed)
             .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
             .collect();
-        let index = SessionIndex::build(repr.sessions.values());
+        let index = SessionIndex::build(repr.sessions.values().map(|r| &**r));
         let disposed_by_age = repr
             .sessions
             .values()
@@ -227,7 +227,7 @@ impl RegistryState {
         }
         // Q4: the indexed fields of the one session a command may change, to re-file it.
         let target = reindexed_session(cmd);
-        let before = target.and_then(|id| self.sessions.get(id).map(MutableKey::of));
+        let before = target.and_then(|id| self.sessions.get(id).map(|r| MutableKey::of(r)));
         let result = match cmd {
             Command::RegisterSession {
                 at_ms,
@@ -502,7 +502,7 @@ impl RegistryState {
             self.sessions_by_deadline.insert((deadline, id.clone()));
         }
         self.index.insert(&record);
-        self.sessions.insert(id.clone(), record);
+        self.sessions.insert(id.clone(), Box::new(record));
         Ok(CommandResponse::Registered { session: id, depth })
     }
 
@@ -972,12 +972,12 @@ impl RegistryState {
 
     /// One session's record.
     pub fn session(&self, id: &SessionId) -> Option<&SessionRecord> {
-        self.sessions.get(id)
+        self.sessions.get(id).map(|r| &**r)
     }
 
     /// Every session, by id.
     pub fn sessions(&self) -> impl Iterator<Item = &SessionRecord> {
-        self.sessions.values()
+        self.sessions.values().map(|r| &**r)
     }
 
     /// How many sessions are in each state (every state listed, zero included).
@@ -1018,7 +1018,7 @@ impl RegistryState {
     pub fn subtree(&self, root: &SessionId) -> Vec<SessionRecord> {
         self.subtree_ids(root)
             .iter()
-            .filter_map(|id| self.sessions.get(id).cloned())
+            .filter_map(|id| self.sessions.get(id).map(|r| (**r).clone()))
             .collect()
     }
 
@@ -1070,7 +1070,7 @@ impl RegistryState {
         let end = start.saturating_add(limit.max(1)).min(ordered.len());
         let page = ordered[start..end]
             .iter()
-            .filter_map(|id| self.sessions.get(*id).cloned())
+            .filter_map(|id| self.sessions.get(*id).map(|r| (**r).clone()))
             .collect();
         (page, end < ordered.len())
     }
@@ -1104,7 +1104,7 @@ impl RegistryState {
             .values()
             .filter(|r| r.state != SessionState::Disposed)
             .filter(|r| r.placement.as_ref().is_some_and(|p| &p.node == node))
-            .cloned()
+            .map(|r| (**r).clone())
             .collect()
     }
 
@@ -1116,7 +1116,7 @@ impl RegistryState {
             .iter()
             .take_while(|(deadline, _)| *deadline <= now_ms)
             .take(limit.clamp(1, OVERDUE_BIRTHS_PAGE))
-            .filter_map(|(_, id)| self.sessions.get(id).cloned())
+            .filter_map(|(_, id)| self.sessions.get(id).map(|r| (**r).clone()))
             .collect()
     }
 
@@ -1129,7 +1129,7 @@ impl RegistryState {
             .iter()
             .take_while(|(deadline, _)| *deadline <= now_ms)
             .take(limit.clamp(1, OVERDUE_DEADLINES_PAGE))
-            .filter_map(|(_, id)| self.sessions.get(id).cloned())
+            .filter_map(|(_, id)| self.sessions.get(id).map(|r| (**r).clone()))
             .collect()
     }
 
@@ -1139,7 +1139,7 @@ impl RegistryState {
         self.spent_budgets
             .iter()
             .take(limit.clamp(1, SPENT_BUDGETS_PAGE))
-            .filter_map(|id| self.sessions.get(id).cloned())
+            .filter_map(|id| self.sessions.get(id).map(|r| (**r).clone()))
             .collect()
     }
 
@@ -1172,7 +1172,7 @@ impl RegistryState {
                     }
                 }
                 ChildSummary {
-                    record: child.clone(),
+                    record: (**child).clone(),
                     count,
                     running_count,
                 }

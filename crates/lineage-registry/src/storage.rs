@@ -6,7 +6,11 @@
 //! |---|---|---|
 //! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged`, `snapshot_seq` |
 //! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` (payload: a [`crate::types::CommandBatch`]) |
-//! | `snapshot` | `&str` | `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`) |
+//! | `snapshot` | `&str` | stores written before the snapshot file: `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`); read when there is no snapshot file, emptied once one is written |
+//!
+//! The last snapshot itself is the file `<data_dir>/snapshot` ([`crate::snapshot_file`]): in
+//! redb, its write (hundreds of MB at a million sessions) held the one write transaction the
+//! log's appends need.
 //!
 //! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
 //! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
@@ -57,6 +61,7 @@ pub const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
 use crate::error::RegistryError;
 use crate::raft_types::{LogId, RaftMember, TypeConfig};
 use crate::state::RegistryState;
+use crate::store_stats::StoreStats;
 use crate::types::BatchResponse;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -248,6 +253,13 @@ pub fn open_store(
     if path.exists() && !path.is_file() {
         return Err(corrupt(&path, "it is not a regular file".into()));
     }
+    let snapshot = data_dir.join(crate::snapshot_file::SNAPSHOT_FILE);
+    if !path.exists() && snapshot.exists() {
+        return Err(corrupt(
+            &snapshot,
+            format!("it has no {DB_FILE} beside it (its log and vote are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
+        ));
+    }
     let db = redb::Builder::new()
         .set_cache_size(REDB_CACHE_BYTES)
         .create(&path)
@@ -260,7 +272,8 @@ pub fn open_store(
         })?;
     let db = Arc::new(db);
     check_identity(&db, &path, cluster, raft_id)?;
-    let data = load_snapshot(&db).map_err(|reason| corrupt(&path, reason))?;
+    let stats = Arc::new(StoreStats::default());
+    let data = load_snapshot(&db, data_dir, &stats).map_err(|reason| corrupt(&path, reason))?;
     let shared: SharedState = Arc::new(RwLock::new(data));
     let pending: Pending = Arc::new(Mutex::new(BTreeMap::new()));
     let writer = spawn_writer(&db, pending.clone())
@@ -276,6 +289,8 @@ pub fn open_store(
             db,
             data: shared,
             path,
+            dir: data_dir.to_path_buf(),
+            stats,
         },
     ))
 }
@@ -349,7 +364,20 @@ fn check_identity(
     Ok(())
 }
 
-fn load_snapshot(db: &Database) -> Result<SmData, String> {
+fn load_snapshot(db: &Database, dir: &Path, stats: &StoreStats) -> Result<SmData, String> {
+    let started = std::time::Instant::now();
+    if let Some((meta, data)) = crate::snapshot_file::read(dir)? {
+        let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(&meta)
+            .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
+        let state: RegistryState = serde_json::from_slice(&data)
+            .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
+        stats.loaded(started.elapsed(), data.len() as u64);
+        return Ok(SmData {
+            state,
+            last_applied: meta.last_log_id,
+            last_membership: meta.last_membership,
+        });
+    }
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let table = txn.open_table(SNAPSHOT).map_err(|e| e.to_string())?;
     let meta = table.get("meta").map_err(|e| e.to_string())?;
@@ -360,6 +388,7 @@ fn load_snapshot(db: &Database) -> Result<SmData, String> {
                 .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
             let state: RegistryState = serde_json::from_slice(data.value())
                 .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
+            stats.loaded(started.elapsed(), data.value().len() as u64);
             Ok(SmData {
                 state,
                 last_applied: meta.last_log_id,
@@ -628,9 +657,16 @@ pub struct StateMachineStore {
     db: Arc<Database>,
     data: SharedState,
     path: PathBuf,
+    dir: PathBuf,
+    stats: Arc<StoreStats>,
 }
 
 impl StateMachineStore {
+    /// What this store has spent on loads, snapshot builds and installs.
+    pub(crate) fn stats(&self) -> Arc<StoreStats> {
+        self.stats.clone()
+    }
+
     pub(crate) fn shared(&self) -> SharedState {
         self.data.clone()
     }
@@ -645,38 +681,54 @@ impl StateMachineStore {
         &self.path
     }
 
+    /// Writes the snapshot file; the first time, empties the redb table older stores kept
+    /// their snapshot in.
     fn persist_snapshot(
         db: &Database,
+        dir: &Path,
         meta: &SnapshotMeta<u64, RaftMember>,
         data: &[u8],
     ) -> StoreResult<()> {
         let meta_bytes = serde_json::to_vec(meta).map_err(write_err)?;
-        let mut txn = db.begin_write().map_err(write_err)?;
-        txn.set_durability(Durability::Immediate);
-        {
-            let mut table = txn.open_table(SNAPSHOT).map_err(write_err)?;
-            table
-                .insert("meta", meta_bytes.as_slice())
-                .map_err(write_err)?;
-            table.insert("data", data).map_err(write_err)?;
+        crate::snapshot_file::write(dir, &meta_bytes, data).map_err(write_err)?;
+        let old = {
+            let txn = db.begin_read().map_err(read_err)?;
+            let table = txn.open_table(SNAPSHOT).map_err(read_err)?;
+            table.len().map_err(read_err)?
+        };
+        if old > 0 {
+            let mut txn = db.begin_write().map_err(write_err)?;
+            txn.set_durability(Durability::Immediate);
+            {
+                let mut table = txn.open_table(SNAPSHOT).map_err(write_err)?;
+                table.remove("meta").map_err(write_err)?;
+                table.remove("data").map_err(write_err)?;
+            }
+            txn.commit().map_err(write_err)?;
         }
-        txn.commit().map_err(write_err)
+        Ok(())
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
-        let (bytes, last_applied, last_membership) = {
-            let data = self
-                .data
+        let started = std::time::Instant::now();
+        // Encoding a large state takes seconds of CPU: on a blocking thread, not on one of
+        // the runtime's workers (which Raft's heartbeats and the NATS connection share).
+        let (shared, stats) = (self.data.clone(), self.stats.clone());
+        let (bytes, last_applied, last_membership) = blocking(move || {
+            let data = shared
                 .read()
                 .map_err(|_| read_err("state machine lock poisoned"))?;
-            (
+            // Applies wait for the read lock: what they add after it is the next snapshot's.
+            stats.captured();
+            Ok((
                 serde_json::to_vec(&data.state).map_err(read_err)?,
                 data.last_applied,
                 data.last_membership.clone(),
-            )
-        };
+            ))
+        })
+        .await?;
         let db = self.db.clone();
         let seq: u64 = get_meta::<u64>(&db, "snapshot_seq")?.unwrap_or(0) + 1;
         let snapshot_id = match last_applied {
@@ -688,12 +740,17 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             last_membership,
             snapshot_id,
         };
-        let (meta2, bytes2) = (meta.clone(), bytes.clone());
+        let (meta2, dir) = (meta.clone(), self.dir.clone());
+        let shared = Arc::new(bytes);
+        let written = shared.clone();
         blocking(move || {
             put_meta(&db, "snapshot_seq", &seq, Durability::Immediate)?;
-            Self::persist_snapshot(&db, &meta2, &bytes2)
+            Self::persist_snapshot(&db, &dir, &meta2, &written)
         })
         .await?;
+        // The blocking task dropped its handle: no copy of a snapshot that may be hundreds of MB.
+        let bytes = Arc::try_unwrap(shared).unwrap_or_else(|still| (*still).clone());
+        self.stats.built(started.elapsed(), bytes.len() as u64);
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -728,13 +785,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Blank => BatchResponse::default(),
-                EntryPayload::Normal(batch) => BatchResponse {
-                    responses: batch
-                        .commands
-                        .iter()
-                        .map(|cmd| data.state.apply(cmd))
-                        .collect(),
-                },
+                EntryPayload::Normal(batch) => {
+                    self.stats.applied(batch.commands.len() as u64);
+                    BatchResponse {
+                        responses: batch
+                            .commands
+                            .iter()
+                            .map(|cmd| data.state.apply(cmd))
+                            .collect(),
+                    }
+                }
                 EntryPayload::Membership(m) => {
                     data.last_membership = StoredMembership::new(Some(entry.log_id), m);
                     BatchResponse::default()
@@ -758,27 +818,47 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta<u64, RaftMember>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
+        let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
-        let state: RegistryState = serde_json::from_slice(&bytes).map_err(|e| {
-            StorageError::from(StorageIOError::read_snapshot(
-                Some(meta.signature()),
-                AnyError::error(e.to_string()),
-            ))
-        })?;
-        let db = self.db.clone();
-        let meta2 = meta.clone();
-        blocking(move || Self::persist_snapshot(&db, &meta2, &bytes)).await?;
+        let size = bytes.len() as u64;
+        let (db, dir, meta2) = (self.db.clone(), self.dir.clone(), meta.clone());
+        let signature = meta.signature();
+        // Decoding (and later dropping) a large state takes seconds: on blocking threads.
+        let state = blocking(move || {
+            let state: RegistryState = serde_json::from_slice(&bytes).map_err(|e| {
+                StorageError::from(StorageIOError::read_snapshot(
+                    Some(signature),
+                    AnyError::error(e.to_string()),
+                ))
+            })?;
+            Self::persist_snapshot(&db, &dir, &meta2, &bytes)?;
+            Ok(state)
+        })
+        .await?;
         let mut data = self
             .data
             .write()
             .map_err(|_| write_err("state machine lock poisoned"))?;
-        data.state = state;
+        let old = std::mem::replace(&mut data.state, state);
+        tokio::task::spawn_blocking(move || drop(old));
         data.last_applied = meta.last_log_id;
         data.last_membership = meta.last_membership.clone();
+        drop(data);
+        self.stats.installed(started.elapsed(), size);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        let dir = self.dir.clone();
+        let file = blocking(move || crate::snapshot_file::read(&dir).map_err(read_err)).await?;
+        if let Some((meta, data)) = file {
+            let meta: SnapshotMeta<u64, RaftMember> =
+                serde_json::from_slice(&meta).map_err(read_err)?;
+            return Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(data)),
+            }));
+        }
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(SNAPSHOT).map_err(read_err)?;
         let meta = table.get("meta").map_err(read_err)?;

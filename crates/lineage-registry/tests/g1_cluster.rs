@@ -255,7 +255,7 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
     let dirs = tempdirs(3);
     let small = |id: u64, d: &tempfile::TempDir| {
         let mut c = config(id, &path(d));
-        c.snapshot_logs_since_last = 50;
+        c.snapshot_commands_since_last = 50;
         c.max_in_snapshot_log_to_keep = 0;
         c.snapshot_chunk_bytes = Some(2048); // many chunks: exercises the chunked transfer
         c
@@ -333,6 +333,11 @@ async fn g3_wiped_voter_rejoins_and_catches_up_by_chunked_snapshot() {
         leader_node.state_digest().unwrap()
     );
     assert_eq!(fresh.local_state().unwrap().session_count(), 129);
+    let f = fresh.store_stats().figures();
+    assert!(
+        f.installed_total >= 1 && f.install_bytes > 0,
+        "the store counts the install: {f:?}"
+    );
     assert_eq!(m.membership_config.membership().voter_ids().count(), 3);
     fresh.shutdown().await.unwrap();
     for n in nodes {

@@ -14,6 +14,7 @@ use crate::cli::Global;
 use crate::output::usage;
 
 /// Latency samples and the wall time they took.
+#[derive(Default)]
 pub struct Samples {
     /// Each operation's latency.
     pub latencies: Vec<Duration>,
@@ -148,13 +149,18 @@ where
 /// `lineage bench`.
 pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
     let known = [
-        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "all",
+        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "all",
     ];
     if !known.contains(&scenario) {
         return Err(usage(format!(
             "unknown bench scenario {scenario:?}; pick one of {}",
             known.join(", ")
         )));
+    }
+    if scenario == "scale" && g.nats.is_some() {
+        return Err(usage(
+            "`lineage bench scale` registers a million sessions: it runs only on a cluster of its own; drop --nats (and NATS_URL)",
+        ));
     }
     crate::scenarios::run(g, scenario).await
 }

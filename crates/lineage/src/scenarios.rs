@@ -16,10 +16,12 @@
 //! | `resume` | continuable children with a 100-event log, settled (cold) on node 2, resumed on node 3 with `resume` |
 //! | `drain` | 1,000 sessions (one tree), 10,000 (ten trees of 1,000) and 10,000 (one tree), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
 //!
+//! | `scale` | not in `all`: the registry at 1,000,000 sessions (trees of 1,000): register latency at 100k and 1M, RSS per session, snapshot size and build time, a follower's restart and its catch-up from a snapshot ([`scale`]) |
 //! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
 
+mod scale;
 mod tools;
 
 use std::collections::{HashMap, HashSet};
@@ -97,6 +99,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "resume" => resume(&bench).await,
         "drain" => drain(&bench).await,
         "tools" => tools::tools(&bench).await,
+        "scale" => scale::scale(&bench).await,
         other => Err(crate::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),

@@ -1,0 +1,135 @@
+//! Where the registry's memory per session goes (issue 13, scale): the state machine alone, no
+//! Raft, no NATS. Applies `N` registrations (trees of 1,000, depth 4, fan-out 6; children with
+//! the descriptor a spawn records, placed round-robin on three nodes) to a [`RegistryState`],
+//! counting every byte allocated (a counting global allocator), then times the snapshot
+//! encoding (JSON) and decoding (JSON plus the derived indexes rebuilt) of that state.
+//!
+//! Run: `cargo run --release -p lineage-registry --example state_memory -- 1000000`.
+//! `lineage bench scale` measures the same on a running cluster (RSS, Raft, disk).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+
+use lineage_core::header::{child_session_meta, SessionHeader};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_registry::{Command, RegistryState};
+
+/// The system allocator, counting the bytes live.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size(), Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+fn id() -> SessionId {
+    let n = NEXT.fetch_add(1, Relaxed);
+    lineage_registry::bench::bench_session_id(0x0190_0000, n).expect("a valid bench id")
+}
+
+fn live() -> usize {
+    LIVE.load(Relaxed)
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(100_000);
+    let descriptor = serde_json::json!({"provider": "script", "mode": "continuable"});
+    let nodes: Vec<NodeId> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|n| NodeId::parse(n).expect("a valid node id"))
+        .collect();
+    let mut state = RegistryState::new();
+    let before = live();
+    let started = Instant::now();
+    let mut made = 0usize;
+    while made < n {
+        let root = SessionHeader::top_level(id(), None, None);
+        let mut level = vec![root.clone()];
+        let mut tree = vec![(root, None)];
+        for depth in 1..=4u64 {
+            let left = 1000 - tree.len();
+            let want = if depth < 4 {
+                (level.len() * 6).min(left)
+            } else {
+                left
+            };
+            let next: Vec<SessionHeader> = (0..want)
+                .map(|i| child_session_meta(&level[i % level.len()], id(), depth, 0, None))
+                .collect::<Result<_, _>>()
+                .expect("valid headers");
+            tree.extend(next.iter().map(|h| (h.clone(), Some(descriptor.clone()))));
+            level = next;
+        }
+        for (header, descriptor) in tree {
+            made += 1;
+            let cmd = Command::RegisterSession {
+                request_id: RequestId::parse(&format!("0190abcd-0000-7000-8000-{made:012x}"))
+                    .expect("a valid request id"),
+                at_ms: 1_000 + made as u64,
+                header,
+                descriptor,
+                max_depth: None,
+                fan_out: Default::default(),
+                budget: None,
+                node: Some(nodes[made % 3].clone()),
+                run: None,
+                start_within_ms: None,
+                hosted: true,
+            };
+            state.apply(&cmd);
+        }
+    }
+    let apply = started.elapsed();
+    let bytes = live() - before;
+    println!(
+        "{} sessions applied in {apply:.2?} ({:.1} us each); {} B allocated per session (state machine alone: records, indexes, idempotency table)",
+        state.session_count(),
+        apply.as_secs_f64() * 1e6 / made as f64,
+        bytes / made
+    );
+    println!(
+        "inline sizes: SessionRecord {} B, SessionHeader {} B, RequestOutcome {} B",
+        std::mem::size_of::<lineage_registry::SessionRecord>(),
+        std::mem::size_of::<SessionHeader>(),
+        std::mem::size_of::<lineage_registry::state::RequestOutcome>()
+    );
+    let t = Instant::now();
+    let copy = state.clone();
+    println!("clone of the state: {:.2?}", t.elapsed());
+    drop(copy);
+    let t = Instant::now();
+    let encoded = serde_json::to_vec(&state).expect("the state encodes");
+    println!(
+        "snapshot encode (JSON): {:.1} MB in {:.2?} ({} B per session)",
+        encoded.len() as f64 / 1e6,
+        t.elapsed(),
+        encoded.len() / made
+    );
+    let t = Instant::now();
+    let decoded: RegistryState = serde_json::from_slice(&encoded).expect("the state decodes");
+    println!(
+        "snapshot decode (JSON, indexes rebuilt): {:.2?}; digest equal: {}",
+        t.elapsed(),
+        decoded.digest() == state.digest()
+    );
+}

@@ -1,0 +1,512 @@
+//! `lineage bench scale`: the registry at a million sessions (issue 13).
+//!
+//! On the bench's own cluster only (3 `lineage node` processes, all voters, redb with fsync):
+//!
+//! 1. registers `LINEAGE_BENCH_SCALE` x 1,000,000 sessions in trees of 1,000 (depth 4, fan-out
+//!    6), 256 writers, each session `running` and placed on one of three node ids that no
+//!    process owns (`scale-a`, `-b`, `-c`): no node re-adopts, sweeps or hosts them, so the run
+//!    measures the registry alone; a child carries the descriptor a spawn records;
+//! 2. at 10% and at 100%: register latency (1 and 64 clients, children of a fresh root), each
+//!    node's RSS growth per session, and the last snapshot each member built (size, time);
+//! 3. restart: a follower is SIGKILLed and started again on the same disk; time to its first
+//!    answer and until it applied what the leader had applied, and its load time at open;
+//! 4. catch-up from a snapshot: a follower is SIGKILLed, the others register until the leader
+//!    built a snapshot past it (and purged the log behind), the follower starts again; time
+//!    until it applied what the leader had, and its install time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lineage_bus::control::ControlError;
+use lineage_core::header::{child_session_meta, SessionHeader};
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_registry::client::NewSession;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{internal, scaled, unavailable, Bench};
+use crate::bench::{concurrent, Samples};
+
+/// Sessions per tree.
+const TREE: usize = 1000;
+/// Children per parent above the last level.
+const FANOUT: usize = 6;
+/// Trees registered per chunk (the bulk load registers a chunk level by level).
+const CHUNK_TREES: usize = 100;
+/// Concurrent writers of the bulk load.
+const WRITERS: usize = 256;
+/// Concurrent writers while a follower is down (catch-up phase).
+const LAG_WRITERS: usize = 32;
+/// Node ids the sessions are placed on: no process owns them.
+const PLACES: [&str; 3] = ["scale-a", "scale-b", "scale-c"];
+/// How long a restarted member may take to catch up before the bench gives up.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(300);
+
+/// `scale`. On a failure, the last lines of each node's log are printed (the cluster's
+/// directory is removed afterwards).
+pub(super) async fn scale(b: &Bench) -> Result<(), ControlError> {
+    let outcome = run(b).await;
+    if outcome.is_err() {
+        let cluster = b.cluster.lock().await;
+        for node in cluster.iter().flat_map(|c| c.nodes.iter()) {
+            let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            println!("-- last lines of {}'s log --", node.id);
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                println!("  {line}");
+            }
+        }
+    }
+    outcome
+}
+
+async fn run(b: &Bench) -> Result<(), ControlError> {
+    if b.external {
+        return Err(internal(
+            "`lineage bench scale` was given a cluster (bench() refuses --nats for it)",
+        ));
+    }
+    let total = scaled(1_000_000).max(TREE);
+    let checkpoints = [(total / 10).max(TREE), total];
+    let places: Vec<NodeId> = PLACES
+        .iter()
+        .map(|p| NodeId::parse(p).map_err(|e| internal(e.to_string())))
+        .collect::<Result<_, _>>()?;
+    println!(
+        "{total} sessions in trees of {TREE} (depth 4, fan-out {FANOUT}), {WRITERS} writers, each `running`, placed on {} (no process owns them); checkpoints at {} and {}",
+        PLACES.join("/"),
+        checkpoints[0],
+        checkpoints[1]
+    );
+    let rss0 = node_rss(b).await;
+    let mut made = 0usize;
+    let load_started = Instant::now();
+    for &checkpoint in &checkpoints {
+        while made < checkpoint {
+            let trees = (checkpoint - made).div_ceil(TREE).clamp(1, CHUNK_TREES);
+            let t = Instant::now();
+            let samples = register_forest(b, trees, &places, WRITERS).await?;
+            made += trees * TREE;
+            let mut lat = samples.latencies;
+            lat.sort();
+            println!(
+                "  {made} registered: this chunk {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms ({:.0?} since start)",
+                (trees * TREE) as f64 / t.elapsed().as_secs_f64().max(1e-9),
+                pct(&lat, 0.50).as_secs_f64() * 1e3,
+                pct(&lat, 0.99).as_secs_f64() * 1e3,
+                load_started.elapsed()
+            );
+        }
+        measure_at(b, made, &rss0, &places).await?;
+        // The samples of `measure_at` are sessions too.
+        made += 1 + sample_sizes().iter().map(|(_, n, _)| n).sum::<usize>();
+    }
+    restart(b, None).await?;
+    restart(b, Some((made, places.as_slice()))).await?;
+    println!(
+        "writes retried with their request id after the client's 10 s deadline: {}",
+        RETRIED.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// The latency samples taken at each checkpoint: (name, writes, clients).
+fn sample_sizes() -> [(&'static str, usize, usize); 2] {
+    [
+        ("register child, 1 client", scaled(500).max(50), 1),
+        ("register child, 64 clients", scaled(6400).max(640), 64),
+    ]
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn new_id() -> Result<SessionId, ControlError> {
+    SessionId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| internal(e.to_string()))
+}
+
+/// Registers `trees` trees of [`TREE`] sessions, level by level across them.
+async fn register_forest(
+    b: &Bench,
+    trees: usize,
+    places: &[NodeId],
+    writers: usize,
+) -> Result<Samples, ControlError> {
+    let mut level: Vec<SessionHeader> = (0..trees)
+        .map(|_| new_id().map(|id| SessionHeader::top_level(id, None, None)))
+        .collect::<Result<_, _>>()?;
+    let mut all = Samples::default();
+    let mut per_tree = 1usize;
+    let mut depth = 0u64;
+    loop {
+        let s = register_level(b, level.clone(), places, writers).await?;
+        all.latencies.extend(s.latencies);
+        all.wall += s.wall;
+        if per_tree >= TREE {
+            return Ok(all);
+        }
+        depth += 1;
+        // Per tree: FANOUT children per parent, the last level (depth 4) takes what is left.
+        let parents_per_tree = level.len() / trees;
+        let want = if depth < 4 {
+            (parents_per_tree * FANOUT).min(TREE - per_tree)
+        } else {
+            TREE - per_tree
+        };
+        let mut next = Vec::with_capacity(want * trees);
+        for tree in 0..trees {
+            let parents = &level[tree * parents_per_tree..(tree + 1) * parents_per_tree];
+            for i in 0..want {
+                let parent = &parents[i % parents.len()];
+                next.push(
+                    child_session_meta(parent, new_id()?, depth, 0, None)
+                        .map_err(|e| internal(e.to_string()))?,
+                );
+            }
+        }
+        per_tree += want;
+        level = next;
+    }
+}
+
+/// Registers `level` with `writers` writers, hosted (running) on `places` round-robin.
+async fn register_level(
+    b: &Bench,
+    level: Vec<SessionHeader>,
+    places: &[NodeId],
+    writers: usize,
+) -> Result<Samples, ControlError> {
+    let level = Arc::new(level);
+    let places = Arc::new(places.to_vec());
+    let registry = b.registry.clone();
+    concurrent(level.len(), writers, move |i| {
+        let header = level[i].clone();
+        let node = places[i % places.len()].clone();
+        let registry = registry.clone();
+        async move { register(&registry, header, node).await }
+    })
+    .await
+}
+
+/// The descriptor a continuable scripted child is registered with (what `spawn` records).
+fn descriptor() -> Option<serde_json::Value> {
+    serde_json::to_value(lineage_core::descriptor::SubagentDescriptor {
+        provider: "script".to_owned(),
+        label: None,
+        mode: lineage_core::descriptor::SubagentShape::Continuable,
+        tool_filter: None,
+        persona: None,
+    })
+    .ok()
+}
+
+/// Registers one session, `running` on `node`; a child gets the descriptor a spawn records.
+async fn register(
+    registry: &lineage_registry::RegistryClient,
+    header: SessionHeader,
+    node: NodeId,
+) -> Result<(), ControlError> {
+    let descriptor = if header.parent_session().is_some() {
+        descriptor()
+    } else {
+        None
+    };
+    let request =
+        RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| internal(e.to_string()))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome = registry
+            .register_session(
+                request.clone(),
+                crate::cmd::now_ms(),
+                header.clone(),
+                NewSession {
+                    descriptor: descriptor.clone(),
+                    node: Some(node.clone()),
+                    hosted: true,
+                    ..NewSession::default()
+                },
+            )
+            .await;
+        match outcome {
+            Ok(_) => return Ok(()),
+            // What a client is told to do: retry with the same request id (applied once).
+            Err(lineage_registry::RegistryError::Timeout { .. }) if attempt < 3 => {
+                RETRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => return Err(unavailable("register a scale session", e)),
+        }
+    }
+}
+
+/// Writes retried (same request id) after the client's 10 s deadline, in the whole run.
+static RETRIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Latency samples, RSS per session and the last snapshots, with `made` sessions registered.
+async fn measure_at(
+    b: &Bench,
+    made: usize,
+    rss0: &[(String, u64)],
+    places: &[NodeId],
+) -> Result<(), ControlError> {
+    println!("-- at {made} sessions --");
+    let root = SessionHeader::top_level(new_id()?, None, None);
+    register(&b.registry, root.clone(), places[0].clone()).await?;
+    for (name, writes, clients) in sample_sizes() {
+        let root = Arc::new(root.clone());
+        let registry = b.registry.clone();
+        let node = places[1].clone();
+        let samples = concurrent(writes, clients, move |_| {
+            let registry = registry.clone();
+            let root = root.clone();
+            let node = node.clone();
+            async move {
+                let header = child_session_meta(&root, new_id()?, 1, 0, None)
+                    .map_err(|e| internal(e.to_string()))?;
+                register(&registry, header, node).await
+            }
+        })
+        .await?;
+        b.report(&format!("{name} at {made}"), &samples);
+    }
+    let rss = node_rss(b).await;
+    for ((node, now), (_, before)) in rss.iter().zip(rss0) {
+        let grown = now.saturating_sub(*before);
+        println!(
+            "  {node}: RSS {:.0} MiB (+{:.0} MiB since the start: {:.0} B per session)",
+            *now as f64 / 1048576.0,
+            grown as f64 / 1048576.0,
+            grown as f64 / made as f64
+        );
+    }
+    for (node, port) in http_ports(b).await {
+        let m = scrape(port).await;
+        let get = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+        println!(
+            "  {node}: last snapshot built {:.1} MB in {:.2} s ({} built so far); applied index {}",
+            get("lineage_registry_snapshot_bytes") / 1e6,
+            get("lineage_registry_snapshot_build_seconds"),
+            get("lineage_registry_snapshots_built_total"),
+            get("lineage_raft_applied_index"),
+        );
+    }
+    Ok(())
+}
+
+/// RSS of each node process, bytes.
+async fn node_rss(b: &Bench) -> Vec<(String, u64)> {
+    let cluster = b.cluster.lock().await;
+    let Some(c) = cluster.as_ref() else {
+        return Vec::new();
+    };
+    c.nodes
+        .iter()
+        .map(|n| {
+            let kb = n
+                .child
+                .as_ref()
+                .and_then(|child| {
+                    std::fs::read_to_string(format!("/proc/{}/status", child.id())).ok()
+                })
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+            (n.id.clone(), kb * 1024)
+        })
+        .collect()
+}
+
+async fn http_ports(b: &Bench) -> Vec<(String, u16)> {
+    let cluster = b.cluster.lock().await;
+    cluster
+        .as_ref()
+        .map(|c| {
+            c.nodes
+                .iter()
+                .map(|n| (n.id.clone(), n.http_port))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A node's `/metrics`, as `name -> value` (series without labels other than `node`); empty
+/// when it does not answer.
+async fn scrape(port: u16) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(Ok(mut s)) = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await
+    else {
+        return out;
+    };
+    if s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return out;
+    }
+    let mut text = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut text)).await;
+    for line in text.lines().filter(|l| l.starts_with("lineage_")) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = match series.split_once('{') {
+            Some((name, labels)) if !labels.contains(',') => name,
+            Some(_) => continue,
+            None => series,
+        };
+        if let Ok(v) = value.parse::<f64>() {
+            out.insert(name.to_owned(), v);
+        }
+    }
+    out
+}
+
+/// Restarts a follower (not the leader, not node-1, which bootstraps): on the same disk, or
+/// (`lag`: with `made` sessions registered) after the others registered enough to snapshot
+/// and purge the log it lacks, so it catches up from the leader's snapshot.
+///
+/// (Not a voter whose disk was wiped: Raft assumes a voter keeps what it acknowledged, and
+/// openraft's leader, which remembers the follower's matching index, never sends the snapshot
+/// to an empty log under the same id; a replaced disk is a membership change.)
+async fn restart(b: &Bench, lag: Option<(usize, &[NodeId])>) -> Result<(), ControlError> {
+    let lagging = lag.is_some();
+    let ports = http_ports(b).await;
+    let leader = ports
+        .iter()
+        .map(|(_, p)| scrape(*p))
+        .collect::<futures::future::JoinAll<_>>()
+        .await
+        .iter()
+        .filter_map(|m| m.get("lineage_raft_leader").copied())
+        .find(|l| *l > 0.0)
+        .map(|l| l as usize)
+        .ok_or_else(|| unavailable("restart", "no member names a leader"))?;
+    let victim = if leader == 3 { 2 } else { 3 };
+    let (name, port) = ports[victim - 1].clone();
+    let leader_port = ports[leader - 1].1;
+    let what = if lagging {
+        "catch-up from a snapshot (SIGKILL; the others register until the leader snapshots past it and purges its log; start)"
+    } else {
+        "restart (SIGKILL, start on the same disk)"
+    };
+    println!("-- {what}: {name} (leader: node-{leader}) --");
+    // Its log may hold entries it has not applied yet: the purge must pass those too.
+    let victim_last_before = scrape(port)
+        .await
+        .get("lineage_raft_last_log_index")
+        .copied()
+        .unwrap_or(0.0);
+    let url = {
+        let mut cluster = b.cluster.lock().await;
+        let c = cluster.as_mut().ok_or_else(|| internal("no own cluster"))?;
+        let url = c.nats.url();
+        let node = &mut c.nodes[victim - 1];
+        node.kill();
+        url
+    };
+    let victim_last = victim_last_before;
+    if let Some((made, places)) = lag {
+        // Until the leader purged its log past what the stopped follower holds: then only a
+        // snapshot can bring it back.
+        let index = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+        let t = Instant::now();
+        let mut more = 0usize;
+        // A snapshot is due after a quarter of the records in commands, and the purge keeps
+        // 1,000 entries behind it: well within this many more sessions. Fewer writers than the
+        // bulk load, so an entry batches fewer commands and 1,000 entries come sooner.
+        let bound = made / 2 + 100 * TREE;
+        while index(&scrape(leader_port).await, "lineage_raft_purged_index") <= victim_last {
+            if more > bound {
+                return Err(unavailable(
+                    what,
+                    format!("the leader purged no log past index {victim_last} after {more} more sessions"),
+                ));
+            }
+            register_forest(b, 10, places, LAG_WRITERS).await?;
+            more += 10 * TREE;
+        }
+        println!(
+            "  with {name} down: {more} more sessions registered in {:.1} s ({:.0} writes/s, two voters of three)",
+            t.elapsed().as_secs_f64(),
+            more as f64 / t.elapsed().as_secs_f64().max(1e-9)
+        );
+    }
+    let leader_metrics = scrape(leader_port).await;
+    let target = leader_metrics
+        .get("lineage_raft_applied_index")
+        .copied()
+        .unwrap_or(0.0);
+    let leader_bytes = leader_metrics
+        .get("lineage_registry_snapshot_bytes")
+        .copied()
+        .unwrap_or(f64::NAN);
+    let started = Instant::now();
+    {
+        let mut cluster = b.cluster.lock().await;
+        let c = cluster.as_mut().ok_or_else(|| internal("no own cluster"))?;
+        c.nodes[victim - 1].start(&url)?;
+    }
+    let mut answered = None;
+    loop {
+        let m = scrape(port).await;
+        if !m.is_empty() && answered.is_none() {
+            answered = Some(started.elapsed());
+        }
+        if m.get("lineage_raft_applied_index").copied().unwrap_or(0.0) >= target {
+            let caught_up = started.elapsed();
+            println!(
+                "  first answer on /metrics after {:.2} s; applied the leader's index {target} after {:.2} s",
+                answered.unwrap_or(caught_up).as_secs_f64(),
+                caught_up.as_secs_f64()
+            );
+            let get = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+            if lagging && get("lineage_registry_snapshots_installed_total") < 1.0 {
+                println!("  no snapshot was installed: it caught up from the log");
+            } else if lagging {
+                println!(
+                    "  snapshot installed in {:.2} s ({} installs; the leader's last snapshot: {:.1} MB)",
+                    get("lineage_registry_snapshot_install_seconds"),
+                    get("lineage_registry_snapshots_installed_total"),
+                    leader_bytes / 1e6,
+                );
+            } else {
+                println!(
+                    "  load at open (read the snapshot, rebuild the state): {:.2} s",
+                    get("lineage_registry_load_seconds")
+                );
+            }
+            break;
+        }
+        if started.elapsed() > CATCH_UP_LIMIT {
+            return Err(unavailable(
+                what,
+                format!("{name} did not catch up within {CATCH_UP_LIMIT:?}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = Instant::now();
+    let c = b.cluster.lock().await;
+    if let Some(c) = c.as_ref() {
+        c.wait_ready(Duration::from_secs(60)).await?;
+    }
+    println!(
+        "  every node ready {:.2} s later",
+        ready.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
