@@ -81,7 +81,7 @@ pub struct RegistryNodeConfig {
 }
 
 impl RegistryNodeConfig {
-    /// Sane defaults for a LAN: heartbeat 250 ms, election 1000–2000 ms, snapshot after 5000
+    /// Sane defaults for a LAN: heartbeat 250 ms, election 1000–2000 ms, snapshot after 20,000
     /// commands (a quarter of the records for a large state), keep 1000 entries behind it. (openraft uses the heartbeat interval as the
     /// append-entries deadline, so a short one times out replication under load.)
     pub fn new(cluster: impl Into<String>, raft_id: u64, node: NodeId, data_dir: PathBuf) -> Self {
@@ -93,7 +93,7 @@ impl RegistryNodeConfig {
             heartbeat_interval: Duration::from_millis(250),
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
-            snapshot_commands_since_last: 5000,
+            snapshot_commands_since_last: 20_000,
             max_in_snapshot_log_to_keep: 1000,
             snapshot_chunk_bytes: None,
         }
