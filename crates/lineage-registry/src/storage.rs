@@ -651,12 +651,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
-/// A state of this many sessions (or whose last snapshot was this large) is encoded on a
-/// blocking thread; a smaller one on the runtime (milliseconds).
-const LARGE_STATE_RECORDS: usize = 20_000;
-/// See [`LARGE_STATE_RECORDS`].
-const LARGE_SNAPSHOT_BYTES: u64 = 16 * 1024 * 1024;
-
 /// The state machine of one member: the in-memory [`RegistryState`] plus its snapshots on disk.
 #[derive(Clone)]
 pub struct StateMachineStore {
@@ -720,9 +714,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
         let started = std::time::Instant::now();
         // Encoding a large state takes seconds of CPU: on a blocking thread, not on one of
-        // the runtime's workers (which Raft's heartbeats and the NATS connection share). A
-        // small one (milliseconds) stays here: a blocking thread allocates its buffer in an
-        // allocator arena of its own, a step of RSS per new thread for no gain.
+        // the runtime's workers (which Raft's heartbeats and the NATS connection share).
         let (shared, stats) = (self.data.clone(), self.stats.clone());
         let encode = move || {
             let data = shared
@@ -736,21 +728,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 data.last_membership.clone(),
             ))
         };
-        let large = {
-            let records = self
-                .data
-                .read()
-                .map_err(|_| read_err("state machine lock poisoned"))?
-                .state
-                .session_count();
-            records >= LARGE_STATE_RECORDS
-                || self.stats.figures().build_bytes >= LARGE_SNAPSHOT_BYTES
-        };
-        let (bytes, last_applied, last_membership) = if large {
-            blocking(encode).await?
-        } else {
-            encode()?
-        };
+        let (bytes, last_applied, last_membership) = blocking(encode).await?;
         let db = self.db.clone();
         let seq: u64 = get_meta::<u64>(&db, "snapshot_seq")?.unwrap_or(0) + 1;
         let snapshot_id = match last_applied {

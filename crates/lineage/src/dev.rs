@@ -63,24 +63,31 @@ impl DevNode {
 
     /// True when `/readyz` answers 200.
     pub async fn ready(&self) -> bool {
-        let Ok(Ok(mut s)) = tokio::time::timeout(
-            Duration::from_secs(2),
-            tokio::net::TcpStream::connect(("127.0.0.1", self.http_port)),
-        )
-        .await
-        else {
-            return false;
-        };
-        if s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return false;
-        }
-        let mut buf = String::new();
-        let _ = tokio::time::timeout(Duration::from_secs(4), s.read_to_string(&mut buf)).await;
-        buf.starts_with("HTTP/1.1 200")
+        matches!(http_get(self.http_port, "/readyz").await, Some((200, _)))
     }
+}
+
+/// `GET path` on a local node's HTTP port: status and body, `None` when it does not answer
+/// (connect within 2 s, the whole answer within 5 s).
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let Ok(Ok(mut s)) = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await
+    else {
+        return None;
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut buf)).await;
+    let status = buf.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
 }
 
 impl Drop for DevNode {

@@ -22,7 +22,6 @@ use lineage_bus::control::ControlError;
 use lineage_core::header::{child_session_meta, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_registry::client::NewSession;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{internal, scaled, unavailable, Bench};
 use crate::bench::{concurrent, Samples};
@@ -87,13 +86,11 @@ async fn run(b: &Bench) -> Result<(), ControlError> {
             let t = Instant::now();
             let samples = register_forest(b, trees, &places, WRITERS).await?;
             made += trees * TREE;
-            let mut lat = samples.latencies;
-            lat.sort();
             println!(
                 "  {made} registered: this chunk {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms ({:.0?} since start)",
                 (trees * TREE) as f64 / t.elapsed().as_secs_f64().max(1e-9),
-                pct(&lat, 0.50).as_secs_f64() * 1e3,
-                pct(&lat, 0.99).as_secs_f64() * 1e3,
+                samples.p50().as_secs_f64() * 1e3,
+                samples.p99().as_secs_f64() * 1e3,
                 load_started.elapsed()
             );
         }
@@ -116,14 +113,6 @@ fn sample_sizes() -> [(&'static str, usize, usize); 2] {
         ("register child, 1 client", scaled(500).max(50), 1),
         ("register child, 64 clients", scaled(6400).max(640), 64),
     ]
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn new_id() -> Result<SessionId, ControlError> {
@@ -343,22 +332,9 @@ async fn http_ports(b: &Bench) -> Vec<(String, u16)> {
 /// when it does not answer.
 async fn scrape(port: u16) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    let Ok(Ok(mut s)) = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(("127.0.0.1", port)),
-    )
-    .await
-    else {
+    let Some((200, text)) = crate::dev::http_get(port, "/metrics").await else {
         return out;
     };
-    if s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return out;
-    }
-    let mut text = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut text)).await;
     for line in text.lines().filter(|l| l.starts_with("lineage_")) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
