@@ -8,6 +8,15 @@
 //! [`ControlError`] (`{code, message}`; the codes are `bad_request`, `not_found`, `refused`,
 //! `unavailable`, `internal`). No reply within the deadline, or nobody serving the subject, is
 //! `unavailable`; a reply that is not an envelope is `internal`.
+//!
+//! A node that is stopped or hung (SIGSTOP, a frozen VM) keeps its queue subscriptions until
+//! nats-server drops it after its missed pings, and requests routed to it meanwhile get no
+//! reply. So a call to the cluster-wide subject asks for heartbeats ([`crate::control::Watch`]):
+//! when the node serving it goes silent, a call that is safe to repeat is sent again (any
+//! node of the queue group may take it) until the deadline: reads (`status`, `agents`),
+//! `drain` and `resume` (idempotent), and `spawn` / `followup` carrying a request id (the
+//! registry and the session log recognise the retry by it). `interrupt`, a spawn or followup
+//! without a request id, and per-node calls ([`ControlClient::on`]) are sent once.
 
 use std::time::Duration;
 
@@ -21,7 +30,7 @@ use lineage_protocol::control::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::control::{ControlError, Hop};
+use crate::control::{ControlError, Hop, Unanswered, Watch};
 use crate::Subjects;
 
 /// A typed client of the `lineage` control service of one cluster.
@@ -31,6 +40,26 @@ pub struct ControlClient {
     subjects: Subjects,
     timeout: Duration,
     node: Option<NodeId>,
+    watch: Watch,
+}
+
+/// Whether a call may be sent again when the node serving it goes silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    /// Safe to repeat: a read, an idempotent op, or one carrying its request id.
+    Safe,
+    /// Sent once: repeating it could apply it twice.
+    Once,
+}
+
+impl Repeat {
+    /// [`Repeat::Safe`] when the request carries a request id.
+    fn with_id<T>(id: Option<&T>) -> Self {
+        match id {
+            Some(_) => Repeat::Safe,
+            None => Repeat::Once,
+        }
+    }
 }
 
 impl ControlClient {
@@ -42,6 +71,15 @@ impl ControlClient {
             subjects,
             timeout,
             node: None,
+            watch: Watch::default(),
+        }
+    }
+
+    /// The same client with other heartbeat settings for the calls it may repeat.
+    pub fn with_watch(&self, watch: Watch) -> Self {
+        ControlClient {
+            watch,
+            ..self.clone()
         }
     }
 
@@ -85,31 +123,91 @@ impl ControlClient {
         }
     }
 
-    /// Sends `body` as `op` and decodes the reply: the one request path of every method.
+    /// Sends `body` as `op` once and decodes the reply.
     pub async fn call<Req: Serialize, Res: DeserializeOwned>(
         &self,
         op: &str,
         body: &Req,
     ) -> Result<Res, ControlError> {
-        crate::control::request_with(
-            &self.nats,
-            self.subject(op),
-            body,
-            self.timeout,
-            crate::trace::current(),
-            Hop::Client,
-        )
-        .await
+        self.call_as(op, body, Repeat::Once).await
+    }
+
+    /// Sends `body` as `op` and decodes the reply: the one request path of every method. A
+    /// [`Repeat::Safe`] call to the cluster-wide subject is sent again while the node serving
+    /// it goes silent, until the deadline (see the module docs).
+    async fn call_as<Req: Serialize, Res: DeserializeOwned>(
+        &self,
+        op: &str,
+        body: &Req,
+        repeat: Repeat,
+    ) -> Result<Res, ControlError> {
+        let subject = self.subject(op);
+        let trace = crate::trace::current();
+        if repeat == Repeat::Once || self.node.is_some() {
+            return crate::control::request_with(
+                &self.nats,
+                subject,
+                body,
+                self.timeout,
+                trace,
+                Hop::Client,
+            )
+            .await;
+        }
+        let payload = crate::control::encode_request(body)?;
+        let end = tokio::time::Instant::now() + self.timeout;
+        // Bounded: every attempt but the last lasts at least `watch.silence`.
+        let attempts = 1 + self.timeout.as_millis() / self.watch.silence.as_millis().max(1);
+        let mut last = None;
+        for attempt in 1..=attempts {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match crate::control::request_watched(
+                &self.nats,
+                subject.clone(),
+                payload.clone(),
+                left,
+                self.watch,
+                trace,
+                Hop::Client,
+            )
+            .await
+            {
+                Ok(reply) => return crate::control::decode_reply(&subject, &reply),
+                Err(Unanswered::Silent(e)) => {
+                    tracing::debug!(%subject, attempt, error = %e.message, "a node went silent; asking again");
+                    last = Some(e);
+                }
+                // The deadline passed in an attempt after a silent one: the silence says more.
+                Err(Unanswered::Failed(e)) => match last {
+                    Some(silent) if tokio::time::Instant::now() >= end => return Err(silent),
+                    _ => return Err(e),
+                },
+            }
+        }
+        Err(last.unwrap_or_else(|| crate::control::no_reply(&subject, self.timeout)))
     }
 
     /// `spawn`: a top-level session, or a child of a live parent.
     pub async fn spawn(&self, request: &SpawnRequest) -> Result<SpawnReply, ControlError> {
-        self.call(ops::SPAWN, request).await
+        self.call_as(
+            ops::SPAWN,
+            request,
+            Repeat::with_id(request.request_id.as_ref()),
+        )
+        .await
     }
 
     /// `followup` (M3): the next user message to a session.
     pub async fn followup(&self, request: &FollowupRequest) -> Result<FollowupReply, ControlError> {
-        self.call(ops::FOLLOWUP, request).await
+        self.call_as(
+            ops::FOLLOWUP,
+            request,
+            Repeat::with_id(request.request_id.as_ref()),
+        )
+        .await
     }
 
     /// `interrupt` (M4): cancel a live session's turn, with authority.
@@ -122,12 +220,13 @@ impl ControlClient {
 
     /// `drain` (X1) of the subtrees under `roots`, without progress messages.
     pub async fn drain(&self, roots: Vec<SessionId>) -> Result<DrainReport, ControlError> {
-        self.call(
+        self.call_as(
             ops::DRAIN,
             &DrainRequest {
                 roots,
                 progress: None,
             },
+            Repeat::Safe,
         )
         .await
     }
@@ -153,7 +252,7 @@ impl ControlClient {
             roots,
             progress: sub.as_ref().map(|_| progress),
         };
-        let reply = self.call::<_, DrainReport>(ops::DRAIN, &request);
+        let reply = self.call_as::<_, DrainReport>(ops::DRAIN, &request, Repeat::Safe);
         tokio::pin!(reply);
         let outcome = loop {
             tokio::select! {
@@ -177,16 +276,19 @@ impl ControlClient {
 
     /// `resume` (K1): host a cold session on the serving node.
     pub async fn resume(&self, session: SessionId) -> Result<ResumeReply, ControlError> {
-        self.call(ops::RESUME, &ResumeRequest { session }).await
+        self.call_as(ops::RESUME, &ResumeRequest { session }, Repeat::Safe)
+            .await
     }
 
     /// `status`: what the serving node hosts.
     pub async fn status(&self) -> Result<StatusReply, ControlError> {
-        self.call(ops::STATUS, &StatusRequest {}).await
+        self.call_as(ops::STATUS, &StatusRequest {}, Repeat::Safe)
+            .await
     }
 
     /// `agents` (T4): the profiles the serving node offers.
     pub async fn agents(&self) -> Result<AgentsReply, ControlError> {
-        self.call(ops::AGENTS, &AgentsRequest {}).await
+        self.call_as(ops::AGENTS, &AgentsRequest {}, Repeat::Safe)
+            .await
     }
 }

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -15,8 +16,9 @@ use crate::error::BusError;
 use crate::trace::TraceContext;
 
 pub use lineage_protocol::envelope::{
-    decode_request, decode_routed_request, encode_reply, ControlError, ErrorCode, Hop, Reply,
-    CONTROL_VERSION, FORWARDED_HEADER, SERVICE_NAME,
+    decode_request, decode_routed_request, encode_reply, heartbeat_interval, ControlError,
+    ErrorCode, Hop, Reply, CONTROL_VERSION, FORWARDED_HEADER, HEARTBEAT_HEADER, SERVICE_NAME,
+    STATUS_HEADER, STATUS_WORKING,
 };
 
 /// Sends a control request and decodes the reply envelope. The trace context of the operation
@@ -112,6 +114,123 @@ pub async fn request_bytes(
             )
         })?;
     Ok(reply.payload.to_vec())
+}
+
+/// How a watched request ([`request_watched`]) asks for and waits on heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watch {
+    /// The heartbeat interval asked of the serving node ([`HEARTBEAT_HEADER`]).
+    pub every: Duration,
+    /// How long without a heartbeat or the reply means the serving node is not running.
+    pub silence: Duration,
+}
+
+impl Default for Watch {
+    /// Heartbeats every 250 ms; 2 s of silence (eight missed heartbeats) gives up.
+    fn default() -> Self {
+        Watch {
+            every: Duration::from_millis(250),
+            silence: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a watched request got no reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unanswered {
+    /// Neither a heartbeat nor the reply came for [`Watch::silence`]: the node it reached is
+    /// not running (stopped, hung, cut off). The request may or may not have been applied;
+    /// another node may be asked, with the same request id.
+    Silent(ControlError),
+    /// Any other failure (the deadline passed while the node worked, nobody serves the subject,
+    /// the connection failed): final.
+    Failed(ControlError),
+}
+
+impl Unanswered {
+    /// The error to report when no retry follows.
+    pub fn into_error(self) -> ControlError {
+        match self {
+            Unanswered::Silent(e) | Unanswered::Failed(e) => e,
+        }
+    }
+}
+
+/// Sends an encoded request with [`HEARTBEAT_HEADER`] and waits up to `timeout` for its reply,
+/// reading the serving node's heartbeats meanwhile: [`Unanswered::Silent`] when they stop for
+/// `watch.silence`. The reply's bytes, unread, as [`request_bytes`] returns them.
+pub async fn request_watched(
+    client: &async_nats::Client,
+    subject: String,
+    payload: Vec<u8>,
+    timeout: Duration,
+    watch: Watch,
+    trace: Option<TraceContext>,
+    hop: Hop,
+) -> Result<Vec<u8>, Unanswered> {
+    let failed = |why: String| {
+        Unanswered::Failed(ControlError::new(
+            ErrorCode::Unavailable,
+            format!("request on {subject} failed: {why}"),
+        ))
+    };
+    let inbox = client.new_inbox();
+    // One connection keeps order: the subscription is on the server before the request.
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(ctx) = trace {
+        ctx.inject(&mut headers);
+    }
+    if hop.is_forwarded() {
+        headers.insert(FORWARDED_HEADER, "1");
+    }
+    headers.insert(
+        HEARTBEAT_HEADER,
+        watch.every.as_millis().to_string().as_str(),
+    );
+    client
+        .publish_with_reply_and_headers(subject.clone(), inbox, headers, payload.into())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let end = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(Unanswered::Failed(no_reply(&subject, timeout)));
+        }
+        let wait = watch.silence.min(left);
+        match tokio::time::timeout(wait, replies.next()).await {
+            Err(_) if wait < watch.silence => {
+                return Err(Unanswered::Failed(no_reply(&subject, timeout)))
+            }
+            Err(_) => {
+                return Err(Unanswered::Silent(ControlError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "the node serving {subject} stopped answering (no heartbeat for {} ms); is it running?",
+                        watch.silence.as_millis()
+                    ),
+                )))
+            }
+            Ok(None) => return Err(failed("the reply subscription closed".to_owned())),
+            Ok(Some(msg)) => {
+                if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                    return Err(Unanswered::Failed(no_responders(&subject)));
+                }
+                let heartbeat = msg
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(STATUS_HEADER))
+                    .is_some_and(|v| v.as_str() == STATUS_WORKING);
+                if !heartbeat {
+                    return Ok(msg.payload.to_vec());
+                }
+            }
+        }
+    }
 }
 
 /// The `unavailable` error of a request to `subject` that got no reply within `timeout`.

@@ -20,7 +20,10 @@ use lineage_protocol::control::ops;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::control::{ControlError, Hop, FORWARDED_HEADER, SERVICE_NAME};
+use crate::control::{
+    heartbeat_interval, ControlError, Hop, FORWARDED_HEADER, HEARTBEAT_HEADER, SERVICE_NAME,
+    STATUS_HEADER, STATUS_WORKING,
+};
 use crate::error::BusError;
 use crate::ports::{
     BoxFuture, ControlCall, ControlEndpoints, ControlTarget, ControlTransport, IncomingCall,
@@ -85,7 +88,7 @@ impl NatsControl {
                 .add(self.subjects.control(op))
                 .await
                 .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
-            tasks.push(feed(op, endpoint, tx.clone()));
+            tasks.push(feed(op, endpoint, tx.clone(), self.client.clone()));
         }
         let node_queue = format!("lineage-{cluster}-{node}");
         for op in ops::NODE {
@@ -97,7 +100,7 @@ impl NatsControl {
                 .add(self.subjects.node_control(node, op))
                 .await
                 .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
-            tasks.push(feed(op, endpoint, tx.clone()));
+            tasks.push(feed(op, endpoint, tx.clone(), self.client.clone()));
         }
         // Every subscription is on the server once a flush returns: calls sent after this
         // reach the endpoints.
@@ -119,15 +122,25 @@ fn describe(op: &str) -> std::collections::HashMap<String, String> {
     std::collections::HashMap::from([("description".to_owned(), ops::description(op).to_owned())])
 }
 
-/// Reads one endpoint into the shared channel until the endpoint or the channel closes.
+/// Reads one endpoint into the shared channel until the endpoint or the channel closes. A
+/// request that asks for heartbeats ([`HEARTBEAT_HEADER`]) gets them from the moment it is read
+/// until its reply is sent (or its responder dropped).
 fn feed(
     op: &'static str,
     mut endpoint: async_nats::service::endpoint::Endpoint,
     tx: mpsc::Sender<IncomingCall>,
+    client: async_nats::Client,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         while let Some(request) = endpoint.next().await {
             let headers = request.message.headers.as_ref();
+            let heartbeat = heartbeat_interval(
+                headers
+                    .and_then(|h| h.get(HEARTBEAT_HEADER))
+                    .map(|v| v.as_str()),
+            )
+            .zip(request.message.reply.clone())
+            .map(|(every, reply)| Heartbeat::start(client.clone(), reply, every));
             let call = ControlCall {
                 op: op.to_owned(),
                 body: request.message.payload.to_vec(),
@@ -139,6 +152,8 @@ fn feed(
                 trace: TraceContext::from_headers(headers),
             };
             let respond: crate::ports::Responder = Box::new(move |body: Vec<u8>| {
+                // The heartbeats stop before the reply goes (a client reads past any late one).
+                drop(heartbeat);
                 Box::pin(async move {
                     request
                         .respond(Ok(body.into()))
@@ -154,6 +169,39 @@ fn feed(
             }
         }
     })
+}
+
+/// The heartbeats of one request being served: stopped when dropped.
+struct Heartbeat(JoinHandle<()>);
+
+impl Heartbeat {
+    /// The longest a request is heartbeaten: past it, its client has given up long ago.
+    const MAX: Duration = Duration::from_secs(3600);
+
+    /// Sends a heartbeat to `reply` now and every `every` until dropped (or [`Heartbeat::MAX`]).
+    fn start(client: async_nats::Client, reply: async_nats::Subject, every: Duration) -> Self {
+        Heartbeat(tokio::spawn(async move {
+            let beats = Self::MAX.as_millis() / every.as_millis().max(1);
+            for _ in 0..=beats {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(STATUS_HEADER, STATUS_WORKING);
+                if client
+                    .publish_with_headers(reply.clone(), headers, bytes::Bytes::new())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        }))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One node's endpoints on NATS.

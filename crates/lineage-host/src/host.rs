@@ -153,6 +153,8 @@ pub(crate) struct AgentHandle {
     pub(crate) shape: Option<SubagentShape>,
     pub(crate) policy_view: lineage_core::policy::ParentPolicyView,
     pub(crate) preset: Option<lineage_core::header::AgentPreset>,
+    /// Stops the agent's task without settling (see [`crate::fence`]).
+    pub(crate) stop: CancellationToken,
 }
 
 /// State shared by the host and its agent tasks.
@@ -172,6 +174,8 @@ pub(crate) struct Shared {
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) metrics: HostMetrics,
+    /// When the lease was last renewed (ms; 0: never), to see a lapse ([`crate::fence`]).
+    pub(crate) last_renewal_ms: std::sync::atomic::AtomicU64,
 }
 
 /// The live agents of one node. Cheap to clone (all clones are the same host).
@@ -368,6 +372,7 @@ impl Host {
             tasks: Mutex::new(Vec::new()),
             shutdown,
             metrics: HostMetrics::default(),
+            last_renewal_ms: std::sync::atomic::AtomicU64::new(0),
         });
         heartbeat(&shared).await?;
         let beat = shared.clone();
@@ -376,8 +381,13 @@ impl Host {
                 tokio::select! {
                     _ = beat.shutdown.cancelled() => break,
                     _ = tokio::time::sleep(beat.cfg.heartbeat_every) => {
-                        if let Err(e) = heartbeat(&beat).await {
-                            tracing::warn!(error = %e, "heartbeat failed");
+                        match heartbeat(&beat).await {
+                            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                            Ok(true) => {
+                                let stopped = beat.fence_moved().await;
+                                tracing::info!(stopped = stopped.len(), "lease renewed after a lapse; placements checked");
+                            }
+                            Ok(false) => {}
                         }
                     }
                 }
@@ -546,20 +556,21 @@ impl Host {
     }
 }
 
-/// Renews this node's lease.
-async fn heartbeat(shared: &Shared) -> Result<(), HostError> {
+/// Renews this node's lease; true when it had lapsed since the previous renewal.
+async fn heartbeat(shared: &Shared) -> Result<bool, HostError> {
     let lease_ms = u64::try_from(shared.cfg.lease.as_millis()).unwrap_or(u64::MAX);
     let node = shared.cfg.node.clone();
     let subject = shared.cfg.subjects.node_control(&node, "status");
+    let at_ms = shared.now();
     shared
         .registry
         .write(Command::Heartbeat {
             request_id: shared.mint.request(),
-            at_ms: shared.now(),
+            at_ms,
             node,
             lease_ms,
             info: Some(subject),
         })
-        .await
-        .map(|_| ())
+        .await?;
+    Ok(shared.renewed(at_ms))
 }

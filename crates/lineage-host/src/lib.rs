@@ -26,6 +26,7 @@
 //! | [`budgets`] | the budget sweeper: drain subtrees whose budget is spent, stop reason `budget` | Q3 |
 //! | [`deadlines`] | the deadline sweeper: drain subtrees past their deadline, stop reason `deadline` | Q2 |
 //! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox) | Q5 |
+//! | [`fence`] | after a lease lapse, stop the agents whose sessions moved to another node | K1, R1 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
@@ -43,6 +44,7 @@ pub mod control;
 pub mod deadlines;
 pub mod drain;
 pub mod error;
+pub mod fence;
 pub mod followup;
 pub mod host;
 pub mod interrupt;

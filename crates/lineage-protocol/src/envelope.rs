@@ -39,6 +39,36 @@ impl Hop {
     }
 }
 
+/// The NATS header a client sets to ask the serving node for heartbeats while it works on the
+/// request (value: the interval in milliseconds, [`HEARTBEAT_MIN_MS`] to [`HEARTBEAT_MAX_MS`]).
+/// The node then sends an empty message with [`STATUS_HEADER`]` = `[`STATUS_WORKING`] to the
+/// request's reply subject at once and every interval until the reply, so a client can tell a
+/// slow operation (heartbeats) from a node that is not running (silence) and retry elsewhere.
+/// Without the header (natscli, `nats req`) the reply is the only message.
+pub const HEARTBEAT_HEADER: &str = "Lineage-Heartbeat";
+
+/// The header that marks a heartbeat ([`HEARTBEAT_HEADER`]); a reply never carries it.
+pub const STATUS_HEADER: &str = "Lineage-Status";
+
+/// The [`STATUS_HEADER`] value of a heartbeat.
+pub const STATUS_WORKING: &str = "working";
+
+/// The shortest heartbeat interval a node honours.
+pub const HEARTBEAT_MIN_MS: u64 = 50;
+
+/// The longest heartbeat interval a node honours.
+pub const HEARTBEAT_MAX_MS: u64 = 10_000;
+
+/// The heartbeat interval a [`HEARTBEAT_HEADER`] value asks for: `None` when the value is not
+/// a whole number of milliseconds in [`HEARTBEAT_MIN_MS`]..=[`HEARTBEAT_MAX_MS`] (then no
+/// heartbeats are sent, and the request is served as if the header were absent).
+pub fn heartbeat_interval(value: Option<&str>) -> Option<std::time::Duration> {
+    let ms: u64 = value?.trim().parse().ok()?;
+    (HEARTBEAT_MIN_MS..=HEARTBEAT_MAX_MS)
+        .contains(&ms)
+        .then(|| std::time::Duration::from_millis(ms))
+}
+
 /// The service name every node registers (`nats micro ls`).
 pub const SERVICE_NAME: &str = "lineage";
 
@@ -187,6 +217,37 @@ pub fn decode_routed_request<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn g3_heartbeat_interval_is_honoured_only_in_range() {
+        use std::time::Duration;
+        assert_eq!(
+            heartbeat_interval(Some("500")),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            heartbeat_interval(Some(" 50 ")),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            heartbeat_interval(Some("10000")),
+            Some(Duration::from_secs(10))
+        );
+        for bad in [
+            "",
+            "0",
+            "49",
+            "10001",
+            "-1",
+            "1.5",
+            "1e3",
+            "fast",
+            "18446744073709551616",
+        ] {
+            assert_eq!(heartbeat_interval(Some(bad)), None, "{bad:?}");
+        }
+        assert_eq!(heartbeat_interval(None), None);
+    }
 
     #[test]
     fn n3_reply_envelopes_are_pinned() {

@@ -158,6 +158,7 @@ impl RegistryClient {
                 _ => subjects::read(&self.cluster),
             };
             let budget = self.attempt_timeout.min(end - now);
+            let subject_name = subject.clone();
             // The caller's trace context goes along: the serving member records its part of
             // the request as a span of that trace.
             let sent = match lineage_bus::trace::current() {
@@ -175,13 +176,13 @@ impl RegistryClient {
             match outcome {
                 Err(_) => {
                     timed_out = true;
-                    last = format!("no reply within {budget:?}");
+                    last = format!("no reply on {subject_name} within {budget:?}");
                     self.set_leader(None);
                     sleep = false;
                 }
                 Ok(Err(e)) => {
                     timed_out = matches!(e.kind(), async_nats::RequestErrorKind::TimedOut);
-                    last = e.to_string();
+                    last = format!("{subject_name}: {e}");
                     self.set_leader(None);
                 }
                 Ok(Ok(msg)) => match serde_json::from_slice::<T>(&msg.payload) {
@@ -219,6 +220,7 @@ impl RegistryClient {
         if timed_out {
             Err(RegistryError::Timeout {
                 after_ms: self.deadline.as_millis() as u64,
+                last,
             })
         } else {
             Err(RegistryError::Unavailable {

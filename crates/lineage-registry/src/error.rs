@@ -21,10 +21,12 @@ pub enum RegistryError {
         reason: String,
     },
     /// The overall deadline passed before the registry answered.
-    #[error("registry request timed out after {after_ms} ms; the write may or may not have been applied: retry with the same request id")]
+    #[error("registry request timed out after {after_ms} ms ({last}); the write may or may not have been applied: retry with the same request id")]
     Timeout {
         /// The deadline that passed.
         after_ms: u64,
+        /// What the last attempt got (which subject did not answer).
+        last: String,
     },
     /// Disk I/O on the redb store failed.
     #[error("registry storage error: {0}; check the disk and the data directory")]

@@ -150,6 +150,29 @@ impl NodeProc {
         }
     }
 
+    /// SIGSTOP, by pid: the process keeps its sockets (and so its NATS subscriptions) but
+    /// answers nothing until [`NodeProc::cont`]. A stopped node is still SIGKILLed on drop.
+    pub fn stop(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT, by pid: a [`NodeProc::stop`]ped node runs again.
+    pub fn cont(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let status = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "kill {signal} {pid} failed"
+            );
+        }
+    }
+
     /// SIGTERM, then wait up to 10 s, then SIGKILL ([`terminate`]).
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {

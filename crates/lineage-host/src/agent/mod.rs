@@ -193,6 +193,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         shape: init.shape,
         policy_view: init.policy_view,
         preset: init.preset.clone(),
+        stop: stop.clone(),
     };
     if let Err(e) = shared.insert(session.clone(), handle) {
         driver.shutdown().await;

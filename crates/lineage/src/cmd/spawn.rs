@@ -110,11 +110,13 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             Some(value)
         }
     };
-    let request_id = args
-        .request_id
-        .as_deref()
-        .map(|r| RequestId::parse(r).map_err(|e| usage(format!("--request-id: {e}"))))
-        .transpose()?;
+    // Always a request id: a spawn the serving node did not answer (stopped, hung) is sent
+    // again to another node, which recognises it by the id (one birth).
+    let request_id = match args.request_id.as_deref() {
+        Some(r) => RequestId::parse(r).map_err(|e| usage(format!("--request-id: {e}")))?,
+        None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
+            .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
+    };
     if let Some(ms) = args.deadline_ms {
         lineage_core::deadline::deadline_from_timeout(0, ms).map_err(|_| {
             usage(format!(
@@ -153,7 +155,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         persona: None,
         tool_filter: None,
         max_depth,
-        request_id,
+        request_id: Some(request_id),
         cwd: None,
         preset: None,
         policy: None,

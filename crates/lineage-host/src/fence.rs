@@ -1,0 +1,93 @@
+//! Fencing after a lease lapse (K1, R1; issue 12): a node that was stopped or cut off for longer
+//! than its lease may find, when it runs again, that other nodes have cold-resumed some of its
+//! sessions (they claimed the placement at a higher epoch). Its own agents for those sessions
+//! are stale copies: an idle one writes nothing, so the log's sequence check never stops it,
+//! and it would keep pulling from the session's inbox consumer beside the new host.
+//!
+//! So every renewal of the lease checks the gap since the last one ([`lapsed`]); after a gap
+//! of a whole lease, each live agent's placement is read from the registry and an agent whose
+//! session is placed elsewhere (or no longer exists) stops here, without settling (the session
+//! lives on where it moved). An agent whose record cannot be read stays, and is checked again
+//! at the next renewal.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use lineage_core::ids::{NodeId, SessionId};
+use lineage_registry::types::SessionRecord;
+
+use crate::host::Shared;
+
+/// True when the lease may have expired between the renewals at `previous_ms` and `now_ms`
+/// (`previous_ms` 0: none before, nothing to check).
+pub fn lapsed(previous_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
+    previous_ms != 0 && now_ms.saturating_sub(previous_ms) >= lease_ms
+}
+
+/// Whether this node's agent for a session must stop, given the session's registry record.
+pub fn moved_away(record: Option<&SessionRecord>, here: &NodeId) -> bool {
+    match record {
+        None => true,
+        Some(record) => record
+            .placement
+            .as_ref()
+            .is_none_or(|placement| &placement.node != here),
+    }
+}
+
+impl Shared {
+    /// Records a renewal of the lease at `now_ms` and returns whether the lease lapsed since
+    /// the previous one.
+    pub(crate) fn renewed(&self, now_ms: u64) -> bool {
+        let lease_ms = u64::try_from(self.cfg.lease.as_millis()).unwrap_or(u64::MAX);
+        let previous = self.last_renewal_ms.swap(now_ms, Ordering::SeqCst);
+        lapsed(previous, now_ms, lease_ms)
+    }
+
+    /// Stops every live agent whose session is placed on another node now; returns them.
+    pub(crate) async fn fence_moved(self: &Arc<Self>) -> Vec<SessionId> {
+        let live: Vec<SessionId> = self
+            .agents
+            .lock()
+            .map(|agents| agents.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut stopped = Vec::new();
+        for session in live {
+            let record = match self.registry.session(session.clone()).await {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!(%session, error = %e, "cannot check the placement after a lease lapse; checked again at the next renewal");
+                    continue;
+                }
+            };
+            if !moved_away(record.as_ref(), self.node()) {
+                continue;
+            }
+            if let Some(handle) = self.handle(&session) {
+                let to = record
+                    .as_ref()
+                    .and_then(|r| r.placement.as_ref())
+                    .map(|p| p.node.to_string())
+                    .unwrap_or_else(|| "nowhere".to_owned());
+                tracing::warn!(%session, moved_to = %to, "this node's lease lapsed and the session moved; its stale agent here stops");
+                handle.stop.cancel();
+                stopped.push(session);
+            }
+        }
+        stopped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k1_a_lease_lapses_after_a_gap_of_a_whole_lease() {
+        assert!(!lapsed(0, 50_000, 2_000), "first renewal");
+        assert!(!lapsed(10_000, 11_999, 2_000));
+        assert!(lapsed(10_000, 12_000, 2_000));
+        assert!(lapsed(10_000, 40_000, 2_000));
+        assert!(!lapsed(10_000, 9_000, 2_000), "a clock step back is no gap");
+    }
+}
