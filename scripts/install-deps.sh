@@ -65,6 +65,15 @@ if ! python3 -c 'import mcp' >/dev/null 2>&1; then
   fi
 fi
 
+# A JSON Schema validator this project did not write (PyPI jsonschema), for the script schema
+# test (cli_verbs o1_script_schema_...), which fails without it.
+if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
+  if have pip || have pip3; then
+    "$(command -v pip || command -v pip3)" install --quiet jsonschema >/dev/null 2>&1 \
+      || echo "install-deps: jsonschema not installed (pip failed); cli_verbs' script schema test will fail" >&2
+  fi
+fi
+
 # The ACP Python SDK (PyPI agent-client-protocol, module `acp`): an ACP client this project did
 # not write, as the editor of the front door test (f1_acp_python), which fails without it.
 if ! python3 -c 'import acp' >/dev/null 2>&1; then

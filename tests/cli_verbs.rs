@@ -481,3 +481,72 @@ fn o2_node_exits_on_sigterm_even_when_nats_is_gone() {
     );
     assert!(status.success(), "node exited with {status}");
 }
+
+/// Issue 15 (O1, H1): the script language in one place. `lineage script schema` is a JSON
+/// Schema that a validator this project did not write (Python `jsonschema`) accepts, and that
+/// accepts the example of docs/script.md and refuses a bogus step; `lineage script check` says
+/// ok, warns once per deprecated `text`, and refuses a bad step with one line, exit 2.
+#[test]
+fn o1_script_schema_validates_the_documented_example_and_check_warns_about_text() {
+    let (code, schema, err) = run(&["script", "schema"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let doc = std::fs::read_to_string(lineage_testkit::workspace_root().join("docs/script.md"))
+        .expect("docs/script.md");
+    let example = doc
+        .split("```json\n")
+        .nth(2)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the example block of docs/script.md");
+    let example: serde_json::Value = serde_json::from_str(example).expect("example is JSON");
+    let bogus = serde_json::json!({"turns": [[{"do": "dance"}]]});
+    let old = serde_json::json!({"turns": [[{"do": "reply", "text": "hi"}]]});
+    let validate = |instance: &serde_json::Value| -> (bool, String) {
+        let program = "import json, sys, jsonschema\n\
+            schema = json.load(open(sys.argv[1]))\n\
+            jsonschema.Draft202012Validator.check_schema(schema)\n\
+            errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.loads(sys.argv[2])))\n\
+            print('valid' if not errors else 'invalid: ' + errors[0].message)\n";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("schema.json");
+        std::fs::write(&path, &schema).unwrap();
+        let out = Command::new("python3")
+            .args(["-c", program, path.to_str().unwrap(), &instance.to_string()])
+            .output()
+            .expect("python3 (scripts/install-deps.sh installs jsonschema)");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            out.status.success(),
+            "jsonschema failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (text == "valid", text)
+    };
+    let (ok, why) = validate(&example);
+    assert!(
+        ok,
+        "the documented example does not match the schema: {why}"
+    );
+    let (ok, why) = validate(&bogus);
+    assert!(!ok, "a bogus step matched the schema: {why}");
+    let (ok, _) = validate(&old);
+    assert!(!ok, "the schema describes the deprecated `text`");
+
+    let (code, out, err) = run(&["script", "check", &example.to_string()], &[]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, "script ok: 1 turn(s), 3 step(s)"),
+        "{err}"
+    );
+    assert!(err.is_empty(), "{err}");
+    let (code, out, err) = run(&["script", "check", &old.to_string()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        err.trim(),
+        "warning: script.turns[0][0]: `reply` takes `content` now; `text` is deprecated (write {\"do\": \"reply\", \"content\": ...})"
+    );
+    let (code, _, err) = run(&["script", "check", &bogus.to_string()], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown variant `dance`"), "{err}");
+    assert!(err.contains("lineage script schema"), "{err}");
+}

@@ -4,10 +4,12 @@
 //! its subject. Appends carry `Nats-Expected-Last-Subject-Sequence`, so two nodes that both
 //! believe they own a session cannot interleave writes: the loser gets [`BusError::LogConflict`].
 //!
-//! One message holds one event (a JSON object) or, when several events are appended together
-//! ([`EventLogStore::append_all`]), a batch of them (a JSON array of events, in order): a
-//! batch is stored, deduplicated and fenced as one message, so it is all in the log or none of
-//! it, for one round trip. [`decode_log_message`] reads either form.
+//! One message holds the events appended together ([`EventLogStore::append_all`]), in order,
+//! in one versioned envelope (N3): `{"v":1,"events":[{...}, ...]}`. A batch is stored,
+//! deduplicated and fenced as one message, so it is all in the log or none of it, for one round
+//! trip. [`decode_log_message`] reads the envelope and the two older forms that logs written
+//! before it hold (one event as a bare JSON object, a batch as a bare JSON array), and refuses
+//! an envelope of a later version with a line saying to upgrade.
 
 use std::time::Duration;
 
@@ -314,8 +316,30 @@ impl EventLogStore {
 pub(crate) struct EncodedAppend {
     /// `<session>-<first seq>` for one event, `<session>-<first>-<last>` for a batch.
     pub(crate) msg_id: String,
-    /// One event (a JSON object) or a batch (a JSON array of events, in order).
+    /// The envelope `{"v":1,"events":[...]}` of the events, in order.
     pub(crate) payload: bytes::Bytes,
+}
+
+/// The version of the log message envelope this build writes and the latest it reads.
+pub const LOG_ENVELOPE_VERSION: u64 = 1;
+
+/// A log message as this build writes it.
+#[derive(serde::Serialize)]
+struct EnvelopeOut<'a> {
+    v: u64,
+    events: &'a [SessionEvent],
+}
+
+/// A log message as stored: the envelope, or one of the two forms written before it.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredMessage {
+    /// `{"v":N,"events":[...]}`.
+    Envelope { v: u64, events: Vec<SessionEvent> },
+    /// Before the envelope: a batch as a bare array.
+    Batch(Vec<SessionEvent>),
+    /// Before the envelope: one event as a bare object.
+    One(SessionEvent),
 }
 
 /// Encodes `events` as one log message (`None`: there is nothing to append). Shared by the
@@ -328,10 +352,10 @@ pub(crate) fn encode_append(
         (Some(first), Some(last)) => (first.seq, last.seq),
         _ => return Ok(None),
     };
-    let encoded = match events {
-        [one] => serde_json::to_vec(one),
-        many => serde_json::to_vec(many),
-    };
+    let encoded = serde_json::to_vec(&EnvelopeOut {
+        v: LOG_ENVELOPE_VERSION,
+        events,
+    });
     let payload = bytes::Bytes::from(encoded.map_err(|e| BusError::Json {
         what: "session event",
         reason: e.to_string(),
@@ -389,18 +413,27 @@ fn header_u64(
     msg.headers.as_ref()?.get(name)?.as_str().parse().ok()
 }
 
-/// The events of one log message: one event (a JSON object) or a batch (a JSON array of events,
-/// in order), as [`EventLogStore::append_all`] writes them.
+/// The events of one log message, in order: the envelope `{"v":1,"events":[...]}` that
+/// [`EventLogStore::append_all`] writes, or a form written before it (one event as a JSON
+/// object, a batch as a JSON array). An envelope of a later version than
+/// [`LOG_ENVELOPE_VERSION`] is refused (this build cannot know what it means).
 pub fn decode_log_message(payload: &[u8]) -> Result<Vec<SessionEvent>, BusError> {
-    let json_err = |e: serde_json::Error| BusError::Json {
+    let stored: StoredMessage = serde_json::from_slice(payload).map_err(|e| BusError::Json {
         what: "session event",
-        reason: e.to_string(),
-    };
-    match payload.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(payload).map_err(json_err),
-        _ => serde_json::from_slice(payload)
-            .map(|event| vec![event])
-            .map_err(json_err),
+        reason: format!(
+            "not a log message ({e}); expected {{\"v\":1,\"events\":[...]}} or an older event or array of events"
+        ),
+    })?;
+    match stored {
+        StoredMessage::Envelope { v, events } if v <= LOG_ENVELOPE_VERSION && v > 0 => Ok(events),
+        StoredMessage::Envelope { v, .. } => Err(BusError::Json {
+            what: "session event",
+            reason: format!(
+                "log message version {v} is not one this build reads (1..={LOG_ENVELOPE_VERSION}); upgrade lineage on this node"
+            ),
+        }),
+        StoredMessage::Batch(events) => Ok(events),
+        StoredMessage::One(event) => Ok(vec![event]),
     }
 }
 
@@ -418,7 +451,45 @@ mod tests {
     }
 
     #[test]
-    fn decode_reads_one_event_and_a_batch_in_order() {
+    fn n3_an_append_is_one_versioned_envelope_and_reads_back_in_order() {
+        let session = SessionId::parse("0192f0c1-0000-7000-8000-000000000001").unwrap();
+        let one = encode_append(&session, &[event(1, "a")]).unwrap().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&one.payload).unwrap(),
+            r#"{"v":1,"events":[{"seq":1,"kind":"a","data":{"n":1},"at_ms":7}]}"#
+        );
+        assert_eq!(one.msg_id, format!("{session}-1"));
+        assert_eq!(
+            decode_log_message(&one.payload).unwrap(),
+            vec![event(1, "a")]
+        );
+        let batch = encode_append(&session, &[event(2, "b"), event(3, "c")])
+            .unwrap()
+            .unwrap();
+        assert!(batch.payload.starts_with(br#"{"v":1,"events":[{"seq":2"#));
+        assert_eq!(batch.msg_id, format!("{session}-2-3"));
+        assert_eq!(
+            decode_log_message(&batch.payload).unwrap(),
+            vec![event(2, "b"), event(3, "c")]
+        );
+        assert!(encode_append(&session, &[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn n3_a_later_envelope_version_is_refused_with_what_to_do() {
+        let later = br#"{"v":2,"events":[]}"#;
+        match decode_log_message(later) {
+            Err(BusError::Json { reason, .. }) => {
+                assert!(reason.contains("version 2"), "{reason}");
+                assert!(reason.contains("upgrade lineage"), "{reason}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(decode_log_message(br#"{"v":0,"events":[]}"#).is_err());
+    }
+
+    #[test]
+    fn decode_reads_the_older_forms_one_event_and_a_batch_in_order() {
         let one = serde_json::to_vec(&event(1, "a")).unwrap();
         assert_eq!(decode_log_message(&one).unwrap(), vec![event(1, "a")]);
         let batch = serde_json::to_vec(&vec![event(2, "b"), event(3, "c")]).unwrap();
@@ -430,7 +501,14 @@ mod tests {
 
     #[test]
     fn decode_refuses_what_is_not_an_event() {
-        for bad in [&b"{}"[..], b"[1]", b"", b"nope"] {
+        for bad in [
+            &b"{}"[..],
+            b"[1]",
+            b"",
+            b"nope",
+            br#"{"v":1}"#,
+            br#"{"v":"1","events":[]}"#,
+        ] {
             assert!(matches!(
                 decode_log_message(bad),
                 Err(BusError::Json { .. })

@@ -117,9 +117,19 @@ impl NatsControl {
     }
 }
 
-/// An endpoint's metadata: its one-line `description` (`nats micro info` shows it).
+/// An endpoint's metadata: its one-line `description` (`nats micro info` shows it) and the JSON
+/// Schemas of its request body and reply envelope (`request_schema`, `response_schema`, compact
+/// JSON; whole in `nats micro info lineage --json`).
 fn describe(op: &str) -> std::collections::HashMap<String, String> {
-    std::collections::HashMap::from([("description".to_owned(), ops::description(op).to_owned())])
+    let mut metadata = std::collections::HashMap::from([(
+        "description".to_owned(),
+        ops::description(op).to_owned(),
+    )]);
+    if let Some(schemas) = lineage_protocol::schema::op_schemas(op) {
+        metadata.insert("request_schema".to_owned(), schemas.request.to_string());
+        metadata.insert("response_schema".to_owned(), schemas.response.to_string());
+    }
+    metadata
 }
 
 /// Reads one endpoint into the shared channel until the endpoint or the channel closes. A

@@ -22,6 +22,7 @@ use crate::ids::SessionId;
 ///
 /// Wire forms: `{"kind":"user","parent_session_id":"…"}`, `{"kind":"ancestor","session":"…"}`
 /// and `{"kind":"top_level"}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum InterruptAuthority {

@@ -15,6 +15,7 @@ use crate::ids::SessionId;
 use crate::usage::UsageTotal;
 
 /// A subtree's budget; `None` fields are unlimited.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {

@@ -45,6 +45,22 @@ impl MaxDepth {
     }
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for MaxDepth {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MaxDepth".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_SAFE_INTEGER,
+            "description": "a maximum delegation depth: a non-negative safe integer (D4)",
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for MaxDepth {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = serde_json::Value::deserialize(d)?;

@@ -17,6 +17,7 @@ use crate::log::{SessionEvent, SessionLog};
 pub const DESCRIPTOR_EVENT: &str = "subagent/descriptor";
 
 /// The two shapes of child (S1, S3).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SubagentShape {
@@ -40,6 +41,7 @@ impl SubagentShape {
 ///
 /// Unknown fields are refused when read back: a descriptor written by a newer build that this
 /// build does not understand must stop a resume rather than lose a restriction.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubagentDescriptor {

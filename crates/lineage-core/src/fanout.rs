@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The fan-out caps of a tree; `None`: no cap.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FanOut {
     /// Live children per parent.

@@ -22,6 +22,7 @@ pub enum Origin {
 }
 
 /// One prompt section of a preset.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromptSection {
     /// Section name, e.g. `subagent:delegation`.
@@ -34,6 +35,7 @@ pub struct PromptSection {
 
 /// A composed agent preset: the tools and prompt sections a parent runs with (C1). A child
 /// joins its parent's composed preset.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AgentPreset {
     /// Preset name.
@@ -68,7 +70,21 @@ pub struct SessionHeader {
     deadline_at_ms: Option<u64>,
 }
 
+/// Its schema is that of what the wire may carry ([`RawHeader`]); the rules serde cannot
+/// say (L2: `origin`, safe integers) are checked when it is read.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for SessionHeader {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionHeader".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        RawHeader::json_schema(generator)
+    }
+}
+
 /// The header as it arrives from storage or the wire, before validation.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHeader {

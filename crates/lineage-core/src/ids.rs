@@ -136,6 +136,26 @@ macro_rules! token_id {
             }
         }
 
+        #[cfg(feature = "schema")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                let strict: bool = $strict;
+                let description = match strict {
+                    true => concat!("a ", $kind, ": UUID or ULID text"),
+                    false => concat!("a ", $kind, ": ASCII letters, digits, '-' and '_'"),
+                };
+                schemars::json_schema!({
+                    "type": "string",
+                    "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                    "description": description,
+                })
+            }
+        }
+
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let raw = std::borrow::Cow::<str>::deserialize(d)?;

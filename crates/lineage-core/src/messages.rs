@@ -143,6 +143,7 @@ impl<'de> Deserialize<'de> for V1 {
 }
 
 /// How a report reaches the parent (M1).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
@@ -153,6 +154,7 @@ pub enum Delivery {
 }
 
 /// Why a child's run ended (S1, E1, M2).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {

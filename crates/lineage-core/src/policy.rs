@@ -22,6 +22,7 @@ pub const DELEGATION_SOURCE: &str = "delegation";
 
 /// How far an agent's tools may reach. An enum rather than free text, so an unknown mode in a
 /// log is refused instead of being silently ignored (which could widen a child's permissions).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
@@ -56,6 +57,7 @@ impl SandboxMode {
 
 /// When an agent may ask a human to approve an action. A delegated child only ever gets
 /// [`ApprovalPolicy::Never`] (C2).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ApprovalPolicy {
@@ -82,6 +84,7 @@ impl ApprovalPolicy {
 
 /// The policy a child inherits at delegation time (C2). `None` fields leave the child on its
 /// defaults.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct DelegatedPolicyOverrides {
     /// The parent's sandbox override, if it had one.
@@ -93,6 +96,7 @@ pub struct DelegatedPolicyOverrides {
 }
 
 /// What the shell reads synchronously off the parent before the first await of a spawn.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct ParentPolicyView {
     /// The parent session's sandbox override, if any.

@@ -9,13 +9,13 @@
 //!
 //! ```json
 //! {"turns": [
-//!    [{"do": "reply", "text": "starting"},
+//!    [{"do": "reply", "content": "starting"},
 //!     {"do": "spawn", "shape": "continuable", "prompt": "dig",
 //!      "agent": {"driver": "script", "script": {"turns": [[{"do": "report", "content": "found it", "delivery": "wakeup"}]]}}},
 //!     {"do": "wait_children"}],
 //!    [{"do": "echo"}]
 //!  ],
-//!  "after": {"do": "reply", "text": "done"}}
+//!  "after": {"do": "reply", "content": "done"}}
 //! ```
 
 use crate::driver::{
@@ -41,12 +41,14 @@ impl ScriptActions for Script {
         match self.turns.get(index) {
             Some(steps) => steps.clone(),
             None => match &self.after {
-                AfterScript::Reply { text } => vec![Step::Reply { text: text.clone() }],
+                AfterScript::Reply { content } => vec![Step::Reply {
+                    content: content.clone(),
+                }],
                 AfterScript::Echo => vec![Step::Echo],
                 AfterScript::RepeatLast => match self.turns.last() {
                     Some(steps) => steps.clone(),
                     None => vec![Step::Reply {
-                        text: "done".to_owned(),
+                        content: "done".to_owned(),
                     }],
                 },
                 AfterScript::Fail { reason } => vec![Step::Fail {
@@ -61,7 +63,7 @@ impl ScriptActions for Script {
         match self.turns.get(index) {
             Some(steps) => steps.iter().filter_map(|s| step_action(s, input)).collect(),
             None => match &self.after {
-                AfterScript::Reply { text } => vec![DriverAction::Reply(text.clone())],
+                AfterScript::Reply { content } => vec![DriverAction::Reply(content.clone())],
                 AfterScript::Echo => vec![DriverAction::Reply(echo(input))],
                 AfterScript::RepeatLast => match self.turns.last() {
                     Some(steps) => steps.iter().filter_map(|s| step_action(s, input)).collect(),
@@ -87,7 +89,7 @@ fn echo(input: &TurnInput) -> String {
 /// list, await: see [`ScriptDriver`]'s `turn_with`).
 fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
     Some(match step {
-        Step::Reply { text } => DriverAction::Reply(text.clone()),
+        Step::Reply { content } => DriverAction::Reply(content.clone()),
         Step::Echo => DriverAction::Reply(echo(input)),
         Step::Report { content, delivery } => DriverAction::Report {
             content: content.clone(),
@@ -385,7 +387,9 @@ mod tests {
     #[test]
     fn h1_after_variants() {
         let mut script = Script {
-            turns: vec![vec![Step::Reply { text: "x".into() }]],
+            turns: vec![vec![Step::Reply {
+                content: "x".into(),
+            }]],
             after: AfterScript::RepeatLast,
         };
         assert_eq!(

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What kind of agent a session runs: the provider in its descriptor (P1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "driver", rename_all = "kebab-case")]
 pub enum AgentSpec {
     /// The deterministic scripted agent.
@@ -26,7 +26,7 @@ pub enum AgentSpec {
 }
 
 /// Which driver a profile runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProfileDriver {
     /// The scripted agent (no process).
@@ -46,7 +46,7 @@ impl ProfileDriver {
 }
 
 /// One profile as `lineage agents` shows it: no command line, no environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProfileInfo {
     /// The name a spawn uses.
     pub name: String,

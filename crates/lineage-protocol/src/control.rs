@@ -70,7 +70,7 @@ pub mod ops {
 }
 
 /// `spawn`: a new top-level session (no `parent`), or a child of a live `parent`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnRequest {
     /// The parent; absent for a top-level session.
@@ -124,7 +124,7 @@ pub struct SpawnRequest {
 }
 
 /// The result of a one-shot run (S1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OneShotResult {
     /// The child's last assistant message.
     pub output: Option<String>,
@@ -136,7 +136,7 @@ pub struct OneShotResult {
 }
 
 /// `spawn` and `start` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SpawnReply {
     /// The new session.
     pub session: SessionId,
@@ -154,7 +154,7 @@ pub struct SpawnReply {
 /// Per-node `start`: host a new session whose header the spawning node built. The hosting node
 /// writes the creation window, then registers the birth (the registry applies every birth rule
 /// again), then launches it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartRequest {
     /// The spawn's idempotency key: the birth is registered under it, so a retried spawn is
@@ -199,7 +199,7 @@ pub struct StartRequest {
 }
 
 /// `followup` (M3): the next user message to a session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FollowupRequest {
     /// The session (usually a continuable child).
@@ -213,7 +213,7 @@ pub struct FollowupRequest {
 }
 
 /// How a followup was delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FollowupOutcome {
     /// The session was live; the message is in its log and queued for a turn.
@@ -225,7 +225,7 @@ pub enum FollowupOutcome {
 }
 
 /// `followup` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FollowupReply {
     /// The session.
     pub session: SessionId,
@@ -236,7 +236,7 @@ pub struct FollowupReply {
 }
 
 /// `interrupt` (M4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InterruptRequest {
     /// The session whose turn to cancel.
@@ -246,7 +246,7 @@ pub struct InterruptRequest {
 }
 
 /// What an allowed interrupt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterruptOutcome {
     /// A turn was running and is cancelled.
@@ -258,7 +258,7 @@ pub enum InterruptOutcome {
 }
 
 /// `interrupt` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InterruptReply {
     /// The target.
     pub target: SessionId,
@@ -269,7 +269,7 @@ pub struct InterruptReply {
 }
 
 /// `drain` (X1, H2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DrainRequest {
     /// The parents whose subtrees to drain (they are disposed too, last).
@@ -287,7 +287,7 @@ pub struct DrainRequest {
 pub const DRAIN_PROGRESS_VERSION: u64 = 1;
 
 /// What a [`DrainProgress`] message reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DrainPhase {
     /// The plan is ready: `waves` waves of `sizes[i]` sessions, `total` in all (`wave` and
@@ -314,7 +314,7 @@ pub enum DrainPhase {
 /// Waves are numbered from 0 (the leaves), as in [`DrainReport::waves`]; messages of a drain
 /// are published in order, all before its reply, on the serving node's connection. Best effort:
 /// a message may be lost, and a drain without subscribers costs nothing but the publishes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DrainProgress {
     /// Always [`DRAIN_PROGRESS_VERSION`].
     pub v: u64,
@@ -380,7 +380,7 @@ impl DrainProgress {
 }
 
 /// How one session was disposed by a drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DisposalKind {
     /// Live on a node: released there (turn cancelled, settled), then disposed in the registry.
@@ -392,7 +392,7 @@ pub enum DisposalKind {
 }
 
 /// One disposal of a drain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Disposal {
     /// The session.
     pub session: SessionId,
@@ -408,7 +408,9 @@ pub struct Disposal {
 pub const DRAIN_REPORT_CAP: usize = 1_000;
 
 /// Disposals of a drain (or of one wave), by kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct DisposalCounts {
     /// [`DisposalKind::Released`].
     pub released: u64,
@@ -435,7 +437,7 @@ impl DisposalCounts {
 }
 
 /// One disposal wave of a drain, counted.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WaveSummary {
     /// The wave's disposals by kind.
     pub counts: DisposalCounts,
@@ -449,7 +451,7 @@ pub struct WaveSummary {
 /// [`DrainReport::closed_count`]); the per-session lists ([`DrainReport::closed`],
 /// [`DrainReport::waves`]) stop after [`DRAIN_REPORT_CAP`] entries each, and
 /// [`DrainReport::truncated`] says so.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DrainReport {
     /// Sessions whose admission was closed (sorted; the first [`DRAIN_REPORT_CAP`]).
     pub closed: Vec<SessionId>,
@@ -488,7 +490,7 @@ impl DrainReport {
 }
 
 /// `resume` (K1): host a cold session on the serving node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResumeRequest {
     /// The session.
@@ -496,7 +498,7 @@ pub struct ResumeRequest {
 }
 
 /// What a resume did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResumeOutcome {
     /// Claimed and rebuilt here.
@@ -506,7 +508,7 @@ pub enum ResumeOutcome {
 }
 
 /// `resume` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResumeReply {
     /// The session.
     pub session: SessionId,
@@ -519,12 +521,12 @@ pub struct ResumeReply {
 }
 
 /// `status`: no fields.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {}
 
 /// One live agent in a status reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveAgent {
     /// The session.
     pub session: SessionId,
@@ -539,7 +541,7 @@ pub struct LiveAgent {
 }
 
 /// `status` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusReply {
     /// The serving node.
     pub node: NodeId,
@@ -550,12 +552,12 @@ pub struct StatusReply {
 }
 
 /// `agents` request: no fields.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentsRequest {}
 
 /// `agents` reply: what the serving node runs (T4). No command lines, no environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AgentsReply {
     /// The serving node (filled in by the host).
     #[serde(default)]
@@ -567,7 +569,7 @@ pub struct AgentsReply {
 }
 
 /// Per-node `stop` and `release`: the sessions to act on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopRequest {
     /// The sessions.
@@ -582,7 +584,7 @@ pub struct StopRequest {
 pub type ReleaseRequest = StopRequest;
 
 /// Per-node `stop` / `release` reply: which of the sessions were live here.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StopReply {
     /// Sessions that were live here and were acted on.
     pub done: Vec<SessionId>,

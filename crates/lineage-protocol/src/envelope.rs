@@ -76,7 +76,7 @@ pub const SERVICE_NAME: &str = "lineage";
 pub const CONTROL_VERSION: u64 = 1;
 
 /// Why a control request failed; the CLI maps each to its own exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request was malformed or invalid (exit 2).
@@ -105,7 +105,9 @@ impl ErrorCode {
 }
 
 /// A failed control request: a code and one line saying what was wrong and what to do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error, schemars::JsonSchema,
+)]
 #[error("{message}")]
 pub struct ControlError {
     /// The class of failure.
@@ -126,7 +128,7 @@ impl ControlError {
 }
 
 /// The reply envelope.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct Reply<T> {
     /// Always [`CONTROL_VERSION`].

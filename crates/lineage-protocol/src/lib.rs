@@ -3,14 +3,15 @@
 //! A client (the `lineage` CLI, `lineage bench`, a test, another program) and every node read
 //! and write these types; the NATS side (subjects, the request helper, the typed
 //! `ControlClient`) is `lineage_bus`, and the node's handlers are `lineage_host`. Dependencies:
-//! `lineage-core`, `serde`, `serde_json`, `thiserror`.
+//! `lineage-core`, `serde`, `serde_json`, `schemars`, `thiserror`.
 //!
 //! | module | what | ids |
 //! |---|---|---|
 //! | [`envelope`] | reply envelope, error codes (and their exit codes), the `Lineage-Forwarded` routing header, request decoding | N3 |
 //! | [`control`] | request and reply bodies of every control op; op names | N3, M3, M4, K1, X1, T4 |
 //! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
-//! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`] | H1 |
+//! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`]; its JSON Schema | H1 |
+//! | [`schema`] | the JSON Schemas of every op's request and reply (endpoint metadata) | N3, O3 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |
 //!
@@ -23,6 +24,7 @@ pub mod agent;
 pub mod control;
 pub mod envelope;
 pub mod error;
+pub mod schema;
 pub mod script;
 pub mod tools;
 

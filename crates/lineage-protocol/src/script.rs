@@ -3,17 +3,22 @@
 //! `"done"`). The host's script driver interprets it (`lineage_drivers::script`); requests carry it
 //! inside an [`AgentSpec::Script`].
 //!
+//! The whole format, one step at a time, is `docs/script.md`; [`schema`] is its JSON Schema
+//! (`lineage script schema`). Text a step says is always `content` (`reply`, `report`,
+//! `followup`); `reply` still reads the older `text` ([`deprecations`] names each use, which the
+//! CLI prints as a warning).
+//!
 //! JSON (TOML is the same shape):
 //!
 //! ```json
 //! {"turns": [
-//!    [{"do": "reply", "text": "starting"},
+//!    [{"do": "reply", "content": "starting"},
 //!     {"do": "spawn", "shape": "continuable", "prompt": "dig",
 //!      "agent": {"driver": "script", "script": {"turns": [[{"do": "report", "content": "found it", "delivery": "wakeup"}]]}}},
 //!     {"do": "wait_children"}],
 //!    [{"do": "echo"}]
 //!  ],
-//!  "after": {"do": "reply", "text": "done"}}
+//!  "after": {"do": "reply", "content": "done"}}
 //! ```
 
 use lineage_core::descriptor::SubagentShape;
@@ -30,7 +35,7 @@ use crate::error::ProtocolError;
 pub const SCRIPT_PROVIDER: &str = "script";
 
 /// A scripted agent: turns of steps, then [`AfterScript`].
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
     /// Turn `i` runs `turns[i]`.
@@ -42,13 +47,14 @@ pub struct Script {
 }
 
 /// One step of a scripted turn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
     /// Reply with this text.
     Reply {
-        /// The assistant text.
-        text: String,
+        /// The assistant text (`text` is read too, deprecated).
+        #[serde(alias = "text")]
+        content: String,
     },
     /// Reply with the text of this turn's input messages, joined by newlines (handy in tests).
     Echo,
@@ -160,13 +166,14 @@ fn default_wait_ms() -> u64 {
 }
 
 /// What a scripted agent does once its turns are used up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AfterScript {
     /// Reply with this text (default: `"done"`).
     Reply {
-        /// The text.
-        text: String,
+        /// The text (`text` is read too, deprecated).
+        #[serde(alias = "text")]
+        content: String,
     },
     /// Reply with the input, like [`Step::Echo`].
     Echo,
@@ -182,7 +189,7 @@ pub enum AfterScript {
 impl Default for AfterScript {
     fn default() -> Self {
         AfterScript::Reply {
-            text: "done".to_owned(),
+            content: "done".to_owned(),
         }
     }
 }
@@ -204,5 +211,128 @@ impl Script {
     /// Parses a script from JSON, refusing unknown fields with a one-line error.
     pub fn from_json(text: &str) -> Result<Self, ProtocolError> {
         serde_json::from_str(text).map_err(|e| ProtocolError::MalformedScript(e.to_string()))
+    }
+}
+
+/// The JSON Schema (draft 2020-12) of a [`Script`]: what `lineage script schema` prints. It
+/// describes the current spelling only (a `reply` with the deprecated `text` does not match).
+pub fn schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(Script)).unwrap_or_default();
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "title".to_owned(),
+            "lineage script: the scripted agent's turns of steps (docs/script.md)".into(),
+        );
+    }
+    schema
+}
+
+/// Where a script (as JSON, nested scripts of spawned children included) uses a spelling that
+/// is still read but deprecated, one line each saying what to write instead; empty when none.
+pub fn deprecations(script: &serde_json::Value) -> Vec<String> {
+    let mut found = Vec::new();
+    deprecated_in(script, "script", &mut found);
+    found
+}
+
+fn deprecated_in(value: &serde_json::Value, at: &str, found: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(object) => {
+            if object.get("do").and_then(|d| d.as_str()) == Some("reply")
+                && object.contains_key("text")
+            {
+                found.push(format!(
+                    "{at}: `reply` takes `content` now; `text` is deprecated (write {{\"do\": \"reply\", \"content\": ...}})"
+                ));
+            }
+            for (key, inner) in object {
+                deprecated_in(inner, &format!("{at}.{key}"), found);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, inner) in items.iter().enumerate() {
+                deprecated_in(inner, &format!("{at}[{i}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn o1_reply_takes_content_and_still_reads_the_deprecated_text() {
+        let new = Script::from_json(
+            r#"{"turns":[[{"do":"reply","content":"hi"}]],"after":{"do":"reply","content":"bye"}}"#,
+        )
+        .unwrap();
+        let old = Script::from_json(
+            r#"{"turns":[[{"do":"reply","text":"hi"}]],"after":{"do":"reply","text":"bye"}}"#,
+        )
+        .unwrap();
+        assert_eq!(new, old);
+        assert_eq!(
+            serde_json::to_string(&new).unwrap(),
+            r#"{"turns":[[{"do":"reply","content":"hi"}]],"after":{"do":"reply","content":"bye"}}"#
+        );
+        let both = Script::from_json(r#"{"turns":[[{"do":"reply","text":"a","content":"b"}]]}"#);
+        assert!(both.is_err(), "{both:?}");
+    }
+
+    #[test]
+    fn o1_deprecations_name_every_old_spelling_nested_scripts_too() {
+        let raw: serde_json::Value = serde_json::from_str(
+            r#"{"turns":[[{"do":"reply","text":"a"},{"do":"spawn","shape":"one-shot","agent":{"driver":"script","script":{"turns":[[{"do":"reply","text":"b"}]]}}}]],"after":{"do":"reply","text":"c"}}"#,
+        )
+        .unwrap();
+        let found = deprecations(&raw);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|l| l.starts_with("script.after: `reply` takes `content`")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|l| l.starts_with("script.turns[0][1].agent.script.turns[0][0]:")),
+            "{found:?}"
+        );
+        let clean: serde_json::Value = serde_json::from_str(
+            r#"{"turns":[[{"do":"reply","content":"a"},{"do":"report","content":"r"}]]}"#,
+        )
+        .unwrap();
+        assert!(deprecations(&clean).is_empty());
+    }
+
+    #[test]
+    fn o1_the_schema_names_every_step_and_the_current_spelling() {
+        let schema = schema().to_string();
+        for step in [
+            "reply",
+            "echo",
+            "report",
+            "spawn",
+            "reply_result",
+            "wait_children",
+            "followup",
+            "interrupt",
+            "list_children",
+            "await_children",
+            "usage",
+            "sleep",
+            "fail",
+            "repeat_last",
+        ] {
+            assert!(
+                schema.contains(&format!("\"{step}\"")),
+                "{step} missing from {schema}"
+            );
+        }
+        assert!(schema.contains("\"content\""), "{schema}");
+        assert!(!schema.contains("\"text\""), "{schema}");
     }
 }

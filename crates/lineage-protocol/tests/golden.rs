@@ -376,7 +376,9 @@ fn n3_status_agents_stop_bodies_are_pinned() {
 fn h1_script_language_is_pinned() {
     let script = Script {
         turns: vec![vec![
-            Step::Reply { text: "hi".into() },
+            Step::Reply {
+                content: "hi".into(),
+            },
             Step::Echo,
             Step::Report {
                 content: "r".into(),
@@ -401,7 +403,7 @@ fn h1_script_language_is_pinned() {
     pin(
         &script,
         concat!(
-            r#"{"turns":[[{"do":"reply","text":"hi"},{"do":"echo"},{"do":"report","content":"r","delivery":"wakeup"},"#,
+            r#"{"turns":[[{"do":"reply","content":"hi"},{"do":"echo"},{"do":"report","content":"r","delivery":"wakeup"},"#,
             r#"{"do":"spawn","shape":"one-shot","agent":null,"prompt":"p","node":null,"label":null,"persona":null,"tool_filter":null},"#,
             r#"{"do":"wait_children"},{"do":"sleep","ms":5},{"do":"fail","reason":"x"}]],"after":{"do":"repeat_last"}}"#
         ),
@@ -414,9 +416,15 @@ fn h1_script_language_is_pinned() {
                 delivery: Delivery::Quiet
             }]],
             after: AfterScript::Reply {
-                text: "done".into()
+                content: "done".into()
             },
         }
+    );
+    // Issue 15 (O1): `reply` says `content` like `report` and `followup`; the older `text`
+    // still reads (the CLI warns).
+    assert_eq!(
+        Script::from_json(r#"{"turns":[[{"do":"reply","text":"hi"}]]}"#).unwrap(),
+        Script::from_json(r#"{"turns":[[{"do":"reply","content":"hi"}]]}"#).unwrap()
     );
     let err = Script::from_json(r#"{"turns":[],"bogus":1}"#).unwrap_err();
     assert!(

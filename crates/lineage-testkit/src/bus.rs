@@ -155,11 +155,19 @@ impl Cluster {
                 let Some(msg) = next else { break };
                 let msg = msg.expect("log message");
                 read += 1;
-                // One event (an object) or a batch appended together (an array).
+                // The envelope `{"v":1,"events":[...]}`; logs written before it hold one
+                // event (an object) or a batch appended together (an array).
                 let value: serde_json::Value = serde_json::from_slice(&msg.payload)
                     .unwrap_or_else(|e| panic!("log message of {session} is not JSON: {e}"));
                 let batch = match value {
                     serde_json::Value::Array(items) => items,
+                    serde_json::Value::Object(mut envelope) if envelope.contains_key("v") => {
+                        assert_eq!(envelope["v"], 1, "log message version of {session}");
+                        match envelope.remove("events") {
+                            Some(serde_json::Value::Array(items)) => items,
+                            other => panic!("log envelope of {session} has no events: {other:?}"),
+                        }
+                    }
                     one => vec![one],
                 };
                 for item in batch {

@@ -28,9 +28,9 @@ impl Script {
         self
     }
 
-    /// `{"do": "reply", "text": text}`.
+    /// `{"do": "reply", "content": text}`.
     pub fn reply(self, text: &str) -> Script {
-        self.step(json!({"do": "reply", "text": text}))
+        self.step(json!({"do": "reply", "content": text}))
     }
 
     /// `{"do": "report", "content": content}`.
@@ -116,7 +116,7 @@ mod tests {
             .after_echo()
             .json();
         let by_hand = json!({"turns": [
-            [{"do": "reply", "text": "started"}, {"do": "sleep", "ms": 5}],
+            [{"do": "reply", "content": "started"}, {"do": "sleep", "ms": 5}],
             [{"do": "report", "content": "r"}, {"do": "echo"}]
         ], "after": {"do": "echo"}});
         assert_eq!(built, by_hand);

@@ -100,7 +100,7 @@ pub enum Verb {
     },
     /// Spawn a session: top level, or a child of --parent.
     #[command(
-        after_help = "Example:\n  lineage spawn --shape continuable --prompt start --script '{\"turns\":[[{\"do\":\"reply\",\"text\":\"hi\"}]]}'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
+        after_help = "Example:\n  lineage spawn --shape continuable --prompt start --script '{\"turns\":[[{\"do\":\"reply\",\"content\":\"hi\"}]]}'\n  lineage spawn --parent 0193... --shape one-shot --script @child.json --node node-2"
     )]
     Spawn(crate::cmd::spawn::Args),
     /// Send the next user message to a session (followup; cold-resumes a cold child).
@@ -159,6 +159,9 @@ pub enum Verb {
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigVerb),
+    /// The scripted agent's language: its JSON Schema, or check a script.
+    #[command(subcommand)]
+    Script(crate::cmd::script::ScriptVerb),
     /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline).
     #[command(after_help = "Example:\n  lineage bench registry")]
     Bench {

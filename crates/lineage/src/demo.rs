@@ -22,28 +22,28 @@ use crate::dev::DevCluster;
 /// The root's script: three continuable children on three nodes, then it answers every turn
 /// (a report or a settlement waking it) with what it received.
 fn root_script() -> serde_json::Value {
-    let leaf = json!({"turns": [[{"do": "reply", "text": "leaf: counted 42 files"}]]});
+    let leaf = json!({"turns": [[{"do": "reply", "content": "leaf: counted 42 files"}]]});
     let analyst = json!({"turns": [[
         {"do": "report", "content": "analyst: started, delegating the count to a one-shot leaf", "delivery": "wakeup"},
         {"do": "spawn", "shape": "one-shot", "node": "node-3", "prompt": "count the files", "label": "leaf",
          "agent": {"driver": "script", "script": leaf}},
-        {"do": "reply", "text": "analyst: 42 files"}
+        {"do": "reply", "content": "analyst: 42 files"}
     ]]});
     let long_worker = json!({"turns": [
         [
             {"do": "report", "content": "worker: on a long task", "delivery": "quiet"},
             {"do": "sleep", "ms": 600000},
-            {"do": "reply", "text": "worker: finished the long task"}
+            {"do": "reply", "content": "worker: finished the long task"}
         ],
-        [{"do": "reply", "text": "worker: resumed on a new node, picking up where the log left off"}]
+        [{"do": "reply", "content": "worker: resumed on a new node, picking up where the log left off"}]
     ]});
     let sleeper =
-        json!({"turns": [[{"do": "sleep", "ms": 600000}, {"do": "reply", "text": "never"}]]});
+        json!({"turns": [[{"do": "sleep", "ms": 600000}, {"do": "reply", "content": "never"}]]});
     let supervisor = json!({"turns": [[
         {"do": "spawn", "shape": "continuable", "node": "node-1", "prompt": "watch the build", "label": "watcher",
          "agent": {"driver": "script", "script": sleeper}},
         {"do": "report", "content": "supervisor: watcher started", "delivery": "quiet"},
-        {"do": "reply", "text": "supervisor: waiting on the watcher"}
+        {"do": "reply", "content": "supervisor: waiting on the watcher"}
     ]]});
     json!({"turns": [[
         {"do": "spawn", "shape": "continuable", "node": "node-2", "prompt": "analyse", "label": "analyst",
@@ -52,7 +52,7 @@ fn root_script() -> serde_json::Value {
          "agent": {"driver": "script", "script": long_worker}},
         {"do": "spawn", "shape": "continuable", "node": "node-2", "prompt": "supervise", "label": "supervisor",
          "agent": {"driver": "script", "script": supervisor}},
-        {"do": "reply", "text": "root: three children spawned"}
+        {"do": "reply", "content": "root: three children spawned"}
     ]], "after": {"do": "echo"}})
 }
 

@@ -224,7 +224,7 @@ fn replies(replies: usize) -> Script {
     Script {
         turns: vec![(0..replies)
             .map(|i| Step::Reply {
-                text: format!("r{i}"),
+                content: format!("r{i}"),
             })
             .collect()],
         ..Script::default()

@@ -33,11 +33,15 @@
 //! - a running turn may wait for its children and receive their reports and settlements in
 //!   the turn (`turn/inputs`), instead of in a later turn ([`wait`]).
 //!
+//! - graceful shutdown: a quiesced agent takes no new turn; an idle one hands off (leaves
+//!   unsettled, for another node to resume with nothing cut short) ([`handoff`]).
+//!
 //! Files: [`accept`] (messages in), [`turn`] (a turn and what it does), [`wait`] (a turn
 //! waiting for its children), [`settle`] (the activation's decisions as commands), [`restore`]
-//! (the fold).
+//! (the fold), [`handoff`] (graceful shutdown).
 
 pub mod accept;
+pub mod handoff;
 pub mod restore;
 pub mod settle;
 pub mod turn;
@@ -73,6 +77,7 @@ pub struct Arrival {
 }
 
 /// What a wait for children waits for.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitMode {
@@ -187,6 +192,12 @@ pub enum EngineEvent {
     TurnEnded(TurnOutcome),
     /// The host shuts down while a turn ran: its end is written, nothing settles.
     TurnAbandoned(TurnOutcome),
+    /// Graceful shutdown: the host winds down; no new turn starts here (a running one goes on
+    /// to its end). A one-shot run is not quiesced ([`handoff`]).
+    Quiesce,
+    /// Graceful shutdown: leave without settling, when no turn runs, so another node resumes
+    /// the session with nothing cut short ([`EngineCommand::HandOff`]); a no-op during a turn.
+    HandOff,
 }
 
 /// An answer to whoever waits ([`ReplyTo`]).
@@ -315,6 +326,15 @@ pub enum EngineCommand {
         /// The stop reason.
         stop_reason: StopReason,
     },
+    /// Graceful shutdown: the agent leaves unsettled, idle, with its log durable through
+    /// `after_seq`; once it is gone the host releases its placement (any node resumes it at
+    /// once, nothing was cut short). `pending_work`: a waking message waits for a turn.
+    HandOff {
+        /// A waking message waits for the next host's turn.
+        pending_work: bool,
+        /// Durable through this seq.
+        after_seq: u64,
+    },
     /// The agent is done: release the handle, stop the task.
     Leave,
 }
@@ -398,6 +418,8 @@ pub struct AgentEngine {
     spawn_asked: bool,
     /// The call fingerprints of births in flight, by who waits (recorded with the birth).
     calls: BTreeMap<ReplyTo, String>,
+    /// The host winds down: no new turn starts here ([`handoff`]).
+    quiesced: bool,
     /// The seq the next staged event gets.
     next_seq: u64,
     /// The last seq a Flush covers (as far as the commands returned so far go).
@@ -537,6 +559,8 @@ impl AgentEngine {
                 self.end_wait(&mut out);
                 self.turn_abandoned(outcome, &mut out)
             }
+            EngineEvent::Quiesce => self.quiesce(),
+            EngineEvent::HandOff => self.hand_off(&mut out),
         }
         out
     }
@@ -563,7 +587,9 @@ impl AgentEngine {
             | EngineEvent::Recover
             | EngineEvent::BeginTurn
             | EngineEvent::TurnEnded(_)
-            | EngineEvent::TurnAbandoned(_) => {}
+            | EngineEvent::TurnAbandoned(_)
+            | EngineEvent::Quiesce
+            | EngineEvent::HandOff => {}
         }
     }
 

@@ -17,6 +17,7 @@
 //! | [`agents`] | `lineage agents` |
 //! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
 //! | [`config`] | `lineage config show` |
+//! | [`script`] | `lineage script schema` / `check`: the scripted agent's language |
 
 pub mod agents;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod interrupt;
 pub mod ls;
 pub mod mcp;
 pub mod node;
+pub mod script;
 pub mod send;
 pub mod spawn;
 pub mod status;
@@ -37,8 +39,8 @@ use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::trace::TraceContext;
 use lineage_bus::{ControlClient, Subjects};
 use lineage_core::ids::SessionId;
-use lineage_protocol::Script;
 use lineage_registry::RegistryError;
+pub(crate) use script::read_script;
 
 use crate::cli::{Cli, ConfigVerb, Global, Verb};
 use crate::output::{fail, usage};
@@ -66,6 +68,7 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Node { .. }
         | Verb::Dev { .. }
         | Verb::Config(_)
+        | Verb::Script(_)
         | Verb::Bench { .. }
         | Verb::Mcp
         | Verb::Acp(_) => None,
@@ -141,6 +144,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Mcp => mcp::run().await,
         Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
+        Verb::Script(verb) => script::run(verb),
         Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
     }
 }
@@ -229,30 +233,5 @@ pub(crate) async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// Reads `--script`: inline JSON, or `@FILE` (JSON, or TOML when the file ends in `.toml`).
-pub(crate) fn read_script(raw: &str) -> Result<Script, ControlError> {
-    let (text, toml) = match raw.strip_prefix('@') {
-        Some(path) => (
-            std::fs::read_to_string(path)
-                .map_err(|e| usage(format!("cannot read script file {path}: {e}")))?,
-            path.ends_with(".toml"),
-        ),
-        None => (raw.to_owned(), false),
-    };
-    if toml {
-        figment::Figment::from(
-            <figment::providers::Toml as figment::providers::Format>::string(&text),
-        )
-        .extract()
-        .map_err(|e| usage(format!("invalid script TOML: {e}")))
-    } else {
-        serde_json::from_str(&text).map_err(|e| {
-            usage(format!(
-                "invalid script JSON: {e}; example: {{\"turns\":[[{{\"do\":\"reply\",\"text\":\"hi\"}}]]}}"
-            ))
-        })
     }
 }
