@@ -161,12 +161,20 @@ pub fn encode_reply<T: Serialize>(outcome: &Result<T, ControlError>) -> Vec<u8> 
     })
 }
 
-/// Decodes a request body, mapping malformed JSON to a `bad_request` error naming the op.
+/// Decodes a request body, mapping malformed JSON to a `bad_request` error naming the op. A
+/// body is a JSON object (an empty body reads as `{}`): anything else is refused before serde
+/// sees it, which would take an array for a struct with no fields (issue 12's fuzzing found
+/// `[]` answered as a valid `status`).
 pub fn decode_request<T: DeserializeOwned>(op: &str, body: &[u8]) -> Result<T, ControlError> {
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        body
+    let body = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => b"{}".as_slice(),
+        Some(b'{') => body,
+        Some(_) => {
+            return Err(ControlError::new(
+                ErrorCode::BadRequest,
+                format!("malformed {op} request: the body must be a JSON object ({{...}}); see `lineage {op} --help` for the JSON shape"),
+            ))
+        }
     };
     serde_json::from_slice(body).map_err(|e| {
         ControlError::new(
@@ -276,6 +284,25 @@ mod tests {
         assert_eq!(err.code, ErrorCode::BadRequest);
         assert!(err.message.starts_with("malformed spawn request"));
         assert!(!err.message.contains('\n'));
+    }
+
+    #[test]
+    fn n3_a_request_body_is_an_object_or_empty() {
+        #[derive(Debug, Deserialize)]
+        struct Status {}
+        for bad in [&b"[]"[..], b" [ ] ", b"1", b"null", b"\"{}\""] {
+            let err = decode_request::<Status>("status", bad).unwrap_err();
+            assert_eq!(err.code, ErrorCode::BadRequest);
+            assert!(
+                err.message
+                    .starts_with("malformed status request: the body must be a JSON object"),
+                "{}",
+                err.message
+            );
+        }
+        for good in [&b""[..], b"  ", b"{}", b" {} "] {
+            assert!(decode_request::<Status>("status", good).is_ok());
+        }
     }
 
     #[test]
