@@ -92,3 +92,12 @@ if ! have nats && have go; then
   go install github.com/nats-io/natscli/nats@v0.5.0 \
     || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
 fi
+
+# The Porcupine linearizability checker of the chaos test (g1_chaos_registry, issue 12) is a Go
+# program in tools/porcupine: fetch its module now (the test fails without Go).
+if have go; then
+  (cd "$(dirname "$0")/../tools/porcupine" && go mod download) \
+    || echo "install-deps: could not fetch the Porcupine module; g1_chaos_registry will fail" >&2
+else
+  echo "install-deps: no Go: g1_chaos_registry (the Porcupine checker) will fail" >&2
+fi
