@@ -93,6 +93,22 @@ if ! have nats && have go; then
     || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
 fi
 
+# For the README test (o1_readme_verbatim, issue 15): jq, which the README's commands use (the
+# test fails without it), and helm v3.22.0 for the chart README's `helm template` (without it
+# those commands are skipped; scripts/check-chart.sh installs the same helm when it runs).
+if ! have jq; then
+  if have apt-get && [ "$(id -u)" = 0 ]; then
+    echo "install-deps: installing jq (apt-get install jq)"
+    { apt-get update -qq && apt-get install -y -qq jq; } >/dev/null 2>&1 || true
+  fi
+  have jq || echo "install-deps: jq not installed (install it with your package manager); the README test (o1_readme_verbatim) will fail" >&2
+fi
+if ! have helm && have go; then
+  echo "install-deps: installing helm v3.22.0 (go install helm.sh/helm/v3/cmd/helm@v3.22.0)"
+  go install helm.sh/helm/v3/cmd/helm@v3.22.0 \
+    || echo "install-deps: helm not installed; the README test skips the chart README's helm commands" >&2
+fi
+
 # The Porcupine linearizability checker of the chaos test (g1_chaos_registry, issue 12) is a Go
 # program in tools/porcupine: fetch its module now (the test fails without Go).
 if have go; then
