@@ -23,6 +23,7 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
     let acts_as = match cmd {
         Command::Heartbeat { node, .. }
         | Command::ClaimPlacement { node, .. }
+        | Command::ReleasePlacement { node, .. }
         | Command::ConfirmStart { node, .. } => Some(node),
         Command::RegisterSession {
             node: Some(node),

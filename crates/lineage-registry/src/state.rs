@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod purge;
+mod release;
 
 use lineage_core::budget::{Budget, BudgetSpent};
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
@@ -281,6 +282,13 @@ impl RegistryState {
                 run.as_ref(),
                 *activate,
             ),
+            Command::ReleasePlacement {
+                at_ms,
+                session,
+                node,
+                expected_epoch,
+                ..
+            } => self.release_placement(*at_ms, session, node, *expected_epoch),
             Command::SetState {
                 at_ms,
                 session,
@@ -475,6 +483,7 @@ impl RegistryState {
             placement: node.as_ref().map(|n| Placement {
                 node: n.clone(),
                 epoch: 1,
+                released: false,
             }),
             state: match birth {
                 Birth::Hosted => SessionState::Running,
@@ -602,6 +611,7 @@ impl RegistryState {
         let placement = Placement {
             node: node.clone(),
             epoch: current.saturating_add(1),
+            released: false,
         };
         record.placement = Some(placement.clone());
         if let Some(run) = run {
@@ -855,6 +865,7 @@ impl RegistryState {
             None => Placement {
                 node: node.clone(),
                 epoch: 1,
+                released: false,
             },
         };
         let deadline = record.start_deadline_ms.unwrap_or(0);
@@ -1211,6 +1222,7 @@ fn reindexed_session(cmd: &Command) -> Option<&SessionId> {
         Command::ConfirmStart { session, .. }
         | Command::ExpireStart { session, .. }
         | Command::ClaimPlacement { session, .. }
+        | Command::ReleasePlacement { session, .. }
         | Command::SetState { session, .. }
         | Command::Dispose { session, .. }
         | Command::SetDescriptor { session, .. } => Some(session),

@@ -20,6 +20,18 @@ pub struct Placement {
     pub node: NodeId,
     /// The claim epoch (registration starts at 1 when a node is given, 0 means never placed).
     pub epoch: u64,
+    /// K1, graceful shutdown: the node handed the session off ([`Command::ReleasePlacement`]):
+    /// it hosts it no more, nothing was cut short, and any node may resume it at once (the
+    /// next claim clears it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
+}
+
+impl Placement {
+    /// The node that hosts the session now: the placement's node, unless it released it.
+    pub fn host(&self) -> Option<&NodeId> {
+        (!self.released).then_some(&self.node)
+    }
 }
 
 /// The lifecycle state of a session (X2): defined once in `lineage-core`
@@ -249,6 +261,22 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         activate: bool,
     },
+    /// K1, graceful shutdown: the node the session is placed on hands it off, idle, with
+    /// nothing cut short; the placement stays (node and epoch) marked `released`, so any node
+    /// may resume it at once and re-adoption does not treat it as cut short. Only by that node
+    /// at that epoch (a Z2 identity claim like `ClaimPlacement`).
+    ReleasePlacement {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// The session.
+        session: SessionId,
+        /// The releasing node (the one it is placed on).
+        node: NodeId,
+        /// The epoch the releasing node holds.
+        expected_epoch: u64,
+    },
     /// Record the usage a hosted agent last reported (Q3, F-part of issue 11), replacing the
     /// session's previous one; fenced like `SetState`.
     RecordUsage {
@@ -357,6 +385,7 @@ impl Command {
             | Command::ConfirmStart { request_id, .. }
             | Command::ExpireStart { request_id, .. }
             | Command::ClaimPlacement { request_id, .. }
+            | Command::ReleasePlacement { request_id, .. }
             | Command::SetState { request_id, .. }
             | Command::RecordUsage { request_id, .. }
             | Command::CloseAdmission { request_id, .. }
@@ -375,6 +404,7 @@ impl Command {
             | Command::ConfirmStart { at_ms, .. }
             | Command::ExpireStart { at_ms, .. }
             | Command::ClaimPlacement { at_ms, .. }
+            | Command::ReleasePlacement { at_ms, .. }
             | Command::SetState { at_ms, .. }
             | Command::RecordUsage { at_ms, .. }
             | Command::CloseAdmission { at_ms, .. }
@@ -393,6 +423,7 @@ impl Command {
             Command::ConfirmStart { .. } => "confirm_start",
             Command::ExpireStart { .. } => "expire_start",
             Command::ClaimPlacement { .. } => "claim_placement",
+            Command::ReleasePlacement { .. } => "release_placement",
             Command::SetState { .. } => "set_state",
             Command::RecordUsage { .. } => "record_usage",
             Command::CloseAdmission { .. } => "close_admission",
@@ -451,6 +482,11 @@ pub enum CommandResponse {
     /// The claim won: this is the new placement.
     Placed {
         /// The new placement (epoch bumped).
+        placement: Placement,
+    },
+    /// The placement is released (K1, graceful shutdown).
+    Released {
+        /// The placement, now `released`.
         placement: Placement,
     },
     /// The usage is recorded.

@@ -511,6 +511,11 @@ fn summarize(r: &CommandResponse) -> String {
                 placement.epoch
             )
         }
+        CommandResponse::Released { placement } => format!(
+            "released:{}:{}",
+            &placement.node.as_str()[1..],
+            placement.epoch
+        ),
         CommandResponse::StateSet { state, .. } => format!(
             "state:{}",
             match state {
