@@ -256,6 +256,7 @@ fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcup
     // The faults: one every ~1.5 s while the workload runs, bounded, each healed before the next.
     let mut rng = Rng::new(seed);
     let mut injected = Vec::new();
+    let mut windows: Vec<(&str, i64, i64)> = Vec::new();
     for round in 0..12 {
         if done.load(Ordering::SeqCst) {
             break;
@@ -271,6 +272,7 @@ fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcup
             _ => ("SIGKILL follower", follower),
         };
         let began = Instant::now();
+        let from = start.elapsed().as_nanos() as i64;
         match kind {
             0 | 3 => {
                 c.nodes[victim].kill();
@@ -288,6 +290,7 @@ fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcup
             victim + 1,
             began.elapsed()
         ));
+        windows.push((name, from, start.elapsed().as_nanos() as i64));
     }
     let history = workload.join().expect("the workload");
     // Healed: every node serves again within a bound.
@@ -328,6 +331,35 @@ fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcup
         latencies.last().copied().unwrap_or(0) / 1_000_000,
         heal
     );
+    // Per fault kind, how long the clients waited: the longest operation that overlapped each
+    // fault (from its injection to its healing), then p50 and max over the faults of the kind.
+    for kind in [
+        "SIGKILL leader",
+        "SIGSTOP leader",
+        "SIGKILL follower",
+        "SIGSTOP follower",
+    ] {
+        let mut waits: Vec<i64> = windows
+            .iter()
+            .filter(|(name, ..)| *name == kind)
+            .map(|(_, from, to)| {
+                history
+                    .iter()
+                    .filter(|o| o.ret >= 0 && o.call <= *to && o.ret >= *from)
+                    .map(|o| o.ret - o.call)
+                    .max()
+                    .unwrap_or(0)
+                    / 1_000_000
+            })
+            .collect();
+        waits.sort_unstable();
+        if let (Some(p50), Some(max)) = (waits.get(waits.len() / 2), waits.last()) {
+            println!(
+                "chaos seed {seed}: {kind}: {} injected, longest wait per fault p50 {p50} ms, max {max} ms",
+                waits.len()
+            );
+        }
+    }
     assert!(!injected.is_empty(), "no fault was injected");
     assert!(
         unknown * 4 < history.len(),
