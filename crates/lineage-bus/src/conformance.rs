@@ -10,7 +10,8 @@
 mod control;
 
 pub use control::{
-    control_any_is_served_once, control_call_reaches_its_node, control_progress_reaches_watchers,
+    control_any_is_served_once, control_call_reaches_its_node,
+    control_left_group_still_serves_its_own_calls, control_progress_reaches_watchers,
     control_unserved_is_unavailable,
 };
 
@@ -619,6 +620,7 @@ macro_rules! conformance_suite {
             output_publish_subscribe,
             control_call_reaches_its_node,
             control_any_is_served_once,
+            control_left_group_still_serves_its_own_calls,
             control_unserved_is_unavailable,
             control_progress_reaches_watchers,
         );

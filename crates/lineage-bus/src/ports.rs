@@ -267,6 +267,11 @@ pub trait ControlEndpoints: Send {
 
     /// Stops serving (unregisters the endpoints); later calls to this node are `unavailable`.
     fn stop(self: Box<Self>) -> BoxFuture<'static, ()>;
+
+    /// Leaves the cluster-wide queue group (a node winding down, K1): calls to any node go to
+    /// the others from now on, while calls to this node's own subjects are still received
+    /// (until [`ControlEndpoints::stop`]).
+    fn leave_group(&mut self) -> BoxFuture<'_, ()>;
 }
 
 /// A live feed of one drain's progress messages.

@@ -78,6 +78,7 @@ impl NatsControl {
             .map_err(|e| unavailable(format!("cannot start the lineage service: {e}")))?;
         let (tx, rx) = mpsc::channel(PENDING_CALLS);
         let mut tasks = Vec::new();
+        let mut group = Vec::new();
         let cluster_queue = format!("lineage-{cluster}");
         for op in ops::CLUSTER {
             let endpoint = service
@@ -88,7 +89,7 @@ impl NatsControl {
                 .add(self.subjects.control(op))
                 .await
                 .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
-            tasks.push(feed(op, endpoint, tx.clone(), self.client.clone()));
+            group.push(feed(op, endpoint, tx.clone(), self.client.clone()));
         }
         let node_queue = format!("lineage-{cluster}-{node}");
         for op in ops::NODE {
@@ -110,6 +111,7 @@ impl NatsControl {
             .map_err(|e| unavailable(format!("cannot flush the endpoint subscriptions: {e}")))?;
         Ok(NatsEndpoints {
             calls: rx,
+            group,
             tasks,
             service: Some(service),
             client: self.client.clone(),
@@ -217,6 +219,9 @@ impl Drop for Heartbeat {
 /// One node's endpoints on NATS.
 struct NatsEndpoints {
     calls: mpsc::Receiver<IncomingCall>,
+    /// The cluster-wide endpoints' tasks (queue group `lineage-<cluster>`).
+    group: Vec<JoinHandle<()>>,
+    /// The per-node endpoints' tasks.
     tasks: Vec<JoinHandle<()>>,
     service: Option<async_nats::service::Service>,
     client: async_nats::Client,
@@ -227,8 +232,24 @@ impl ControlEndpoints for NatsEndpoints {
         Box::pin(self.calls.recv())
     }
 
+    fn leave_group(&mut self) -> BoxFuture<'_, ()> {
+        let group = std::mem::take(&mut self.group);
+        for task in &group {
+            task.abort();
+        }
+        Box::pin(async move {
+            // As in `stop`: each aborted task drops its endpoint (its unsubscription) when it
+            // is next polled; the flush puts them on the server.
+            for task in group {
+                let _ = task.await;
+            }
+            let _ = self.client.flush().await;
+        })
+    }
+
     fn stop(mut self: Box<Self>) -> BoxFuture<'static, ()> {
-        let tasks = std::mem::take(&mut self.tasks);
+        let mut tasks = std::mem::take(&mut self.group);
+        tasks.append(&mut self.tasks);
         for task in &tasks {
             task.abort();
         }
@@ -252,7 +273,7 @@ impl ControlEndpoints for NatsEndpoints {
 
 impl Drop for NatsEndpoints {
     fn drop(&mut self) {
-        for task in &self.tasks {
+        for task in self.group.iter().chain(&self.tasks) {
             task.abort();
         }
     }

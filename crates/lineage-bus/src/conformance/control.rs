@@ -132,6 +132,71 @@ pub async fn control_any_is_served_once(b: &dyn Backend) {
     c.stop().await;
 }
 
+/// K1, graceful shutdown: a node that left the queue group gets no more calls to any node
+/// (they go to the others) but still gets the calls to its own subjects.
+pub async fn control_left_group_still_serves_its_own_calls(b: &dyn Backend) {
+    let transport = b.control().await;
+    let mut leaving = transport
+        .serve(&node("node-l"))
+        .await
+        .expect("serve node-l");
+    let mut staying = transport
+        .serve(&node("node-t"))
+        .await
+        .expect("serve node-t");
+    leaving.leave_group().await;
+    let caller = b.control().await;
+    const CALLS: usize = 4;
+    let asking = tokio::spawn(async move {
+        let mut replies = Vec::new();
+        for n in 0..CALLS {
+            let body = format!("{{\"n\":{n}}}");
+            let reply = caller
+                .request(
+                    &ControlTarget::Any,
+                    call("status", &body, Hop::Client),
+                    REPLY,
+                )
+                .await
+                .expect("a reply");
+            replies.push(String::from_utf8(reply).expect("utf-8"));
+        }
+        let own = caller
+            .request(
+                &ControlTarget::Node(node("node-l")),
+                call("followup", "{}", Hop::Forwarded),
+                REPLY,
+            )
+            .await
+            .expect("the leaving node answers its own subject");
+        (replies, String::from_utf8(own).expect("utf-8"))
+    });
+    for n in 0..CALLS {
+        let got = tokio::time::timeout(DELIVERY, async {
+            tokio::select! {
+                Some(call) = leaving.next() => ("node-l", call),
+                Some(call) = staying.next() => ("node-t", call),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("call {n} was not served"));
+        let (by, incoming) = got;
+        assert_eq!(
+            by, "node-t",
+            "a node that left the group got a call to any node"
+        );
+        (incoming.respond)(b"t".to_vec()).await.expect("respond");
+    }
+    let own = next_call(leaving.as_mut(), "node-l's own call").await;
+    assert_eq!(own.call.op, "followup");
+    (own.respond)(b"l".to_vec()).await.expect("respond");
+    let (replies, reply) = asking.await.expect("the caller task");
+    assert_eq!(replies, vec!["t"; CALLS]);
+    assert_eq!(reply, "l");
+    leaving.stop().await;
+    staying.stop().await;
+}
+
 /// A call nobody serves, to a node whose endpoints stopped, or that nobody answers in time,
 /// is `unavailable`, and says so well within its deadline plus a margin.
 pub async fn control_unserved_is_unavailable(b: &dyn Backend) {

@@ -7,6 +7,7 @@
 //! published, as on core NATS.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,11 +24,15 @@ use crate::ports::{
 /// Progress messages one watch may have queued before new ones are dropped for it.
 const PROGRESS_BACKLOG: usize = 1024;
 
+/// One serving channel and whether it is still in the group of calls to any node.
+type Serving = (mpsc::UnboundedSender<IncomingCall>, Arc<AtomicBool>);
+
 #[derive(Default)]
 struct Hub {
     /// The serving channels of each node (a node may serve more than once, as more than one
-    /// process may join a NATS queue group).
-    nodes: BTreeMap<NodeId, Vec<mpsc::UnboundedSender<IncomingCall>>>,
+    /// process may join a NATS queue group), each with whether it still takes calls to any
+    /// node (false once it left the group).
+    nodes: BTreeMap<NodeId, Vec<Serving>>,
     /// Spreads calls to any node over the serving channels in turn.
     next_any: usize,
     /// The open progress watches of each drain.
@@ -62,13 +67,22 @@ impl MemoryControl {
     fn route(&self, target: &ControlTarget) -> Option<mpsc::UnboundedSender<IncomingCall>> {
         let mut hub = self.hub();
         for channels in hub.nodes.values_mut() {
-            channels.retain(|c| !c.is_closed());
+            channels.retain(|(c, _)| !c.is_closed());
         }
         hub.nodes.retain(|_, channels| !channels.is_empty());
         match target {
-            ControlTarget::Node(node) => hub.nodes.get(node).and_then(|c| c.first().cloned()),
+            ControlTarget::Node(node) => hub
+                .nodes
+                .get(node)
+                .and_then(|c| c.first().map(|(c, _)| c.clone())),
             ControlTarget::Any => {
-                let all: Vec<_> = hub.nodes.values().flatten().cloned().collect();
+                let all: Vec<_> = hub
+                    .nodes
+                    .values()
+                    .flatten()
+                    .filter(|(_, in_group)| in_group.load(Ordering::SeqCst))
+                    .map(|(c, _)| c.clone())
+                    .collect();
                 if all.is_empty() {
                     return None;
                 }
@@ -90,6 +104,8 @@ fn subject_of(target: &ControlTarget, op: &str) -> String {
 /// One node's endpoints on the in-memory hub.
 struct MemoryEndpoints {
     calls: mpsc::UnboundedReceiver<IncomingCall>,
+    /// Whether the hub still routes calls to any node here.
+    in_group: Arc<AtomicBool>,
 }
 
 impl ControlEndpoints for MemoryEndpoints {
@@ -100,6 +116,11 @@ impl ControlEndpoints for MemoryEndpoints {
     fn stop(mut self: Box<Self>) -> BoxFuture<'static, ()> {
         // Closing the receiver closes the node's sender: the hub stops routing to it.
         self.calls.close();
+        Box::pin(async {})
+    }
+
+    fn leave_group(&mut self) -> BoxFuture<'_, ()> {
+        self.in_group.store(false, Ordering::SeqCst);
         Box::pin(async {})
     }
 }
@@ -148,8 +169,16 @@ impl ControlTransport for MemoryControl {
     ) -> BoxFuture<'a, Result<Box<dyn ControlEndpoints>, BusError>> {
         Box::pin(async move {
             let (tx, rx) = mpsc::unbounded_channel();
-            self.hub().nodes.entry(node.clone()).or_default().push(tx);
-            Ok(Box::new(MemoryEndpoints { calls: rx }) as Box<dyn ControlEndpoints>)
+            let in_group = Arc::new(AtomicBool::new(true));
+            self.hub()
+                .nodes
+                .entry(node.clone())
+                .or_default()
+                .push((tx, in_group.clone()));
+            Ok(Box::new(MemoryEndpoints {
+                calls: rx,
+                in_group,
+            }) as Box<dyn ControlEndpoints>)
         })
     }
 
