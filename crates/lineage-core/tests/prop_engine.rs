@@ -44,6 +44,8 @@ enum Step {
     Abandon,
     Wait(bool),
     WaitExpire,
+    Quiesce,
+    HandOff,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -63,6 +65,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Abandon),
         2 => any::<bool>().prop_map(Step::Wait),
         1 => Just(Step::WaitExpire),
+        1 => Just(Step::Quiesce),
+        1 => Just(Step::HandOff),
     ]
 }
 
@@ -168,6 +172,10 @@ impl Model {
                         assert_eq!(self.durable, self.staged, "turn start not durable");
                     }
                 }
+                EngineCommand::HandOff { after_seq, .. } => {
+                    assert!(*after_seq <= self.durable, "handed off before durable");
+                    assert_eq!(self.durable, self.staged, "handed off with events staged");
+                }
                 EngineCommand::TakeTurn
                 | EngineCommand::CancelTurn
                 | EngineCommand::RecordState(_)
@@ -252,6 +260,8 @@ fn event_of(step: &Step, model: &mut Model) -> EngineEvent {
         Step::WaitExpire => EngineEvent::WaitExpired {
             reply: model.last_wait,
         },
+        Step::Quiesce => EngineEvent::Quiesce,
+        Step::HandOff => EngineEvent::HandOff,
     }
 }
 
@@ -273,10 +283,20 @@ proptest! {
         let (mut engine, first) = fold(init, &[], 0, false, 0).unwrap();
         let mut model = Model::default();
         model.run(&engine, &EngineEvent::Recover, &first);
+        let mut quiesced = false;
         for (i, s) in steps.iter().enumerate() {
             let event = event_of(s, &mut model);
             let left_before = engine.has_left();
             let cmds = engine.handle(event.clone(), i as u64);
+            // K1, graceful shutdown: once quiesced, no turn starts (a one-shot is never
+            // quiesced); a hand-off never comes with a settlement.
+            quiesced |= matches!(event, EngineEvent::Quiesce) && shape != Some(SubagentShape::OneShot);
+            let turn = cmds.iter().any(|c| matches!(c, EngineCommand::TakeTurn | EngineCommand::RunTurn { .. }));
+            prop_assert!(!(quiesced && turn), "a turn after quiesce: {:?}", cmds);
+            let handed_off = cmds.iter().any(|c| matches!(c, EngineCommand::HandOff { .. }));
+            let commits = cmds.iter().any(|c| matches!(c, EngineCommand::CommitSettlement { .. }));
+            prop_assert!(!(handed_off && commits), "a hand-off with a settlement: {:?}", cmds);
+            prop_assert!(!handed_off || (!left_before && engine.has_left()));
             // The model's own account of owned children (not the engine's): what a live agent
             // that is not stopping adopts or spawns continuable, minus children whose
             // settlement notice it accepted.

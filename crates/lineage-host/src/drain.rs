@@ -146,17 +146,19 @@ impl Shared {
                     continue;
                 }
                 let active = matches!(record.state, SessionState::Running | SessionState::Waiting);
-                let node = match (&record.placement, active) {
-                    (Some(p), true) => {
-                        let ok = match alive.get(&p.node) {
+                // A released placement is hosted nowhere (its node handed it off): cold.
+                let host = record.placement.as_ref().and_then(|p| p.host());
+                let node = match (host, active) {
+                    (Some(host), true) => {
+                        let ok = match alive.get(host) {
                             Some(ok) => *ok,
                             None => {
-                                let ok = self.node_alive(&p.node).await?;
-                                alive.insert(p.node.clone(), ok);
+                                let ok = self.node_alive(host).await?;
+                                alive.insert(host.clone(), ok);
                                 ok
                             }
                         };
-                        ok.then(|| p.node.clone())
+                        ok.then(|| host.clone())
                     }
                     (Some(_), false) | (None, _) => None,
                 };

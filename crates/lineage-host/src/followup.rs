@@ -70,7 +70,7 @@ impl Shared {
         }
         // A settled session goes back to its own node while that node is live.
         if let Some(node) = self.followup_target(&record, hop.is_forwarded()).await? {
-            return self
+            let forwarded = self
                 .forward(
                     &node,
                     crate::control::ops::FOLLOWUP,
@@ -78,6 +78,24 @@ impl Shared {
                     self.cfg.request_timeout,
                 )
                 .await;
+            match forwarded {
+                // That node does not take it (say it is winding down, K1): a session it no
+                // longer hosts (settled, or handed off meanwhile) is resumed here instead.
+                Err(HostError::Unavailable(reason)) => {
+                    let now = self
+                        .registry
+                        .session(session.clone())
+                        .await?
+                        .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+                    let hosted = now.state.is_active()
+                        && now.placement.as_ref().and_then(|p| p.host()).is_some();
+                    if hosted || now.state == SessionState::Disposed {
+                        return Err(HostError::Unavailable(reason));
+                    }
+                    tracing::info!(%session, %node, %reason, "its node did not take the followup; resuming it here");
+                }
+                other => return other,
+            }
         }
         // Cold, or settling here: an agent whose settlement is under way is still live here
         // (resume says `already_live`) but takes no message; once it has left, it is cold and

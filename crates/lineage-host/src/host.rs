@@ -173,6 +173,11 @@ pub(crate) struct Shared {
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub(crate) shutdown: CancellationToken,
+    /// Graceful shutdown began ([`crate::handoff`]): no new turn starts here, no session is
+    /// resumed here, the sweeps stop.
+    pub(crate) winding: CancellationToken,
+    /// Graceful shutdown reached its hand-off: nothing new is hosted here any more.
+    pub(crate) handing_off: std::sync::atomic::AtomicBool,
     pub(crate) metrics: HostMetrics,
     /// When the lease was last renewed (ms; 0: never), to see a lapse ([`crate::fence`]).
     pub(crate) last_renewal_ms: std::sync::atomic::AtomicU64,
@@ -327,7 +332,24 @@ impl Shared {
     }
 
     pub(crate) fn check_running(&self) -> Result<(), HostError> {
-        if self.shutdown.is_cancelled() {
+        if self.shutdown.is_cancelled()
+            || self.handing_off.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(HostError::ShuttingDown(self.cfg.node.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Whether graceful shutdown began (see [`crate::handoff`]).
+    pub(crate) fn winding_down(&self) -> bool {
+        self.winding.is_cancelled()
+    }
+
+    /// Refuses to take a session here once graceful shutdown began: a resume, re-adoption or
+    /// takeover belongs to a node that stays.
+    pub(crate) fn check_resumable(&self) -> Result<(), HostError> {
+        self.check_running()?;
+        if self.winding_down() {
             return Err(HostError::ShuttingDown(self.cfg.node.to_string()));
         }
         Ok(())
@@ -371,6 +393,8 @@ impl Host {
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
             shutdown,
+            winding: CancellationToken::new(),
+            handing_off: std::sync::atomic::AtomicBool::new(false),
             metrics: HostMetrics::default(),
             last_renewal_ms: std::sync::atomic::AtomicU64::new(0),
         });
@@ -404,6 +428,7 @@ impl Host {
             loop {
                 tokio::select! {
                     _ = births.shutdown.cancelled() => break,
+                    _ = births.winding.cancelled() => break,
                     _ = tokio::time::sleep(every) => {
                         match births.sweep_births().await {
                             Ok(r) if r.expired.is_empty() && r.failed.is_empty() => {}
@@ -429,6 +454,7 @@ impl Host {
             loop {
                 tokio::select! {
                     _ = deadlines.shutdown.cancelled() => break,
+                    _ = deadlines.winding.cancelled() => break,
                     _ = tokio::time::sleep(every) => {
                         match deadlines.sweep_deadlines().await {
                             Ok(r) if r.drained.is_empty() && r.failed.is_empty() => {}
@@ -461,6 +487,7 @@ impl Host {
                 loop {
                     tokio::select! {
                         _ = sweeper.shutdown.cancelled() => break,
+                        _ = sweeper.winding.cancelled() => break,
                         _ = tokio::time::sleep(every) => {
                             match sweeper.take_over(after).await {
                                 Ok(r) if r.resumed.is_empty() && r.failed.is_empty() => {}

@@ -28,6 +28,7 @@
 //! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox) | Q5 |
 //! | [`fence`] | after a lease lapse, stop the agents whose sessions moved to another node | K1, R1 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
+//! | [`handoff`] | graceful shutdown: quiesce, let running turns finish within the grace, release idle sessions | K1, X1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
 //! | [`service`] | the `lineage` control service on the host's control transport (on NATS the `lineage` micro service); dispatches each op by its hop (`Lineage-Forwarded`) | N3, O3 |
@@ -46,6 +47,7 @@ pub mod drain;
 pub mod error;
 pub mod fence;
 pub mod followup;
+pub mod handoff;
 pub mod host;
 pub mod interrupt;
 pub mod readopt;

@@ -16,6 +16,10 @@
 //!    stop reason `interrupted` for a turn the stop cut short) or waits for its owned children.
 //!    Pending input (accepted, not consumed) simply starts a turn.
 //!
+//! A session the node handed off at a graceful shutdown ([`crate::handoff`]: its placement is
+//! `released`, nothing was cut short) is resumed as it was, without step 3: it goes on with
+//! whatever input waits for it, and a waiting parent keeps waiting for its children.
+//!
 //! Settled sessions stay cold: they come back on their next followup, as anywhere. `starting`
 //! sessions (born, never hosted) are not adopted either ([`adoptable`]): there is no log to
 //! resume them from, and the birth sweeper ([`crate::births`]) owns them.
@@ -49,7 +53,7 @@ pub struct ReadoptReport {
 
 impl Shared {
     pub(crate) async fn readopt(self: &Arc<Self>) -> Result<ReadoptReport, HostError> {
-        self.check_running()?;
+        self.check_resumable()?;
         self.adopt_from(self.cfg.node.clone()).await
     }
 
@@ -58,7 +62,7 @@ impl Shared {
         self: &Arc<Self>,
         after: std::time::Duration,
     ) -> Result<ReadoptReport, HostError> {
-        self.check_running()?;
+        self.check_resumable()?;
         let nodes = self.registry.nodes().await?;
         let grace = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
         let mut report = ReadoptReport::default();
@@ -83,17 +87,25 @@ impl Shared {
             .collect();
         mine.sort_by_key(|r| (r.depth(), r.header.id().to_string()));
         let mut report = ReadoptReport::default();
+        // Sessions their node handed off (graceful shutdown) were cut short nowhere: they go
+        // on as they were, with no recovery decision.
+        let mut cut_short = Vec::new();
         for record in mine {
             let session = record.header.id().clone();
             match self.resume_local(session.clone()).await {
-                Ok(_) => report.resumed.push(session),
+                Ok(_) => {
+                    if !record.placement.as_ref().is_some_and(|p| p.released) {
+                        cut_short.push(session.clone());
+                    }
+                    report.resumed.push(session)
+                }
                 Err(e) => {
                     tracing::warn!(%session, error = %e, "not adopted");
                     report.failed.push((session, e.to_string()));
                 }
             }
         }
-        for session in report.resumed.iter().rev() {
+        for session in cut_short.iter().rev() {
             let _ = self.send(session, AgentCmd::Recover);
         }
         Ok(report)

@@ -39,7 +39,7 @@ impl Shared {
     }
 
     async fn resume_inner(self: &Arc<Self>, session: SessionId) -> Result<ResumeReply, HostError> {
-        self.check_running()?;
+        self.check_resumable()?;
         // The record and the log are read at once (neither depends on the other). A log read
         // while another node still appended is caught later: the claim's epoch CAS refuses a
         // session that moved, and the log's sequence check fences a stale cursor.
@@ -64,13 +64,13 @@ impl Shared {
             SessionState::Starting => return Err(HostError::Starting(session.to_string())),
             SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
         }
-        // A session that runs on another live node is not cold.
-        if let Some(p) = &record.placement {
+        // A session that runs on another live node is not cold (one its node released is).
+        if let Some(host) = record.placement.as_ref().and_then(|p| p.host()) {
             let active = record.state.is_active();
-            if active && p.node != self.cfg.node && self.node_alive(&p.node).await? {
+            if active && host != &self.cfg.node && self.node_alive(host).await? {
                 return Err(HostError::ClaimLost {
                     session: session.to_string(),
-                    node: p.node.to_string(),
+                    node: host.to_string(),
                 });
             }
         }

@@ -73,7 +73,8 @@ impl Shared {
             bool,
         ) -> lineage_core::routing::Route,
     ) -> Result<Option<NodeId>, HostError> {
-        let placement = record.placement.as_ref().map(|p| &p.node);
+        // A released placement (its node handed the session off) is hosted nowhere: cold.
+        let placement = record.placement.as_ref().and_then(|p| p.host());
         match rule(record.state, placement, &self.cfg.node, already_forwarded) {
             // Its node's lease expired: the session is cold, served (resumed) here.
             Route::Forward(node) => Ok(self.node_alive(&node).await?.then_some(node)),

@@ -39,6 +39,8 @@ use crate::host::Host;
 pub struct ServiceHandle {
     stop: tokio_util::sync::CancellationToken,
     keeper: JoinHandle<()>,
+    /// Asks the serving task to leave the cluster-wide queue group; answered when it has.
+    leave: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for ServiceHandle {
@@ -50,6 +52,17 @@ impl std::fmt::Debug for ServiceHandle {
 }
 
 impl ServiceHandle {
+    /// Graceful shutdown (K1, [`crate::handoff`]): stops serving the cluster-wide subjects
+    /// (requests to any node go to the others from now on) and keeps serving this node's own
+    /// (forwarded followups and interrupts for the sessions it still hosts, drain fan-out).
+    /// Returns once the queue subscriptions are gone from the server.
+    pub async fn leave_group(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.leave.send(tx).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     /// Stops every endpoint and unregisters the service.
     pub async fn stop(self) {
         self.stop.cancel();
@@ -66,7 +79,8 @@ pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
         HostError::Unavailable(format!("cannot serve the lineage control service: {e}"))
     })?;
     let stop = host.shutdown_token().child_token();
-    let keeper = run_endpoints(host.clone(), endpoints, stop.clone());
+    let (leave, leaving) = tokio::sync::mpsc::channel(1);
+    let keeper = run_endpoints(host.clone(), endpoints, stop.clone(), leaving);
     // Make sure the endpoints answer before anyone is told we serve: a request to our own
     // status endpoint goes the way any other node's would.
     let probe: Result<crate::control::StatusReply, HostError> = host
@@ -85,7 +99,11 @@ pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
             "the lineage service does not answer its own status request: {e}"
         )));
     }
-    Ok(ServiceHandle { stop, keeper })
+    Ok(ServiceHandle {
+        stop,
+        keeper,
+        leave,
+    })
 }
 
 /// Reads the endpoints until `stop` is cancelled (the host's shutdown cancels it too), each
@@ -94,11 +112,17 @@ fn run_endpoints(
     host: Host,
     mut endpoints: Box<dyn ControlEndpoints>,
     stop: tokio_util::sync::CancellationToken,
+    mut leave: tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<()>>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let incoming = tokio::select! {
                 r = endpoints.next() => r,
+                Some(done) = leave.recv() => {
+                    endpoints.leave_group().await;
+                    let _ = done.send(());
+                    continue;
+                }
                 _ = stop.cancelled() => break,
             };
             let Some(IncomingCall { call, respond }) = incoming else {

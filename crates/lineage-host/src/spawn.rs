@@ -340,7 +340,7 @@ impl Host {
             }));
         }
         let here = &self.shared.cfg.node;
-        let placement = record.placement.as_ref().map(|p| &p.node);
+        let placement = record.placement.as_ref().and_then(|p| p.host());
         match route(record.state, placement, here, hop.is_forwarded()) {
             Route::Forward(node) => {
                 if !self.shared.node_alive(&node).await? {

@@ -52,6 +52,8 @@ pub struct NodeConfig {
     pub tools: ToolsSection,
     /// How long disposed sessions are kept (Q5).
     pub retention: RetentionSection,
+    /// Graceful shutdown (K1).
+    pub shutdown: ShutdownSection,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -67,6 +69,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("agents", &self.agents)
             .field("tools", &self.tools)
             .field("retention", &self.retention)
+            .field("shutdown", &self.shutdown)
             .finish()
     }
 }
@@ -216,6 +219,23 @@ pub struct RetentionSection {
     pub disposed_after_ms: u64,
 }
 
+/// `[shutdown]` (K1): what a node does on SIGTERM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSection {
+    /// How long a stopping node lets the turns already running finish (it takes no new work
+    /// meanwhile) before it hands its sessions off; a turn still running then is interrupted.
+    /// 0: hand off at once. Default 30 s; at most [`MAX_GRACE_MS`]. Kubernetes: keep
+    /// `terminationGracePeriodSeconds` above it.
+    pub grace_ms: u64,
+}
+
+/// The longest `shutdown.grace_ms` (an hour): a longer one holds a rolling upgrade for hours.
+pub const MAX_GRACE_MS: u64 = 3_600_000;
+
+/// The default `shutdown.grace_ms`.
+pub const DEFAULT_GRACE_MS: u64 = 30_000;
+
 /// `[lease]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -265,6 +285,9 @@ impl Default for NodeConfig {
             },
             retention: RetentionSection {
                 disposed_after_ms: lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
+            },
+            shutdown: ShutdownSection {
+                grace_ms: DEFAULT_GRACE_MS,
             },
         }
     }
@@ -417,7 +440,7 @@ impl Provider for Flag {
 
 /// The top-level config keys; `LINEAGE_*` variables outside them (say `LINEAGE_TEST_THREADS`
 /// of the test script) are someone else's and are not read as config.
-pub const TOP_LEVEL_KEYS: [&str; 10] = [
+pub const TOP_LEVEL_KEYS: [&str; 11] = [
     "cluster",
     "nats_url",
     "node",
@@ -428,6 +451,7 @@ pub const TOP_LEVEL_KEYS: [&str; 10] = [
     "agents",
     "tools",
     "retention",
+    "shutdown",
 ];
 
 /// `LINEAGE_` environment variables, `__` for nesting, restricted to [`TOP_LEVEL_KEYS`].
@@ -604,6 +628,15 @@ fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
     }
     if let Err((key, what)) = config.agents.validate() {
         return fail(&key, what);
+    }
+    if config.shutdown.grace_ms > MAX_GRACE_MS {
+        return fail(
+            "shutdown.grace_ms",
+            format!(
+                "{} ms is more than an hour; give at most {MAX_GRACE_MS} (0 hands sessions off at once)",
+                config.shutdown.grace_ms
+            ),
+        );
     }
     if let Some(addr) = config.tools.listen() {
         match addr {
@@ -899,6 +932,10 @@ mod tests {
                 "retention.disposed_after_ms",
             ),
             ("[retention]\nkeep = 1\n", "retention.keep"),
+            ("[shutdown]\ngrace_ms = -5\n", "shutdown.grace_ms"),
+            ("[shutdown]\ngrace_ms = \"30s\"\n", "shutdown.grace_ms"),
+            ("[shutdown]\ngrace_ms = 3600001\n", "shutdown.grace_ms"),
+            ("[shutdown]\ngrace = 1\n", "shutdown.grace"),
             (
                 "[registry]\nvoters = { 1 = \"node-1\", 2 = \"node-2\" }\n",
                 "registry.voters",
@@ -995,6 +1032,35 @@ mod tests {
             err.contains("nats.password_file") && err.contains("/nonexistent/pw"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn k1_shutdown_grace_defaults_and_comes_from_the_environment() {
+        assert_eq!(
+            load_toml("").unwrap().config.shutdown.grace_ms,
+            DEFAULT_GRACE_MS
+        );
+        std::env::set_var("LINEAGE_T2_SHUTDOWN__GRACE_MS", "4500");
+        let loaded = load_with_env(
+            None,
+            &FlagOverrides::default(),
+            Env::prefixed("LINEAGE_T2_").split("__"),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.shutdown.grace_ms, 4500);
+        // The node's own filter lets `LINEAGE_SHUTDOWN__GRACE_MS` through.
+        assert!(TOP_LEVEL_KEYS.contains(&"shutdown"));
+        std::env::set_var("LINEAGE_T3_SHUTDOWN__GRACE_MS", "soon");
+        let err = load_with_env(
+            None,
+            &FlagOverrides::default(),
+            Env::prefixed("LINEAGE_T3_").split("__"),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("shutdown.grace_ms"), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
     }
 
     #[test]

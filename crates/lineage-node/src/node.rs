@@ -20,9 +20,12 @@ use crate::http::{self, Probe};
 use crate::metrics::{MetricsPage, RaftView};
 use lineage_drivers::tools::socket::ToolsSocket;
 
-/// Runs a node until `shutdown` is cancelled. On shutdown the node stops serving, stops its
-/// agents without settling them (they stay resumable on other nodes once its lease expires),
-/// and closes its registry member cleanly.
+/// Runs a node until `shutdown` is cancelled. On shutdown (graceful, K1) the node leaves the
+/// cluster-wide queue group (requests go to the other nodes), lets the turns already running
+/// finish within `shutdown.grace_ms` and hands its idle sessions off (released: any node
+/// resumes them at once, nothing interrupted; see `lineage_host::handoff`); then it stops
+/// serving, stops what still runs without settling it (a turn that outlived the grace is
+/// closed as interrupted by its next host), and closes its registry member cleanly.
 pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let node_id = config.node_id()?;
     let subjects = Subjects::new(&config.cluster)?;
@@ -137,6 +140,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
             (drivers, None, None)
         }
     };
+    // The host's own token: a signal does not cut its turns short; the graceful shutdown
+    // below winds it down first, then cancels it (`Host::shutdown`).
     let host = Host::start(
         host_cfg,
         HostDeps::nats(
@@ -145,7 +150,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
             Arc::new(SystemClock),
             Arc::new(drivers),
         ),
-        shutdown.child_token(),
+        CancellationToken::new(),
     )
     .await
     .map_err(|e| NodeError::Host(e.to_string()))?;
@@ -183,10 +188,26 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     });
 
     shutdown.cancelled().await;
-    tracing::info!(node = %node_id, "node stopping");
+    let grace = Duration::from_millis(config.shutdown.grace_ms);
+    tracing::info!(node = %node_id, grace_ms = config.shutdown.grace_ms, "node stopping: no new work, running turns may finish");
     // Each step is bounded: with NATS gone (say the server died first), a flush or an
     // unsubscribe can wait for a reconnect that never comes, and a node must still exit.
     let step = Duration::from_secs(5);
+    if tokio::time::timeout(step, service.leave_group())
+        .await
+        .is_err()
+    {
+        tracing::warn!("could not leave the service's queue group within 5 s; winding down anyway");
+    }
+    // The grace, then the hand-off (releases and resumes elsewhere: bounded by a step more).
+    if tokio::time::timeout(grace + step + step, host.wind_down(grace))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the hand-off did not finish in time; stopping what still runs (it stays resumable)"
+        );
+    }
     if tokio::time::timeout(step, service.stop()).await.is_err() {
         tracing::warn!("service did not stop within 5 s; exiting anyway");
     }

@@ -97,11 +97,14 @@ impl AgentEngine {
         self.feed(ActivationEvent::ChildAdopted(child), out, now_ms);
     }
 
-    /// The executor should take a turn (once).
+    /// The executor should take a turn (once); a quiesced agent only notes that one is due
+    /// (the next host takes it, [`super::handoff`]).
     pub(super) fn want_turn(&mut self, out: &mut Vec<EngineCommand>) {
         if !self.turn_due {
             self.turn_due = true;
-            out.push(EngineCommand::TakeTurn);
+            if !self.quiesced {
+                out.push(EngineCommand::TakeTurn);
+            }
         }
     }
 }

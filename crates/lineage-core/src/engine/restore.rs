@@ -157,6 +157,7 @@ pub fn fold(
         },
         spawn_asked: false,
         calls: BTreeMap::new(),
+        quiesced: false,
         next_seq: last_seq + 1,
         flushed_seq: last_seq,
     };

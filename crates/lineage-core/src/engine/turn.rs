@@ -42,8 +42,8 @@ impl LostSpawn {
 
 impl AgentEngine {
     pub(super) fn begin_turn(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
-        if !self.turn_due || self.in_turn.is_some() {
-            return; // nothing due, or one runs: explicit no-op
+        if !self.turn_due || self.in_turn.is_some() || self.quiesced {
+            return; // nothing due, one runs, or the host winds down: explicit no-op
         }
         self.turn_due = false;
         let mut inputs = std::mem::take(&mut self.quiet);

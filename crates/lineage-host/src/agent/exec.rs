@@ -164,6 +164,13 @@ impl AgentTask {
                     output,
                     stop_reason,
                 } => self.return_result(output, stop_reason).await,
+                EngineCommand::HandOff { pending_work, .. } => {
+                    // Released only when everything is durable (else it stays placed here,
+                    // and its next host resumes it as cut short).
+                    if failed.is_none() {
+                        self.handed_off = Some(pending_work);
+                    }
+                }
                 EngineCommand::Leave => self.done = true,
             }
         }

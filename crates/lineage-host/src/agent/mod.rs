@@ -12,10 +12,12 @@
 
 mod actions;
 mod exec;
+mod handoff;
 mod mail;
 mod output;
 mod turn;
 
+pub(crate) use handoff::HandedOff;
 use mail::arrival_of;
 pub(crate) use mail::{Delivered, Incoming};
 
@@ -84,6 +86,11 @@ pub(crate) enum AgentCmd {
     /// Re-adoption at start-up (see `readopt`): with no turn to take, the engine decides as if
     /// the last turn had just finished.
     Recover,
+    /// Graceful shutdown: take no new turn here ([`crate::handoff`]).
+    Quiesce,
+    /// Graceful shutdown: leave unsettled when idle and release the placement; the reply says
+    /// how it went ([`HandedOff`]).
+    HandOff(oneshot::Sender<HandedOff>),
 }
 
 /// Everything needed to bring an agent to life (at birth or on cold resume).
@@ -159,6 +166,11 @@ pub(crate) struct AgentTask {
     pub(crate) staged_wake: Option<u64>,
     /// The reply the running turn recorded (for its `turn-end` output).
     pub(crate) turn_reply: Option<String>,
+    /// Graceful shutdown: the engine handed the agent off (`pending_work` inside); the
+    /// placement is released once the agent is gone.
+    pub(crate) handed_off: Option<bool>,
+    /// Who waits for the hand-off's outcome.
+    pub(crate) handoff_reply: Option<oneshot::Sender<HandedOff>>,
 }
 
 /// Starts the driver, registers the agent, publishes `subagent/start` (a child with a run),
@@ -266,7 +278,14 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         wake_traces: HashMap::new(),
         staged_wake: None,
         turn_reply: None,
+        handed_off: None,
+        handoff_reply: None,
     };
+    // Born or resumed while the host winds down: no turn here (the next host takes it).
+    if shared.winding_down() {
+        let quiesce = task.engine.handle(EngineEvent::Quiesce, shared.now());
+        task.exec(quiesce).await;
+    }
     if start_recorded {
         if let Err(e) = task.flush().await {
             task.abandon_launch().await;
@@ -347,7 +366,10 @@ impl AgentTask {
             }
             if self.want_turn {
                 self.want_turn = false;
-                self.take_turn(&mut rx).await;
+                // A turn due before the host wound down is not begun (the next host takes it).
+                if !self.engine.quiesced() {
+                    self.take_turn(&mut rx).await;
+                }
                 continue;
             }
             let cmd = match self.backlog.pop_front() {
@@ -361,6 +383,7 @@ impl AgentTask {
             self.handle(cmd).await;
         }
         self.leave().await;
+        self.finish_handoff().await;
     }
 
     /// The agent is gone: write what is staged, stop the driver, answer whoever still waits.
@@ -383,7 +406,10 @@ impl AgentTask {
                 AgentCmd::Stop { reply, .. } | AgentCmd::Release { reply, .. } => {
                     let _ = reply.send(());
                 }
-                AgentCmd::Adopt(_) | AgentCmd::Recover => {}
+                AgentCmd::HandOff(reply) => {
+                    let _ = reply.send(HandedOff::Gone);
+                }
+                AgentCmd::Adopt(_) | AgentCmd::Recover | AgentCmd::Quiesce => {}
             }
         }
         for (_, pending) in std::mem::take(&mut self.pending) {
@@ -415,7 +441,9 @@ impl AgentTask {
             AgentCmd::Deliver { trace, .. }
             | AgentCmd::Stop { trace, .. }
             | AgentCmd::Release { trace, .. } => *trace,
-            AgentCmd::Adopt(_) | AgentCmd::Recover => None,
+            AgentCmd::Adopt(_) | AgentCmd::Recover | AgentCmd::Quiesce | AgentCmd::HandOff(_) => {
+                None
+            }
         };
         lineage_bus::trace::maybe_scope(trace, self.handle_inner(cmd)).await
     }
@@ -429,6 +457,8 @@ impl AgentTask {
             } => self.deliver(incoming, reply, trace).await,
             AgentCmd::Adopt(child) => self.feed(EngineEvent::Adopt(child)).await,
             AgentCmd::Recover => self.feed(EngineEvent::Recover).await,
+            AgentCmd::Quiesce => self.feed(EngineEvent::Quiesce).await,
+            AgentCmd::HandOff(reply) => self.hand_off(reply).await,
             AgentCmd::Stop { reason, reply, .. } => {
                 self.cancel_turn();
                 self.feed(EngineEvent::Stop(reason)).await;

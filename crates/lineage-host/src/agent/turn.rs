@@ -164,7 +164,9 @@ impl AgentTask {
             AgentCmd::Deliver { .. }
             | AgentCmd::Adopt(_)
             | AgentCmd::Stop { .. }
-            | AgentCmd::Recover => {
+            | AgentCmd::Recover
+            | AgentCmd::Quiesce
+            | AgentCmd::HandOff(_) => {
                 self.handle(cmd).await;
                 true
             }
