@@ -662,7 +662,8 @@ authorization {
         }
         {{- end }}
         {{- if $perm.allow_responses }}
-        allow_responses: true
+        # replies to the requests it serves: heartbeats, then the reply (G3), for up to an hour.
+        allow_responses: { max: -1, expires: "1h" }
         {{- end }}
       }
     }
