@@ -341,6 +341,38 @@ impl Cluster {
         self.nodes[index].spawn(&url);
     }
 
+    /// Stops node `index` as Kubernetes does in a rolling upgrade: SIGTERM (by pid), then waits
+    /// up to `within` for it to exit on its own. Returns its exit code and how long it took;
+    /// panics (with its log) when it is still running after `within`.
+    pub fn graceful_stop(&mut self, index: usize, within: Duration) -> (i32, Duration) {
+        let started = std::time::Instant::now();
+        self.nodes[index].sigterm();
+        let code = self.wait_stopped(index, within);
+        (code, started.elapsed())
+    }
+
+    /// Waits up to `within` for node `index` (sent SIGTERM by [`NodeProc::sigterm`]) to exit;
+    /// its exit code. Panics (with its log) when it is still running after `within`.
+    pub fn wait_stopped(&mut self, index: usize, within: Duration) -> i32 {
+        match self.nodes[index].wait_exit(within) {
+            Some(code) => code,
+            None => panic!(
+                "{} did not exit within {within:?} of SIGTERM; log:\n{}",
+                self.nodes[index].id,
+                tail(&self.nodes[index].log_text(), 80)
+            ),
+        }
+    }
+
+    /// One step of a rolling restart: [`Cluster::graceful_stop`], start the node again on its
+    /// data dir, and wait until every node is ready. Returns what the stop returned.
+    pub fn graceful_restart(&mut self, index: usize, within: Duration) -> (i32, Duration) {
+        let stopped = self.graceful_stop(index, within);
+        self.restart(index);
+        self.wait_ready(READY_WITHIN);
+        stopped
+    }
+
     /// Every node's log, for failure messages.
     pub fn logs(&self) -> String {
         self.nodes

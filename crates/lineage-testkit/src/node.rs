@@ -161,6 +161,12 @@ impl NodeProc {
         self.signal("-CONT");
     }
 
+    /// SIGTERM, by pid, without waiting: the node shuts down gracefully (`shutdown.grace_ms`);
+    /// [`NodeProc::wait_exit`] waits for it.
+    pub fn sigterm(&self) {
+        self.signal("-TERM");
+    }
+
     fn signal(&self, signal: &str) {
         if let Some(pid) = self.pid() {
             let status = Command::new("kill")
