@@ -90,7 +90,8 @@ schema = {"cluster": None, "nats_url": None,
           "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
           "nats": {"tls_required", "stream_replicas", "update_streams"},
           "agents": {"allow_raw_commands"},
-          "retention": {"disposed_after_ms"}}
+          "retention": {"disposed_after_ms"},
+          "shutdown": {"grace_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
 profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
@@ -114,6 +115,8 @@ for table, keys in schema.items():
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
 assert isinstance(cfg["retention"]["disposed_after_ms"], int) and cfg["retention"]["disposed_after_ms"] >= 0, cfg["retention"]
+grace_ms = cfg["shutdown"]["grace_ms"]
+assert isinstance(grace_ms, int) and 0 <= grace_ms <= 3600000, cfg["shutdown"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"
 assert cfg["node"]["data_dir"] == "/var/lib/lineage"
 assert isinstance(cfg["limits"]["max_depth"], int) and cfg["limits"]["max_depth"] >= 0
@@ -154,6 +157,9 @@ for pod in (spec(sts), spec(dep), test["spec"]):
 for w in (sts, dep):
     c = spec(w)["containers"][0]
     assert all(k in c for k in ("startupProbe", "livenessProbe", "readinessProbe", "resources")), w["kind"]
+    # K1: Kubernetes waits out the node's grace (running turns finish) and the rest of its shutdown.
+    tgps = spec(w)["terminationGracePeriodSeconds"]
+    assert isinstance(tgps, int) and tgps * 1000 > grace_ms, (w["kind"], tgps, grace_ms)
     for tsc in spec(w).get("topologySpreadConstraints", []):
         assert tsc["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] in ("voter", "worker")
 
@@ -442,6 +448,16 @@ async def main():
     await pub("observer", f"{c}.registry.read", True)
     await sub("observer", f"{c}.parent.>", True)
     await sub("observer", f"{c}.ctl.>", False)
+    # The registry's read service (issue 15): its members serve discovery, observers ask.
+    await sub("voter", "$SRV.PING.lineage-registry", True)
+    await sub("voter", "$SRV.INFO.lineage-registry.x", True)
+    await sub("worker", "$SRV.PING.lineage-registry", False)
+    await pub("observer", "$SRV.INFO.lineage-registry", True)
+    await pub("observer", "$SRV.STATS.lineage-registry.x", True)
+    await pub("operator", "$SRV.INFO.lineage-registry", True)
+    inbox = f"LINEAGE_{CLUSTER.upper().replace('-', '_')}_INBOX"
+    await pub("observer", f"$JS.API.CONSUMER.INFO.{inbox}.inbox-x", True)
+    await pub("observer", f"$JS.API.CONSUMER.DELETE.{inbox}.inbox-x", False)
 
 asyncio.run(main())
 for f in fails:

@@ -3,7 +3,10 @@
 //! permissions (O3, Z2), against three voters and a worker node under those permissions:
 //! `nats sub` on one parent shows exactly its children's start/end/inbox messages as JSON;
 //! `nats micro ls` / `info` / `stats` list every node; `nats stream get` / `view` read the inbox;
-//! a malformed control request gets a one-line error; the observer cannot spawn.
+//! a malformed control request gets a one-line error (with the `Nats-Service-Error` headers,
+//! counted by `nats micro stats`); the registry's read side is the `lineage-registry` service of
+//! the three voters; a parent's inbox consumer names its session (issue 15); the observer
+//! cannot spawn.
 //!
 //! Skipped (with a message, the test passes) only when natscli is not installed and cannot be
 //! (`go install github.com/nats-io/natscli/nats@v0.5.0`, as `scripts/install-deps.sh` does).
@@ -166,6 +169,26 @@ fn ctx(user: &str, args: &[&str]) -> Vec<String> {
 /// Borrowed arguments.
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+/// The errors every instance of `service` counted, as `nats micro stats --json` shows them
+/// (read as the observer).
+fn service_errors(nats: &Nats, service: &str) -> u64 {
+    let out = nats.ok(&strs(&ctx(
+        "observer",
+        &["micro", "stats", service, "--json"],
+    )));
+    let stats: Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("nats micro stats --json is not JSON ({e}): {out}"));
+    let instances = match &stats {
+        Value::Array(all) => all.clone(),
+        one => vec![one.clone()],
+    };
+    instances
+        .iter()
+        .flat_map(|i| i["endpoints"].as_array().cloned().unwrap_or_default())
+        .map(|e| e["num_errors"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// A spawn request body for `lineage.dev.ctl.spawn`: a continuable child of `parent` on `node`.
@@ -386,11 +409,14 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
                 "{op_name} missing:\n{info}"
             );
         }
-        // Issue 15: every endpoint says what it does (its `description` metadata).
+        // Issue 15: every endpoint says what it does (its `description` metadata), whole
+        // (natscli cuts long values such as the JSON schemas with " ... ").
         assert!(
             info.contains("description: spawn a top-level session or a child of one")
                 && info.contains("description: drain subtrees children first and dispose them")
-                && !info.contains(" ... "),
+                && !info
+                    .lines()
+                    .any(|l| l.contains("description:") && l.contains(" ... ")),
             "endpoint descriptions missing:\n{info}"
         );
         let stats = nats.ok(&strs(&ctx(user, &["micro", "stats", "lineage"])));
@@ -406,6 +432,52 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
                 "instance {id} missing in stats:\n{stats}"
             );
         }
+
+        // Issue 15: the registry's read side, one `lineage-registry` instance per voter, with
+        // its endpoints described; a read through its subject answers.
+        let registry_instances = ls
+            .lines()
+            .filter(|l| l.contains("lineage registry reads, cluster dev"))
+            .count();
+        assert_eq!(registry_instances, 3, "{ls}");
+        let info = nats.ok(&strs(&ctx(user, &["micro", "info", "lineage-registry"])));
+        assert!(
+            info.contains("lineage.dev.registry.read")
+                && info.contains("description: a registry query; any member answers")
+                && info.contains("description: a registry query to member ")
+                && !info.contains(".write")
+                && !info.contains(".raft."),
+            "lineage-registry endpoints:\n{info}"
+        );
+        let stats = nats.ok(&strs(&ctx(user, &["micro", "stats", "lineage-registry"])));
+        assert!(stats.contains("read-direct"), "{stats}");
+        let read = nats.ok(&strs(&ctx(
+            user,
+            &[
+                "req",
+                "lineage.dev.registry.read",
+                r#"{"consistency":"stale","query":{"query":"session_counts"}}"#,
+            ],
+        )));
+        let read: Value = serde_json::from_str(read.trim())
+            .unwrap_or_else(|e| panic!("registry read is not JSON ({e}): {read}"));
+        assert_eq!(read["reply"], "done", "{read}");
+        assert_eq!(read["result"]["result"], "counts", "{read}");
+
+        // Issue 15: the root's durable inbox consumer names its session.
+        let consumer = nats.ok(&strs(&ctx(
+            user,
+            &[
+                "consumer",
+                "info",
+                "LINEAGE_DEV_INBOX",
+                &format!("inbox-{root}"),
+            ],
+        )));
+        assert!(
+            consumer.contains(&format!("lineage inbox of session {root} (cluster dev)")),
+            "consumer info:\n{consumer}"
+        );
 
         // The inbox stream: the root's last inbox message is its second child's settlement.
         let get = nats.ok(&strs(&ctx(
@@ -534,8 +606,11 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         );
     }
 
-    // A malformed control request: one line of JSON error.
-    let out = nats.ok(&strs(&op(&["req", "lineage.dev.ctl.spawn", "not json"])));
+    // A malformed control request: one line of JSON error, and (issue 15) the micro
+    // protocol's error headers, which natscli prints on stderr; `nats micro stats` counts it.
+    let errors_before = service_errors(&nats, "lineage");
+    let (code, out, err) = nats.run(&strs(&op(&["req", "lineage.dev.ctl.spawn", "not json"])));
+    assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim().lines().count(), 1, "{out}");
     let reply: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(reply["error"]["code"], "bad_request", "{out}");
@@ -544,6 +619,38 @@ fn o3_natscli_inspects_a_cluster_with_the_shipped_operator_and_observer_users() 
         !message.contains('\n') && message.contains("spawn"),
         "{message}"
     );
+    assert!(
+        err.contains("Nats-Service-Error-Code: 400")
+            && err.contains(&format!("Nats-Service-Error: {message}")),
+        "no error headers: {err}"
+    );
+    // More bad requests: unknown sessions (not_found, 404) and a bad body on another op.
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let (_, out, err) = nats.run(&strs(&op(&[
+        "req",
+        "lineage.dev.ctl.resume",
+        &json!({"session": unknown}).to_string(),
+    ])));
+    let reply: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(reply["error"]["code"], "not_found", "{out}");
+    assert!(err.contains("Nats-Service-Error-Code: 404"), "{err}");
+    for _ in 0..3 {
+        let (_, out, err) = nats.run(&strs(&op(&["req", "lineage.dev.ctl.drain", "[1,2]"])));
+        assert!(out.contains("\"bad_request\""), "{out}");
+        assert!(err.contains("Nats-Service-Error-Code: 400"), "{err}");
+    }
+    let counted = wait_for(
+        Duration::from_secs(5),
+        "5 more errors in nats micro stats",
+        || {
+            let now = service_errors(&nats, "lineage");
+            (now >= errors_before + 5).then_some(now)
+        },
+    );
+    assert_eq!(counted, errors_before + 5, "counted more errors than sent");
+    // The table natscli shows has them too.
+    let table = nats.ok(&strs(&obs(&["micro", "stats", "lineage"])));
+    assert!(table.contains("Errors"), "{table}");
 
     // The observer asks for status but cannot spawn: the server refuses the publish.
     let status = nats.ok(&strs(&obs(&["req", "lineage.dev.ctl.status", "{}"])));

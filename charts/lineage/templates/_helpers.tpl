@@ -206,6 +206,9 @@ takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
 [retention]
 disposed_after_ms = {{ int64 .Values.retention.disposedAfterMs }}
 
+[shutdown]
+grace_ms = {{ int64 .Values.shutdown.graceMs }}
+
 [nats]
 {{- $auth := .Values.nats.auth }}
 {{- $tls := .Values.nats.tls }}
@@ -470,6 +473,23 @@ topologySpreadConstraints:
 {{- end }}
 
 {{/*
+The pods' terminationGracePeriodSeconds: the node's shutdown.grace_ms (running turns finish),
+rounded up to seconds, plus 15 s for the rest of its shutdown (hand-off, service, registry
+member: each step bounded by 5 s). An explicit value must exceed the grace.
+*/}}
+{{- define "lineage.terminationGracePeriodSeconds" -}}
+{{- $grace := div (add (int64 .Values.shutdown.graceMs) 999) 1000 }}
+{{- $explicit := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $explicit }}
+{{- add $grace 15 }}
+{{- else if le (int64 $explicit) $grace }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be above shutdown.graceMs (%d s): Kubernetes would kill running turns; raise it or leave it null to derive grace + 15 s" (int64 $explicit) $grace) }}
+{{- else }}
+{{- int64 $explicit }}
+{{- end }}
+{{- end }}
+
+{{/*
 Pod-level settings shared by voters and workers.
 Usage: include "lineage.podSpecCommon" (dict "root" $ "component" .Values.registry)
 enableServiceLinks is off: Kubernetes would otherwise inject LINEAGE_*_SERVICE_HOST/PORT
@@ -481,7 +501,7 @@ variables for this release's Services, which figment would read as config keys.
 serviceAccountName: {{ include "lineage.serviceAccountName" $root }}
 automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}
 enableServiceLinks: false
-terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+terminationGracePeriodSeconds: {{ include "lineage.terminationGracePeriodSeconds" $root }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -569,12 +589,14 @@ msg get, one durable pull consumer per live parent filtered on its inbox, acks. 
     (printf "%s.STREAM.CREATE.%s" $api $inbox)
     (printf "%s.STREAM.UPDATE.%s" $api $events)
     (printf "%s.STREAM.UPDATE.%s" $api $inbox) }}
-{{- /* Reading the streams from the CLI: stream info and single messages. */}}
+{{- /* Reading the streams from the CLI: stream info and single messages; a parent's inbox
+consumer (its description names the session). */}}
 {{- $jsRead := list
     (printf "%s.STREAM.INFO.%s" $api $events)
     (printf "%s.STREAM.INFO.%s" $api $inbox)
     (printf "%s.STREAM.MSG.GET.%s" $api $events)
-    (printf "%s.STREAM.MSG.GET.%s" $api $inbox) }}
+    (printf "%s.STREAM.MSG.GET.%s" $api $inbox)
+    (printf "%s.CONSUMER.INFO.%s.*" $api $inbox) }}
 {{- /* The operator's own ephemeral consumers (`nats stream view`). */}}
 {{- $jsView := list
     (printf "%s.DIRECT.GET.%s" $api $events)
@@ -582,7 +604,9 @@ msg get, one durable pull consumer per live parent filtered on its inbox, acks. 
     (printf "%s.CONSUMER.MSG.NEXT.%s.*" $api $inbox) }}
 {{- $reads := list (printf "%s.registry.read" $p) (printf "%s.registry.*.read" $p) }}
 {{- $srvServe := list "$SRV.*" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
-{{- $srvAsk := list "$SRV.INFO" "$SRV.*.lineage" "$SRV.*.lineage.*" }}
+{{- /* Registry members (voters) also serve the `lineage-registry` service (its reads). */}}
+{{- $srvRegistry := list "$SRV.*.lineage-registry" "$SRV.*.lineage-registry.*" }}
+{{- $srvAsk := concat (list "$SRV.INFO" "$SRV.*.lineage" "$SRV.*.lineage.*") $srvRegistry }}
 {{- $watch := list "_INBOX.>" (printf "%s.parent.>" $p) (printf "%s.drain.*.progress" $p) (printf "%s.session.*.output" $p) }}
 {{- /* `registry.*.read` / `registry.*.write.*` also match these: no write from a node named
 `read`, nor a token that is not a Raft id. */}}
@@ -597,7 +621,7 @@ msg get, one durable pull consumer per live parent filtered on its inbox, acks. 
 {{- $roles := dict
   "voter" (dict
     "publish" (dict "allow" (concat (list (printf "%s.raft.>" $p) (printf "%s.registry.>" $p)) $hosting (slice $jsNode 0 2) $jsCreate (slice $jsNode 2)))
-    "subscribe" (dict "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) (printf "%s.registry.>" $p) (printf "%s.raft.>" $p) "_INBOX.>") $srvServe))
+    "subscribe" (dict "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) (printf "%s.registry.>" $p) (printf "%s.raft.>" $p) "_INBOX.>") $srvServe $srvRegistry))
     "allow_responses" true)
   "worker" (dict
     "publish" (dict

@@ -143,7 +143,8 @@ impl ParentInbox {
         }
     }
 
-    /// Opens (or re-opens after a restart) the durable consumer of one parent's inbox.
+    /// Opens (or re-opens after a restart) the durable consumer of one parent's inbox, with
+    /// its description ([`ParentInbox::consumer_description`]).
     pub async fn consumer(&self, parent: &SessionId) -> Result<InboxConsumer, BusError> {
         let stream = self
             .js
@@ -151,20 +152,29 @@ impl ParentInbox {
             .await
             .map_err(|e| BusError::js("open the parent inbox stream", e))?;
         let name = self.subjects.inbox_consumer(parent);
-        let consumer = stream
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: self.subjects.parent_inbox(parent),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: self.ack_wait,
-                    deliver_policy: consumer::DeliverPolicy::All,
-                    ..Default::default()
-                },
-            )
+        let config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            description: Some(self.consumer_description(parent)),
+            filter_subject: self.subjects.parent_inbox(parent),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: self.ack_wait,
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        };
+        let mut consumer = stream
+            .get_or_create_consumer(&name, config.clone())
             .await
             .map_err(|e| BusError::js("create the parent inbox consumer", e))?;
+        if consumer.cached_info().config.description != config.description {
+            // Made by an older node, without a description (or another one): said again, so
+            // `nats consumer info` names its session. An update keeps the consumer's messages
+            // and ack floor; it happens once per consumer (a top-level parent's lives until a
+            // drain, so leaving it would leave it undescribed for good).
+            consumer = stream
+                .create_consumer(config)
+                .await
+                .map_err(|e| BusError::js("describe the parent inbox consumer", e))?;
+        }
         let messages = consumer
             .messages()
             .await
@@ -173,6 +183,15 @@ impl ParentInbox {
             consumer,
             messages: Some(messages),
         })
+    }
+
+    /// The description of `parent`'s durable consumer (`nats consumer info` shows it):
+    /// `lineage inbox of session <parent> (cluster <cluster>)`.
+    pub fn consumer_description(&self, parent: &SessionId) -> String {
+        format!(
+            "lineage inbox of session {parent} (cluster {})",
+            self.subjects.cluster()
+        )
     }
 
     /// Deletes a parent's durable consumer once the parent is disposed.

@@ -16,6 +16,7 @@
 //! | [`conformance`] | one suite both the NATS ports and the twins pass | issue 10 |
 //! | [`control`] | the control request helper over NATS; envelope and codes re-exported from `lineage_protocol` | N3 |
 //! | [`transport`] | [`transport::NatsControl`]: the control transport on NATS (the `lineage` micro service, node-to-node requests, drain progress) | N3, R2 |
+//! | [`service`] | replies of the micro services: error replies with `Nats-Service-Error(-Code)` headers and their JSON body, counted in `$SRV.STATS` | O3, N3 |
 //! | [`client`] | [`ControlClient`]: one typed method per control op, node-wide or per node | N3, O3 |
 //! | [`trace`] | W3C `traceparent`: format, strict parse, the task-local current context | O2 |
 //! | [`error`] | [`BusError`], the crate's one error enum | |
@@ -36,6 +37,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod output;
 pub mod ports;
+pub mod service;
 pub mod streams;
 pub mod subjects;
 pub mod trace;

@@ -111,6 +111,13 @@ impl Subjects {
         format!("lineage.{}.node.{node}.{op}", self.cluster)
     }
 
+    /// `lineage.<cluster>.node.<node>.errors`: where the micro library's own copy of each error
+    /// reply of `<node>`'s `lineage` service goes (headers only, empty body; nobody needs to
+    /// subscribe): sending it is how `$SRV.STATS` counts the error ([`crate::service`]).
+    pub fn node_errors(&self, node: &NodeId) -> String {
+        self.node_control(node, "errors")
+    }
+
     /// `lineage.<cluster>.drain.<drain>.progress`: progress of the drain whose request named
     /// `<drain>` (plan, then each wave as it is disposed). Core NATS, best effort: whoever wants
     /// it subscribes before sending the drain request.

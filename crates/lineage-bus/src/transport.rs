@@ -29,6 +29,7 @@ use crate::ports::{
     BoxFuture, ControlCall, ControlEndpoints, ControlTarget, ControlTransport, IncomingCall,
     ProgressFeed,
 };
+use crate::service::Sink;
 use crate::subjects::Subjects;
 use crate::trace::TraceContext;
 
@@ -79,6 +80,7 @@ impl NatsControl {
         let (tx, rx) = mpsc::channel(PENDING_CALLS);
         let mut tasks = Vec::new();
         let mut group = Vec::new();
+        let sink = Sink(self.subjects.node_errors(node));
         let cluster_queue = format!("lineage-{cluster}");
         for op in ops::CLUSTER {
             let endpoint = service
@@ -89,7 +91,13 @@ impl NatsControl {
                 .add(self.subjects.control(op))
                 .await
                 .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
-            group.push(feed(op, endpoint, tx.clone(), self.client.clone()));
+            group.push(feed(
+                op,
+                endpoint,
+                tx.clone(),
+                self.client.clone(),
+                sink.clone(),
+            ));
         }
         let node_queue = format!("lineage-{cluster}-{node}");
         for op in ops::NODE {
@@ -101,7 +109,13 @@ impl NatsControl {
                 .add(self.subjects.node_control(node, op))
                 .await
                 .map_err(|e| unavailable(format!("cannot add endpoint {op}: {e}")))?;
-            tasks.push(feed(op, endpoint, tx.clone(), self.client.clone()));
+            tasks.push(feed(
+                op,
+                endpoint,
+                tx.clone(),
+                self.client.clone(),
+                sink.clone(),
+            ));
         }
         // Every subscription is on the server once a flush returns: calls sent after this
         // reach the endpoints.
@@ -136,12 +150,15 @@ fn describe(op: &str) -> std::collections::HashMap<String, String> {
 
 /// Reads one endpoint into the shared channel until the endpoint or the channel closes. A
 /// request that asks for heartbeats ([`HEARTBEAT_HEADER`]) gets them from the moment it is read
-/// until its reply is sent (or its responder dropped).
+/// until its reply is sent (or its responder dropped). An error reply (`{"v":1,"error":...}`)
+/// also carries the `Nats-Service-Error` headers and counts in `$SRV.STATS`
+/// ([`crate::service::respond`]; async-nats' own empty copy goes to `sink`).
 fn feed(
     op: &'static str,
     mut endpoint: async_nats::service::endpoint::Endpoint,
     tx: mpsc::Sender<IncomingCall>,
     client: async_nats::Client,
+    sink: Sink,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         while let Some(request) = endpoint.next().await {
@@ -163,17 +180,13 @@ fn feed(
                 ),
                 trace: TraceContext::from_headers(headers),
             };
+            let (client, sink) = (client.clone(), sink.clone());
             let respond: crate::ports::Responder = Box::new(move |body: Vec<u8>| {
                 // The heartbeats stop before the reply goes (a client reads past any late one).
                 drop(heartbeat);
                 Box::pin(async move {
-                    request
-                        .respond(Ok(body.into()))
-                        .await
-                        .map_err(|e| BusError::Nats {
-                            op: "send a control reply",
-                            reason: e.to_string(),
-                        })
+                    let failure = crate::service::control_failure(&body);
+                    crate::service::respond(&client, request, body, failure, &sink).await
                 })
             });
             if tx.send(IncomingCall { call, respond }).await.is_err() {

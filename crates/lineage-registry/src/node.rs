@@ -2,7 +2,11 @@
 //!
 //! Starting opens the redb store (refusing a foreign or corrupt one), builds the openraft
 //! instance and serves three kinds of NATS requests until [`RegistryNode::shutdown`]: Raft RPCs
-//! from peers, writes and reads from [`crate::RegistryClient`]s anywhere.
+//! from peers, writes and reads from [`crate::RegistryClient`]s anywhere. The reads are the
+//! endpoints of this member's instance of the `lineage-registry` NATS micro service
+//! ([`subjects::SERVICE_NAME`]: `nats micro info lineage-registry` lists them; a malformed or
+//! unavailable read is counted as an error in `$SRV.STATS`); writes and Raft stay plain
+//! subscriptions.
 //!
 //! Bootstrap happens exactly once: [`RegistryNode::initialize`] is a no-op on a member that
 //! already has a vote or a log (a restarted member never re-initializes).
@@ -16,7 +20,7 @@
 //! goes at once. Each command is answered only after its entry is committed (fsync'd on a
 //! quorum) and applied, exactly as before.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +122,8 @@ pub struct RegistryNode {
     tasks: Vec<JoinHandle<()>>,
     db: Option<Arc<redb::Database>>,
     store_stats: Arc<crate::store_stats::StoreStats>,
+    /// The `lineage-registry` micro service instance of this member (its read side).
+    service: Option<async_nats::service::Service>,
 }
 
 fn raft_err<E: std::fmt::Display>(e: E) -> RegistryError {
@@ -229,11 +235,6 @@ impl RegistryNode {
                 subjects::write_direct_as_any(&config.cluster, config.raft_id),
                 false,
             ),
-            (subjects::read(&config.cluster), true),
-            (
-                subjects::read_direct(&config.cluster, config.raft_id),
-                false,
-            ),
         ] {
             let sub = if queue {
                 nats.queue_subscribe(subject.clone(), subjects::QUEUE_GROUP.to_owned())
@@ -242,10 +243,16 @@ impl RegistryNode {
                 nats.subscribe(subject.clone()).await
             }
             .map_err(|e| RegistryError::Nats(e.to_string()))?;
-            let is_write = subject.ends_with(".write") || subject.ends_with(".write.*");
-            tasks.push(tokio::spawn(server.clone().serve(
-                sub,
-                is_write,
+            tasks.push(tokio::spawn(
+                server.clone().serve_writes(sub, stop_rx.clone()),
+            ));
+        }
+        let (service, endpoints) = start_read_service(&nats, &config).await?;
+        let sink = lineage_bus::service::Sink(subjects::errors(&config.cluster, config.raft_id));
+        for endpoint in endpoints {
+            tasks.push(tokio::spawn(server.clone().serve_reads(
+                endpoint,
+                sink.clone(),
                 stop_rx.clone(),
             )));
         }
@@ -262,6 +269,7 @@ impl RegistryNode {
             tasks,
             db,
             store_stats,
+            service: Some(service),
         })
     }
 
@@ -386,6 +394,7 @@ impl RegistryNode {
 
     /// Stops serving, shuts Raft down and closes the store (the directory can be reopened).
     pub async fn shutdown(mut self) -> Result<(), RegistryError> {
+        self.stop_service();
         let _ = self.stop.send(true);
         for task in self.tasks.drain(..) {
             let _ = task.await;
@@ -412,9 +421,147 @@ impl RegistryNode {
     }
 }
 
+impl RegistryNode {
+    /// Leaves the `lineage-registry` service: its discovery task (`$SRV.PING`, `INFO`, `STATS`)
+    /// ends and its endpoints unsubscribe. Before the read tasks end: async-nats' `stop` ends
+    /// the discovery task only while an endpoint is still there to be told.
+    fn stop_service(&mut self) {
+        if let Some(service) = self.service.take() {
+            // `stop` awaits nothing: it signals the endpoints and aborts the discovery task.
+            let _ = futures::FutureExt::now_or_never(service.stop());
+        }
+    }
+}
+
 impl Drop for RegistryNode {
     fn drop(&mut self) {
+        self.stop_service();
         let _ = self.stop.send(true);
+    }
+}
+
+/// The query kinds a registry read takes (the `query` tag of [`Query`]), as the endpoints'
+/// `queries` metadata lists them.
+const QUERY_KINDS: [&str; 16] = [
+    "session",
+    "subtree",
+    "subtree_page",
+    "list_sessions",
+    "children",
+    "is_ancestor",
+    "sessions_on_node",
+    "nodes",
+    "session_counts",
+    "status",
+    "digest",
+    "overdue_births",
+    "overdue_deadlines",
+    "spent_budgets",
+    "spent_budget_over",
+    "purge_candidates",
+];
+
+/// The read endpoints of the `lineage-registry` service: (name, subject, metadata). The
+/// `description` stays short enough for `nats micro info`'s table (it cuts values past ~60
+/// characters); `request`, `queries` and `reply` say the JSON (whole in `--json`).
+fn read_endpoints(
+    config: &RegistryNodeConfig,
+) -> [(&'static str, String, HashMap<String, String>); 2] {
+    let metadata = |description: String| {
+        HashMap::from([
+            ("description".to_owned(), description),
+            (
+                "request".to_owned(),
+                r#"{"consistency":"stale"|"linearizable","query":{"query":KIND,...}}"#.to_owned(),
+            ),
+            ("queries".to_owned(), QUERY_KINDS.join(", ")),
+            (
+                "reply".to_owned(),
+                r#"{"reply":"done","result":{"result":...,"value":...}}, or "reply": "not_leader" (with "leader"), "unavailable" or "malformed" (with "reason")"#
+                    .to_owned(),
+            ),
+        ])
+    };
+    [
+        (
+            "read",
+            subjects::read(&config.cluster),
+            metadata("a registry query; any member answers".to_owned()),
+        ),
+        (
+            "read-direct",
+            subjects::read_direct(&config.cluster, config.raft_id),
+            metadata(format!(
+                "a registry query to member {} only",
+                config.raft_id
+            )),
+        ),
+    ]
+}
+
+/// Registers this member's instance of the `lineage-registry` micro service (metadata: cluster,
+/// raft_id, node) with its read endpoints, in the queue group the read subjects always used
+/// ([`subjects::QUEUE_GROUP`], so members of older versions share the load).
+async fn start_read_service(
+    nats: &Client,
+    config: &RegistryNodeConfig,
+) -> Result<
+    (
+        async_nats::service::Service,
+        Vec<async_nats::service::endpoint::Endpoint>,
+    ),
+    RegistryError,
+> {
+    use async_nats::service::ServiceExt;
+    let failed = |what: &str, e: async_nats::Error| {
+        RegistryError::Nats(format!(
+            "cannot {what} of the {} service: {e}",
+            subjects::SERVICE_NAME
+        ))
+    };
+    let service = nats
+        .service_builder()
+        .description(format!(
+            "lineage registry reads, cluster {}, member {} on node {}",
+            config.cluster, config.raft_id, config.node
+        ))
+        .metadata(HashMap::from([
+            ("cluster".to_owned(), config.cluster.clone()),
+            ("raft_id".to_owned(), config.raft_id.to_string()),
+            ("node".to_owned(), config.node.to_string()),
+        ]))
+        .start(subjects::SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+        .await
+        .map_err(|e| failed("start the instance", e))?;
+    let mut endpoints = Vec::new();
+    for (name, subject, metadata) in read_endpoints(config) {
+        let endpoint = service
+            .endpoint_builder()
+            .name(name)
+            .metadata(metadata)
+            .queue_group(subjects::QUEUE_GROUP)
+            .add(subject)
+            .await
+            .map_err(|e| failed("add an endpoint", e))?;
+        endpoints.push(endpoint);
+    }
+    Ok((service, endpoints))
+}
+
+/// The headers a read reply fails with: `malformed` 400, `unavailable` 503. A `not_leader`
+/// reply is a redirect the client follows, not an error.
+fn read_failure(reply: &ReadReply) -> Option<lineage_bus::service::ServiceFailure> {
+    use lineage_bus::service::ServiceFailure;
+    match reply {
+        ReadReply::Done { .. } | ReadReply::NotLeader { .. } => None,
+        ReadReply::Malformed { reason } => Some(ServiceFailure::new(
+            400,
+            &format!("malformed registry read: {reason}"),
+        )),
+        ReadReply::Unavailable { reason } => Some(ServiceFailure::new(
+            503,
+            &format!("registry unavailable: {reason}"),
+        )),
     }
 }
 
@@ -604,12 +751,9 @@ struct Server {
 }
 
 impl Server {
-    async fn serve(
-        self,
-        mut sub: async_nats::Subscriber,
-        is_write: bool,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    /// Serves the writes of one subscription until `stop` (plain core NATS: writes are not
+    /// part of the `lineage-registry` service).
+    async fn serve_writes(self, mut sub: async_nats::Subscriber, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
@@ -626,17 +770,14 @@ impl Server {
                     let Some(reply) = msg.reply.clone() else { continue };
                     let this = self.clone();
                     let span = request_span(
-                        is_write,
+                        true,
                         this.raft_id,
                         lineage_bus::trace::TraceContext::from_headers(msg.headers.as_ref()),
                     );
                     tokio::spawn(async move {
-                        let body = if is_write {
-                            let sender = subjects::sender_of(msg.subject.as_str());
-                            serde_json::to_vec(&this.write(&msg.payload, sender).instrument(span).await)
-                        } else {
-                            serde_json::to_vec(&this.read(&msg.payload).instrument(span).await)
-                        };
+                        let sender = subjects::sender_of(msg.subject.as_str());
+                        let body =
+                            serde_json::to_vec(&this.write(&msg.payload, sender).instrument(span).await);
                         match body {
                             Ok(body) => {
                                 if let Err(e) = this.nats.publish(reply, Bytes::from(body)).await {
@@ -650,6 +791,57 @@ impl Server {
             }
         }
         let _ = sub.unsubscribe().await;
+    }
+
+    /// Serves the reads of one endpoint of the `lineage-registry` service until `stop`.
+    async fn serve_reads(
+        self,
+        mut endpoint: async_nats::service::endpoint::Endpoint,
+        sink: lineage_bus::service::Sink,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                request = endpoint.next() => {
+                    let Some(request) = request else { break };
+                    let msg = &request.message;
+                    if subjects::delivered_by_jetstream(msg)
+                        || !msg.subject.as_str().contains(".registry.")
+                    {
+                        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
+                        continue;
+                    }
+                    if msg.reply.is_none() {
+                        continue;
+                    }
+                    let this = self.clone();
+                    let sink = sink.clone();
+                    let span = request_span(
+                        false,
+                        this.raft_id,
+                        lineage_bus::trace::TraceContext::from_headers(msg.headers.as_ref()),
+                    );
+                    tokio::spawn(async move {
+                        let reply = this.read(&request.message.payload).instrument(span).await;
+                        let failure = read_failure(&reply);
+                        match serde_json::to_vec(&reply) {
+                            Ok(body) => {
+                                if let Err(e) = lineage_bus::service::respond(
+                                    &this.nats, request, body, failure, &sink,
+                                )
+                                .await
+                                {
+                                    tracing::debug!(error = %e, "registry reply failed");
+                                }
+                            }
+                            Err(e) => tracing::error!(error = %e, "registry reply encode failed"),
+                        }
+                    });
+                }
+            }
+        }
+        let _ = endpoint.stop().await;
     }
 
     /// Serves one write; `sender` is the writer's identity from an identified subject.
@@ -851,4 +1043,20 @@ fn quorum_index(m: &Metrics) -> Option<u64> {
     }
     matched.sort_unstable_by(|a, b| b.cmp(a));
     matched.get(matched.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod service_tests {
+    use super::*;
+
+    /// The `queries` metadata names exactly the kinds a read takes: serde's refusal of an unknown
+    /// kind lists them all.
+    #[test]
+    fn o3_the_read_endpoints_list_every_query_kind() {
+        let e = serde_json::from_value::<Query>(serde_json::json!({"query": "?"}))
+            .unwrap_err()
+            .to_string();
+        let listed: BTreeSet<&str> = e.split('`').skip(3).step_by(2).collect();
+        assert_eq!(listed, QUERY_KINDS.into_iter().collect(), "{e}");
+    }
 }

@@ -11,9 +11,27 @@
 //! | `lineage.<cluster>.registry.write.<node>` | every member, queue group `registry` | a write by node `<node>`: heartbeats and claims only as itself (Z2) |
 //! | `lineage.<cluster>.registry.<raft_id>.write.<node>` | member `<raft_id>` | the same, straight to the known leader |
 //! | `lineage.<cluster>.registry.<raft_id>.read` | member `<raft_id>` | a read sent straight to the known leader |
+//! | `lineage.<cluster>.registry.<raft_id>.errors` | nobody | the micro library's copy of a read's error reply ([`errors`]) |
+//!
+//! The two read subjects are the endpoints `read` and `read-direct` of the micro service
+//! [`SERVICE_NAME`] (one instance per member); the write and Raft subjects are plain
+//! subscriptions, internal to lineage.
 
 /// The queue group every member uses for the shared write and read subjects.
 pub const QUEUE_GROUP: &str = "registry";
+
+/// The NATS micro service every member registers for its read side (`nats micro ls`,
+/// `nats micro info lineage-registry`): endpoints `read` ([`read`]) and `read-direct`
+/// ([`read_direct`]). Writes and Raft RPC are not part of it.
+pub const SERVICE_NAME: &str = "lineage-registry";
+
+/// `lineage.<cluster>.registry.<raft_id>.errors`: where the micro library's own copy of each
+/// error reply of member `<raft_id>`'s read service goes (headers only, empty body; nobody
+/// needs to subscribe): sending it is how `$SRV.STATS` counts the error
+/// (`lineage_bus::service`).
+pub fn errors(cluster: &str, raft_id: u64) -> String {
+    format!("lineage.{cluster}.registry.{raft_id}.errors")
+}
 
 /// The three Raft RPCs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
