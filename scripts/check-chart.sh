@@ -90,8 +90,7 @@ schema = {"cluster": None, "nats_url": None,
           "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
           "nats": {"tls_required", "stream_replicas", "update_streams"},
           "agents": {"allow_raw_commands"},
-          "retention": {"disposed_after_ms"},
-          "shutdown": {"grace_ms"}}
+          "retention": {"disposed_after_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
 profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
@@ -115,8 +114,6 @@ for table, keys in schema.items():
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
 assert isinstance(cfg["retention"]["disposed_after_ms"], int) and cfg["retention"]["disposed_after_ms"] >= 0, cfg["retention"]
-grace_ms = cfg["shutdown"]["grace_ms"]
-assert isinstance(grace_ms, int) and 0 <= grace_ms <= 3600000, cfg["shutdown"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"
 assert cfg["node"]["data_dir"] == "/var/lib/lineage"
 assert isinstance(cfg["limits"]["max_depth"], int) and cfg["limits"]["max_depth"] >= 0
@@ -157,9 +154,6 @@ for pod in (spec(sts), spec(dep), test["spec"]):
 for w in (sts, dep):
     c = spec(w)["containers"][0]
     assert all(k in c for k in ("startupProbe", "livenessProbe", "readinessProbe", "resources")), w["kind"]
-    # K1: Kubernetes waits out the node's grace (running turns finish) and the rest of its shutdown.
-    tgps = spec(w)["terminationGracePeriodSeconds"]
-    assert isinstance(tgps, int) and tgps * 1000 > grace_ms, (w["kind"], tgps, grace_ms)
     for tsc in spec(w).get("topologySpreadConstraints", []):
         assert tsc["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] in ("voter", "worker")
 
