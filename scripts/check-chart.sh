@@ -90,7 +90,8 @@ schema = {"cluster": None, "nats_url": None,
           "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
           "nats": {"tls_required", "stream_replicas", "update_streams"},
           "agents": {"allow_raw_commands"},
-          "retention": {"disposed_after_ms"}}
+          "retention": {"disposed_after_ms"},
+          "shutdown": {"grace_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
 profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
@@ -114,6 +115,8 @@ for table, keys in schema.items():
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
 assert isinstance(cfg["retention"]["disposed_after_ms"], int) and cfg["retention"]["disposed_after_ms"] >= 0, cfg["retention"]
+grace_ms = cfg["shutdown"]["grace_ms"]
+assert isinstance(grace_ms, int) and 0 <= grace_ms <= 3600000, cfg["shutdown"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"
 assert cfg["node"]["data_dir"] == "/var/lib/lineage"
 assert isinstance(cfg["limits"]["max_depth"], int) and cfg["limits"]["max_depth"] >= 0
@@ -154,6 +157,9 @@ for pod in (spec(sts), spec(dep), test["spec"]):
 for w in (sts, dep):
     c = spec(w)["containers"][0]
     assert all(k in c for k in ("startupProbe", "livenessProbe", "readinessProbe", "resources")), w["kind"]
+    # K1: Kubernetes waits out the node's grace (running turns finish) and the rest of its shutdown.
+    tgps = spec(w)["terminationGracePeriodSeconds"]
+    assert isinstance(tgps, int) and tgps * 1000 > grace_ms, (w["kind"], tgps, grace_ms)
     for tsc in spec(w).get("topologySpreadConstraints", []):
         assert tsc["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] in ("voter", "worker")
 
@@ -166,6 +172,7 @@ assert (workers is None) == bool(hpa), "replicas must be left to the HPA exactly
 
 # Per value set: what this set is for.
 if name in ("default", "five"):
+    assert grace_ms == 30000 and spec(sts)["terminationGracePeriodSeconds"] == spec(dep)["terminationGracePeriodSeconds"] == 45
     assert not methods and not kinds("NetworkPolicy") and not kinds("ServiceMonitor")
     assert set(cfg["agents"]) == {"allow_raw_commands", "script", "acp-testagent"}, sorted(cfg["agents"])
     assert cfg["agents"]["allow_raw_commands"] is False
@@ -212,6 +219,7 @@ elif name == "secure":
     assert '"lineage.prod-eu.raft.>"' in conf and '"$JS.ACK.LINEAGE_PROD_EU_INBOX.>"' in conf
 elif name == "large":
     assert n == 5 and hpa and one("ServiceMonitor")
+    assert grace_ms == 120500 and spec(sts)["terminationGracePeriodSeconds"] == spec(dep)["terminationGracePeriodSeconds"] == 136
     assert nats["creds"] == "/etc/lineage/nats/nats.creds" and nats["tls_ca"] == "/etc/lineage/nats/tls/ca.crt"
     assert "tls_cert" not in nats
     assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == ["lineage-nats-creds", "lineage-nats-ca"]
@@ -316,6 +324,9 @@ refuse "values.schema.json" "workdir" --set agents.profiles.acp-testagent.workdi
 refuse "values.schema.json" "allow_raw_commands" --set agents.profiles.allow_raw_commands.driver=script
 refuse "values.schema.json" "whenUnsatisfiable" --set-json 'workers.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"zone","whenUnsatisfiable":"Maybe"}]'
 refuse "values.schema.json" "nkey" --set natsPermissions.users.voter.nkey=not-a-key
+refuse "values.schema.json" "graceMs" --set shutdown.graceMs=-1
+refuse "values.schema.json" "graceMs" --set shutdown.graceMs=3600001
+refuse "template guard" "terminationGracePeriodSeconds \(30\) must be above shutdown.graceMs \(30 s\)" --set terminationGracePeriodSeconds=30
 refuse "template guard" "lease.heartbeatMs" --set lease.heartbeatMs=3000
 refuse "template guard" "registry.heartbeatMs" --set registry.electionMinMs=900
 refuse "template guard" "nats.tls.clientCert is true" --set nats.tls.clientCert=true
@@ -785,6 +796,7 @@ podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client LINEAGE_NATS__PASSWORD=h
 value "$tmp/pw.out" nats.password | grep -E '^"?<redacted>"?$' >/dev/null || { cat "$tmp/pw.out" >&2; fail "config show does not show nats.password as <redacted>"; }
 echo "check-chart: ok   nats.password is shown as $(value "$tmp/pw.out" nats.password), its value nowhere in the output"
 expect "large worker" "$tmp/large.worker.out" nats.creds '"/etc/lineage/nats/nats.creds"' "TOML file"
+expect "large worker" "$tmp/large.worker.out" shutdown.grace_ms 120500 "TOML file"
 loads minimal 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/minimal-values.yaml"
 expect "minimal worker" "$tmp/minimal.worker.out" nats.nkey_seed_file '"/etc/lineage/nats/nkey.seed"' "TOML file"
 expect "token worker" "$tmp/token.worker.out" nats.token_file '"/etc/lineage/nats/token"' "TOML file"

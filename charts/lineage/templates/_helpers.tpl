@@ -206,6 +206,9 @@ takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
 [retention]
 disposed_after_ms = {{ int64 .Values.retention.disposedAfterMs }}
 
+[shutdown]
+grace_ms = {{ int64 .Values.shutdown.graceMs }}
+
 [nats]
 {{- $auth := .Values.nats.auth }}
 {{- $tls := .Values.nats.tls }}
@@ -470,6 +473,23 @@ topologySpreadConstraints:
 {{- end }}
 
 {{/*
+The pods' terminationGracePeriodSeconds: the node's shutdown.grace_ms (running turns finish),
+rounded up to seconds, plus 15 s for the rest of its shutdown (hand-off, service, registry
+member: each step bounded by 5 s). An explicit value must exceed the grace.
+*/}}
+{{- define "lineage.terminationGracePeriodSeconds" -}}
+{{- $grace := div (add (int64 .Values.shutdown.graceMs) 999) 1000 }}
+{{- $explicit := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $explicit }}
+{{- add $grace 15 }}
+{{- else if le (int64 $explicit) $grace }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be above shutdown.graceMs (%d s): Kubernetes would kill running turns; raise it or leave it null to derive grace + 15 s" (int64 $explicit) $grace) }}
+{{- else }}
+{{- int64 $explicit }}
+{{- end }}
+{{- end }}
+
+{{/*
 Pod-level settings shared by voters and workers.
 Usage: include "lineage.podSpecCommon" (dict "root" $ "component" .Values.registry)
 enableServiceLinks is off: Kubernetes would otherwise inject LINEAGE_*_SERVICE_HOST/PORT
@@ -481,7 +501,7 @@ variables for this release's Services, which figment would read as config keys.
 serviceAccountName: {{ include "lineage.serviceAccountName" $root }}
 automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}
 enableServiceLinks: false
-terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+terminationGracePeriodSeconds: {{ include "lineage.terminationGracePeriodSeconds" $root }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
