@@ -261,21 +261,23 @@ impl ControlEndpoints for NatsEndpoints {
     }
 
     fn stop(mut self: Box<Self>) -> BoxFuture<'static, ()> {
+        // The service first, while its endpoints are there to be told: async-nats' `stop`
+        // returns before ending the `$SRV.PING`/`INFO`/`STATS` task when no endpoint listens,
+        // and the instance would go on answering `nats micro ls`. It awaits nothing.
+        if let Some(service) = self.service.take() {
+            let _ = futures::FutureExt::now_or_never(service.stop());
+        }
         let mut tasks = std::mem::take(&mut self.group);
         tasks.append(&mut self.tasks);
         for task in &tasks {
             task.abort();
         }
-        let service = self.service.take();
         let client = self.client.clone();
         Box::pin(async move {
             // An aborted task drops its endpoint (and so queues its unsubscription) only when
             // it is next polled: wait until each has, so the flush below comes after them.
             for task in tasks {
                 let _ = task.await;
-            }
-            if let Some(service) = service {
-                let _ = service.stop().await;
             }
             // The unsubscriptions are on the server once the flush returns: a call after
             // this finds nobody serving.

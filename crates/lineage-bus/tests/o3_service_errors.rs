@@ -8,7 +8,9 @@
 //!   reply goes to `lineage.<cluster>.node.<node>.errors`, never to the client);
 //! - [`ControlClient`] and the request helpers (plain and with heartbeats) read the error from
 //!   the body as before;
-//! - `$SRV.STATS.lineage` counts every error (`num_errors`, `last_error`) and every request.
+//! - `$SRV.STATS.lineage` counts every error (`num_errors`, `last_error`) and every request;
+//! - a node whose endpoints stop leaves the service (`$SRV.PING.lineage` unanswered) while its
+//!   connection stays open.
 
 use std::time::Duration;
 
@@ -225,4 +227,36 @@ async fn o3_error_replies_set_the_service_error_headers_keep_their_json_body_and
         by_name("ctl-resume")["last_error"],
         "404:no session to resume"
     );
+}
+
+/// The `$SRV.PING.lineage` answers within 500 ms (not the server's no-responders status).
+async fn pongs(client: &async_nats::Client) -> usize {
+    replies(client, "$SRV.PING.lineage", Vec::new())
+        .await
+        .iter()
+        .filter(|m| m.status.is_none() && !m.payload.is_empty())
+        .count()
+}
+
+/// O3: a node that stops serving leaves the `lineage` service (`nats micro ls` no longer lists
+/// it), although its connection stays open (a node winding down keeps it for its hand-off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o3_a_stopped_node_leaves_the_lineage_service() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let node_conn = async_nats::connect(server.url()).await.unwrap();
+    let transport = NatsControl::new(node_conn.clone(), Subjects::new("t").unwrap());
+    let endpoints = transport
+        .serve(&NodeId::parse("node-1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(pongs(&client).await, 1);
+    endpoints.stop().await;
+    node_conn.flush().await.unwrap();
+    assert_eq!(
+        pongs(&client).await,
+        0,
+        "the stopped node still answers $SRV.PING"
+    );
+    drop(transport);
 }
