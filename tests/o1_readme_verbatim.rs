@@ -221,7 +221,7 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Exits(0, "{\"v\":1,\"result\":{\"session\":"),
         ),
         (
-            r#"nats --context lineage-operator req lineage.dev.ctl.spawn 'not json'   # one line: {"v":1,"error":{"code":"bad_request","message":"malformed spawn request: ..."}}"#,
+            r#"nats --context lineage-operator req lineage.dev.ctl.spawn 'not json'   # one line: {"v":1,"error":{"code":"bad_request","message":"malformed spawn request: ..."}}; on stderr the headers Nats-Service-Error-Code: 400 and Nats-Service-Error: <the message>"#,
             Exits(0, "{\"v\":1,\"error\":{\"code\":\"bad_request\",\"message\":\"malformed spawn request: "),
         ),
         (
@@ -237,8 +237,16 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Exits(0, "Subject: lineage.dev.ctl.spawn"),
         ),
         (
-            r#"nats --context lineage-observer micro stats lineage   # requests per endpoint, per instance"#,
+            r#"nats --context lineage-observer micro stats lineage   # requests and errors per endpoint, per instance"#,
             Exits(0, "ctl-spawn"),
+        ),
+        (
+            r#"nats --context lineage-observer micro info lineage-registry"#,
+            Exits(0, "Subject: lineage.dev.registry.read"),
+        ),
+        (
+            r#"nats --context lineage-observer req lineage.dev.registry.read '{"consistency":"stale","query":{"query":"session_counts"}}'"#,
+            Exits(0, "\"result\":\"counts\",\"value\":{\"disposed\":"),
         ),
         (
             r#"nats --context lineage-observer stream get LINEAGE_DEV_INBOX --last-for 'lineage.dev.parent.<parent>.inbox'"#,
@@ -255,6 +263,10 @@ fn expectations() -> Vec<(&'static str, Expect)> {
         (
             r#"nats --context lineage-observer stream info LINEAGE_DEV_EVENTS"#,
             Exits(0, "Subjects: lineage.dev.session.*.events"),
+        ),
+        (
+            r#"nats --context lineage-observer consumer info LINEAGE_DEV_INBOX inbox-<parent>   # "lineage inbox of session <parent> (cluster dev)""#,
+            Exits(0, "lineage inbox of session * (cluster dev)"),
         ),
         (
             r#"nats --context lineage-operator sub 'lineage.dev.parent.<parent>.inbox' --stream LINEAGE_DEV_INBOX --all --count 4"#,
