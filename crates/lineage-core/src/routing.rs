@@ -60,6 +60,34 @@ pub fn route_followup(
     }
 }
 
+/// Where a new session is born (K1, graceful shutdown): the node the request names, else this
+/// one, unless this node winds down: then another live node (`live_others`, this node left
+/// out, in any order), picked by `spread` (say a hash of the new id) so births spread over
+/// them, and this one only when there is no other. A birth here during the wind-down would
+/// wait, quiesced, for the hand-off before its first turn, and a turn waiting for it would
+/// wait with it.
+pub fn birth_target(
+    requested: Option<&NodeId>,
+    here: &NodeId,
+    winding_down: bool,
+    live_others: &[NodeId],
+    spread: usize,
+) -> NodeId {
+    match requested {
+        Some(node) => node.clone(),
+        None if winding_down && !live_others.is_empty() => {
+            let mut others: Vec<&NodeId> = live_others.iter().filter(|n| *n != here).collect();
+            others.sort();
+            others.dedup();
+            match others.is_empty() {
+                true => here.clone(),
+                false => others[spread % others.len()].clone(),
+            }
+        }
+        None => here.clone(),
+    }
+}
+
 /// The owner of an agent being hosted: its parent when the parent is live on this node, else
 /// none (a top-level session has none either).
 pub fn owner_of(parent: Option<&SessionId>, parent_live_here: bool) -> Option<SessionId> {
@@ -105,6 +133,22 @@ mod tests {
 
     fn node(n: &str) -> NodeId {
         NodeId::parse(n).unwrap()
+    }
+
+    #[test]
+    fn k1_a_winding_down_node_births_elsewhere_unless_told_or_alone() {
+        let (a, b, c) = (node("node-a"), node("node-b"), node("node-c"));
+        let others = [c.clone(), b.clone(), a.clone()];
+        // Serving: here, or the node asked for.
+        assert_eq!(birth_target(None, &a, false, &others, 0), a);
+        assert_eq!(birth_target(Some(&c), &a, true, &others, 0), c);
+        // Winding down: another live node, spread, never this one.
+        assert_eq!(birth_target(None, &a, true, &others, 0), b);
+        assert_eq!(birth_target(None, &a, true, &others, 1), c);
+        assert_eq!(birth_target(None, &a, true, &others, 2), b);
+        // Nobody else is live: here after all.
+        assert_eq!(birth_target(None, &a, true, &[], 5), a);
+        assert_eq!(birth_target(None, &a, true, std::slice::from_ref(&a), 5), a);
     }
 
     fn routed(

@@ -53,6 +53,35 @@ pub(crate) struct ParentCtx {
 }
 
 impl Shared {
+    /// Where a new session is born ([`lineage_core::routing::birth_target`]): while this node
+    /// winds down, another node whose lease is current (spread by the new id).
+    async fn birth_target(&self, requested: Option<&NodeId>, id: &SessionId) -> NodeId {
+        let winding = self.winding_down();
+        let now = self.now();
+        let live_others: Vec<NodeId> = match (requested, winding) {
+            (None, true) => match self.registry.nodes().await {
+                Ok(nodes) => nodes
+                    .into_iter()
+                    .filter(|n| n.lease_expires_at_ms > now && n.node != self.cfg.node)
+                    .map(|n| n.node)
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list the nodes; the birth stays here");
+                    Vec::new()
+                }
+            },
+            _ => Vec::new(),
+        };
+        let spread = id.as_str().bytes().map(usize::from).sum();
+        lineage_core::routing::birth_target(
+            requested,
+            &self.cfg.node,
+            winding,
+            &live_others,
+            spread,
+        )
+    }
+
     /// Spawns a child of a live parent (steps 1–6). `adopt` sends the adoption to the parent's
     /// mailbox (spawn requested from outside the parent's own turn).
     pub(crate) async fn spawn_child(
@@ -92,7 +121,7 @@ impl Shared {
         };
         descriptor.validate()?;
         let run = self.mint.run();
-        let target = spec.node.clone().unwrap_or_else(|| self.cfg.node.clone());
+        let target = self.birth_target(spec.node.as_ref(), &child_id).await;
         // T4: the target runs only what its operator configured; refused before the birth.
         self.admit_agent(&target, &spec.agent).await?;
         // 5: the target hosts it: creation window, then the birth, then the launch.
@@ -191,7 +220,7 @@ impl Shared {
             .transpose()?;
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset)
             .with_deadline(deadline);
-        let target = request.node.unwrap_or_else(|| self.cfg.node.clone());
+        let target = self.birth_target(request.node.as_ref(), &session).await;
         self.admit_agent(&target, &request.agent).await?;
         let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
         let start = StartRequest {

@@ -76,7 +76,10 @@ async fn k1_a_winding_down_host_finishes_the_turn_queues_the_followup_and_hands_
     for end in log.iter().filter(|e| e.kind == "turn/end") {
         assert_eq!(end.data["stop_reason"], "completed", "{:?}", kinds(&log));
     }
-    assert!(b.is_live(&child) && !a.is_live(&child));
+    // Hosted by node-b since (it may have settled there already).
+    let moved = cluster.record(&child).await.placement.expect("placed");
+    assert_eq!(moved.node, node("node-b"), "{moved:?}");
+    assert!(!a.is_live(&child));
     // The root is released, not hosted anywhere: resumed wherever its next request lands.
     let placement = cluster.record(&root).await.placement.expect("placed");
     assert!(
@@ -126,4 +129,62 @@ async fn k1_a_turn_that_outlives_the_grace_is_cut_short_and_not_released() {
     );
     served_a.stop().await;
     a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn k1_a_child_spawned_during_the_grace_is_born_on_another_node() {
+    let cluster = MemCluster::start();
+    let a = cluster.host("node-a").await;
+    let b = cluster.host("node-b").await;
+    let served_a = service::serve(a.clone()).await.expect("node-a serves");
+    let served_b = service::serve(b.clone()).await.expect("node-b serves");
+    let root = scripted_root(
+        &a,
+        r#"{"turns": [[{"do": "sleep", "ms": 400},
+            {"do": "spawn", "shape": "continuable", "prompt": "work",
+             "agent": {"driver": "script", "script": {"turns": [[{"do": "reply", "content": "born elsewhere"}]]}}},
+            {"do": "reply_result"}]]}"#,
+    )
+    .await;
+    wait_for_async(
+        Duration::from_secs(10),
+        "the root's turn under way",
+        || async { count_kind(&cluster.log(&root).await, "turn/start") == 1 },
+    )
+    .await;
+    served_a.leave_group().await;
+    let report = a.wind_down(Duration::from_secs(5)).await;
+    assert!(report.cut_short.is_empty(), "{report:?}");
+    let log = cluster.log(&root).await;
+    let spawned: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == "subagent/spawned")
+        .collect();
+    assert_eq!(spawned.len(), 1, "{:?}", kinds(&log));
+    let child = lineage_core::ids::SessionId::parse(
+        spawned[0].data["child"].as_str().expect("the child's id"),
+    )
+    .unwrap();
+    let placement = cluster.record(&child).await.placement.expect("placed");
+    assert_eq!(
+        placement.node,
+        node("node-b"),
+        "not born on the node winding down"
+    );
+    wait_for_async(
+        Duration::from_secs(10),
+        "the child's first turn on node-b",
+        || async {
+            cluster
+                .log(&child)
+                .await
+                .iter()
+                .any(|e| e.kind == "turn/assistant" && e.data["text"] == "born elsewhere")
+        },
+    )
+    .await;
+    served_a.stop().await;
+    served_b.stop().await;
+    a.shutdown().await;
+    b.shutdown().await;
 }
