@@ -90,7 +90,7 @@ async fn client(
     pool: Arc<Mutex<Vec<Known>>>,
     start: Instant,
 ) -> Vec<Recorded> {
-    let mut rng = Rng::new(seed ^ (id as u64 + 1) * 7919);
+    let mut rng = Rng::new(seed ^ ((id as u64 + 1) * 7919));
     let mut out = Vec::with_capacity(ops);
     for n in 0..ops {
         // Paced, so the workload spans the fault schedule.
