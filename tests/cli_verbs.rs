@@ -550,3 +550,26 @@ fn o1_script_schema_validates_the_documented_example_and_check_warns_about_text(
     assert!(err.contains("unknown variant `dance`"), "{err}");
     assert!(err.contains("lineage script schema"), "{err}");
 }
+
+/// A verb that prints ends quietly when its reader goes away, as Unix tools do
+/// (`lineage config show | head -1`): no panic, no backtrace, no "Broken pipe" line.
+#[test]
+fn o1_a_closed_pipe_ends_a_printing_verb_quietly() {
+    let config = lineage_testkit::workspace_root().join("config/lineage.toml");
+    let line = format!(
+        "'{}' config show --config '{}' | head -1",
+        lineage_bin().display(),
+        config.display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &line])
+        .output()
+        .expect("bash");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+}

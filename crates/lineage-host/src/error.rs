@@ -199,9 +199,42 @@ impl From<DriverError> for HostError {
     }
 }
 
+/// What [`HostError::Unavailable`] adds around its reason.
+const UNAVAILABLE_PREFIX: &str = "unavailable: ";
+const UNAVAILABLE_HINT: &str = "; check that the node runs and retry";
+
+impl HostError {
+    /// [`HostError::Unavailable`] of another node's `unavailable` answer: its reason once, not
+    /// wrapped a second time (a forwarded request used to say "unavailable: unavailable: ...;
+    /// check that the node runs and retry; check that the node runs and retry").
+    pub(crate) fn unavailable_from_remote(message: String) -> Self {
+        let reason = message
+            .strip_prefix(UNAVAILABLE_PREFIX)
+            .and_then(|m| m.strip_suffix(UNAVAILABLE_HINT))
+            .map(str::to_owned)
+            .unwrap_or(message);
+        HostError::Unavailable(reason)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn o3_a_remote_unavailable_is_said_once() {
+        let remote = HostError::Unavailable("nobody serves lineage.dev.node.node-4.start".into());
+        let again = HostError::unavailable_from_remote(remote.to_string());
+        assert_eq!(
+            again.to_string(),
+            "unavailable: nobody serves lineage.dev.node.node-4.start; check that the node runs and retry"
+        );
+        let other = HostError::unavailable_from_remote("no reply within 5 s".into());
+        assert_eq!(
+            other.to_string(),
+            "unavailable: no reply within 5 s; check that the node runs and retry"
+        );
+    }
 
     #[test]
     fn a_driver_error_keeps_its_line_and_gets_its_code() {

@@ -118,7 +118,7 @@ impl Shared {
         hop: Hop,
     ) -> Result<Res, HostError> {
         let to_host = |e: ControlError| match e.code {
-            ErrorCode::Unavailable => HostError::Unavailable(e.message),
+            ErrorCode::Unavailable => HostError::unavailable_from_remote(e.message),
             _ => HostError::Remote(e),
         };
         let call = ControlCall {

@@ -31,6 +31,7 @@ fn main() {
     let matches = cli::Cli::command().get_matches();
     let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli.global.from_env = cli::flags_from_env(&matches);
+    quiet_on_closed_pipe(&cli.verb);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -43,4 +44,36 @@ fn main() {
     };
     let code = runtime.block_on(cmd::run(cli));
     std::process::exit(code);
+}
+
+/// A verb that only prints ends quietly when its reader goes away (`lineage ls --all | head`),
+/// as Unix tools do: SIGPIPE goes back to its default for it. The Rust runtime ignores SIGPIPE,
+/// so `println!` would panic on the closed pipe. The long-running verbs (`node`, `dev`, `acp`,
+/// `mcp`, `bench`) keep ignoring it: a write to a dead agent's pipe or socket must be an error
+/// they handle, not the end of the process.
+fn quiet_on_closed_pipe(verb: &cli::Verb) {
+    use cli::Verb;
+    let long_running = match verb {
+        Verb::Node { .. } | Verb::Dev { .. } | Verb::Acp(_) | Verb::Mcp | Verb::Bench { .. } => {
+            true
+        }
+        Verb::Spawn(_)
+        | Verb::Send(_)
+        | Verb::Interrupt(_)
+        | Verb::Tree(_)
+        | Verb::Ls(_)
+        | Verb::Drain(_)
+        | Verb::Watch(_)
+        | Verb::Agents
+        | Verb::Status
+        | Verb::Config(_)
+        | Verb::Script(_) => false,
+    };
+    #[cfg(unix)]
+    if !long_running {
+        // SAFETY: called once, before any thread starts; SIG_DFL is a valid disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
 }
