@@ -197,6 +197,7 @@ impl Shared {
                 run: run_info,
                 owner,
                 resumed: true,
+                has_children: !record.children.is_empty(),
                 one_shot: None,
                 epoch: Some(placement.epoch),
             },

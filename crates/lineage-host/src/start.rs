@@ -259,6 +259,7 @@ impl Shared {
                 run: run_info,
                 owner,
                 resumed: false,
+                has_children: false,
                 // Registered with its node: placement epoch 1.
                 epoch: Some(1),
                 one_shot: result_tx,

@@ -106,6 +106,9 @@ pub(crate) struct AgentInit {
     pub(crate) run: Option<SubagentRunInfo>,
     pub(crate) owner: Option<SessionId>,
     pub(crate) resumed: bool,
+    /// Whether the registry lists children of it (a resume): its inbox consumer opens at
+    /// once, for children adopted from outside a turn leave no mark in its log.
+    pub(crate) has_children: bool,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
     /// The placement epoch this agent holds (1 at birth; the claim's on resume): its registry
     /// state writes are fenced by it (K1).
@@ -143,8 +146,8 @@ pub(crate) struct AgentTask {
     pub(crate) run: Option<SubagentRunInfo>,
     pub(crate) epoch: Option<u64>,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
-    /// A one-shot run's inbox consumer, not started yet: only its own children can write to
-    /// its inbox, so it starts with the first spawn (the stream keeps what came before).
+    /// This session's inbox consumer, not started yet: only its own children write to its
+    /// inbox, so it starts with the first child (the stream keeps what came before).
     pub(crate) unopened_inbox: Option<mpsc::UnboundedSender<AgentCmd>>,
     /// Whether the settlement commit also disposed the session (one-shot runs).
     pub(crate) disposed_at_settle: bool,
@@ -179,6 +182,7 @@ pub(crate) struct AgentTask {
 pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), HostError> {
     shared.check_running()?;
     let init_run = init.run.clone();
+    let has_children = init.has_children;
     let session = init.header.id().clone();
     if shared.is_live(&session) {
         return Err(HostError::Internal(format!(
@@ -262,10 +266,8 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         run: init.run,
         epoch: init.epoch,
         one_shot: init.one_shot,
-        unopened_inbox: match init.shape {
-            Some(SubagentShape::OneShot) => Some(tx.clone()),
-            Some(SubagentShape::Continuable) | None => None,
-        },
+        // Opened at the first child (issue 12: a leaf never has a durable consumer).
+        unopened_inbox: Some(tx.clone()),
         disposed_at_settle: false,
         turn_slot,
         stop: stop.clone(),
@@ -308,9 +310,14 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
             tracing::warn!(%session, error = %e, "cannot publish subagent/start");
         }
     }
-    if task.unopened_inbox.is_none() {
-        crate::report::spawn_inbox_consumer(shared, session.clone(), tx, stop.clone());
+    // Only a session with children gets messages in its inbox (their reports and settlement
+    // notices): one restored with children reads it from the start, any other opens it at its
+    // first child (a birth from its turn, or one adopted), so a leaf leaves no durable consumer
+    // behind (issue 12: one per settled continuable child piled up).
+    if has_children || !task.engine.children().is_empty() {
+        task.open_inbox();
     }
+    drop(tx);
     let join = tokio::spawn(supervised(shared.clone(), session.clone(), task.run(rx)));
     if let Ok(mut tasks) = shared.tasks.lock() {
         tasks.retain(|t| !t.is_finished());
@@ -455,7 +462,10 @@ impl AgentTask {
                 reply,
                 trace,
             } => self.deliver(incoming, reply, trace).await,
-            AgentCmd::Adopt(child) => self.feed(EngineEvent::Adopt(child)).await,
+            AgentCmd::Adopt(child) => {
+                self.open_inbox();
+                self.feed(EngineEvent::Adopt(child)).await
+            }
             AgentCmd::Recover => self.feed(EngineEvent::Recover).await,
             AgentCmd::Quiesce => self.feed(EngineEvent::Quiesce).await,
             AgentCmd::HandOff(reply) => self.hand_off(reply).await,
@@ -509,7 +519,7 @@ impl AgentTask {
         }
     }
 
-    /// Starts a one-shot run's inbox consumer if it has not started yet.
+    /// Starts this session's inbox consumer if it has not started yet (at its first child).
     pub(crate) fn open_inbox(&mut self) {
         if let Some(tx) = self.unopened_inbox.take() {
             crate::report::spawn_inbox_consumer(
