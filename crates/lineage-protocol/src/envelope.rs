@@ -161,6 +161,22 @@ pub fn encode_reply<T: Serialize>(outcome: &Result<T, ControlError>) -> Vec<u8> 
     })
 }
 
+/// Where the JSON shape of `op`'s request is written down: its endpoint's `request_schema`
+/// metadata (every op has one, `crate::schema`), and the CLI verb that sends it, when there is
+/// one (the followup op's verb is `send`; issue 15 found errors naming `lineage followup`).
+fn shape_hint(op: &str) -> String {
+    let verb = match op {
+        "spawn" | "interrupt" | "drain" | "status" | "agents" => Some(op),
+        "followup" => Some("send"),
+        _ => None,
+    };
+    let schema = "the request_schema of its endpoint (`nats micro info lineage --json`)";
+    match verb {
+        Some(verb) => format!("the JSON shape is {schema}; `lineage {verb} --help` sends it"),
+        None => format!("the JSON shape is {schema}"),
+    }
+}
+
 /// Decodes a request body, mapping malformed JSON to a `bad_request` error naming the op. A
 /// body is a JSON object (an empty body reads as `{}`): anything else is refused before serde
 /// sees it, which would take an array for a struct with no fields (issue 12's fuzzing found
@@ -172,14 +188,17 @@ pub fn decode_request<T: DeserializeOwned>(op: &str, body: &[u8]) -> Result<T, C
         Some(_) => {
             return Err(ControlError::new(
                 ErrorCode::BadRequest,
-                format!("malformed {op} request: the body must be a JSON object ({{...}}); see `lineage {op} --help` for the JSON shape"),
+                format!(
+                    "malformed {op} request: the body must be a JSON object ({{...}}); {}",
+                    shape_hint(op)
+                ),
             ))
         }
     };
     serde_json::from_slice(body).map_err(|e| {
         ControlError::new(
             ErrorCode::BadRequest,
-            format!("malformed {op} request: {e}; see `lineage {op} --help` for the JSON shape"),
+            format!("malformed {op} request: {e}; {}", shape_hint(op)),
         )
     })
 }
@@ -214,7 +233,7 @@ pub fn decode_routed_request<T: DeserializeOwned>(
     let request = serde_json::from_value(value).map_err(|e| {
         ControlError::new(
             ErrorCode::BadRequest,
-            format!("malformed {op} request: {e}; see `lineage {op} --help` for the JSON shape"),
+            format!("malformed {op} request: {e}; {}", shape_hint(op)),
         )
     })?;
     let hop = match (hop, legacy) {
@@ -284,6 +303,24 @@ mod tests {
         assert_eq!(err.code, ErrorCode::BadRequest);
         assert!(err.message.starts_with("malformed spawn request"));
         assert!(!err.message.contains('\n'));
+        assert!(
+            err.message.ends_with("`lineage spawn --help` sends it"),
+            "{}",
+            err.message
+        );
+        let err = decode_request::<Spawn>("followup", b"{not json").unwrap_err();
+        assert!(
+            err.message.contains("`lineage send --help`"),
+            "{}",
+            err.message
+        );
+        assert!(!err.message.contains("lineage followup"), "{}", err.message);
+        let err = decode_request::<Spawn>("start", b"{not json").unwrap_err();
+        assert!(
+            err.message.ends_with("(`nats micro info lineage --json`)"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
