@@ -26,6 +26,7 @@
 //! | [`budgets`] | the budget sweeper: drain subtrees whose budget is spent, stop reason `budget` | Q3 |
 //! | [`deadlines`] | the deadline sweeper: drain subtrees past their deadline, stop reason `deadline` | Q2 |
 //! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox) | Q5 |
+//! | `sweeps` | the background loops: lease heartbeat, and the birth, deadline/budget/retention and takeover sweeps on their periods | S1, Q2, Q3, Q5, K1 |
 //! | [`fence`] | after a lease lapse, stop the agents whose sessions moved to another node | K1, R1 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`handoff`] | graceful shutdown: quiesce, let running turns finish within the grace, release idle sessions | K1, X1 |
@@ -60,6 +61,7 @@ pub mod service;
 pub mod settle;
 pub mod spawn;
 pub mod start;
+mod sweeps;
 pub mod telemetry;
 
 pub use agent::{AgentRecord, AGENT_EVENT};
