@@ -15,6 +15,7 @@ mod exec;
 mod handoff;
 mod mail;
 mod output;
+mod supervise;
 mod turn;
 
 pub(crate) use handoff::HandedOff;
@@ -318,42 +319,16 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         task.open_inbox();
     }
     drop(tx);
-    let join = tokio::spawn(supervised(shared.clone(), session.clone(), task.run(rx)));
+    let join = tokio::spawn(supervise::supervised(
+        shared.clone(),
+        session.clone(),
+        task.run(rx),
+    ));
     if let Ok(mut tasks) = shared.tasks.lock() {
         tasks.retain(|t| !t.is_finished());
         tasks.push(join);
     }
     Ok(())
-}
-
-/// Runs an agent task's loop; a panic in it (a bug) is logged as an error with the session, and
-/// the session leaves this node's table, instead of ending the task silently with a handle that
-/// still looks live. Its registry record stays as it was (a later followup or resume finds it
-/// not live here).
-async fn supervised(
-    shared: Arc<Shared>,
-    session: SessionId,
-    run: impl std::future::Future<Output = ()>,
-) {
-    if let Err(what) = caught(run).await {
-        tracing::error!(%session, panic = %what, "agent task panicked (a bug); the session is no longer live here");
-        shared.remove(&session);
-    }
-}
-
-/// Runs `run` to its end; a panic in it comes back as its message.
-async fn caught(run: impl std::future::Future<Output = ()>) -> Result<(), String> {
-    use futures::FutureExt;
-    std::panic::AssertUnwindSafe(run)
-        .catch_unwind()
-        .await
-        .map_err(|panic| {
-            panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_owned())
-        })
 }
 
 impl AgentTask {
@@ -529,23 +504,5 @@ impl AgentTask {
                 self.stop.clone(),
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod supervision_tests {
-    #[tokio::test]
-    async fn a_panic_in_an_agent_task_comes_back_as_its_message() {
-        assert_eq!(super::caught(async {}).await, Ok(()));
-        let index = std::hint::black_box(5usize);
-        let got = super::caught(async move {
-            let counters = [0u64; 5];
-            let _ = counters[index];
-        })
-        .await;
-        let message = got.expect_err("the panic is caught");
-        assert!(message.contains("index out of bounds"), "{message}");
-        let got = super::caught(async { panic!("boom {}", 7) }).await;
-        assert_eq!(got, Err("boom 7".to_owned()));
     }
 }
