@@ -117,3 +117,12 @@ if have go; then
 else
   echo "install-deps: no Go: g1_chaos_registry (the Porcupine checker) will fail" >&2
 fi
+
+# toxiproxy for the network fault test (z3_network_faults, issue 12): its server is the
+# module's cmd/server, installed as toxiproxy-server (without it the test skips).
+if ! have toxiproxy-server && have go; then
+  echo "install-deps: installing toxiproxy-server v2.5.0"
+  (GOBIN="$HOME/go/bin" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0 \
+    && mv "$HOME/go/bin/server" "$HOME/go/bin/toxiproxy-server") \
+    || echo "install-deps: toxiproxy-server not installed; z3_network_faults will skip" >&2
+fi
