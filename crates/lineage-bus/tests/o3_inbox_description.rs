@@ -111,7 +111,15 @@ async fn o3_inbox_consumers_are_described_by_their_session() {
     let second = next(&mut reader).await;
     assert_eq!(second.message.as_ref().unwrap(), &report(&old, 2));
     second.ack().await.unwrap();
-    let info = stream.consumer_info(&name).await.unwrap();
+    // An ack is a plain publish: the server applies it a moment later.
+    let mut info = stream.consumer_info(&name).await.unwrap();
+    for _ in 0..50 {
+        if info.num_ack_pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        info = stream.consumer_info(&name).await.unwrap();
+    }
     assert_eq!(info.num_ack_pending, 0, "{info:?}");
     assert_eq!(info.num_pending, 0, "{info:?}");
     assert_eq!(info.ack_floor.stream_sequence, 2, "{info:?}");
