@@ -4,7 +4,8 @@
 //! spawn trees of scripted agents through the CLI (continuable chains to depth 3 on random
 //! nodes, each level reporting with `wakeup` and spawning a one-shot child), follow up and
 //! interrupt random sessions and drain some roots, while a seeded schedule SIGKILLs and
-//! restarts a worker or a voter, SIGSTOPs a voter, and SIGKILLs and restarts a nats-server.
+//! restarts a worker or a voter, SIGSTOPs a voter, and SIGKILLs and restarts, or SIGSTOPs and
+//! SIGCONTs, a nats-server.
 //! Every CLI call is recorded (acknowledged, refused or failed). Once the faults stop:
 //! - every node answers again and no child is left running (bounded waits);
 //! - every acknowledged spawn exists, with one session per spawn request;
@@ -265,13 +266,15 @@ fn x1_n2_trees_under_faults_keep_every_promise_checked_from_the_final_state() {
     // Faults, one at a time, each healed before the next; bounded.
     let mut rng = Rng::new(seed);
     let mut injected = Vec::new();
-    for round in 0..8 {
+    for round in 0..10 {
         if done.load(Ordering::SeqCst) {
             break;
         }
         std::thread::sleep(Duration::from_millis(1500 + rng.below(1500) as u64));
         let began = Instant::now();
-        let what = match round % 4 {
+        // In order: a worker killed, a nats-server hung, a nats-server killed, a voter hung,
+        // a voter killed (the workload may end before the last ones).
+        let what = match [0, 3, 2, 1, 4][round % 5] {
             0 => {
                 let victim = [w4, w5][rng.below(2)];
                 c.nodes[victim].kill();
@@ -295,6 +298,22 @@ fn x1_n2_trees_under_faults_keep_every_promise_checked_from_the_final_state() {
                     .restart(victim)
                     .expect("restart a nats-server");
                 format!("SIGKILL nats-server {}", victim + 1)
+            }
+            3 => {
+                // A hung server: its clients' connections stay open and silent.
+                let victim = rng.below(3);
+                let pid = c.nats.cluster().server(victim).pid().to_string();
+                let signal = |sig: &str| {
+                    let ok = Command::new("kill")
+                        .args([sig, &pid])
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    assert!(ok, "kill {sig} {pid}");
+                };
+                signal("-STOP");
+                std::thread::sleep(Duration::from_millis(1000 + rng.below(1500) as u64));
+                signal("-CONT");
+                format!("SIGSTOP nats-server {}", victim + 1)
             }
             _ => {
                 let victim = rng.below(3);

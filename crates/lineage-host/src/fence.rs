@@ -7,14 +7,17 @@
 //! So every renewal of the lease checks the gap since the last one ([`lapsed`]); after a gap
 //! of a whole lease, each live agent's placement is read from the registry and an agent whose
 //! session is placed elsewhere (or no longer exists) stops here, without settling (the session
-//! lives on where it moved). An agent whose record cannot be read stays, and is checked again
-//! at the next renewal.
+//! lives on where it moved). So does one whose session was disposed meanwhile: a drain that
+//! could not reach this node disposed it in the registry alone, and its agent here would stay
+//! live for a disposed session (issue 12's `x1_chaos_trees`, seed 14: a voter SIGSTOPped during
+//! a drain). An agent whose record cannot be read stays, and is checked again at the next
+//! renewal.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use lineage_core::ids::{NodeId, SessionId};
-use lineage_registry::types::SessionRecord;
+use lineage_registry::types::{SessionRecord, SessionState};
 
 use crate::host::Shared;
 
@@ -24,10 +27,12 @@ pub fn lapsed(previous_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
     previous_ms != 0 && now_ms.saturating_sub(previous_ms) >= lease_ms
 }
 
-/// Whether this node's agent for a session must stop, given the session's registry record.
-pub fn moved_away(record: Option<&SessionRecord>, here: &NodeId) -> bool {
+/// Whether this node's agent for a session must stop, given the session's registry record: it
+/// is gone, placed elsewhere, or disposed.
+pub fn stale_here(record: Option<&SessionRecord>, here: &NodeId) -> bool {
     match record {
         None => true,
+        Some(record) if record.state == SessionState::Disposed => true,
         Some(record) => record
             .placement
             .as_ref()
@@ -44,7 +49,8 @@ impl Shared {
         lapsed(previous, now_ms, lease_ms)
     }
 
-    /// Stops every live agent whose session is placed on another node now; returns them.
+    /// Stops every live agent whose session is placed on another node now, or disposed; returns
+    /// them.
     pub(crate) async fn fence_moved(self: &Arc<Self>) -> Vec<SessionId> {
         let live: Vec<SessionId> = self
             .agents
@@ -60,7 +66,7 @@ impl Shared {
                     continue;
                 }
             };
-            if !moved_away(record.as_ref(), self.node()) {
+            if !stale_here(record.as_ref(), self.node()) {
                 continue;
             }
             if let Some(handle) = self.handle(&session) {
@@ -69,7 +75,10 @@ impl Shared {
                     .and_then(|r| r.placement.as_ref())
                     .map(|p| p.node.to_string())
                     .unwrap_or_else(|| "nowhere".to_owned());
-                tracing::warn!(%session, moved_to = %to, "this node's lease lapsed and the session moved; its stale agent here stops");
+                let disposed = record
+                    .as_ref()
+                    .is_some_and(|r| r.state == SessionState::Disposed);
+                tracing::warn!(%session, moved_to = %to, disposed, "this node's lease lapsed and the session moved or was disposed; its stale agent here stops");
                 handle.stop.cancel();
                 stopped.push(session);
             }
@@ -81,6 +90,52 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn k1_x1_an_agent_is_stale_when_its_session_is_gone_placed_elsewhere_or_disposed() {
+        use lineage_core::header::SessionHeader;
+        use lineage_registry::types::{Admission, Placement};
+        let here = NodeId::parse("node-1").unwrap();
+        let mut record = SessionRecord {
+            header: SessionHeader::top_level(
+                SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
+                None,
+                None,
+            ),
+            descriptor: None,
+            placement: Some(Placement {
+                node: here.clone(),
+                epoch: 3,
+                released: false,
+            }),
+            state: SessionState::Waiting,
+            admission: Admission::Open,
+            children: Default::default(),
+            runs: vec![],
+            max_depth: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            start_deadline_ms: None,
+            usage: None,
+            fan_out: Default::default(),
+            budget: None,
+            purged_usage: None,
+        };
+        assert!(!stale_here(Some(&record), &here), "placed here, alive");
+        assert!(stale_here(None, &here), "gone (purged)");
+        record.state = SessionState::Disposed;
+        assert!(
+            stale_here(Some(&record), &here),
+            "disposed while placed here"
+        );
+        record.state = SessionState::Settled;
+        record.placement = Some(Placement {
+            node: NodeId::parse("node-2").unwrap(),
+            epoch: 4,
+            released: false,
+        });
+        assert!(stale_here(Some(&record), &here), "moved to node-2");
+    }
 
     #[test]
     fn k1_a_lease_lapses_after_a_gap_of_a_whole_lease() {
