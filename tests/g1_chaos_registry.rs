@@ -23,6 +23,7 @@ use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_registry::{Admission, Command as RegistryCommand, CommandResponse, Consistency};
 use lineage_registry::{RegistryClient, SessionState};
 use lineage_testkit::prelude::*;
+use lineage_testkit::seeded::{from_env, Rng};
 use serde_json::{json, Value};
 
 /// Concurrent clients.
@@ -30,21 +31,6 @@ const CLIENTS: usize = 4;
 /// A node no process runs: sessions registered as hosted there are left alone by every
 /// sweep (no lease, no takeover), so only the workload changes them.
 const NOWHERE: &str = "chaos-nowhere";
-
-/// A small deterministic generator (xorshift64*), one per client and one for the faults.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n.max(1)
-    }
-}
 
 /// A session some client tried to register (its outcome may be unknown).
 #[derive(Clone)]
@@ -219,14 +205,8 @@ fn leader_index(c: &Cluster) -> usize {
 
 #[test]
 fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcupine() {
-    let seed: u64 = std::env::var("LINEAGE_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
-    let ops: usize = std::env::var("LINEAGE_CHAOS_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(150);
+    let seed: u64 = from_env("LINEAGE_CHAOS_SEED", 12);
+    let ops: usize = from_env("LINEAGE_CHAOS_OPS", 150);
     let mut c = Cluster::start(3);
     let url = c.nats.url();
     let cluster = c.cluster.clone();

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use lineage_protocol::control::ops;
 use lineage_testkit::prelude::*;
+use lineage_testkit::seeded::from_env;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -205,14 +206,8 @@ fn check(subject: &str, registry: bool, payload: &[u8], reply: &[u8]) -> Result<
 
 #[test]
 fn n3_g2_fuzzed_bad_input_gets_one_line_errors_and_changes_nothing() {
-    let seed: u64 = std::env::var("LINEAGE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
-    let cases: usize = std::env::var("LINEAGE_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let seed: u64 = from_env("LINEAGE_FUZZ_SEED", 15);
+    let cases: usize = from_env("LINEAGE_FUZZ_CASES", 1000);
     let c = Cluster::start(3);
     // Something in the registry, so an unchanged digest means something.
     let child = json!({"turns": [], "after": {"do": "echo"}});

@@ -17,6 +17,8 @@
 //! - [`shipped`]: the shipped `config/nats-server.conf` (users, passwords, a server started
 //!   from it); [`user_conn`]: a connection as one of its users that records permission errors.
 //! - [`script`]: [`Script`], a builder of the script driver's JSON.
+//! - [`seeded`]: [`seeded::Rng`] and [`seeded::from_env`], repeatable runs of the fault and fuzz
+//!   suites (a seed from the environment).
 //! - [`prelude`]: what an end-to-end suite imports (`use lineage_testkit::prelude::*`).
 
 #![deny(missing_docs)]
@@ -29,6 +31,7 @@ pub mod nats;
 pub mod nats_cluster;
 pub mod node;
 pub mod script;
+pub mod seeded;
 pub mod shipped;
 pub mod user_conn;
 pub mod wait;
