@@ -4,7 +4,17 @@
 //! refused unknown scenario.
 
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The benchmarks start clusters and load them: one at a time, so a test thread beside them
+/// cannot starve them (the scale smoke's follower, a debug build catching up 10,000 sessions
+/// with 50 ms Raft timeouts, never caught up once when the tools bench ran beside it).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn lineage() -> Command {
     let mut cmd = Command::new(lineage_testkit::lineage_bin());
@@ -17,6 +27,7 @@ fn lineage() -> Command {
 
 #[test]
 fn bench_baseline_prints_percentiles_against_its_own_server() {
+    let _serial = one_at_a_time();
     let started = Instant::now();
     let out = lineage()
         .args(["bench", "baseline"])
@@ -60,6 +71,7 @@ fn bench_refuses_an_unknown_scenario_with_a_usage_error() {
 
 #[test]
 fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run() {
+    let _serial = one_at_a_time();
     let out = lineage()
         .args(["bench", "tools"])
         .output()
@@ -97,6 +109,7 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
 /// printed, and the lagging follower catches up by installing a snapshot (not from the log).
 #[test]
 fn q_scale_bench_reports_memory_snapshots_restart_and_a_snapshot_catch_up() {
+    let _serial = one_at_a_time();
     let out = lineage()
         .env("LINEAGE_BENCH_SCALE", "0.01")
         .args(["bench", "scale"])
