@@ -165,9 +165,10 @@ pub fn encode_reply<T: Serialize>(outcome: &Result<T, ControlError>) -> Vec<u8> 
 /// metadata (every op has one, `crate::schema`), and the CLI verb that sends it, when there is
 /// one (the followup op's verb is `send`; issue 15 found errors naming `lineage followup`).
 fn shape_hint(op: &str) -> String {
+    use crate::control::ops;
     let verb = match op {
-        "spawn" | "interrupt" | "drain" | "status" | "agents" => Some(op),
-        "followup" => Some("send"),
+        ops::SPAWN | ops::INTERRUPT | ops::DRAIN | ops::STATUS | ops::AGENTS => Some(op),
+        ops::FOLLOWUP => Some("send"),
         _ => None,
     };
     let schema = "the request_schema of its endpoint (`nats micro info lineage --json`)";
