@@ -8,6 +8,8 @@
 //!
 //! Reads are linearizable by default (the leader confirms leadership with a quorum before
 //! answering); [`Consistency::Stale`] reads are answered by any member from its applied state.
+//! A read with no answer after 300 ms is sent again within the same attempt (hedged), so a
+//! stopped member still holding its queue subscription does not swallow it (G3).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +17,6 @@ use std::time::Duration;
 
 use async_nats::Client;
 use bytes::Bytes;
-use futures::FutureExt;
 use lineage_core::depth::MaxDepth;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
@@ -23,6 +24,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::error::RegistryError;
+use crate::hedge::{self, Outcome};
 use crate::subjects;
 use crate::types::{
     ChildSummary, Command, CommandResponse, NodeRecord, Placement, SessionRecord, SessionState,
@@ -161,31 +163,36 @@ impl RegistryClient {
             let subject_name = subject.clone();
             // The caller's trace context goes along: the serving member records its part of
             // the request as a span of that trace.
-            let sent = match lineage_bus::trace::current() {
-                Some(ctx) => {
-                    let mut headers = async_nats::HeaderMap::new();
-                    ctx.inject(&mut headers);
-                    self.nats
-                        .request_with_headers(subject, headers, payload.clone())
-                        .left_future()
-                }
-                None => self.nats.request(subject, payload.clone()).right_future(),
-            };
-            let outcome = tokio::time::timeout(budget, sent).await;
+            let headers = lineage_bus::trace::current().map(|ctx| {
+                let mut headers = async_nats::HeaderMap::new();
+                ctx.inject(&mut headers);
+                headers
+            });
+            // A read is hedged: a member that is stopped but still subscribed must not cost
+            // the whole attempt (G3).
+            let outcome = hedge::first_reply(
+                &self.nats,
+                subject,
+                headers,
+                payload.clone(),
+                budget,
+                !write,
+            )
+            .await;
             let mut sleep = true;
             match outcome {
-                Err(_) => {
+                Outcome::TimedOut => {
                     timed_out = true;
                     last = format!("no reply on {subject_name} within {budget:?}");
                     self.set_leader(None);
                     sleep = false;
                 }
-                Ok(Err(e)) => {
+                Outcome::Failed(e) => {
                     timed_out = matches!(e.kind(), async_nats::RequestErrorKind::TimedOut);
                     last = format!("{subject_name}: {e}");
                     self.set_leader(None);
                 }
-                Ok(Ok(msg)) => match serde_json::from_slice::<T>(&msg.payload) {
+                Outcome::Reply(msg) => match serde_json::from_slice::<T>(&msg.payload) {
                     Err(e) => {
                         return Err(RegistryError::Unexpected(format!("undecodable reply: {e}")))
                     }

@@ -22,6 +22,7 @@
 //! | [`network`] | Raft RPCs over NATS (append, vote, chunked snapshots) | G1 |
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
+//! | `hedge` | a read sends another copy while none has answered (a stopped member holds its queue subscription) | G3, N3 |
 //! | [`error`] | [`RegistryError`], the crate's one error enum | |
 //! | [`identity`] | the writer's identity: a node heartbeats and claims only as itself | Z2 |
 //! | [`bench`] | the register-child benchmark's method (cargo bench and `lineage bench registry`) | G1 |
@@ -31,6 +32,7 @@
 pub mod bench;
 pub mod client;
 pub mod error;
+mod hedge;
 pub mod identity;
 pub mod listing;
 pub mod network;
