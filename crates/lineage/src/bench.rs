@@ -149,7 +149,8 @@ where
 /// `lineage bench`.
 pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
     let known = [
-        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "all",
+        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "peers",
+        "all",
     ];
     if !known.contains(&scenario) {
         return Err(usage(format!(

@@ -17,10 +17,12 @@
 //! | `drain` | 1,000 sessions (one tree), 10,000 (ten trees of 1,000) and 10,000 (one tree), depth 4, registered straight into the registry, placed over the 3 nodes with no live agent, drained end to end by one `drain` request |
 //!
 //! | `scale` | not in `all`: the registry at 1,000,000 sessions (trees of 1,000): register latency at 100k and 1M, RSS per session, snapshot size and build time, a follower's restart and its catch-up from a snapshot ([`scale`]) |
+//! | `peers` | not in `all`: lineage next to Restate, Temporal, etcd and NATS KV on the same machine, one at a time (the peers installed by `scripts/bench-peers.sh`): a parent awaiting a one-shot child, a durable replicated write, 1 and 64 callers ([`peers`]) |
 //! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
 
+mod peers;
 mod scale;
 mod tools;
 
@@ -90,6 +92,9 @@ pub async fn run(g: &Global, scenario: &str) -> Result<(), ControlError> {
 }
 
 async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
+    if name == "peers" {
+        return peers::peers(g).await;
+    }
     let bench = Bench::setup(g, name != "baseline").await?;
     let outcome = match name {
         "baseline" => Ok(()),
