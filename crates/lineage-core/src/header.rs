@@ -63,9 +63,9 @@ pub struct SessionHeader {
     #[serde(skip_serializing_if = "Option::is_none")]
     seed_length: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cwd: Option<String>,
+    cwd: Option<Box<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    agent_preset: Option<AgentPreset>,
+    agent_preset: Option<Box<AgentPreset>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     deadline_at_ms: Option<u64>,
 }
@@ -142,8 +142,8 @@ impl TryFrom<RawHeader> for SessionHeader {
             origin,
             delegation_depth: number("delegation_depth", raw.delegation_depth)?,
             seed_length: number("seed_length", raw.seed_length)?,
-            cwd: raw.cwd,
-            agent_preset: raw.agent_preset,
+            cwd: raw.cwd.map(String::into_boxed_str),
+            agent_preset: raw.agent_preset.map(Box::new),
             deadline_at_ms: number("deadline_at_ms", raw.deadline_at_ms)?,
         };
         header.validate()?;
@@ -165,8 +165,8 @@ impl SessionHeader {
             origin: None,
             delegation_depth: None,
             seed_length: None,
-            cwd,
-            agent_preset,
+            cwd: cwd.map(String::into_boxed_str),
+            agent_preset: agent_preset.map(Box::new),
             deadline_at_ms: None,
         }
     }
@@ -243,6 +243,30 @@ impl SessionHeader {
     pub fn id(&self) -> &SessionId {
         &self.id
     }
+
+    /// The same header, its id, parent and root sharing the text of the given ids where they
+    /// are equal (ids are shared text, and a header read from the wire has its own copy of
+    /// each). Changes no value; a registry holding a million headers keeps one copy of each
+    /// id instead of three.
+    pub fn sharing_ids(
+        mut self,
+        id: &SessionId,
+        parent: Option<&SessionId>,
+        root: &SessionId,
+    ) -> Self {
+        if &self.id == id {
+            self.id = id.clone();
+        }
+        if let Some(parent) = parent {
+            if self.parent_session.as_ref() == Some(parent) {
+                self.parent_session = Some(parent.clone());
+            }
+        }
+        if &self.root_session == root {
+            self.root_session = root.clone();
+        }
+        self
+    }
     /// The durable parent, `None` for a top-level session (L4: walk it to reach the root).
     pub fn parent_session(&self) -> Option<&SessionId> {
         self.parent_session.as_ref()
@@ -269,7 +293,7 @@ impl SessionHeader {
     }
     /// The parent's composed preset the child joined, if any.
     pub fn agent_preset(&self) -> Option<&AgentPreset> {
-        self.agent_preset.as_ref()
+        self.agent_preset.as_deref()
     }
     /// The absolute deadline of this session's subtree (Q2, ms since the Unix epoch), if it has
     /// one: at it, the deadline sweeper drains the subtree with stop reason `deadline`.
@@ -303,7 +327,7 @@ pub fn child_session_meta(
         delegation_depth: Some(child_depth),
         seed_length: (lineage_seed_length > 0).then_some(lineage_seed_length),
         cwd: parent.cwd.clone(),
-        agent_preset: composed_preset,
+        agent_preset: composed_preset.map(Box::new),
         deadline_at_ms: parent.deadline_at_ms,
     };
     header.validate()?;

@@ -49,10 +49,7 @@ pub fn overdue_birth(record: &SessionRecord) -> OverdueBirth {
     OverdueBirth {
         session: record.id().clone(),
         parent: record.header.parent_session().cloned(),
-        descriptor: record
-            .descriptor
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok()),
+        descriptor: record.descriptor.as_ref().and_then(|d| d.parse()),
         run: record.runs.first().cloned(),
         node: record.placement.as_ref().map(|p| p.node.clone()),
         created_at_ms: record.created_at_ms,

@@ -252,7 +252,8 @@ mod tests {
             .collect();
         assert_eq!(adopted, [SessionState::Running, SessionState::Waiting]);
         record.state = SessionState::Running;
-        record.descriptor = Some(serde_json::json!({"provider": "script", "mode": "one-shot"}));
+        record.descriptor =
+            Some(serde_json::json!({"provider": "script", "mode": "one-shot"}).into());
         assert!(!adoptable(&record), "a one-shot run is never resumed");
     }
 

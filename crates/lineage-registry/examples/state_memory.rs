@@ -1,6 +1,7 @@
 //! Where the registry's memory per session goes (issue 13, scale): the state machine alone, no
 //! Raft, no NATS. Applies `N` registrations (trees of 1,000, depth 4, fan-out 6; children with
-//! the descriptor a spawn records, placed round-robin on three nodes) to a [`RegistryState`],
+//! the descriptor a spawn records, placed round-robin on three known nodes; each command
+//! decoded from its JSON as a member applies it) to a [`RegistryState`],
 //! counting every byte allocated (a counting global allocator), then times the snapshot
 //! encoding (JSON) and decoding (JSON plus the derived indexes rebuilt) of that state.
 //!
@@ -59,6 +60,17 @@ fn main() {
         .map(|n| NodeId::parse(n).expect("a valid node id"))
         .collect();
     let mut state = RegistryState::new();
+    // The nodes are known (they heartbeat), as in a cluster.
+    for (i, node) in nodes.iter().enumerate() {
+        state.apply(&Command::Heartbeat {
+            request_id: RequestId::parse(&format!("0190abcd-0000-7000-9000-{i:012x}"))
+                .expect("a valid request id"),
+            at_ms: 1_000,
+            node: node.clone(),
+            lease_ms: 1_000_000_000,
+            info: None,
+        });
+    }
     let before = live();
     let started = Instant::now();
     let mut made = 0usize;
@@ -96,6 +108,10 @@ fn main() {
                 start_within_ms: None,
                 hosted: true,
             };
+            // As a member applies it: decoded from the Raft log entry's JSON, so the command's
+            // ids are its own copies, not shared with the parent's record.
+            let cmd: Command =
+                serde_json::from_slice(&serde_json::to_vec(&cmd).expect("encode")).expect("decode");
             state.apply(&cmd);
         }
     }
@@ -113,12 +129,24 @@ fn main() {
         std::mem::size_of::<SessionHeader>(),
         std::mem::size_of::<lineage_registry::state::RequestOutcome>()
     );
+    println!(
+        "inline sizes of the record's parts: usage {} B, budget {} B, purged usage {} B, fan-out {} B, placement {} B, response {} B",
+        std::mem::size_of::<Option<lineage_core::usage::SessionUsage>>(),
+        std::mem::size_of::<Option<lineage_core::budget::Budget>>(),
+        std::mem::size_of::<Option<lineage_core::usage::UsageTotal>>(),
+        std::mem::size_of::<lineage_core::fanout::FanOut>(),
+        std::mem::size_of::<Option<lineage_registry::Placement>>(),
+        std::mem::size_of::<lineage_registry::CommandResponse>(),
+    );
     let t = Instant::now();
     let copy = state.clone();
     println!("clone of the state: {:.2?}", t.elapsed());
     drop(copy);
     let t = Instant::now();
     let encoded = serde_json::to_vec(&state).expect("the state encodes");
+    if let Ok(path) = std::env::var("STATE_MEMORY_DUMP") {
+        std::fs::write(path, &encoded).expect("dump");
+    }
     println!(
         "snapshot encode (JSON): {:.1} MB in {:.2?} ({} B per session)",
         encoded.len() as f64 / 1e6,
@@ -126,10 +154,13 @@ fn main() {
         encoded.len() / made
     );
     let t = Instant::now();
+    let before_decode = live();
     let decoded: RegistryState = serde_json::from_slice(&encoded).expect("the state decodes");
+    let decoded_bytes = live() - before_decode;
     println!(
-        "snapshot decode (JSON, indexes rebuilt): {:.2?}; digest equal: {}",
+        "snapshot decode (JSON, indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
         t.elapsed(),
-        decoded.digest() == state.digest()
+        decoded.digest() == state.digest(),
+        decoded_bytes / made
     );
 }

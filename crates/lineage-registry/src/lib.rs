@@ -13,6 +13,7 @@
 //! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
 //! | [`listing`] | list and search: derived indexes, filters, cursors, pages | Q4 |
 //! | [`storage`] | redb log store and state machine (openraft storage v2) | G3 |
+//! | [`stored_descriptor`] | a record's descriptor as its compact JSON text (not a parsed tree: memory per session) | P1, Q5 |
 //! | [`snapshot_file`] | the last snapshot in its own file (tmp, fsync, rename), not in redb | G3 |
 //! | [`snapshot_policy`] | when a member builds a snapshot: after commands in proportion to the state | G3 |
 //! | [`store_stats`] | what the store spent: load at open, snapshot builds and installs, sizes | G3 |
@@ -43,6 +44,7 @@ pub mod snapshot_policy;
 pub mod state;
 pub mod storage;
 pub mod store_stats;
+pub mod stored_descriptor;
 pub mod subjects;
 pub mod types;
 pub mod wire;
@@ -51,6 +53,7 @@ pub use client::{Consistency, RegistryClient};
 pub use error::RegistryError;
 pub use node::{RegistryNode, RegistryNodeConfig};
 pub use state::RegistryState;
+pub use stored_descriptor::StoredDescriptor;
 pub use types::{
     Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
     SessionRecord, SessionState,

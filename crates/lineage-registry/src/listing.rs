@@ -72,7 +72,7 @@ impl ListFilter {
             && self
                 .label
                 .as_ref()
-                .is_none_or(|l| label_of(record) == Some(l.as_str()))
+                .is_none_or(|l| label_of(record).as_deref() == Some(l.as_str()))
             && self
                 .created_before_ms
                 .is_none_or(|t| record.created_at_ms < t)
@@ -113,8 +113,8 @@ impl std::str::FromStr for ListCursor {
 }
 
 /// The descriptor's `label`, if any.
-pub fn label_of(record: &SessionRecord) -> Option<&str> {
-    record.descriptor.as_ref()?.get("label")?.as_str()
+pub fn label_of(record: &SessionRecord) -> Option<std::borrow::Cow<'_, str>> {
+    record.descriptor.as_ref()?.label()
 }
 
 /// One entry of an index: when a session was registered, and its id.
@@ -134,7 +134,7 @@ impl MutableKey {
         MutableKey {
             state: record.state,
             node: record.placement.as_ref().map(|p| p.node.clone()),
-            label: label_of(record).map(str::to_owned),
+            label: label_of(record).map(std::borrow::Cow::into_owned),
         }
     }
 }

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod purge;
 mod release;
+mod share;
 
 use lineage_core::budget::{Budget, BudgetSpent};
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
@@ -40,6 +41,7 @@ use lineage_core::CoreError;
 use serde::{Deserialize, Serialize};
 
 use crate::listing::{ListCursor, ListFilter, MutableKey, SessionIndex};
+use crate::stored_descriptor::StoredDescriptor;
 use crate::types::{
     Admission, ChildSummary, Command, CommandResponse, NodeRecord, Placement, RegistryRefusal,
     SessionRecord, SessionState,
@@ -148,7 +150,8 @@ struct StateRepr {
 }
 
 impl From<StateRepr> for RegistryState {
-    fn from(repr: StateRepr) -> Self {
+    fn from(mut repr: StateRepr) -> Self {
+        share::share_ids(&mut repr.sessions, &repr.nodes, &mut repr.requests);
         let requests_by_age = repr
             .requests
             .iter()
@@ -189,7 +192,7 @@ impl From<StateRepr> for RegistryState {
         let reported: Vec<(SessionId, SessionUsage)> = state
             .sessions
             .values()
-            .filter_map(|r| Some((r.id().clone(), r.usage.clone()?)))
+            .filter_map(|r| Some((r.id().clone(), r.usage.as_deref()?.clone())))
             .collect();
         for (id, usage) in reported {
             state.add_usage_up(&id, None, &usage);
@@ -197,7 +200,7 @@ impl From<StateRepr> for RegistryState {
         let carried: Vec<(SessionId, UsageTotal)> = state
             .sessions
             .values()
-            .filter_map(|r| Some((r.id().clone(), r.purged_usage.clone()?)))
+            .filter_map(|r| Some((r.id().clone(), r.purged_usage.as_deref()?.clone())))
             .collect();
         for (id, total) in carried {
             state.add_up(&id, |sum| sum.add_total(&total));
@@ -471,15 +474,24 @@ impl RegistryState {
                 (expected, effective, caps)
             }
         };
-        if let Some(parent_id) = header.parent_session() {
-            if let Some(parent) = self.sessions.get_mut(parent_id) {
+        // The record keeps one copy of each id's text: the parent's and root's are shared with
+        // the parent's record, the node's with its node record (memory per session, issue 13).
+        let mut header = header.clone();
+        if header.parent_session().is_none() {
+            header = header.sharing_ids(&id, None, &id);
+        }
+        if let Some(parent_id) = header.parent_session().cloned() {
+            if let Some(parent) = self.sessions.get_mut(&parent_id) {
                 parent.children.insert(id.clone());
                 parent.updated_at_ms = at_ms;
+                header =
+                    header.sharing_ids(&id, Some(parent.header.id()), parent.header.root_session());
             }
         }
+        let node = node.as_ref().map(|n| self.shared_node_id(n));
         let record = SessionRecord {
-            header: header.clone(),
-            descriptor: descriptor.clone(),
+            header,
+            descriptor: descriptor.as_ref().map(StoredDescriptor::from_value),
             placement: node.as_ref().map(|n| Placement {
                 node: n.clone(),
                 epoch: 1,
@@ -501,13 +513,13 @@ impl RegistryState {
             },
             usage: None,
             fan_out: effective_fan_out,
-            budget: budget.filter(|b| !b.is_unlimited()),
+            budget: budget.filter(|b| !b.is_unlimited()).map(Box::new),
             purged_usage: None,
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));
         }
-        if let Some(deadline) = header.deadline_at_ms() {
+        if let Some(deadline) = record.header.deadline_at_ms() {
             self.sessions_by_deadline.insert((deadline, id.clone()));
         }
         self.index.insert(&record);
@@ -567,6 +579,15 @@ impl RegistryState {
         None
     }
 
+    /// `node`, sharing the text of the known node record's id (one copy of each node id for
+    /// all the placements on it), else `node` itself.
+    fn shared_node_id(&self, node: &NodeId) -> NodeId {
+        self.nodes
+            .get_key_value(node)
+            .map(|(known, _)| known.clone())
+            .unwrap_or_else(|| node.clone())
+    }
+
     fn live(&mut self, session: &SessionId) -> Result<&mut SessionRecord, RegistryRefusal> {
         let record =
             self.sessions
@@ -593,6 +614,7 @@ impl RegistryState {
         run: Option<&RunId>,
         activate: bool,
     ) -> Refusal {
+        let node = &self.shared_node_id(node);
         let record = self.live(session)?;
         if record.state == SessionState::Starting {
             return Err(RegistryRefusal::NotStarted {
@@ -669,9 +691,9 @@ impl RegistryState {
     ) -> Refusal {
         let record = self.live(session)?;
         fenced(record, session, expected_epoch)?;
-        let old = record.usage.replace(usage.clone());
+        let old = record.usage.replace(Box::new(usage.clone()));
         record.updated_at_ms = at_ms;
-        self.add_usage_up(session, old.as_ref(), usage);
+        self.add_usage_up(session, old.as_deref(), usage);
         Ok(CommandResponse::UsageRecorded {
             session: session.clone(),
         })
@@ -709,7 +731,7 @@ impl RegistryState {
             let Some(record) = self.sessions.get(&id) else {
                 break;
             };
-            if let Some(budget) = record.budget {
+            if let Some(budget) = record.budget.as_deref() {
                 if record.state != SessionState::Disposed && budget.check(&id, total).is_err() {
                     self.spent_budgets.insert(id.clone());
                 }
@@ -729,7 +751,7 @@ impl RegistryState {
                 return None;
             }
             let record = self.sessions.get(current)?;
-            if let Some(budget) = record.budget {
+            if let Some(budget) = record.budget.as_deref() {
                 let total = self.subtree_usage.get(current).cloned().unwrap_or_default();
                 if let Err(spent) = budget.check(current, &total) {
                     return Some(spent);
@@ -826,6 +848,7 @@ impl RegistryState {
         node: &NodeId,
         expected_epoch: u64,
     ) -> Refusal {
+        let node = &self.shared_node_id(node);
         let record = self.live(session)?;
         match record.state {
             SessionState::Starting => {}
@@ -961,7 +984,7 @@ impl RegistryState {
         descriptor: &serde_json::Value,
     ) -> Refusal {
         let record = self.live(session)?;
-        record.descriptor = Some(descriptor.clone());
+        record.descriptor = Some(StoredDescriptor::from_value(descriptor));
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::DescriptorSet {
             session: session.clone(),

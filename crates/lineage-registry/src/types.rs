@@ -54,8 +54,8 @@ pub enum Admission {
 pub struct SessionRecord {
     /// The frozen header (validated, L2).
     pub header: SessionHeader,
-    /// The persisted subagent descriptor (P1), as JSON.
-    pub descriptor: Option<serde_json::Value>,
+    /// The persisted subagent descriptor (P1), as its compact JSON text.
+    pub descriptor: Option<crate::StoredDescriptor>,
     /// Which node hosts it, with the claim epoch.
     pub placement: Option<Placement>,
     /// Activation state.
@@ -77,9 +77,10 @@ pub struct SessionRecord {
     /// that the sweeper disposes. Kept once it started, as a record of the birth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_deadline_ms: Option<u64>,
-    /// The usage its agent last reported (`record_usage`), if any.
+    /// The usage its agent last reported (`record_usage`), if any. Boxed, like the other
+    /// fields most records never set: a record's inline size is paid by every session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<lineage_core::usage::SessionUsage>,
+    pub usage: Option<Box<lineage_core::usage::SessionUsage>>,
     /// The fan-out caps in force for its tree (Q1), recorded at birth.
     #[serde(
         default,
@@ -88,11 +89,11 @@ pub struct SessionRecord {
     pub fan_out: lineage_core::fanout::FanOut,
     /// The budget over its own subtree (Q3), recorded at birth, if it was given one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<lineage_core::budget::Budget>,
+    pub budget: Option<Box<lineage_core::budget::Budget>>,
     /// Q5: the usage of its purged descendants (carried up when each was purged), so its
     /// subtree's sum, and any budget above it, stays what it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub purged_usage: Option<lineage_core::usage::UsageTotal>,
+    pub purged_usage: Option<Box<lineage_core::usage::UsageTotal>>,
 }
 
 impl SessionRecord {
@@ -108,10 +109,7 @@ impl SessionRecord {
 
     /// True for a one-shot child (its descriptor's `mode`): never resumed, takes no followup.
     pub fn is_one_shot(&self) -> bool {
-        self.descriptor
-            .as_ref()
-            .and_then(|d| d.get("mode"))
-            .and_then(|m| m.as_str())
+        self.descriptor.as_ref().and_then(|d| d.mode()).as_deref()
             == Some(lineage_core::descriptor::SubagentShape::OneShot.as_str())
     }
 

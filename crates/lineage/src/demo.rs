@@ -87,13 +87,9 @@ async fn print_tree(
 }
 
 fn label_of<'a>(records: &'a [SessionRecord], label: &str) -> Option<&'a SessionRecord> {
-    records.iter().find(|r| {
-        r.descriptor
-            .as_ref()
-            .and_then(|d| d.get("label"))
-            .and_then(|l| l.as_str())
-            == Some(label)
-    })
+    records
+        .iter()
+        .find(|r| r.descriptor.as_ref().and_then(|d| d.label()).as_deref() == Some(label))
 }
 
 /// Runs the demo against a freshly started dev cluster.

@@ -203,10 +203,7 @@ fn list(
 
 /// A child's record as the list shows it.
 fn child_info(record: &SessionRecord, last_report: Option<String>) -> ChildInfo {
-    let descriptor: Option<SubagentDescriptor> = record
-        .descriptor
-        .clone()
-        .and_then(|d| serde_json::from_value(d).ok());
+    let descriptor: Option<SubagentDescriptor> = record.descriptor.as_ref().and_then(|d| d.parse());
     ChildInfo {
         session: record.id().clone(),
         state: record.state,

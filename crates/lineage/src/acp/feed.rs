@@ -126,7 +126,6 @@ pub(crate) fn label_of(record: &lineage_registry::SessionRecord) -> Option<Strin
     record
         .descriptor
         .as_ref()?
-        .get("label")?
-        .as_str()
-        .map(str::to_owned)
+        .label()
+        .map(std::borrow::Cow::into_owned)
 }

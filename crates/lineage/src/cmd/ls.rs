@@ -110,7 +110,7 @@ fn filter_of(args: &Args, now: u64) -> Result<ListFilter, ControlError> {
 }
 
 fn row(r: &SessionRecord, now: u64) -> String {
-    let label = label_of(r).unwrap_or("-");
+    let label = label_of(r).unwrap_or(std::borrow::Cow::Borrowed("-"));
     let node = r
         .placement
         .as_ref()

@@ -42,9 +42,8 @@ pub(crate) fn shape_of(record: &SessionRecord) -> String {
     record
         .descriptor
         .as_ref()
-        .and_then(|d| d.get("mode"))
-        .and_then(|m| m.as_str())
-        .map(str::to_owned)
+        .and_then(|d| d.mode())
+        .map(std::borrow::Cow::into_owned)
         .unwrap_or_else(|| {
             if record.header.parent_session().is_none() {
                 "root".into()
@@ -259,11 +258,13 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             start_deadline_ms: None,
-            usage: usage.map(|(tokens, micros)| SessionUsage {
-                used_tokens: tokens,
-                size_tokens: None,
-                cost_micros: Some(micros),
-                currency: Some("USD".into()),
+            usage: usage.map(|(tokens, micros)| {
+                Box::new(SessionUsage {
+                    used_tokens: tokens,
+                    size_tokens: None,
+                    cost_micros: Some(micros),
+                    currency: Some("USD".into()),
+                })
             }),
             fan_out: Default::default(),
             budget: None,
