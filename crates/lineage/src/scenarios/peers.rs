@@ -13,6 +13,7 @@
 //! line of samples. A peer that is not installed or does not start is a row saying
 //! `skipped: why`. The table ends with lineage's figure over each peer's.
 
+mod anatomy;
 mod procs;
 mod systems;
 
@@ -106,7 +107,7 @@ pub(super) async fn peers(g: &Global) -> Result<(), ControlError> {
     let mut rows = Vec::new();
     {
         let b = Bench::setup(g, true).await?;
-        lineage(&b, &mut rows).await;
+        lineage(g, &b, &mut rows).await;
         b.cleanup().await;
     } // the cluster stops here, before any peer starts
     for replicas in [1, 3] {
@@ -121,7 +122,7 @@ pub(super) async fn peers(g: &Global) -> Result<(), ControlError> {
 }
 
 /// lineage's rows: the spawn workload and the registry's, on the bench's own cluster.
-async fn lineage(b: &Bench, rows: &mut Vec<Row>) {
+async fn lineage(g: &Global, b: &Bench, rows: &mut Vec<Row>) {
     for (clients, ops) in SPAWNS {
         let outcome = spawn_phase(b, clients, ops)
             .await
@@ -165,6 +166,12 @@ async fn lineage(b: &Bench, rows: &mut Vec<Row>) {
             "lineage registry (3 voters)",
             outcome,
         ));
+    }
+    if let Ok(work) = &work {
+        let cluster = crate::cmd::cluster(g);
+        if let Err(e) = anatomy::registry_write(b, work, &cluster, scaled(200)).await {
+            println!("registry write, where the time goes: not measured: {e}");
+        }
     }
 }
 
