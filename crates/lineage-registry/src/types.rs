@@ -62,11 +62,15 @@ pub struct SessionRecord {
     pub state: SessionState,
     /// Admission flag.
     pub admission: Admission,
-    /// Direct children (durable lineage).
+    /// Direct children (durable lineage). Like `runs` and `max_depth`, left out of the JSON
+    /// when empty (most sessions are leaves: a smaller snapshot) and read as empty when absent.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub children: BTreeSet<SessionId>,
     /// Runs of this session, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<RunId>,
     /// The max depth in force for this session's subtree, if one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u64>,
     /// When it was registered (caller's clock, ms since the Unix epoch).
     pub created_at_ms: u64,
