@@ -72,8 +72,8 @@ pub const REQUEST_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 /// The stored first result of an accepted command, keyed by request id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestOutcome {
-    /// The command kind it was used for (see [`Command::kind`]).
-    pub kind: String,
+    /// The command kind it was used for.
+    pub kind: crate::types::CommandKind,
     /// The command's `at_ms` (caller's clock): the result is kept for [`REQUEST_RETENTION_MS`]
     /// after it.
     pub at_ms: u64,
@@ -221,10 +221,10 @@ impl RegistryState {
     /// evaluates the rules; on acceptance mutates the state and stores the response.
     pub fn apply(&mut self, cmd: &Command) -> CommandResponse {
         if let Some(first) = self.requests.get(cmd.request_id()) {
-            if first.kind != cmd.kind() {
+            if first.kind != cmd.command_kind() {
                 return CommandResponse::Refused(RegistryRefusal::RequestIdReused {
                     request_id: cmd.request_id().clone(),
-                    first_kind: first.kind.clone(),
+                    first_kind: first.kind.as_str().to_owned(),
                 });
             }
             return first.response.clone();
@@ -346,7 +346,7 @@ impl RegistryState {
                 self.requests.insert(
                     cmd.request_id().clone(),
                     RequestOutcome {
-                        kind: cmd.kind().to_owned(),
+                        kind: cmd.command_kind(),
                         at_ms,
                         response: response.clone(),
                     },

@@ -420,20 +420,97 @@ impl Command {
 
     /// The command's wire name, e.g. `register_session`.
     pub fn kind(&self) -> &'static str {
+        self.command_kind().as_str()
+    }
+
+    /// The command's kind.
+    pub fn command_kind(&self) -> CommandKind {
         match self {
-            Command::RegisterSession { .. } => "register_session",
-            Command::ConfirmStart { .. } => "confirm_start",
-            Command::ExpireStart { .. } => "expire_start",
-            Command::ClaimPlacement { .. } => "claim_placement",
-            Command::ReleasePlacement { .. } => "release_placement",
-            Command::SetState { .. } => "set_state",
-            Command::RecordUsage { .. } => "record_usage",
-            Command::CloseAdmission { .. } => "close_admission",
-            Command::Dispose { .. } => "dispose",
-            Command::Heartbeat { .. } => "heartbeat",
-            Command::AppendRun { .. } => "append_run",
-            Command::SetDescriptor { .. } => "set_descriptor",
-            Command::Purge { .. } => "purge",
+            Command::RegisterSession { .. } => CommandKind::RegisterSession,
+            Command::ConfirmStart { .. } => CommandKind::ConfirmStart,
+            Command::ExpireStart { .. } => CommandKind::ExpireStart,
+            Command::ClaimPlacement { .. } => CommandKind::ClaimPlacement,
+            Command::ReleasePlacement { .. } => CommandKind::ReleasePlacement,
+            Command::SetState { .. } => CommandKind::SetState,
+            Command::RecordUsage { .. } => CommandKind::RecordUsage,
+            Command::CloseAdmission { .. } => CommandKind::CloseAdmission,
+            Command::Dispose { .. } => CommandKind::Dispose,
+            Command::Heartbeat { .. } => CommandKind::Heartbeat,
+            Command::AppendRun { .. } => CommandKind::AppendRun,
+            Command::SetDescriptor { .. } => CommandKind::SetDescriptor,
+            Command::Purge { .. } => CommandKind::Purge,
+        }
+    }
+}
+
+/// The kind of a [`Command`] (its wire tag `cmd`), as the idempotency table keeps it with each
+/// stored result: one byte, not a string per result (issue 13, memory per session). It reads
+/// and writes as the same snake_case name as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandKind {
+    /// `register_session`
+    RegisterSession,
+    /// `confirm_start`
+    ConfirmStart,
+    /// `expire_start`
+    ExpireStart,
+    /// `claim_placement`
+    ClaimPlacement,
+    /// `release_placement`
+    ReleasePlacement,
+    /// `set_state`
+    SetState,
+    /// `record_usage`
+    RecordUsage,
+    /// `close_admission`
+    CloseAdmission,
+    /// `dispose`
+    Dispose,
+    /// `heartbeat`
+    Heartbeat,
+    /// `append_run`
+    AppendRun,
+    /// `set_descriptor`
+    SetDescriptor,
+    /// `purge`
+    Purge,
+}
+
+impl CommandKind {
+    /// Every kind.
+    pub const ALL: [CommandKind; 13] = [
+        CommandKind::RegisterSession,
+        CommandKind::ConfirmStart,
+        CommandKind::ExpireStart,
+        CommandKind::ClaimPlacement,
+        CommandKind::ReleasePlacement,
+        CommandKind::SetState,
+        CommandKind::RecordUsage,
+        CommandKind::CloseAdmission,
+        CommandKind::Dispose,
+        CommandKind::Heartbeat,
+        CommandKind::AppendRun,
+        CommandKind::SetDescriptor,
+        CommandKind::Purge,
+    ];
+
+    /// The wire name, e.g. `register_session`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandKind::RegisterSession => "register_session",
+            CommandKind::ConfirmStart => "confirm_start",
+            CommandKind::ExpireStart => "expire_start",
+            CommandKind::ClaimPlacement => "claim_placement",
+            CommandKind::ReleasePlacement => "release_placement",
+            CommandKind::SetState => "set_state",
+            CommandKind::RecordUsage => "record_usage",
+            CommandKind::CloseAdmission => "close_admission",
+            CommandKind::Dispose => "dispose",
+            CommandKind::Heartbeat => "heartbeat",
+            CommandKind::AppendRun => "append_run",
+            CommandKind::SetDescriptor => "set_descriptor",
+            CommandKind::Purge => "purge",
         }
     }
 }
@@ -893,4 +970,34 @@ pub struct ChildSummary {
     pub count: u64,
     /// How many of those are `running`.
     pub running_count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_kind_reads_and_writes_as_its_wire_name() {
+        let mut names = std::collections::BTreeSet::new();
+        for kind in CommandKind::ALL {
+            let json = serde_json::to_string(&kind).expect("encode");
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            assert_eq!(
+                serde_json::from_str::<CommandKind>(&json).expect("decode"),
+                kind
+            );
+            assert!(names.insert(kind.as_str()), "{kind:?} twice");
+        }
+        // A command's tag on the wire is its kind's name.
+        let heartbeat = Command::Heartbeat {
+            request_id: RequestId::parse("r1").expect("request id"),
+            at_ms: 1,
+            node: NodeId::parse("node-1").expect("node"),
+            lease_ms: 1,
+            info: None,
+        };
+        let wire = serde_json::to_value(&heartbeat).expect("encode");
+        assert_eq!(wire["cmd"], heartbeat.kind());
+        assert_eq!(heartbeat.command_kind(), CommandKind::Heartbeat);
+    }
 }

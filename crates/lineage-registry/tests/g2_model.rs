@@ -600,7 +600,7 @@ proptest! {
         for r in 0u8..14 {
             let got = real
                 .request_outcome(&req(r))
-                .map(|o| (o.kind.clone(), summarize(&o.response), o.at_ms));
+                .map(|o| (o.kind.as_str().to_owned(), summarize(&o.response), o.at_ms));
             let want = model
                 .requests
                 .get(&r)
