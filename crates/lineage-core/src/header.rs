@@ -244,16 +244,11 @@ impl SessionHeader {
         &self.id
     }
 
-    /// The same header, its id, parent and root sharing the text of the given ids where they
-    /// are equal (ids are shared text, and a header read from the wire has its own copy of
-    /// each). Changes no value; a registry holding a million headers keeps one copy of each
-    /// id instead of three.
-    pub fn sharing_ids(
-        mut self,
-        id: &SessionId,
-        parent: Option<&SessionId>,
-        root: &SessionId,
-    ) -> Self {
+    /// Makes its id, parent and root share the text of the given ids where they are equal
+    /// (ids are shared text, and a header read from the wire has its own copy of each).
+    /// Changes no value; a registry holding a million headers keeps one copy of each id
+    /// instead of three.
+    pub fn share_ids(&mut self, id: &SessionId, parent: Option<&SessionId>, root: &SessionId) {
         if &self.id == id {
             self.id = id.clone();
         }
@@ -265,7 +260,6 @@ impl SessionHeader {
         if &self.root_session == root {
             self.root_session = root.clone();
         }
-        self
     }
     /// The durable parent, `None` for a top-level session (L4: walk it to reach the root).
     pub fn parent_session(&self) -> Option<&SessionId> {

@@ -478,14 +478,13 @@ impl RegistryState {
         // the parent's record, the node's with its node record (memory per session, issue 13).
         let mut header = header.clone();
         if header.parent_session().is_none() {
-            header = header.sharing_ids(&id, None, &id);
+            header.share_ids(&id, None, &id);
         }
         if let Some(parent_id) = header.parent_session().cloned() {
             if let Some(parent) = self.sessions.get_mut(&parent_id) {
                 parent.children.insert(id.clone());
                 parent.updated_at_ms = at_ms;
-                header =
-                    header.sharing_ids(&id, Some(parent.header.id()), parent.header.root_session());
+                header.share_ids(&id, Some(parent.header.id()), parent.header.root_session());
             }
         }
         let node = node.as_ref().map(|n| self.shared_node_id(n));

@@ -8,7 +8,7 @@
 //! install. [`share_ids`] makes them one again before the derived indexes are built. It
 //! changes no value, so the digest is unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 
@@ -24,40 +24,18 @@ pub(super) fn share_ids(
     nodes: &BTreeMap<NodeId, NodeRecord>,
     requests: &mut BTreeMap<RequestId, RequestOutcome>,
 ) {
-    // The key is the header's own id (built in order: the map's nodes come out full).
-    let owned = std::mem::take(sessions);
-    *sessions = owned
-        .into_values()
-        .map(|record| (record.id().clone(), record))
-        .collect();
-    let ids: Vec<SessionId> = sessions.keys().cloned().collect();
-    for id in &ids {
-        let (parent, root) = {
-            let record = &sessions[id];
-            let parent = record
-                .header
-                .parent_session()
-                .and_then(|p| sessions.get_key_value(p))
-                .map(|(key, _)| key.clone());
-            let root = sessions
-                .get_key_value(record.header.root_session())
-                .map(|(key, _)| key.clone());
-            (parent, root)
-        };
-        let children: std::collections::BTreeSet<SessionId> = sessions[id]
-            .children
-            .iter()
-            .map(|child| shared(sessions, child))
-            .collect();
-        let Some(record) = sessions.get_mut(id) else {
-            continue;
-        };
-        let root = root.unwrap_or_else(|| record.header.root_session().clone());
-        record.header = record
-            .header
-            .clone()
-            .sharing_ids(id, parent.as_ref(), &root);
-        record.children = children;
+    // Every id once, hashed: a lookup per parent, root and child at a million records costs
+    // a hash, not a walk down the map.
+    let known: HashSet<SessionId> = sessions.keys().cloned().collect();
+    let shared = |id: &SessionId| known.get(id).cloned().unwrap_or_else(|| id.clone());
+    for (key, record) in sessions.iter_mut() {
+        // The header's own id shares the map's key.
+        let parent = record.header.parent_session().map(&shared);
+        let root = shared(record.header.root_session());
+        record.header.share_ids(key, parent.as_ref(), &root);
+        if !record.children.is_empty() {
+            record.children = record.children.iter().map(&shared).collect();
+        }
         if let Some(placement) = record.placement.as_mut() {
             if let Some((node, _)) = nodes.get_key_value(&placement.node) {
                 placement.node = node.clone();
@@ -66,17 +44,9 @@ pub(super) fn share_ids(
     }
     for outcome in requests.values_mut() {
         if let CommandResponse::Registered { session, .. } = &mut outcome.response {
-            *session = shared(sessions, session);
+            *session = shared(session);
         }
     }
-}
-
-/// `id` as the map's key shares it, if the session is known.
-fn shared(sessions: &Sessions, id: &SessionId) -> SessionId {
-    sessions
-        .get_key_value(id)
-        .map(|(key, _)| key.clone())
-        .unwrap_or_else(|| id.clone())
 }
 
 #[cfg(test)]
