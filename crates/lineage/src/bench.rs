@@ -2,7 +2,9 @@
 //! printing p50/p90/p99, throughput, and a raw NATS request-reply baseline measured on the same
 //! server in the same run, so figures compare as ratios on a noisy machine.
 //!
-//! Scenarios: `baseline`, `registry`, `spawn`, `settle`, `resume`, `drain`, `tools`, `all`.
+//! Scenarios: `baseline`, `registry`, `spawn`, `settle`, `resume`, `drain`, `tools`, `all`;
+//! not in `all`: `scale` (the registry at a million sessions) and `peers` (next to Restate,
+//! Temporal, etcd and NATS KV; `scripts/bench-peers.sh` installs them).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
