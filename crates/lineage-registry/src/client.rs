@@ -8,8 +8,9 @@
 //!
 //! Reads are linearizable by default (the leader confirms leadership with a quorum before
 //! answering); [`Consistency::Stale`] reads are answered by any member from its applied state.
-//! A read with no answer after 300 ms is sent again within the same attempt (hedged), so a
-//! stopped member still holding its queue subscription does not swallow it (G3).
+//! A read sent to the members' queue group with no answer after 300 ms is sent again within
+//! the same attempt (hedged), so a stopped member still holding its queue subscription does not
+//! swallow it (G3).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -147,17 +148,19 @@ impl RegistryClient {
             if now >= end {
                 break;
             }
-            let subject = match (self.leader_hint(), stale) {
+            // Only a read to the members' queue group is hedged: another copy may reach another
+            // member. A copy to the leader's own subject would only load the same member again.
+            let (subject, hedge) = match (self.leader_hint(), stale) {
                 (Some(l), false) if write => match &self.sender {
-                    Some(node) => subjects::write_direct_as(&self.cluster, l, node),
-                    None => subjects::write_direct(&self.cluster, l),
+                    Some(node) => (subjects::write_direct_as(&self.cluster, l, node), false),
+                    None => (subjects::write_direct(&self.cluster, l), false),
                 },
-                (Some(l), false) => subjects::read_direct(&self.cluster, l),
+                (Some(l), false) => (subjects::read_direct(&self.cluster, l), false),
                 _ if write => match &self.sender {
-                    Some(node) => subjects::write_as(&self.cluster, node),
-                    None => subjects::write(&self.cluster),
+                    Some(node) => (subjects::write_as(&self.cluster, node), false),
+                    None => (subjects::write(&self.cluster), false),
                 },
-                _ => subjects::read(&self.cluster),
+                _ => (subjects::read(&self.cluster), true),
             };
             let budget = self.attempt_timeout.min(end - now);
             let subject_name = subject.clone();
@@ -168,17 +171,11 @@ impl RegistryClient {
                 ctx.inject(&mut headers);
                 headers
             });
-            // A read is hedged: a member that is stopped but still subscribed must not cost
-            // the whole attempt (G3).
-            let outcome = hedge::first_reply(
-                &self.nats,
-                subject,
-                headers,
-                payload.clone(),
-                budget,
-                !write,
-            )
-            .await;
+            // A member that is stopped but still subscribed must not cost a read its whole
+            // attempt (G3).
+            let outcome =
+                hedge::first_reply(&self.nats, subject, headers, payload.clone(), budget, hedge)
+                    .await;
             let mut sleep = true;
             match outcome {
                 Outcome::TimedOut => {

@@ -3,8 +3,10 @@
 //! its subscriptions until nats-server drops its connection, so a read routed to it gets no
 //! reply. A read changes nothing, so it is safe to send again before the first copy has
 //! answered: [`first_reply`] sends a copy every [`HEDGE_AFTER`] (at most [`MAX_COPIES`]) while
-//! none has answered and returns the first reply. Writes are not hedged here: they are retried
-//! with their request id after a whole attempt instead (see `RegistryClient::call`).
+//! none has answered and returns the first reply. Only reads to the queue group are hedged (a
+//! copy may reach another member; one to the leader's own subject would load the same member
+//! again). Writes are not hedged: they are retried with their request id after a whole attempt
+//! instead (see `RegistryClient::call`).
 
 use std::time::Duration;
 
