@@ -11,14 +11,25 @@
 //! 258 KB of snapshot, and 0.7 GB took about 3,000 chunks.) A receiver still takes a plain JSON
 //! request, so a member of the previous version can send to this one; the reverse needs the
 //! receivers upgraded first.
-//! An append-entries request that would exceed `max_payload` is answered with
-//! `PayloadTooLarge`, so openraft retries with fewer entries.
+//! An append-entries request of more than one entry that would exceed [`APPEND_BYTES_CAP`] (or
+//! the server's `max_payload`, if smaller) is answered with `PayloadTooLarge`, so openraft
+//! retries with fewer entries. openraft 0.9 gives an append only its heartbeat interval (the
+//! RPC's deadline is `heartbeat_interval`, fixed in its replication loop): a follower that is
+//! behind and loaded must decode, write and fsync one within that time, or the leader's
+//! retries of the same large batch time out one after another and the follower never catches
+//! up (seen in CI: a 10,000-session bench smoke on a debug build, 50 ms heartbeats, both
+//! followers timing out on every append until the writes' 10 s deadline).
 //!
 //! The receiver side (`serve_raft`) answers those subjects for one member.
 
 use std::time::Duration;
 
 use async_nats::Client;
+
+/// The most bytes of one append-entries request of several entries (see the module docs): at
+/// the slowest rates seen here (a debug build on 2 loaded cores) a follower takes it well within
+/// a 50 ms heartbeat; catch-up sends more requests instead of ones that never finish.
+pub const APPEND_BYTES_CAP: usize = 256 * 1024;
 use bytes::Bytes;
 use futures::StreamExt;
 use openraft::error::{
@@ -174,7 +185,11 @@ impl RaftNetwork<TypeConfig> for NatsNetwork {
         // Encoded once: the size check and the request share it.
         let body = serde_json::to_vec(&rpc)
             .map_err(|e| RPCError::Network(NetworkError::new(&WireError(e.to_string()))))?;
-        if n > 1 && self.max_payload > 0 && body.len() > self.max_payload {
+        let cap = match self.max_payload {
+            0 => APPEND_BYTES_CAP,
+            max => max.min(APPEND_BYTES_CAP),
+        };
+        if n > 1 && body.len() > cap {
             return Err(RPCError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint((n / 2).max(1)),
             ));
