@@ -5,7 +5,9 @@
 //! and it would keep pulling from the session's inbox consumer beside the new host.
 //!
 //! So every renewal of the lease checks the gap since the last one ([`lapsed`]); after a gap
-//! of a whole lease, each live agent's placement is read from the registry and an agent whose
+//! of a whole lease, or of a control request's timeout if that is shorter ([`fence_after_ms`]:
+//! a drain that waited that long for this node disposed its sessions in the registry alone,
+//! whatever the lease), each live agent's placement is read from the registry and an agent whose
 //! session is placed elsewhere (or no longer exists) stops here, without settling (the session
 //! lives on where it moved). So does one whose session was disposed meanwhile: a drain that
 //! could not reach this node disposed it in the registry alone, and its agent here would stay
@@ -20,6 +22,15 @@ use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{SessionRecord, SessionState};
 
 use crate::host::Shared;
+
+/// The gap between two renewals after which the placements are checked: the lease, or the
+/// control request timeout if that is shorter. A drain gives up on a node that does not answer
+/// within its request timeout and disposes that node's sessions in the registry alone; with a
+/// lease longer than that timeout (e.g. 30 s against 10 s), a node stopped for 15 s would not
+/// see a lapse and would keep the agents of sessions drained meanwhile.
+pub fn fence_after_ms(lease_ms: u64, request_timeout_ms: u64) -> u64 {
+    lease_ms.min(request_timeout_ms.max(1))
+}
 
 /// True when the lease may have expired between the renewals at `previous_ms` and `now_ms`
 /// (`previous_ms` 0: none before, nothing to check).
@@ -44,9 +55,10 @@ impl Shared {
     /// Records a renewal of the lease at `now_ms` and returns whether the lease lapsed since
     /// the previous one.
     pub(crate) fn renewed(&self, now_ms: u64) -> bool {
-        let lease_ms = u64::try_from(self.cfg.lease.as_millis()).unwrap_or(u64::MAX);
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let after_ms = fence_after_ms(ms(self.cfg.lease), ms(self.cfg.request_timeout));
         let previous = self.last_renewal_ms.swap(now_ms, Ordering::SeqCst);
-        lapsed(previous, now_ms, lease_ms)
+        lapsed(previous, now_ms, after_ms)
     }
 
     /// Stops every live agent whose session is placed on another node now, or disposed; returns
@@ -144,5 +156,14 @@ mod tests {
         assert!(lapsed(10_000, 12_000, 2_000));
         assert!(lapsed(10_000, 40_000, 2_000));
         assert!(!lapsed(10_000, 9_000, 2_000), "a clock step back is no gap");
+    }
+
+    #[test]
+    fn the_fence_runs_after_the_lease_or_a_drains_request_timeout_whichever_is_shorter() {
+        assert_eq!(fence_after_ms(3_000, 10_000), 3_000, "the shipped defaults");
+        assert_eq!(fence_after_ms(30_000, 10_000), 10_000, "a long lease");
+        // A node stopped 15 s with a 30 s lease: a drain gave up on it after 10 s.
+        assert!(lapsed(10_000, 25_000, fence_after_ms(30_000, 10_000)));
+        assert_eq!(fence_after_ms(3_000, 0), 1, "never zero");
     }
 }
