@@ -156,8 +156,9 @@ impl ControlClient {
         }
         let payload = crate::control::encode_request(body)?;
         let end = tokio::time::Instant::now() + self.timeout;
-        // Bounded: every attempt but the last lasts at least `watch.silence`.
-        let attempts = 1 + self.timeout.as_millis() / self.watch.silence.as_millis().max(1);
+        // Bounded: every attempt but the last lasts at least `watch.first` (or `silence`).
+        let shortest = self.watch.first.min(self.watch.silence);
+        let attempts = 1 + self.timeout.as_millis() / shortest.as_millis().max(1);
         let mut last = None;
         for attempt in 1..=attempts {
             let left = end.saturating_duration_since(tokio::time::Instant::now());
