@@ -106,32 +106,20 @@ mod tests {
     #[test]
     fn k1_x1_an_agent_is_stale_when_its_session_is_gone_placed_elsewhere_or_disposed() {
         use lineage_core::header::SessionHeader;
-        use lineage_registry::types::{Admission, Placement};
+        use lineage_registry::types::Placement;
         let here = NodeId::parse("node-1").unwrap();
+        let header = SessionHeader::top_level(
+            SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
+            None,
+            None,
+        );
         let mut record = SessionRecord {
-            header: SessionHeader::top_level(
-                SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
-                None,
-                None,
-            ),
-            descriptor: None,
             placement: Some(Placement {
                 node: here.clone(),
                 epoch: 3,
                 released: false,
             }),
-            state: SessionState::Waiting,
-            admission: Admission::Open,
-            children: Default::default(),
-            runs: vec![],
-            max_depth: None,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            start_deadline_ms: None,
-            usage: None,
-            fan_out: Default::default(),
-            budget: None,
-            purged_usage: None,
+            ..SessionRecord::new(header, SessionState::Waiting)
         };
         assert!(!stale_here(Some(&record), &here), "placed here, alive");
         assert!(stale_here(None, &here), "gone (purged)");

@@ -222,26 +222,14 @@ mod tests {
     fn k1_x2_only_hosted_continuable_sessions_are_adopted_never_a_starting_birth() {
         use lineage_core::header::SessionHeader;
         use lineage_core::ids::SessionId;
+        let header = SessionHeader::top_level(
+            SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
+            None,
+            None,
+        );
         let mut record = SessionRecord {
-            header: SessionHeader::top_level(
-                SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap(),
-                None,
-                None,
-            ),
-            descriptor: None,
-            placement: None,
-            state: SessionState::Starting,
-            admission: lineage_registry::types::Admission::Open,
-            children: Default::default(),
-            runs: vec![],
-            max_depth: None,
-            created_at_ms: 0,
-            updated_at_ms: 0,
             start_deadline_ms: Some(30_000),
-            usage: None,
-            fan_out: Default::default(),
-            budget: None,
-            purged_usage: None,
+            ..SessionRecord::new(header, SessionState::Starting)
         };
         let adopted: Vec<SessionState> = SessionState::ALL
             .into_iter()

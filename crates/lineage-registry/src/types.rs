@@ -101,6 +101,29 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
+    /// A record of `header` in `state` and nothing else: no descriptor, placement, children,
+    /// runs, limits or usage, open to admission, timestamps 0 (what tests and tools build on,
+    /// with struct update syntax for the fields they set).
+    pub fn new(header: SessionHeader, state: SessionState) -> Self {
+        SessionRecord {
+            header,
+            descriptor: None,
+            placement: None,
+            state,
+            admission: Admission::Open,
+            children: BTreeSet::new(),
+            runs: Vec::new(),
+            max_depth: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            start_deadline_ms: None,
+            usage: None,
+            fan_out: Default::default(),
+            budget: None,
+            purged_usage: None,
+        }
+    }
+
     /// The session id.
     pub fn id(&self) -> &SessionId {
         self.header.id()

@@ -239,7 +239,6 @@ mod tests {
     use lineage_core::header::{child_session_meta, SessionHeader};
     use lineage_core::lifecycle::SessionState;
     use lineage_core::usage::SessionUsage;
-    use lineage_registry::types::Admission;
 
     fn sid(n: u32) -> SessionId {
         SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
@@ -247,17 +246,6 @@ mod tests {
 
     fn record(header: SessionHeader, usage: Option<(u64, u64)>) -> SessionRecord {
         SessionRecord {
-            header,
-            descriptor: None,
-            placement: None,
-            state: SessionState::Running,
-            admission: Admission::Open,
-            children: Default::default(),
-            runs: vec![],
-            max_depth: None,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            start_deadline_ms: None,
             usage: usage.map(|(tokens, micros)| {
                 Box::new(SessionUsage {
                     used_tokens: tokens,
@@ -266,9 +254,7 @@ mod tests {
                     currency: Some("USD".into()),
                 })
             }),
-            fan_out: Default::default(),
-            budget: None,
-            purged_usage: None,
+            ..SessionRecord::new(header, SessionState::Running)
         }
     }
 
