@@ -140,11 +140,21 @@ impl Model {
                         "a birth before the log is durable"
                     );
                 }
-                EngineCommand::CommitSettlement { after_seq, .. } => {
+                EngineCommand::CommitSettlement {
+                    after_seq,
+                    with_log,
+                    dispose,
+                    ..
+                } => {
                     assert!(
                         engine.shape().is_some(),
                         "a top-level session never settles"
                     );
+                    if *with_log {
+                        // Only a dispose writes its log alongside; from here on it is durable.
+                        assert!(*dispose, "a resumable settlement committed before its log");
+                        self.durable = self.staged;
+                    }
                     assert_eq!(*after_seq, self.durable);
                     assert_eq!(
                         self.durable, self.staged,

@@ -77,6 +77,8 @@ async fn s1_one_shot_returns_its_result_and_is_settled_then_disposed() {
     assert!(pos("sandbox/mode") < pos("turn/start"));
     assert!(pos("approval/policy") < pos("turn/start"));
     assert!(pos("turn/start") < pos("subagent/descriptor"));
+    // The turn's end went with the dispose (`with_log`), and was durable before the result.
+    assert!(pos("subagent/descriptor") < pos("turn/end"));
     assert_eq!(count_kind(&log, "subagent/descriptor"), 1);
     let approval = &log[pos("approval/policy")].data;
     assert_eq!(approval["policy"], "never");

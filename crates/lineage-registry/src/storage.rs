@@ -16,9 +16,12 @@
 //! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
 //! Log transactions run on one writer thread, in the order openraft asks for them; `append`
 //! returns once its entries are queued (and readable: they wait in an in-memory map until their
-//! transaction committed) and reports the fsync through openraft's `LogFlushed` callback. So a
-//! leader sends new entries to its followers while its own fsync is under way, instead of after
-//! it. `truncate` and `purge` wait for their turn on the thread and for their commit.
+//! transaction committed) and reports the fsync through openraft's `LogFlushed` callback.
+//! openraft 0.9 itself waits for that callback before its next command (`RaftCore::append_to_log`),
+//! so a leader still sends new entries to its followers only after its own fsync (measured:
+//! the append-entries leave ~0.1 ms after the leader's commit; a write is two fsyncs in a row,
+//! the leader's then a follower's). `truncate` and `purge` wait for their turn on the thread and
+//! for their commit.
 //! (openraft 0.9 appends each `client_write` on its own and waits for it, so the leader's group
 //! commit happens one level up: a log entry carries a batch of commands, see
 //! [`crate::types::CommandBatch`].)

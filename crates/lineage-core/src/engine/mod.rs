@@ -300,11 +300,17 @@ pub enum EngineCommand {
         after_seq: u64,
     },
     /// Commit the settlement in the registry: `settled`, or for a one-shot run a dispose (one
-    /// write). Everything staged is durable through `after_seq` first. If it fails the executor
-    /// drops the rest of the list and stops the agent (never notify before the commit).
+    /// write). Everything staged is durable through `after_seq` first, or, with `with_log`,
+    /// written at the same time as the commit; either way before any command after this one.
+    /// If either fails the executor drops the rest of the list and stops the agent (never
+    /// notify before the commit).
     CommitSettlement {
         /// One-shot: dispose in the same write.
         dispose: bool,
+        /// The staged events through `after_seq` are written alongside the commit, not before
+        /// it (a dispose: a disposed session's log is never read to resume it, so the commit
+        /// need not wait for it; only whoever is told afterwards must).
+        with_log: bool,
         /// The stop reason committed (for metrics and logs).
         stop_reason: StopReason,
         /// Durable through this seq.
@@ -608,6 +614,13 @@ impl AgentEngine {
             out.push(EngineCommand::Flush);
             self.flushed_seq = last;
         }
+        self.flushed_seq
+    }
+
+    /// Everything staged, to be written by the command that follows (which names it), not by
+    /// a `Flush` of its own.
+    fn write_alongside(&mut self) -> u64 {
+        self.flushed_seq = self.next_seq - 1;
         self.flushed_seq
     }
 

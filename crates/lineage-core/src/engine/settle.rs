@@ -60,9 +60,17 @@ impl AgentEngine {
                     self.capture(stop_reason.as_deref(), out, now_ms)
                 }
                 ActivationAction::MarkTerminal => {
-                    let after_seq = self.flush(out);
+                    // A one-shot run is disposed: its last events go with the commit (one
+                    // round trip less before its result); a settlement that can be resumed
+                    // has its log durable first.
+                    let dispose = self.shape == Some(SubagentShape::OneShot);
+                    let after_seq = match dispose {
+                        true => self.write_alongside(),
+                        false => self.flush(out),
+                    };
                     out.push(EngineCommand::CommitSettlement {
-                        dispose: self.shape == Some(SubagentShape::OneShot),
+                        dispose,
+                        with_log: dispose,
                         stop_reason: self.settled_stop(),
                         after_seq,
                     });

@@ -41,7 +41,12 @@ fn kinds(cmds: &[EngineCommand]) -> Vec<String> {
             EngineCommand::Stage { event, .. } => format!("stage {}", event.kind()),
             EngineCommand::Answer { answer, .. } => format!("answer {answer:?}"),
             EngineCommand::RunTurn { index, .. } => format!("run {index}"),
-            EngineCommand::CommitSettlement { dispose, .. } => format!("commit dispose={dispose}"),
+            EngineCommand::CommitSettlement {
+                dispose, with_log, ..
+            } => match with_log {
+                true => format!("commit dispose={dispose} with the log"),
+                false => format!("commit dispose={dispose}"),
+            },
             EngineCommand::PublishNotice(n) => format!("notice seq={}", n.seq),
             other => format!("{other:?}"),
         })
@@ -147,10 +152,10 @@ fn s1_a_one_shot_run_settles_as_a_dispose_and_returns_its_result() {
     );
     assert_eq!(
         kinds(&end),
+        // The dispose and the turn's events are written at once (no Flush of their own).
         [
             "stage turn/end",
-            "Flush",
-            "commit dispose=true",
+            "commit dispose=true with the log",
             "Leave",
             "PublishEnd { stop_reason: Failed, output: None }",
             "ReturnResult { output: None, stop_reason: Failed }",

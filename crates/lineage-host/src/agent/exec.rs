@@ -2,7 +2,9 @@
 //!
 //! Durability conditions are checked, not assumed: an answer, a report, a birth or the
 //! settlement commit that depends on log seq N runs only once the log is durable through N
-//! (the executor flushes first if it is not, and does not run the command if that fails). A
+//! (the executor flushes first if it is not, and does not run the command if that fails);
+//! a dispose that carries its log (`with_log`) is written together with it, and nothing after
+//! it runs unless both succeeded. A
 //! failed flush answers whoever waits with the error, fails the turn it was to start, refuses
 //! the birth it was to allow, and stops the agent before a settlement commit: never notify
 //! before the commit.
@@ -138,11 +140,12 @@ impl AgentTask {
                 },
                 EngineCommand::CommitSettlement {
                     dispose,
+                    with_log,
                     stop_reason,
                     ..
                 } => {
                     let committed = match &failed {
-                        None => self.commit(dispose, stop_reason).await,
+                        None => self.commit(dispose, with_log, stop_reason).await,
                         Some(e) => Err(HostError::Unavailable(e.clone())),
                     };
                     if let Err(e) = committed {
@@ -248,27 +251,44 @@ impl AgentTask {
 
     /// The settlement commit: `settled`, or for a one-shot run a dispose in the same write
     /// (only `settled` when the registry still holds undisposed children it does not own).
-    async fn commit(&mut self, dispose: bool, stop: StopReason) -> Result<(), HostError> {
-        self.flush().await?;
+    /// `with_log`: the staged events are written at the same time as the dispose, not before
+    /// it; both must succeed before anyone is told.
+    async fn commit(
+        &mut self,
+        dispose: bool,
+        with_log: bool,
+        stop: StopReason,
+    ) -> Result<(), HostError> {
+        if !with_log {
+            self.flush().await?;
+        }
         let mut disposed = false;
         if dispose {
-            let session = self.session.clone();
-            match self
-                .shared
-                .write(|request_id, at_ms| Command::Dispose {
-                    request_id,
-                    at_ms,
-                    session: session.clone(),
-                })
-                .await
-            {
+            let (shared, session) = (self.shared.clone(), self.session.clone());
+            let write = async move {
+                shared
+                    .write(|request_id, at_ms| Command::Dispose {
+                        request_id,
+                        at_ms,
+                        session: session.clone(),
+                    })
+                    .await
+            };
+            let (flushed, written) = match with_log {
+                true => tokio::join!(self.flush(), write),
+                false => (Ok(()), write.await),
+            };
+            match written {
                 Ok(_) => disposed = true,
                 Err(HostError::Refused(RegistryRefusal::UndisposedChildren { .. })) => {}
                 Err(e) => return Err(e),
             }
+            flushed?;
         }
         self.disposed_at_settle = disposed;
         if !disposed {
+            // `settled` (undisposed children): its log is durable first.
+            self.flush().await?;
             self.shared
                 .set_state(&self.session, SessionState::Settled, self.epoch)
                 .await?;
