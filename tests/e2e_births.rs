@@ -224,3 +224,105 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
     // The normal child is untouched by the sweep.
     assert_eq!(cluster.row(&root, normal.as_str())["state"], "running");
 }
+
+#[test]
+fn s1_m2_x2_a_birth_cut_short_before_its_log_is_disposed_when_resumed_and_its_parent_told_once() {
+    use lineage_core::header::child_session_meta;
+    use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
+    use lineage_registry::client::NewSession;
+    use lineage_registry::{Consistency, SessionState};
+    use std::time::Duration;
+
+    let cluster = Cluster::start(1);
+    let turns: Vec<serde_json::Value> = (0..4)
+        .map(|_| json!([{"do": "reply", "text": "ok"}]))
+        .collect();
+    let root = cluster.spawn_root("node-1", &json!({ "turns": turns }));
+    let (rt, client) = registry(&cluster);
+    let root_id = SessionId::parse(&root).unwrap();
+    // The root has spawned before (its inbox consumer opens at its first child; a notice to a
+    // parent that has none yet waits in the inbox stream until it does).
+    cluster.spawn(&[
+        "--parent",
+        &root,
+        "--shape",
+        "continuable",
+        "--prompt",
+        "wait",
+        "--script",
+        r#"{"turns":[[{"do":"sleep","ms":30000}]]}"#,
+    ]);
+
+    // What a hosting node leaves when it stops between its two writes of a birth (the
+    // creation window and the registration go at once): a `running` child, hosted by a node
+    // that is gone, whose log is empty.
+    let parent = rt
+        .block_on(client.session(root_id.clone(), Consistency::Linearizable))
+        .unwrap()
+        .unwrap();
+    let child_id = SessionId::parse(&uuid::Uuid::now_v7().to_string()).unwrap();
+    let header = child_session_meta(&parent.header, child_id.clone(), 1, 0, None).unwrap();
+    let descriptor = json!({"provider": "script", "label": "halfborn", "mode": "continuable"});
+    rt.block_on(client.register_session(
+        RequestId::parse(&uuid::Uuid::now_v7().to_string()).unwrap(),
+        now_ms(),
+        header,
+        NewSession {
+            descriptor: Some(descriptor),
+            node: Some(NodeId::parse("node-9").unwrap()),
+            run: Some(RunId::parse(&uuid::Uuid::now_v7().to_string()).unwrap()),
+            hosted: true,
+            ..NewSession::default()
+        },
+    ))
+    .expect("register the birth");
+    let child = child_id.to_string();
+    assert_eq!(cluster.row(&root, &child)["state"], "running");
+
+    // A followup would cold-resume it: there is nothing to resume, so it is disposed, and the
+    // sender is told in one line.
+    let (code, _, err) = cluster.cli(&["send", &child, "hello"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("is disposed") && err.contains("its node stopped before its log was written"),
+        "{err}"
+    );
+    assert!(!err.trim().contains('\n'), "one line: {err}");
+    let record = rt
+        .block_on(client.session(child_id.clone(), Consistency::Linearizable))
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, SessionState::Disposed, "{record:?}");
+
+    // The parent is told once, as the child would have told it (seq 1), with why.
+    let log = cluster.wait_log(
+        &root,
+        Duration::from_secs(10),
+        "the cut-short notice",
+        |log| !lineage_testkit::prelude::accepted(log, "subagent-settled", Some(&child)).is_empty(),
+    );
+    // A second followup finds it disposed and tells nobody again.
+    let (code, _, err) = cluster.cli(&["send", &child, "again"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("is disposed"), "{err}");
+    std::thread::sleep(Duration::from_millis(1_000));
+    let log = {
+        let later = cluster.log(&root);
+        assert!(later.len() >= log.len());
+        later
+    };
+    let notices = lineage_testkit::prelude::accepted(&log, "subagent-settled", Some(&child));
+    assert_eq!(
+        notices.len(),
+        1,
+        "{}",
+        lineage_testkit::prelude::render_log(&log)
+    );
+    let message = &notices[0].data["message"];
+    assert_eq!(
+        message["summary"],
+        "subagent halfborn never started: its node stopped before its log was written",
+        "{message}"
+    );
+    assert_eq!(notices[0].data["dedup_id"], format!("{child}-1"));
+}

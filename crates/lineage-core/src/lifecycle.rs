@@ -138,11 +138,38 @@ pub fn expire_births(candidates: &[OverdueBirth], now_ms: u64) -> Vec<BirthExpir
         .filter(|b| b.start_deadline_ms <= now_ms)
         .collect();
     due.sort_by(|a, b| (a.start_deadline_ms, &a.session).cmp(&(b.start_deadline_ms, &b.session)));
-    due.into_iter().map(|b| expire_one(b, now_ms)).collect()
+    due.into_iter()
+        .map(|b| {
+            let within = b.start_deadline_ms.saturating_sub(b.created_at_ms);
+            let label = b
+                .descriptor
+                .as_ref()
+                .and_then(|d| d.label.clone())
+                .unwrap_or_else(|| b.session.to_string());
+            expire_one(b, now_ms, &never_started_summary(&label, within))
+        })
+        .collect()
 }
 
-fn expire_one(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
-    let within = birth.start_deadline_ms.saturating_sub(birth.created_at_ms);
+/// A birth cut short: registered `running` by its hosting node, whose creation window never
+/// reached the log (the node stopped between the two, which it writes at once). Its log holds
+/// nothing to resume, so it is disposed like an overdue birth, and its parent is told the same
+/// way, with why.
+pub fn cut_short_birth(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
+    let label = birth
+        .descriptor
+        .as_ref()
+        .and_then(|d| d.label.clone())
+        .unwrap_or_else(|| birth.session.to_string());
+    expire_one(birth, now_ms, &cut_short_summary(&label))
+}
+
+/// The one line a parent reads for a birth cut short.
+pub fn cut_short_summary(label: &str) -> String {
+    format!("subagent {label} never started: its node stopped before its log was written")
+}
+
+fn expire_one(birth: &OverdueBirth, now_ms: u64, summary: &str) -> BirthExpiry {
     let end = match (&birth.parent, &birth.descriptor, &birth.run, &birth.node) {
         (Some(parent), Some(descriptor), Some(run), Some(node)) => Some(SubagentRunEndInfo {
             run_id: run.clone(),
@@ -160,21 +187,15 @@ fn expire_one(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
     };
     let notice = match (&birth.parent, &birth.descriptor) {
         (Some(parent), Some(descriptor)) => match descriptor.mode {
-            SubagentShape::Continuable => {
-                let label = descriptor
-                    .label
-                    .clone()
-                    .unwrap_or_else(|| birth.session.to_string());
-                Some(SubagentSettled::new(
-                    birth.session.clone(),
-                    parent.clone(),
-                    1,
-                    &never_started_summary(&label, within),
-                    StopReason::Failed,
-                    None,
-                    now_ms,
-                ))
-            }
+            SubagentShape::Continuable => Some(SubagentSettled::new(
+                birth.session.clone(),
+                parent.clone(),
+                1,
+                summary,
+                StopReason::Failed,
+                None,
+                now_ms,
+            )),
             SubagentShape::OneShot => None,
         },
         // A child without a readable descriptor is still a continuable birth for its parent.
@@ -182,7 +203,7 @@ fn expire_one(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
             birth.session.clone(),
             parent.clone(),
             1,
-            &never_started_summary(birth.session.as_str(), within),
+            summary,
             StopReason::Failed,
             None,
             now_ms,
@@ -311,6 +332,24 @@ mod tests {
         );
         assert_eq!(end.shape, SubagentShape::Continuable);
         assert_eq!(end.node.as_str(), "node-2");
+    }
+
+    #[test]
+    fn s1_m2_a_birth_cut_short_before_its_log_tells_its_parent_why_whatever_its_deadline() {
+        // A hosted birth has no start deadline (0): it is not an overdue birth, and
+        // `expire_births` would never list it; re-adoption finds it by its empty log.
+        let cut = birth(2, Some(1), SubagentShape::Continuable, 0);
+        let expiry = cut_short_birth(&cut, 41_000);
+        assert_eq!(expiry.session, sid(2));
+        let notice = expiry.notice.unwrap();
+        assert_eq!((notice.seq, notice.stop_reason), (1, StopReason::Failed));
+        assert_eq!(
+            notice.summary.as_str(),
+            "subagent reviewer never started: its node stopped before its log was written"
+        );
+        assert_eq!(expiry.end.unwrap().stop_reason, StopReason::Failed);
+        let one_shot = cut_short_birth(&birth(3, Some(1), SubagentShape::OneShot, 0), 41_000);
+        assert!(one_shot.notice.is_none() && one_shot.end.is_some());
     }
 
     #[test]

@@ -20,12 +20,18 @@
 //!
 //! A sweeper that dies between 1 and 3 leaves the parent without the notice (the birth is
 //! disposed, so the next sweep does not list it): at most once, not at least once.
+//!
+//! A hosting node writes a birth's creation window and registers it at once
+//! ([`crate::start`]); a node that stops between the two leaves a `running` record with an
+//! empty log. Whoever would resume it (re-adoption, takeover, a followup) finds nothing to
+//! resume and disposes it the same way ([`Shared::dispose_cut_short`],
+//! [`lineage_core::lifecycle::cut_short_birth`]), under one request id per session.
 
 use std::sync::Arc;
 
 use lineage_core::ids::RequestId;
 use lineage_core::ids::SessionId;
-use lineage_core::lifecycle::{expire_births, OverdueBirth};
+use lineage_core::lifecycle::{cut_short_birth, expire_births, BirthExpiry, OverdueBirth};
 use lineage_core::messages::{InboxMessage, LifecycleEvent};
 use lineage_registry::state::OVERDUE_BIRTHS_PAGE;
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionRecord};
@@ -97,16 +103,55 @@ impl Shared {
                 }
             }
             tracing::info!(%session, parent = ?births.iter().find(|b| b.session == session).and_then(|b| b.parent.clone()), "birth never started: disposed");
-            if let Some(end) = expiry.end {
-                if let Err(e) = self.lifecycle.publish(&LifecycleEvent::End(end)).await {
-                    tracing::warn!(%session, error = %e, "cannot publish subagent/end");
-                }
-            }
-            if let Some(notice) = expiry.notice {
-                publish_with_retry(self, &session, InboxMessage::Settled(notice)).await;
-            }
+            self.tell_parent(expiry).await;
             report.expired.push(session);
         }
         Ok(report)
+    }
+
+    /// A birth cut short (a `running` record whose log is empty, see the module
+    /// documentation): disposed, and once that committed its parent is told. The error is
+    /// what a resume of it answers.
+    pub(crate) async fn dispose_cut_short(&self, record: &SessionRecord) -> HostError {
+        let session = record.id().clone();
+        let refused = HostError::Disposed(format!(
+            "{session} (its birth was cut short: its node stopped before its log was written, so there is nothing to resume)"
+        ));
+        let request_id = match RequestId::parse(&format!("cut-short-{session}")) {
+            Ok(id) => id,
+            Err(e) => return e.into(),
+        };
+        let disposed = self
+            .registry
+            .write(Command::Dispose {
+                request_id,
+                at_ms: self.now(),
+                session: session.clone(),
+            })
+            .await;
+        match disposed {
+            Ok(CommandResponse::Disposed { already: false, .. }) => {
+                tracing::info!(%session, "birth cut short before its log: disposed");
+                self.tell_parent(cut_short_birth(&overdue_birth(record), self.now()))
+                    .await;
+                refused
+            }
+            // Disposed by someone else first (a drain, another node's resume): told there.
+            Ok(_) => refused,
+            Err(e) => e,
+        }
+    }
+
+    /// `subagent/end`, then the settlement notice, of a birth that never started.
+    async fn tell_parent(&self, expiry: BirthExpiry) {
+        let session = expiry.session;
+        if let Some(end) = expiry.end {
+            if let Err(e) = self.lifecycle.publish(&LifecycleEvent::End(end)).await {
+                tracing::warn!(%session, error = %e, "cannot publish subagent/end");
+            }
+        }
+        if let Some(notice) = expiry.notice {
+            publish_with_retry(self, &session, InboxMessage::Settled(notice)).await;
+        }
     }
 }

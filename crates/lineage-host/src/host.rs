@@ -8,7 +8,7 @@
 //! operations live one per file: [`crate::spawn`], [`crate::settle`], [`crate::report`],
 //! [`crate::followup`], [`crate::interrupt`], [`crate::resume`], [`crate::drain`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -170,6 +170,9 @@ pub(crate) struct Shared {
     pub(crate) control: Arc<dyn ControlTransport>,
     pub(crate) output: Arc<dyn lineage_bus::TurnOutputs>,
     pub(crate) agents: Mutex<HashMap<SessionId, AgentHandle>>,
+    /// Births under way here: registered (or about to be) and not live yet. A resume of one
+    /// answers `Starting` instead of finding its log still empty ([`crate::start`]).
+    pub(crate) births: Mutex<HashSet<SessionId>>,
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub(crate) shutdown: CancellationToken,
@@ -215,6 +218,14 @@ impl Shared {
 
     pub(crate) fn is_live(&self, session: &SessionId) -> bool {
         self.handle(session).is_some()
+    }
+
+    /// Whether `session`'s birth is under way on this node (see [`Shared::births`]).
+    pub(crate) fn is_being_born(&self, session: &SessionId) -> bool {
+        self.births
+            .lock()
+            .map(|births| births.contains(session))
+            .unwrap_or(false)
     }
 
     /// Registers a live agent (and its local ancestry). Fails if it is already live here.
@@ -390,6 +401,7 @@ impl Host {
             control: ports.control,
             output: ports.output,
             agents: Mutex::new(HashMap::new()),
+            births: Mutex::new(HashSet::new()),
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
             shutdown,

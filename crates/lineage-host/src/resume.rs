@@ -57,6 +57,10 @@ impl Shared {
                 epoch,
             });
         }
+        if self.is_being_born(&session) {
+            // Its birth is under way here: its log may not be written yet.
+            return Err(HostError::Starting(session.to_string()));
+        }
         match record.state {
             SessionState::Disposed => return Err(HostError::Disposed(session.to_string())),
             // Born, not hosted yet: its node confirms the start shortly, or the sweeper
@@ -78,6 +82,10 @@ impl Shared {
         // without moving the placement.
         let header = record.header.clone();
         let (events, cursor) = log_read?;
+        if events.is_empty() {
+            // Registered, but its creation window never reached the log: a birth cut short.
+            return Err(self.dispose_cut_short(&record).await);
+        }
         let log =
             SessionLog::from_events(session.clone(), events, header.seed_length().unwrap_or(0))?;
         let agent: AgentRecord = log

@@ -3,14 +3,19 @@
 //! The spawning node built the frozen header and captured the policy ([`crate::spawn`]); the
 //! node that will host the session, in this order:
 //!
-//! 1. writes the creation window to the session's (empty) log: composition, delegated policy,
-//!    descriptor, the agent record and the accepted first prompt, as one message;
-//! 2. registers the birth, `hosted` by this node (`RegisterSession`, under the spawn's request
-//!    id): the commit is the birth, and the registry applies every birth rule (parent live,
-//!    admission open, depth, lineage). It is `running` at once: its log already holds what a
-//!    resume needs, so a node that dies now leaves a session the takeover resumes, never an
-//!    empty record that looks alive. Refused: nothing is launched, and the log (no record names
-//!    it) is never read;
+//! 1. and 2., at the same time (one round trip, not two):
+//!    - writes the creation window to the session's (empty) log: composition, delegated
+//!      policy, descriptor, the agent record and the accepted first prompt, as one message;
+//!    - registers the birth, `hosted` by this node (`RegisterSession`, under the spawn's
+//!      request id): the commit is the birth, and the registry applies every birth rule
+//!      (parent live, admission open, depth, lineage). It is `running` at once.
+//!
+//!    Only when both succeeded does anything see the child. Refused: nothing is launched, and
+//!    the log (no record names it) is never read. Registered but the window not written: the
+//!    birth is disposed here. A node that stops between the two leaves a `running` record with
+//!    an empty log: re-adoption, takeover or a followup that would resume it finds nothing to
+//!    resume, disposes it and tells its parent ([`crate::births`]), so no record that looks
+//!    alive stays behind;
 //! 3. launches the agent, which announces `subagent/start` before it takes its first turn.
 //!
 //! A launch that fails disposes the birth. A retried spawn (same request id) whose first birth
@@ -130,17 +135,6 @@ impl Shared {
                 .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
             log.append(ACCEPTED_EVENT, accepted, now);
         }
-        // 1: durable before anything else sees the child: the whole creation window in one
-        // message (all of it or none), on an empty log.
-        let cursor = self
-            .events
-            .append_all(
-                &session,
-                log.events(),
-                Some(lineage_bus::events::LogCursor::default()),
-            )
-            .await?;
-        // 2: the commit is the birth, hosted here.
         let descriptor_json = match &descriptor {
             Some(d) => Some(
                 serde_json::to_value(d)
@@ -148,21 +142,31 @@ impl Shared {
             ),
             None => None,
         };
-        let registered = self
-            .register_hosted(Command::RegisterSession {
-                request_id: request_id.clone(),
-                at_ms: now,
-                header: header.clone(),
-                descriptor: descriptor_json,
-                max_depth,
-                fan_out,
-                budget,
-                node: Some(self.cfg.node.clone()),
-                run: run.clone(),
-                start_within_ms: None,
-                hosted: true,
-            })
-            .await;
+        // 1 and 2 at once: the whole creation window in one message (all of it or none) on an
+        // empty log, and the commit that is the birth, hosted here. Nothing sees the child
+        // before both are done; a node that stops between them leaves a `running` record with
+        // an empty log, which whoever would resume it disposes (`Shared::dispose_cut_short`).
+        // Until it is live here (or disposed), a resume of it here answers `Starting`.
+        let _underway = BirthUnderway::new(self, &session);
+        let window = self.events.append_all(
+            &session,
+            log.events(),
+            Some(lineage_bus::events::LogCursor::default()),
+        );
+        let register = self.register_hosted(Command::RegisterSession {
+            request_id: request_id.clone(),
+            at_ms: now,
+            header: header.clone(),
+            descriptor: descriptor_json,
+            max_depth,
+            fan_out,
+            budget,
+            node: Some(self.cfg.node.clone()),
+            run: run.clone(),
+            start_within_ms: None,
+            hosted: true,
+        });
+        let (written, registered) = tokio::join!(window, register);
         let depth = match registered {
             Ok(CommandResponse::Registered {
                 session: first,
@@ -190,6 +194,14 @@ impl Shared {
                 return Err(HostError::RegistryUnavailable(reason));
             }
             Err(refused) => return Err(refused),
+        };
+        let cursor = match written {
+            Ok(cursor) => cursor,
+            Err(e) => {
+                // Registered without its log: nothing could resume it, so it is disposed now.
+                self.dispose_unstarted(&session).await;
+                return Err(e.into());
+            }
         };
         tracing::info!(%session, parent = ?header.parent_session(), depth, "session born");
         // 3: launch; a launch that fails disposes the birth.
@@ -374,5 +386,32 @@ impl Host {
             op.record("stop_reason", result.stop_reason.as_str());
         }
         reply
+    }
+}
+
+/// A birth under way on this node ([`Shared::births`]), from before its registration until it
+/// is live or disposed: dropping it ends it.
+struct BirthUnderway<'a> {
+    shared: &'a Shared,
+    session: SessionId,
+}
+
+impl<'a> BirthUnderway<'a> {
+    fn new(shared: &'a Shared, session: &SessionId) -> Self {
+        if let Ok(mut births) = shared.births.lock() {
+            births.insert(session.clone());
+        }
+        BirthUnderway {
+            shared,
+            session: session.clone(),
+        }
+    }
+}
+
+impl Drop for BirthUnderway<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut births) = self.shared.births.lock() {
+            births.remove(&self.session);
+        }
     }
 }
