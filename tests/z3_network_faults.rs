@@ -14,119 +14,14 @@
 //! `go install` cannot install it.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lineage_testkit::free_port;
 use lineage_testkit::prelude::*;
+use lineage_testkit::toxiproxy::{toxiproxy, Toxiproxy};
 use serde_json::{json, Value};
 
 const CHILDREN: usize = 3;
-
-/// toxiproxy-server on PATH or in `~/go/bin`, installing it with `go install` when it can.
-fn toxiproxy() -> Option<PathBuf> {
-    let find = || {
-        let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-            .map(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("toxiproxy-server"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let Some(home) = std::env::var_os("HOME") {
-            candidates.push(Path::new(&home).join("go/bin/toxiproxy-server"));
-        }
-        candidates.into_iter().find(|p| p.is_file())
-    };
-    if let Some(found) = find() {
-        return Some(found);
-    }
-    let status = Command::new("bash")
-        .args(["-c", "GOBIN=\"$HOME/go/bin\" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0 && mv \"$HOME/go/bin/server\" \"$HOME/go/bin/toxiproxy-server\""])
-        .status()
-        .ok()?;
-    status.success().then(find).flatten()
-}
-
-/// A toxiproxy-server process on a free loopback port, stopped (by pid) on drop.
-struct Toxiproxy {
-    child: Child,
-    api: u16,
-}
-
-impl Drop for Toxiproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Toxiproxy {
-    fn start(bin: &Path) -> Toxiproxy {
-        let api = free_port().expect("a free port");
-        let child = Command::new(bin)
-            .args(["-host", "127.0.0.1", "-port", &api.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start toxiproxy-server");
-        let proxy = Toxiproxy { child, api };
-        wait_for(Duration::from_secs(10), "toxiproxy's API", || {
-            proxy.call("GET", "/version", "").ok()
-        });
-        proxy
-    }
-
-    /// One HTTP call to the API: (status, body).
-    fn call(&self, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.api))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text)?;
-        let code = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((
-            code,
-            text.split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_owned())
-                .unwrap_or_default(),
-        ))
-    }
-
-    /// One API call that must succeed. A connection reset (seen once in CI right after the
-    /// API answered) is retried, at most five times; a retried create that answers 409 had
-    /// been applied by the reset attempt.
-    fn ok(&self, method: &str, path: &str, body: Value) {
-        let mut attempt = 0;
-        let (code, text) = loop {
-            attempt += 1;
-            match self.call(method, path, &body.to_string()) {
-                Ok(reply) => break reply,
-                Err(e) if attempt < 5 => {
-                    eprintln!("toxiproxy API {method} {path}: {e}; again");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => panic!("toxiproxy API {method} {path}: {e}"),
-            }
-        };
-        let applied_before = attempt > 1 && code == 409;
-        assert!(
-            (200..300).contains(&code) || applied_before,
-            "{method} {path}: {code} {text}"
-        );
-    }
-}
 
 /// `lineage send` with a request id: (exit code, stderr).
 fn send(c: &Cluster, child: &str, content: &str, request: &str) -> i32 {

@@ -359,9 +359,23 @@ impl Shared {
             .await?
             .ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
         match record.state {
-            SessionState::Disposed => Err(HostError::BadRequest(format!(
-                "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
-            ))),
+            // Disposed: it never started, or it ran and is disposed (a one-shot that finished,
+            // a drained child); its log says which, so the refusal does not mislead.
+            SessionState::Disposed => {
+                let ran = match self.events.read(session).await {
+                    Ok((events, _)) => events.iter().any(|e| e.kind == "turn/start"),
+                    Err(e) => return Err(e.into()),
+                };
+                Err(HostError::BadRequest(if ran {
+                    format!(
+                        "request id {request_id} was used by an earlier spawn whose session {session} ran and is disposed (a one-shot that finished or a drained child: its turns and result are in its log); spawn again with a new request id"
+                    )
+                } else {
+                    format!(
+                        "request id {request_id} was used by an earlier spawn whose session {session} never started and is disposed; spawn again with a new request id"
+                    )
+                }))
+            }
             SessionState::Starting => Err(HostError::Starting(session.to_string())),
             SessionState::Running | SessionState::Waiting | SessionState::Settled => Ok(record
                 .placement

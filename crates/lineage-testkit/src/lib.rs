@@ -19,6 +19,8 @@
 //! - [`script`]: [`Script`], a builder of the script driver's JSON.
 //! - [`seeded`]: [`seeded::Rng`] and [`seeded::from_env`], repeatable runs of the fault and fuzz
 //!   suites (a seed from the environment).
+//! - [`toxiproxy`]: [`toxiproxy::Toxiproxy`], a real TCP fault proxy between a node and NATS
+//!   (latency, blackhole, reset, cut).
 //! - [`prelude`]: what an end-to-end suite imports (`use lineage_testkit::prelude::*`).
 
 #![deny(missing_docs)]
@@ -33,6 +35,7 @@ pub mod node;
 pub mod script;
 pub mod seeded;
 pub mod shipped;
+pub mod toxiproxy;
 pub mod user_conn;
 pub mod wait;
 
