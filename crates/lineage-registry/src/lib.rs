@@ -21,6 +21,7 @@
 //! | [`subjects`] | NATS subject names | N3 |
 //! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
 //! | [`network`] | Raft RPCs over NATS (append, vote, chunked snapshots) | G1 |
+//! | [`check_quorum`] | a leader without a quorum's acknowledgement stands aside, so a slow leader does not stall the registry | G1, Z3 |
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
 //! | `hedge` | a read sends another copy while none has answered (a stopped member holds its queue subscription) | G3, N3 |
@@ -31,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod check_quorum;
 pub mod client;
 pub mod error;
 mod hedge;

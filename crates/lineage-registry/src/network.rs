@@ -45,6 +45,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::check_quorum::StandAside;
 use crate::error::RegistryError;
 use crate::raft_types::{RaftMember, RegistryRaft, TypeConfig};
 use crate::subjects::{self, RaftRpc};
@@ -58,16 +59,19 @@ pub struct NatsNetworkFactory {
     client: Client,
     cluster: String,
     max_payload: usize,
+    stand_aside: StandAside,
 }
 
 impl NatsNetworkFactory {
-    /// A factory sending over `client` for `cluster`.
-    pub fn new(client: Client, cluster: String) -> Self {
+    /// A factory sending over `client` for `cluster`; while `stand_aside` is set, no
+    /// append-entries leave ([`crate::check_quorum`]).
+    pub fn new(client: Client, cluster: String, stand_aside: StandAside) -> Self {
         let max_payload = client.server_info().max_payload;
         Self {
             client,
             cluster,
             max_payload,
+            stand_aside,
         }
     }
 }
@@ -81,6 +85,7 @@ impl RaftNetworkFactory<TypeConfig> for NatsNetworkFactory {
             cluster: self.cluster.clone(),
             target,
             max_payload: self.max_payload,
+            stand_aside: self.stand_aside.clone(),
         }
     }
 }
@@ -91,6 +96,7 @@ pub struct NatsNetwork {
     cluster: String,
     target: u64,
     max_payload: usize,
+    stand_aside: StandAside,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +187,12 @@ impl RaftNetwork<TypeConfig> for NatsNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<u64>> {
+        if self.stand_aside.is_set() {
+            // A leader without its quorum withholds its appends so the others elect one.
+            return Err(RPCError::Unreachable(Unreachable::new(&WireError(
+                "standing aside: no quorum acknowledged this leader (check-quorum)".to_owned(),
+            ))));
+        }
         let n = rpc.entries.len() as u64;
         // Encoded once: the size check and the request share it.
         let body = serde_json::to_vec(&rpc)

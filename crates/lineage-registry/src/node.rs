@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::check_quorum::{quorum_lost_after, watch_quorum, StandAside};
 use crate::client::RegistryClient;
 use crate::error::RegistryError;
 use crate::network::{chunk_size_for, serve_raft, NatsNetworkFactory};
@@ -171,7 +172,9 @@ impl RegistryNode {
         }
         .validate()
         .map_err(raft_err)?;
-        let network = NatsNetworkFactory::new(nats.clone(), config.cluster.clone());
+        let stand_aside = StandAside::default();
+        let network =
+            NatsNetworkFactory::new(nats.clone(), config.cluster.clone(), stand_aside.clone());
         let raft = RegistryRaft::new(
             config.raft_id,
             Arc::new(raft_config),
@@ -200,6 +203,12 @@ impl RegistryNode {
             })
         };
         tasks.push(raft_task);
+        tasks.push(tokio::spawn(watch_quorum(
+            raft.clone(),
+            stand_aside,
+            quorum_lost_after(config.election_timeout_max),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(trigger_snapshots(
             raft.clone(),
             state.clone(),
