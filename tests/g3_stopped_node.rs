@@ -162,3 +162,58 @@ fn g3_n3_a_stopped_registry_leader_does_not_black_hole_requests() {
     // A new leader was elected meanwhile.
     assert_ne!(leader(&c) - 1, victim as u64);
 }
+
+/// A node stopped for less than its lease while a drain disposes its session: no lease lapse is
+/// seen, so the fence that runs after a lapse does not help; the node must still keep no live
+/// agent of the drained session once it runs again (the drain's stop reaches it then, or the
+/// node finds out otherwise). Issue 12, the case `docs/reliability.md` listed as not covered.
+#[test]
+fn g3_x1_a_node_stopped_shorter_than_its_lease_during_a_drain_keeps_no_agent_of_it() {
+    let c = Cluster::start(3);
+    // A child in a long turn: live on node-2 until something stops it.
+    let child = json!({"turns": [[{"do": "sleep", "ms": 60_000}]]});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("continuable", "node-2", "start", child)]],
+            "after": {"do": "echo"}}),
+    );
+    let kid = wait_for(T, "the child running on node-2", || {
+        let tree = c.tree(&root);
+        let kids = Cluster::children(&tree, &root);
+        (kids.len() == 1
+            && tree
+                .iter()
+                .any(|r| r["session"] == kids[0].as_str() && r["state"] == "running"))
+        .then(|| kids[0].clone())
+    });
+    let live_on_node_2 = || -> Option<u64> {
+        c.cli_json(&["status"])["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["node"] == "node-2")?["live_agents"]
+            .as_u64()
+    };
+    wait_for(T, "the child live on node-2", || {
+        (live_on_node_2() == Some(1)).then_some(())
+    });
+
+    // node-2 stopped for 1.2 s (its lease is 2 s: no lapse) while the root is drained.
+    let pid = c.nodes[1].pid().expect("node-2 runs");
+    let waker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_200));
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status();
+    });
+    c.nodes[1].stop();
+    let (code, out, err) = c.cli(&["--timeout-ms", "30000", "drain", &root]);
+    waker.join().expect("the SIGCONT thread");
+    assert_eq!(code, 0, "drain: {out}{err}");
+    assert_eq!(c.row(&root, &kid)["state"], "disposed");
+    // Running again, node-2 keeps no live agent of the disposed child.
+    wait_for(
+        T,
+        "node-2 without a live agent of the drained child",
+        || (live_on_node_2() == Some(0)).then_some(()),
+    );
+}
