@@ -16,9 +16,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lineage_testkit::free_port;
 use lineage_testkit::prelude::*;
-use lineage_testkit::toxiproxy::{toxiproxy, Toxiproxy};
+use lineage_testkit::toxiproxy::Toxiproxy;
 use serde_json::{json, Value};
 
 const CHILDREN: usize = 3;
@@ -55,21 +54,12 @@ fn answers(c: &Cluster, node: &str) -> bool {
 
 #[test]
 fn z3_a_slow_partitioned_or_cut_link_to_nats_loses_nothing_acknowledged() {
-    let Some(bin) = toxiproxy() else {
-        println!(
-            "skipped: toxiproxy-server is not installed and `go install` could not install it"
-        );
+    let Some(proxy) = Toxiproxy::start_or_skip() else {
         return;
     };
-    let proxy = Toxiproxy::start(&bin);
     let mut c = Cluster::start(3);
     let upstream = c.nats.url().trim_start_matches("nats://").to_owned();
-    let listen = free_port().expect("a free port");
-    proxy.ok(
-        "POST",
-        "/proxies",
-        json!({"name": "nats", "listen": format!("127.0.0.1:{listen}"), "upstream": upstream}),
-    );
+    let listen = proxy.proxy_to("nats", &upstream);
     // node-4 reaches NATS only through the proxy.
     let w = c.add_client_node("node-4", &[]);
     c.wait_ready(Duration::from_secs(60));

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lineage_testkit::prelude::*;
-use lineage_testkit::toxiproxy::{toxiproxy, Toxiproxy};
+use lineage_testkit::toxiproxy::Toxiproxy;
 use serde_json::{json, Value};
 
 /// Spawns per fault, one after the other.
@@ -80,13 +80,9 @@ fn both_ways(name: &str, kind: &str, attributes: Value) -> Vec<Value> {
 
 #[test]
 fn z3_g1_a_voter_slowed_partitioned_reset_or_cut_from_nats_loses_no_acknowledged_spawn() {
-    let Some(bin) = toxiproxy() else {
-        println!(
-            "skipped: toxiproxy-server is not installed and `go install` could not install it"
-        );
+    let Some(proxy) = Toxiproxy::start_or_skip() else {
         return;
     };
-    let proxy = Toxiproxy::start(&bin);
     let mut c = Cluster::start(3);
     let upstream = c.nats.url().trim_start_matches("nats://").to_owned();
     // Each voter through its own proxy, restarted one at a time (a quorum stays up).

@@ -185,21 +185,14 @@ fn expire_one(birth: &OverdueBirth, now_ms: u64, summary: &str) -> BirthExpiry {
         }),
         _ => None,
     };
-    let notice = match (&birth.parent, &birth.descriptor) {
-        (Some(parent), Some(descriptor)) => match descriptor.mode {
-            SubagentShape::Continuable => Some(SubagentSettled::new(
-                birth.session.clone(),
-                parent.clone(),
-                1,
-                summary,
-                StopReason::Failed,
-                None,
-                now_ms,
-            )),
-            SubagentShape::OneShot => None,
-        },
-        // A child without a readable descriptor is still a continuable birth for its parent.
-        (Some(parent), None) => Some(SubagentSettled::new(
+    // A one-shot's caller learns from the spawn reply, not the inbox; a child without a
+    // readable descriptor is still a continuable birth for its parent.
+    let shape = birth
+        .descriptor
+        .as_ref()
+        .map_or(SubagentShape::Continuable, |d| d.mode);
+    let notice = match (&birth.parent, shape) {
+        (Some(parent), SubagentShape::Continuable) => Some(SubagentSettled::new(
             birth.session.clone(),
             parent.clone(),
             1,
@@ -208,7 +201,7 @@ fn expire_one(birth: &OverdueBirth, now_ms: u64, summary: &str) -> BirthExpiry {
             None,
             now_ms,
         )),
-        (None, _) => None,
+        (Some(_), SubagentShape::OneShot) | (None, _) => None,
     };
     BirthExpiry {
         session: birth.session.clone(),

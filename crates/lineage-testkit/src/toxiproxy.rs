@@ -118,6 +118,19 @@ impl Toxiproxy {
 }
 
 impl Toxiproxy {
+    /// [`toxiproxy`] started, or `None` after printing why the calling test skips.
+    pub fn start_or_skip() -> Option<Toxiproxy> {
+        match toxiproxy() {
+            Some(bin) => Some(Toxiproxy::start(&bin)),
+            None => {
+                println!(
+                    "skipped: toxiproxy-server is not installed and `go install` could not install it"
+                );
+                None
+            }
+        }
+    }
+
     /// A new proxy `name` to `upstream` (`host:port`) on a free loopback port; returns the port
     /// to connect to instead of `upstream`.
     pub fn proxy_to(&self, name: &str, upstream: &str) -> u16 {
