@@ -93,9 +93,9 @@ impl Toxiproxy {
         ))
     }
 
-    /// One API call that must succeed. A connection reset (seen once in CI right after the
-    /// API answered) is retried, at most five times; a retried create that answers 409 had
-    /// been applied by the reset attempt.
+    /// One API call that must succeed. A connection reset (seen in CI right after the API
+    /// answered) is retried, at most five times; a retried create that answers 409, or a
+    /// retried delete that answers 404, had been applied by the reset attempt.
     pub fn ok(&self, method: &str, path: &str, body: Value) {
         let mut attempt = 0;
         let (code, text) = loop {
@@ -109,7 +109,10 @@ impl Toxiproxy {
                 Err(e) => panic!("toxiproxy API {method} {path}: {e}"),
             }
         };
-        let applied_before = attempt > 1 && code == 409;
+        // A retried create that answers 409, or a retried delete that answers 404, had been
+        // applied by the attempt whose connection was reset.
+        let applied_before = attempt > 1
+            && ((method == "POST" && code == 409) || (method == "DELETE" && code == 404));
         assert!(
             (200..300).contains(&code) || applied_before,
             "{method} {path}: {code} {text}"
