@@ -105,7 +105,7 @@ fn z3_a_slow_partitioned_or_cut_link_to_nats_loses_nothing_acknowledged() {
     let mut windows = Vec::new();
     for (what, toxic) in &faults {
         let began = Instant::now();
-        proxy.ok("POST", "/proxies/nats/toxics", toxic.clone());
+        proxy.add_toxics("nats", std::slice::from_ref(toxic));
         for kid in &children {
             n += 1;
             let request = format!("net-{n}");
@@ -114,16 +114,12 @@ fn z3_a_slow_partitioned_or_cut_link_to_nats_loses_nothing_acknowledged() {
             sent.insert(request, (kid.clone(), content, code));
         }
         std::thread::sleep(Duration::from_secs(2));
-        proxy.ok(
-            "DELETE",
-            &format!("/proxies/nats/toxics/{}", toxic["name"].as_str().unwrap()),
-            json!({}),
-        );
+        proxy.remove_toxics("nats", std::slice::from_ref(toxic));
         windows.push((what.to_string(), began.elapsed()));
     }
     // The link is cut: connections refused, then restored.
     let began = Instant::now();
-    proxy.ok("POST", "/proxies/nats", json!({"enabled": false}));
+    proxy.set_enabled("nats", false);
     for kid in &children {
         n += 1;
         let request = format!("net-{n}");
@@ -131,7 +127,7 @@ fn z3_a_slow_partitioned_or_cut_link_to_nats_loses_nothing_acknowledged() {
         sent.insert(request, (kid.clone(), "during the cut".to_owned(), code));
     }
     std::thread::sleep(Duration::from_secs(3));
-    proxy.ok("POST", "/proxies/nats", json!({"enabled": true}));
+    proxy.set_enabled("nats", true);
     windows.push(("link cut".to_owned(), began.elapsed()));
 
     // Healed: node-4 serves again within a bound; every acknowledged followup was taken once.

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lineage_testkit::prelude::*;
-use lineage_testkit::toxiproxy::Toxiproxy;
+use lineage_testkit::toxiproxy::{both_ways, Toxiproxy};
 use serde_json::{json, Value};
 
 /// Spawns per fault, one after the other.
@@ -66,16 +66,6 @@ struct Fault {
     what: &'static str,
     on_leader: bool,
     toxics: Vec<Value>,
-}
-
-fn both_ways(name: &str, kind: &str, attributes: Value) -> Vec<Value> {
-    ["downstream", "upstream"]
-        .iter()
-        .map(|stream| {
-            json!({"name": format!("{name}-{stream}"), "type": kind, "stream": stream,
-                "attributes": attributes.clone()})
-        })
-        .collect()
 }
 
 #[test]
@@ -184,15 +174,9 @@ fn z3_g1_a_voter_slowed_partitioned_reset_or_cut_from_nats_loses_no_acknowledged
         let name = format!("voter-{}", target + 1);
         let began = Instant::now();
         if fault.toxics.is_empty() {
-            proxy.ok(
-                "POST",
-                &format!("/proxies/{name}"),
-                json!({"enabled": false}),
-            );
+            proxy.set_enabled(&name, false);
         }
-        for toxic in &fault.toxics {
-            proxy.ok("POST", &format!("/proxies/{name}/toxics"), toxic.clone());
-        }
+        proxy.add_toxics(&name, &fault.toxics);
         let mut slowest = Duration::ZERO;
         let mut gave_up = 0;
         for _ in 0..PER_FAULT {
@@ -207,19 +191,9 @@ fn z3_g1_a_voter_slowed_partitioned_reset_or_cut_from_nats_loses_no_acknowledged
             std::thread::sleep(rest);
         }
         if fault.toxics.is_empty() {
-            proxy.ok(
-                "POST",
-                &format!("/proxies/{name}"),
-                json!({"enabled": true}),
-            );
+            proxy.set_enabled(&name, true);
         }
-        for toxic in &fault.toxics {
-            proxy.ok(
-                "DELETE",
-                &format!("/proxies/{name}/toxics/{}", toxic["name"].as_str().unwrap()),
-                json!({}),
-            );
-        }
+        proxy.remove_toxics(&name, &fault.toxics);
         let role = if fault.on_leader {
             "leader"
         } else {

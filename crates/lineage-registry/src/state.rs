@@ -688,7 +688,16 @@ impl RegistryState {
         usage: &lineage_core::usage::SessionUsage,
         expected_epoch: Option<u64>,
     ) -> Refusal {
-        let record = self.live(session)?;
+        // Usage is a fact about work done, not a lifecycle change: a report that arrives after
+        // its session was disposed (a drain, a budget's drain among them, raced the turn that
+        // spent it) still counts, or a tree's sums would miss what it spent (issue 12, Q3).
+        // The epoch still fences a host that lost the session.
+        let record =
+            self.sessions
+                .get_mut(session)
+                .ok_or_else(|| RegistryRefusal::UnknownSession {
+                    session: session.clone(),
+                })?;
         fenced(record, session, expected_epoch)?;
         let old = record.usage.replace(Box::new(usage.clone()));
         record.updated_at_ms = at_ms;
@@ -1782,6 +1791,22 @@ mod tests {
             CommandResponse::Refused(RegistryRefusal::UnknownSession { .. })
         ));
         assert_eq!(s.digest(), before, "refusals change nothing");
+        // A report that arrives after its session was disposed (a drain raced the turn that
+        // spent it) still counts, fenced by the epoch as before.
+        s.apply(&Command::Dispose {
+            request_id: rid("d1"),
+            at_ms: 9,
+            session: sid(1),
+        });
+        assert!(matches!(
+            s.apply(&record("u5", 40, Some(epoch))),
+            CommandResponse::UsageRecorded { .. }
+        ));
+        assert_eq!(s.subtree_usage(&sid(1)).used_tokens, 40);
+        assert!(matches!(
+            s.apply(&record("u6", 50, Some(epoch + 1))),
+            CommandResponse::Refused(RegistryRefusal::EpochMismatch { .. })
+        ));
     }
 
     #[test]

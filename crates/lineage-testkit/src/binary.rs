@@ -17,8 +17,17 @@ const BUILD_IT: &str =
 
 /// The `lineage` binary under test (checked once per test process).
 pub fn lineage_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(find).clone()
+}
+
+/// The binary [`lineage_bin`] found or was given.
+static BIN: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes [`lineage_bin`] answer `path` in this process (a harness run by the `lineage` binary
+/// itself, `lineage chaos`, gives its own executable). False when [`lineage_bin`] was already
+/// asked, and keeps its first answer.
+pub fn set_lineage_bin(path: PathBuf) -> bool {
+    BIN.set(path).is_ok()
 }
 
 fn find() -> PathBuf {

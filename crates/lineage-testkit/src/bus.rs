@@ -126,7 +126,6 @@ impl Cluster {
     /// Reads a session's whole event log straight from JetStream (ordered consumer).
     pub fn log(&self, session: &str) -> Vec<Event> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-        use futures::StreamExt;
         let bus = self.bus();
         let subject = format!("lineage.{}.session.{session}.events", self.cluster);
         let stream_name = self.events_stream();
@@ -141,44 +140,12 @@ impl Cluster {
                 })
                 .await
                 .expect("ordered consumer");
-            let pending = consumer.info().await.expect("consumer info").num_pending;
-            let mut events = Vec::new();
-            if pending == 0 {
-                return events;
-            }
-            let mut messages = consumer.messages().await.expect("messages");
-            let mut read = 0u64;
-            while read < pending {
-                let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
-                    .await
-                    .unwrap_or_else(|_| panic!("reading {subject} timed out"));
-                let Some(msg) = next else { break };
-                let msg = msg.expect("log message");
-                read += 1;
-                // The envelope `{"v":1,"events":[...]}`; logs written before it hold one
-                // event (an object) or a batch appended together (an array).
-                let value: serde_json::Value = serde_json::from_slice(&msg.payload)
-                    .unwrap_or_else(|e| panic!("log message of {session} is not JSON: {e}"));
-                let batch = match value {
-                    serde_json::Value::Array(items) => items,
-                    serde_json::Value::Object(mut envelope) if envelope.contains_key("v") => {
-                        assert_eq!(envelope["v"], 1, "log message version of {session}");
-                        match envelope.remove("events") {
-                            Some(serde_json::Value::Array(items)) => items,
-                            other => panic!("log envelope of {session} has no events: {other:?}"),
-                        }
-                    }
-                    one => vec![one],
-                };
-                for item in batch {
-                    let event: Event = serde_json::from_value(item)
-                        .unwrap_or_else(|e| panic!("log event of {session} is malformed: {e}"));
-                    events.push(event);
-                }
-                if msg.info().map(|i| i.pending == 0).unwrap_or(false) {
-                    break;
-                }
-            }
+            let info = consumer.info().await.expect("consumer info");
+            let (pending, name) = (info.num_pending, info.name.clone());
+            let events = read_log(consumer, pending, &subject, session).await;
+            // Not left for the server's inactivity timer: a run that reads thousands of logs
+            // would hold as many consumers (nats-server refuses more past its limit).
+            let _ = stream.delete_consumer(&name).await;
             events
         })
     }
@@ -249,6 +216,57 @@ impl std::fmt::Display for LogSeen<'_> {
             self.0.logs()
         )
     }
+}
+
+/// Reads `pending` messages of `subject` (session `session`'s log) from an ordered consumer.
+async fn read_log(
+    consumer: async_nats::jetstream::consumer::Consumer<
+        async_nats::jetstream::consumer::pull::OrderedConfig,
+    >,
+    pending: u64,
+    subject: &str,
+    session: &str,
+) -> Vec<Event> {
+    use futures::StreamExt;
+    let mut events = Vec::new();
+    if pending == 0 {
+        return events;
+    }
+
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut read = 0u64;
+    while read < pending {
+        let next = tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .unwrap_or_else(|_| panic!("reading {subject} timed out"));
+        let Some(msg) = next else { break };
+        let msg = msg.expect("log message");
+        read += 1;
+        // The envelope `{"v":1,"events":[...]}`; logs written before it hold one
+        // event (an object) or a batch appended together (an array).
+        let value: serde_json::Value = serde_json::from_slice(&msg.payload)
+            .unwrap_or_else(|e| panic!("log message of {session} is not JSON: {e}"));
+        let batch = match value {
+            serde_json::Value::Array(items) => items,
+            serde_json::Value::Object(mut envelope) if envelope.contains_key("v") => {
+                assert_eq!(envelope["v"], 1, "log message version of {session}");
+                match envelope.remove("events") {
+                    Some(serde_json::Value::Array(items)) => items,
+                    other => panic!("log envelope of {session} has no events: {other:?}"),
+                }
+            }
+            one => vec![one],
+        };
+        for item in batch {
+            let event: Event = serde_json::from_value(item)
+                .unwrap_or_else(|e| panic!("log event of {session} is malformed: {e}"));
+            events.push(event);
+        }
+        if msg.info().map(|i| i.pending == 0).unwrap_or(false) {
+            break;
+        }
+    }
+    events
 }
 
 /// A log as one line per event, for failure messages.

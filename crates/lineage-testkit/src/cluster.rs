@@ -102,6 +102,9 @@ pub struct Cluster {
     pub(crate) bus: std::sync::OnceLock<Bus>,
     /// Set by [`Cluster::start_secured`]: the shipped NATS users' passwords.
     pub secured: Option<Secured>,
+    /// Node index -> the NATS URL(s) it is started with instead of [`Nats::node_url`] (a
+    /// proxy in front of NATS, [`Cluster::route`]).
+    pub routes: std::collections::BTreeMap<usize, String>,
 }
 
 /// The NATS side of a cluster started by [`Cluster::start_secured`].
@@ -152,6 +155,18 @@ impl Cluster {
         } else {
             Nats::One(NatsServer::start().expect("start nats-server"))
         };
+        Cluster::start_on(nats, n, options, Default::default())
+    }
+
+    /// [`Cluster::start_opts`] on NATS already started (`options.nats_cluster` is not read),
+    /// each node `i` in `routes` started with its URL there ([`Cluster::route`]: say proxies
+    /// in front of the servers).
+    pub fn start_on(
+        nats: Nats,
+        n: usize,
+        options: ClusterOptions,
+        routes: std::collections::BTreeMap<usize, String>,
+    ) -> Cluster {
         let dir = tempdir("lineage-e2e-");
         let cluster = "e2e".to_owned();
         if let Some(replicas) = options.precreate_streams {
@@ -164,6 +179,7 @@ impl Cluster {
             cluster,
             bus: std::sync::OnceLock::new(),
             secured: None,
+            routes,
         };
         c.add_voters(n, &options.env, &options.extra_toml);
         c
@@ -201,6 +217,7 @@ impl Cluster {
                 passwords,
                 admin_password,
             }),
+            routes: Default::default(),
         };
         c.add_voters(n, &nats_user_env("voter", &voter_password), "");
         c
@@ -219,7 +236,7 @@ impl Cluster {
             self.nodes.push(node);
         }
         for i in 0..self.nodes.len() {
-            let url = self.nats.node_url(i);
+            let url = self.node_url(i);
             self.nodes[i].spawn(&url);
         }
         self.wait_ready(READY_WITHIN);
@@ -243,7 +260,7 @@ impl Cluster {
         });
         let text = NodeConfig {
             cluster: &self.cluster,
-            nats_url: &self.nats.node_url(self.nodes.len()),
+            nats_url: &self.node_url(self.nodes.len()),
             id,
             data_dir: &data_dir,
             http_port,
@@ -337,8 +354,24 @@ impl Cluster {
 
     /// Restarts a stopped node with the same config and data dir.
     pub fn restart(&mut self, index: usize) {
-        let url = self.nats.node_url(index);
+        let url = self.node_url(index);
         self.nodes[index].spawn(&url);
+    }
+
+    /// From now on node `index` (it may not exist yet: the next one added) is started with
+    /// `url` as its NATS URL(s), say proxies in front of the servers; a running node takes it
+    /// at its next (re)start.
+    pub fn route(&mut self, index: usize, url: String) {
+        self.routes.insert(index, url);
+    }
+
+    /// The NATS URL(s) node `index` is started with: its [`Cluster::route`], or
+    /// [`Nats::node_url`].
+    pub fn node_url(&self, index: usize) -> String {
+        self.routes
+            .get(&index)
+            .cloned()
+            .unwrap_or_else(|| self.nats.node_url(index))
     }
 
     /// Stops node `index` as Kubernetes does in a rolling upgrade: SIGTERM (by pid), then waits

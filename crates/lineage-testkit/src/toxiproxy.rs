@@ -145,4 +145,45 @@ impl Toxiproxy {
         );
         listen
     }
+
+    /// Adds `toxics` (toxiproxy's toxic objects, each with a unique `name`) to proxy `proxy`.
+    pub fn add_toxics(&self, proxy: &str, toxics: &[Value]) {
+        for toxic in toxics {
+            self.ok("POST", &format!("/proxies/{proxy}/toxics"), toxic.clone());
+        }
+    }
+
+    /// Removes `toxics` (as given to [`Toxiproxy::add_toxics`]) from proxy `proxy`.
+    pub fn remove_toxics(&self, proxy: &str, toxics: &[Value]) {
+        for toxic in toxics {
+            let name = toxic["name"].as_str().unwrap_or_default();
+            self.ok(
+                "DELETE",
+                &format!("/proxies/{proxy}/toxics/{name}"),
+                serde_json::json!({}),
+            );
+        }
+    }
+
+    /// Enables or disables proxy `proxy` (disabled: its connections are cut and new ones
+    /// refused).
+    pub fn set_enabled(&self, proxy: &str, enabled: bool) {
+        self.ok(
+            "POST",
+            &format!("/proxies/{proxy}"),
+            serde_json::json!({"enabled": enabled}),
+        );
+    }
+}
+
+/// A toxic of `kind` with `attributes` on both directions of a proxy: two toxic objects named
+/// `<name>-downstream` and `<name>-upstream`.
+pub fn both_ways(name: &str, kind: &str, attributes: Value) -> Vec<Value> {
+    ["downstream", "upstream"]
+        .iter()
+        .map(|stream| {
+            serde_json::json!({"name": format!("{name}-{stream}"), "type": kind,
+                "stream": stream, "attributes": attributes.clone()})
+        })
+        .collect()
 }

@@ -168,6 +168,10 @@ pub enum Verb {
         /// Scenario.
         scenario: String,
     },
+    /// Fault harness: a cluster of its own under a seeded workload and fault schedule,
+    /// checked (Porcupine and invariants); exits non-zero on a violation.
+    #[command(after_help = "Example:\n  lineage chaos --seed 12 --duration 30m")]
+    Chaos(crate::chaos::ChaosArgs),
 }
 
 /// `config` subcommands.

@@ -8,6 +8,7 @@
 //! | [`dev`] | `lineage dev`: a local cluster of real processes |
 //! | [`demo`] | the demo workload `lineage dev` runs |
 //! | [`bench`] | `lineage bench`: statistics, baseline, workers |
+//! | [`chaos`] | `lineage chaos`: the fault harness (issue 12) |
 //! | [`scenarios`] | the benchmark scenarios |
 //! | [`telemetry`] | logging setup |
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
@@ -15,6 +16,7 @@
 
 mod acp;
 mod bench;
+mod chaos;
 mod cli;
 mod cmd;
 mod demo;
@@ -54,9 +56,12 @@ fn main() {
 fn quiet_on_closed_pipe(verb: &cli::Verb) {
     use cli::Verb;
     let long_running = match verb {
-        Verb::Node { .. } | Verb::Dev { .. } | Verb::Acp(_) | Verb::Mcp | Verb::Bench { .. } => {
-            true
-        }
+        Verb::Node { .. }
+        | Verb::Dev { .. }
+        | Verb::Acp(_)
+        | Verb::Mcp
+        | Verb::Bench { .. }
+        | Verb::Chaos(_) => true,
         Verb::Spawn(_)
         | Verb::Send(_)
         | Verb::Interrupt(_)

@@ -70,6 +70,7 @@ pub async fn run(cli: Cli) -> i32 {
         | Verb::Config(_)
         | Verb::Script(_)
         | Verb::Bench { .. }
+        | Verb::Chaos(_)
         | Verb::Mcp
         | Verb::Acp(_) => None,
     };
@@ -146,6 +147,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
         Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
+        Verb::Chaos(args) => crate::chaos::chaos(g, args).await,
     }
 }
 

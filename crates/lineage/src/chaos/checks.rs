@@ -1,0 +1,245 @@
+//! The promises, checked from the final state and the streams once the faults stop:
+//! - every node answers again and no child is left running (bounded waits);
+//! - every acknowledged spawn exists, with one session per spawn request;
+//! - every parent accepted each of its children's reports and settlement notices at most once,
+//!   and exactly once when it is live to read them (a running or waiting parent);
+//! - every session of an acknowledged drain is disposed; no session is deeper than the chain;
+//! - a budgeted tree whose children spent more than its budget is drained, all of it, and the
+//!   registry counts what they spent;
+//! - no node hosts a live agent for a disposed session.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use lineage_testkit::bus::{accepted, of_kind, render_log};
+use lineage_testkit::Cluster;
+use serde_json::Value;
+
+use super::registry::NOWHERE;
+use super::rig::NODES;
+use super::trees::{Seen, BUDGET_TOKENS, CHAIN, CHILD_TOKENS};
+
+/// The tree workload's session records (`lineage ls`), by id: not the registry workload's,
+/// hosted on [`NOWHERE`].
+fn records(c: &Cluster, args: &[&str]) -> BTreeMap<String, Value> {
+    c.cli_json(args)["sessions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r["node"] != NOWHERE)
+        .filter_map(|r| Some((r["session"].as_str()?.to_owned(), r)))
+        .collect()
+}
+
+/// Runs every check; the violations found, one line each (empty: none).
+pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
+    let mut broken = Vec::new();
+    for node in NODES {
+        let status = c.node_ctl(node, "status", b"{}");
+        if status["result"]["node"] != node {
+            broken.push(format!(
+                "{node} does not answer status after the faults: {status}"
+            ));
+        }
+    }
+    // A top-level session never settles (an idle root stays `running`): children must.
+    let mut still_running = Vec::new();
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(90) {
+        still_running = records(c, &["ls", "--state", "running", "--all"])
+            .into_values()
+            .collect();
+        still_running.retain(|r| !r["parent"].is_null());
+        if still_running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for r in &still_running {
+        let log = c.log(r["session"].as_str().unwrap_or(""));
+        let tail = render_log(&log[log.len().saturating_sub(6)..]);
+        broken.push(format!(
+            "{} ({} at depth {} on {}) still running 90 s after the faults; its log ends: {}",
+            r["session"],
+            r["shape"],
+            r["depth"],
+            r["node"],
+            tail.replace('\n', " | ")
+        ));
+    }
+    broken.extend(budgets(c, seen));
+    let records = records(c, &["ls", "--all"]);
+
+    // Every acknowledged spawn exists; one session per spawn request.
+    for (request, root) in &seen.spawned {
+        if !records.contains_key(root) {
+            broken.push(format!(
+                "acknowledged root {root} ({request}) is not in the registry"
+            ));
+        }
+    }
+    let roots = records.values().filter(|r| r["parent"].is_null()).count();
+    let attempts = seen.spawned.len() + seen.unknown_spawns.len();
+    if roots < seen.spawned.len() || roots > attempts {
+        broken.push(format!(
+            "{roots} top-level sessions for {} acknowledged and {} unknown spawns",
+            seen.spawned.len(),
+            seen.unknown_spawns.len()
+        ));
+    }
+
+    // Reports and settlements reach each parent at most once, exactly once when it reads
+    // (given a while: a notice published as the faults ended may still be on its way).
+    let mut problems = deliveries(c, &records, None);
+    let settle = Instant::now();
+    while !problems.is_empty() && settle.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_secs(2));
+        let children: BTreeSet<String> = problems.iter().map(|(id, _)| id.clone()).collect();
+        problems = deliveries(c, &records, Some(&children));
+    }
+    broken.extend(problems.into_iter().map(|(_, p)| p));
+
+    // Drained trees are disposed; no session is deeper than the chain's one-shots.
+    for (id, record) in &records {
+        let root = record["root"].as_str().unwrap_or(id);
+        if seen.drained.contains(root) && record["state"] != "disposed" {
+            broken.push(format!(
+                "{id} of drained tree {root} is {}",
+                record["state"]
+            ));
+        }
+        if record["depth"].as_u64().unwrap_or(0) > CHAIN as u64 + 1 {
+            broken.push(format!("{id} has depth {}", record["depth"]));
+        }
+    }
+
+    // No node hosts a live agent for a disposed session.
+    for node in NODES {
+        let status = c.node_ctl(node, "status", b"{}");
+        for live in status["result"]["live"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let session = live["session"].as_str().unwrap_or("?");
+            if records
+                .get(session)
+                .is_some_and(|r| r["state"] == "disposed")
+            {
+                broken.push(format!(
+                    "{node} hosts a live agent of disposed session {session}"
+                ));
+            }
+        }
+    }
+    broken
+}
+
+/// Budgeted trees: the usage each child that ran a turn reported is counted by the registry,
+/// and a tree past its budget ends drained, every session of it disposed (60 s to converge).
+fn budgets(c: &Cluster, seen: &Seen) -> Vec<String> {
+    let mut broken = Vec::new();
+    for root in &seen.budgeted {
+        let began = Instant::now();
+        let problem = loop {
+            let tree = c.tree(root);
+            let kids: Vec<&Value> = tree
+                .iter()
+                .filter(|r| r["parent"] == root.as_str())
+                .collect();
+            let ran = kids
+                .iter()
+                .filter(|k| {
+                    let log = c.log(k["session"].as_str().unwrap_or(""));
+                    log.iter().any(|e| e.kind == "turn/end")
+                })
+                .count() as u64;
+            let spent = ran * CHILD_TOKENS;
+            let counted = tree
+                .iter()
+                .find(|r| r["session"] == root.as_str())
+                .and_then(|r| r["subtree_usage"]["used_tokens"].as_u64())
+                .unwrap_or(0);
+            let live: Vec<String> = tree
+                .iter()
+                .filter(|r| r["state"] != "disposed")
+                .map(|r| format!("{} {}", r["session"], r["state"]))
+                .collect();
+            let problem = if counted < spent {
+                Some(format!(
+                    "budgeted tree {root}: {ran} children ran and reported {spent} tokens, the registry counts {counted}"
+                ))
+            } else if counted >= BUDGET_TOKENS && !live.is_empty() {
+                Some(format!(
+                    "budgeted tree {root} used {counted} of {BUDGET_TOKENS} tokens and is not drained: {}",
+                    live.join(", ")
+                ))
+            } else {
+                None
+            };
+            match problem {
+                Some(p) if began.elapsed() < Duration::from_secs(60) => {
+                    let _ = p;
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                other => break other,
+            }
+        };
+        broken.extend(problem);
+    }
+    broken
+}
+
+/// Each child's reports and settlement notices against what its parent accepted: at most
+/// once each, and all of them when the parent reads its inbox (a running or waiting parent).
+/// Only the children in `only`, when given.
+fn deliveries(
+    c: &Cluster,
+    records: &BTreeMap<String, Value>,
+    only: Option<&BTreeSet<String>>,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (id, record) in records {
+        if only.is_some_and(|only| !only.contains(id)) {
+            continue;
+        }
+        let Some(parent) = record["parent"].as_str() else {
+            continue;
+        };
+        let Some(parent_record) = records.get(parent) else {
+            continue;
+        };
+        let child_log = c.log(id);
+        let parent_log = c.log(parent);
+        for (kind, outbox) in [
+            ("subagent-report", "outbox/report"),
+            ("subagent-settled", "outbox/settled"),
+        ] {
+            let sent = of_kind(&child_log, outbox).len();
+            let got = accepted(&parent_log, kind, Some(id));
+            let ids: BTreeSet<String> =
+                got.iter().map(|e| e.data["dedup_id"].to_string()).collect();
+            if ids.len() != got.len() {
+                problems.push((
+                    id.clone(),
+                    format!("{parent} accepted a {kind} of {id} twice"),
+                ));
+            }
+            // A live parent reads its inbox (an idle root is `running`); a disposed one, a
+            // drained root among them, reads no more.
+            let reads = matches!(parent_record["state"].as_str(), Some("running" | "waiting"));
+            if got.len() > sent || (reads && got.len() != sent) {
+                problems.push((
+                    id.clone(),
+                    format!(
+                        "{parent} ({}) accepted {} {kind} of {id}, which sent {sent}",
+                        parent_record["state"],
+                        got.len()
+                    ),
+                ));
+            }
+        }
+    }
+    problems
+}
