@@ -35,15 +35,8 @@ pub(crate) fn spawn_inbox_consumer(
     let inbox = shared.inbox.clone();
     let node = shared.node().clone();
     tokio::spawn(async move {
-        let mut consumer = tokio::select! {
-            c = inbox.consumer(&session) => match c {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(%session, error = %e, "cannot open the inbox consumer");
-                    return;
-                }
-            },
-            _ = stop.cancelled() => return,
+        let Some(mut consumer) = open_consumer(&*inbox, &session, &stop).await else {
+            return;
         };
         loop {
             let next = tokio::select! {
@@ -51,7 +44,18 @@ pub(crate) fn spawn_inbox_consumer(
                 _ = stop.cancelled() => return,
             };
             let delivery = match next {
-                None => return,
+                None => {
+                    // The consumer is gone (deleted, or its stream ended under a fault) while
+                    // the session lives: opened again, or its notices would wait for good.
+                    tracing::warn!(%session, "the inbox consumer ended; opening it again");
+                    match open_consumer(&*inbox, &session, &stop).await {
+                        Some(again) => {
+                            consumer = again;
+                            continue;
+                        }
+                        None => return,
+                    }
+                }
                 Some(Err(e)) => {
                     tracing::warn!(%session, error = %e, "inbox receive failed");
                     continue;
@@ -132,4 +136,40 @@ pub(crate) fn spawn_inbox_consumer(
             }
         }
     });
+}
+
+/// Opens `session`'s durable inbox consumer, trying again (100 ms doubling to 2 s apart) while
+/// it cannot: a nats-server restarting, a link down, a stream leader being elected. Issue 12:
+/// a parent whose consumer failed to open once read no notice again, so its children's
+/// reports and settlements waited in the stream until it was resumed. `None` once `stop`.
+async fn open_consumer(
+    inbox: &dyn lineage_bus::Inbox,
+    session: &SessionId,
+    stop: &CancellationToken,
+) -> Option<Box<dyn lineage_bus::ports::InboxReader>> {
+    let mut attempt = 0u32;
+    loop {
+        let opened = tokio::select! {
+            c = inbox.consumer(session) => c,
+            _ = stop.cancelled() => return None,
+        };
+        match opened {
+            Ok(consumer) => {
+                if attempt > 0 {
+                    tracing::info!(%session, attempt, "inbox consumer open");
+                }
+                return Some(consumer);
+            }
+            Err(e) => {
+                attempt += 1;
+                tracing::warn!(%session, error = %e, attempt, "cannot open the inbox consumer; trying again");
+                let pause =
+                    Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2));
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => return None,
+                }
+            }
+        }
+    }
 }

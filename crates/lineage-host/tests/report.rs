@@ -196,3 +196,108 @@ async fn n2_restarted_parent_gets_every_queued_report_exactly_once() {
     a2.shutdown().await;
     b.shutdown().await;
 }
+
+/// An inbox whose first `fails` consumer opens fail, as they do while a nats-server restarts
+/// or a node's link to NATS is down; everything else goes to the real (in-memory) inbox.
+struct FlakyInbox {
+    inner: std::sync::Arc<dyn lineage_bus::Inbox>,
+    fails: std::sync::atomic::AtomicUsize,
+}
+
+impl lineage_bus::Inbox for FlakyInbox {
+    fn publish<'a>(
+        &'a self,
+        message: &'a lineage_core::messages::InboxMessage,
+        traceparent: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Result<lineage_bus::inbox::Published, lineage_bus::BusError>>
+    {
+        self.inner.publish(message, traceparent)
+    }
+
+    fn consumer<'a>(
+        &'a self,
+        parent: &'a lineage_core::ids::SessionId,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Box<dyn lineage_bus::ports::InboxReader>, lineage_bus::BusError>,
+    > {
+        use std::sync::atomic::Ordering;
+        let failing = self
+            .fails
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Box::pin(async {
+                Err(lineage_bus::BusError::JetStream {
+                    op: "create the parent inbox consumer",
+                    reason: "no responders (a nats-server restarting)".into(),
+                })
+            });
+        }
+        self.inner.consumer(parent)
+    }
+
+    fn delete_consumer<'a>(
+        &'a self,
+        parent: &'a lineage_core::ids::SessionId,
+    ) -> futures::future::BoxFuture<'a, Result<(), lineage_bus::BusError>> {
+        self.inner.delete_consumer(parent)
+    }
+
+    fn delete_consumers<'a>(
+        &'a self,
+        parents: &'a [lineage_core::ids::SessionId],
+    ) -> futures::future::BoxFuture<'a, Result<usize, lineage_bus::BusError>> {
+        self.inner.delete_consumers(parents)
+    }
+
+    fn purge<'a>(
+        &'a self,
+        parents: &'a [lineage_core::ids::SessionId],
+    ) -> futures::future::BoxFuture<'a, Result<(), lineage_bus::BusError>> {
+        self.inner.purge(parents)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn x1_m2_a_parent_whose_inbox_consumer_failed_to_open_still_gets_its_childs_report() {
+    // Issue 12 (`lineage chaos`, seed 13): a parent whose durable inbox consumer could not be
+    // opened at its first child (NATS briefly unreachable) never read a notice again: its
+    // children's reports and settlements waited in the stream. The consumer is now opened
+    // again until it opens.
+    let cluster = MemCluster::start();
+    let host = cluster
+        .host_with("node-a", |mut ports| {
+            ports.inbox = std::sync::Arc::new(FlakyInbox {
+                inner: ports.inbox,
+                fails: std::sync::atomic::AtomicUsize::new(3),
+            });
+            ports
+        })
+        .await;
+    let (root, child) = root_and_continuable_child(
+        &host,
+        r#"{"turns": [[{"do": "report", "content": "w1", "delivery": "wakeup"},
+                       {"do": "reply", "content": "done"}]]}"#,
+        "go",
+    )
+    .await;
+    wait_for_async(
+        Duration::from_secs(15),
+        "the parent to accept its child's report and settlement",
+        || async {
+            let log = cluster.log(&root).await;
+            let from_child = |kind: &str| {
+                log.iter()
+                    .filter(|e| {
+                        e.kind == "inbox/accepted"
+                            && e.data["message"]["kind"] == kind
+                            && e.data["message"]["sender_session_id"] == child.to_string()
+                    })
+                    .count()
+            };
+            from_child("subagent-report") == 1
+        },
+    )
+    .await;
+}

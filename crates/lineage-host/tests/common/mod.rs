@@ -214,6 +214,15 @@ impl MemCluster {
     }
 
     pub async fn host(&self, name: &str) -> Host {
+        self.host_with(name, |ports| ports).await
+    }
+
+    /// [`MemCluster::host`] with its bus ports changed by `ports` (say an inbox that fails).
+    pub async fn host_with(
+        &self,
+        name: &str,
+        ports: impl FnOnce(lineage_bus::BusPorts) -> lineage_bus::BusPorts,
+    ) -> Host {
         let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
         cfg.lease = Duration::from_secs(3);
         cfg.heartbeat_every = Duration::from_millis(500);
@@ -222,7 +231,7 @@ impl MemCluster {
         Host::start(
             cfg,
             HostDeps::with_ports(
-                lineage_bus::BusPorts::memory(&self.bus),
+                ports(lineage_bus::BusPorts::memory(&self.bus)),
                 Arc::new(self.registry.clone()) as Arc<dyn RegistryPort>,
                 Arc::new(SystemClock),
                 Arc::new(ScriptDrivers),

@@ -98,7 +98,12 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
         let children: BTreeSet<String> = problems.iter().map(|(id, _)| id.clone()).collect();
         problems = deliveries(c, &records, Some(&children));
     }
-    broken.extend(problems.into_iter().map(|(_, p)| p));
+    for (_, p) in problems {
+        broken.push(format!(
+            "{p}; {}",
+            whereabouts(c, &records, p.split(' ').next().unwrap_or(""))
+        ));
+    }
 
     // Drained trees are disposed; no session is deeper than the chain's one-shots.
     for (id, record) in &records {
@@ -134,6 +139,29 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
         }
     }
     broken
+}
+
+/// Where a parent is (placed, live), and how its log ends: what a lost-notice violation needs
+/// to be read.
+fn whereabouts(c: &Cluster, records: &BTreeMap<String, Value>, parent: &str) -> String {
+    let live: Vec<&str> = NODES
+        .iter()
+        .copied()
+        .filter(|node| {
+            c.node_ctl(node, "status", b"{}")["result"]["live"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|a| a["session"] == parent))
+        })
+        .collect();
+    let log = c.log(parent);
+    format!(
+        "the parent is placed on {} and live on {live:?}; its log ends: {}",
+        records
+            .get(parent)
+            .map(|r| r["node"].to_string())
+            .unwrap_or_default(),
+        render_log(&log[log.len().saturating_sub(5)..]).replace('\n', " | ")
+    )
 }
 
 /// Budgeted trees: the usage each child that ran a turn reported is counted by the registry,

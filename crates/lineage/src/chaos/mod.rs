@@ -223,6 +223,13 @@ fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlEr
     if violations.is_empty() {
         Ok(())
     } else {
+        let logs = keep.join(format!("lineage-chaos-{seed}-logs"));
+        if std::fs::create_dir_all(&logs).is_ok() {
+            for node in &rig.cluster.nodes {
+                let _ = std::fs::copy(&node.log, logs.join(format!("{}.log", node.id)));
+            }
+            println!("node logs kept in {}", logs.display());
+        }
         Err(internal(format!(
             "chaos seed {seed}: {} violation(s), listed above; repeat with `{repeat}`",
             violations.len()
