@@ -103,6 +103,56 @@ pub(crate) async fn open_stream(
     options: StreamOptions,
     what: &'static str,
 ) -> Result<(stream::Stream, stream::Config), BusError> {
+    config.max_consumers = MAX_CONSUMERS;
+    let (stream, existing) = open_replicated(js, config, options, what).await?;
+    Ok((stream, allow_consumers(js, existing).await))
+}
+
+/// How many consumers each of lineage's streams allows. The inbox stream holds one durable
+/// consumer per parent with children until its drain or purge, so its consumers number the
+/// live parents of the whole cluster. nats-server 2.15 gives a stream that sets no limit of
+/// its own a default of 1,000 (and takes -1 or 0 as "the default"): a cluster past 1,000
+/// parents could not open another parent's inbox, whose children's notices then waited
+/// unread (found by `lineage chaos`, issue 12). The limit is set when a stream is created,
+/// and raised on an existing one when a node opens it.
+pub const MAX_CONSUMERS: i32 = 1_000_000;
+
+/// Raises `existing`'s consumer limit to [`MAX_CONSUMERS`] when it is lower (or the server's
+/// default). A node whose NATS user may not update streams (a worker) logs what to run and
+/// goes on: the voters, which may, raise it when they open the stream.
+async fn allow_consumers(js: &jetstream::Context, existing: stream::Config) -> stream::Config {
+    if existing.max_consumers >= MAX_CONSUMERS {
+        return existing;
+    }
+    let name = existing.name.clone();
+    let from = existing.max_consumers;
+    let update = stream::Config {
+        max_consumers: MAX_CONSUMERS,
+        ..existing.clone()
+    };
+    match js.update_stream(&update).await {
+        Ok(info) => {
+            tracing::info!(stream = %name, from, to = MAX_CONSUMERS, "raised the stream's consumer limit");
+            info.config
+        }
+        Err(e) => {
+            tracing::warn!(
+                stream = %name,
+                error = %e,
+                "cannot raise the stream's consumer limit (nats-server's default is 1,000); run `nats stream edit {name} --max-consumers {MAX_CONSUMERS}`"
+            );
+            existing
+        }
+    }
+}
+
+/// [`open_stream`] without the consumer limit: creation and the replica reconciliation.
+async fn open_replicated(
+    js: &jetstream::Context,
+    mut config: stream::Config,
+    options: StreamOptions,
+    what: &'static str,
+) -> Result<(stream::Stream, stream::Config), BusError> {
     let name = config.name.clone();
     options.check(&name)?;
     config.num_replicas = options.replicas;
