@@ -81,6 +81,7 @@ fn x1_lineage_chaos_refuses_bad_arguments_in_one_line() {
         (vec!["--duration", "10s"], "at least 30s"),
         (vec!["--duration", "soon"], "is not a duration"),
         (vec!["--tree-clients", "0"], "give 1 to 16"),
+        (vec!["--faults", "latency,nope"], "is not a fault kind"),
     ] {
         let out = Command::new(lineage_bin())
             .arg("chaos")

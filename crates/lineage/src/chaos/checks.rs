@@ -3,7 +3,8 @@
 //! - every acknowledged spawn exists, with one session per spawn request;
 //! - every parent accepted each of its children's reports and settlement notices at most once,
 //!   and exactly once when it is live to read them (a running or waiting parent);
-//! - every session of an acknowledged drain is disposed; no session is deeper than the chain;
+//! - every session of an acknowledged drain is disposed, and none was registered after the drain
+//!   was acknowledged (admission closed); no session is deeper than the chain;
 //! - a budgeted tree whose children spent more than its budget is drained, all of it, and the
 //!   registry counts what they spent;
 //! - no node hosts a live agent for a disposed session.
@@ -15,6 +16,7 @@ use lineage_testkit::bus::{accepted, of_kind, render_log};
 use lineage_testkit::Cluster;
 use serde_json::Value;
 
+use super::faults::{Fault, Injected};
 use super::registry::NOWHERE;
 use super::rig::NODES;
 use super::trees::{Seen, BUDGET_TOKENS, CHAIN, CHILD_TOKENS};
@@ -105,14 +107,24 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
         ));
     }
 
-    // Drained trees are disposed; no session is deeper than the chain's one-shots.
+    // Drained trees are disposed, and none of them took a session once its drain was
+    // acknowledged (admission closed); no session is deeper than the chain's one-shots.
     for (id, record) in &records {
         let root = record["root"].as_str().unwrap_or(id);
-        if seen.drained.contains(root) && record["state"] != "disposed" {
-            broken.push(format!(
-                "{id} of drained tree {root} is {}",
-                record["state"]
-            ));
+        if let Some(drained_at) = seen.drained.get(root) {
+            if record["state"] != "disposed" {
+                broken.push(format!(
+                    "{id} of drained tree {root} is {}",
+                    record["state"]
+                ));
+            }
+            let born = record["created_at_ms"].as_u64().unwrap_or(0);
+            if born > *drained_at {
+                broken.push(format!(
+                    "{id} was registered in tree {root} {} ms after its drain was acknowledged (admission closed)",
+                    born - drained_at
+                ));
+            }
         }
         if record["depth"].as_u64().unwrap_or(0) > CHAIN as u64 + 1 {
             broken.push(format!("{id} has depth {}", record["depth"]));
@@ -270,4 +282,37 @@ fn deliveries(
         }
     }
     problems
+}
+
+/// The fault kinds injected around the births of the sessions the violations name (from 10 s
+/// before a birth to 2 s after it): what a smaller run (`--faults`) should try first.
+pub fn faults_around(
+    c: &Cluster,
+    violations: &[String],
+    injected: &[Injected],
+    began_unix_ms: u64,
+) -> Vec<Fault> {
+    if violations.is_empty() {
+        return Vec::new();
+    }
+    let records = records(c, &["ls", "--all"]);
+    let mut kinds = BTreeSet::new();
+    for v in violations {
+        for word in v.split(|ch: char| !(ch.is_ascii_hexdigit() || ch == '-')) {
+            let Some(born) = (word.len() == 36)
+                .then(|| records.get(word))
+                .flatten()
+                .and_then(|r| r["created_at_ms"].as_u64())
+            else {
+                continue;
+            };
+            let at_ns = (born.saturating_sub(began_unix_ms) as i64) * 1_000_000;
+            for f in injected {
+                if f.from_ns <= at_ns + 2_000_000_000 && f.to_ns >= at_ns - 10_000_000_000 {
+                    kinds.insert(f.fault);
+                }
+            }
+        }
+    }
+    kinds.into_iter().collect()
 }

@@ -76,6 +76,51 @@ impl Fault {
         Fault::Link(Link::Cut),
     ];
 
+    /// Its short name, as `--faults` takes it (`kill-leader`, `limit-data`, ...).
+    pub fn slug(self) -> &'static str {
+        match self {
+            Fault::Kill(Role::Leader) => "kill-leader",
+            Fault::Kill(Role::Follower) => "kill-follower",
+            Fault::Kill(Role::Worker) => "kill-worker",
+            Fault::Kill(Role::NatsServer) => "kill-nats",
+            Fault::Stop(Role::Leader) => "stop-leader",
+            Fault::Stop(Role::Follower) => "stop-follower",
+            Fault::Stop(Role::Worker) => "stop-worker",
+            Fault::Stop(Role::NatsServer) => "stop-nats",
+            Fault::Link(Link::Latency) => "latency",
+            Fault::Link(Link::Slicer) => "slicer",
+            Fault::Link(Link::LimitData) => "limit-data",
+            Fault::Link(Link::Blackhole) => "blackhole",
+            Fault::Link(Link::Reset) => "reset",
+            Fault::Link(Link::Cut) => "cut",
+        }
+    }
+
+    /// The kinds a comma-separated `--faults` list names (`all`: every kind); an unknown name
+    /// is refused with the list of known ones.
+    pub fn parse_list(text: &str) -> Result<Vec<Fault>, String> {
+        if text.trim() == "all" {
+            return Ok(Fault::ALL.to_vec());
+        }
+        let mut kinds = Vec::new();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let Some(kind) = Fault::ALL.iter().copied().find(|k| k.slug() == name) else {
+                let known: Vec<&str> = Fault::ALL.iter().map(|k| k.slug()).collect();
+                return Err(format!(
+                    "--faults names {name:?}, which is not a fault kind; use all or some of {}",
+                    known.join(",")
+                ));
+            };
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        if kinds.is_empty() {
+            return Err("--faults is empty; give all, or kinds such as kill-leader,latency".into());
+        }
+        Ok(kinds)
+    }
+
     /// Its name in the report.
     pub fn name(self) -> String {
         let role = |r: Role| match r {
@@ -133,17 +178,19 @@ pub struct Injected {
     pub recovered: Option<Duration>,
 }
 
-/// The seeded order: every kind once per round, shuffled per round.
+/// The seeded order: every kind (of those chosen) once per round, shuffled per round.
 pub struct Schedule {
     rng: Rng,
+    kinds: Vec<Fault>,
     round: Vec<Fault>,
 }
 
 impl Schedule {
-    /// A schedule from `seed`.
-    pub fn new(seed: u64) -> Schedule {
+    /// A schedule of `kinds` from `seed`.
+    pub fn new(seed: u64, kinds: Vec<Fault>) -> Schedule {
         Schedule {
             rng: Rng::new(seed ^ 0x5eed_fa17),
+            kinds,
             round: Vec::new(),
         }
     }
@@ -151,7 +198,7 @@ impl Schedule {
     /// The next fault kind.
     pub fn next_fault(&mut self) -> Fault {
         if self.round.is_empty() {
-            let mut all = Fault::ALL.to_vec();
+            let mut all = self.kinds.clone();
             // Fisher–Yates, seeded; popped from the back.
             for i in (1..all.len()).rev() {
                 all.swap(i, self.rng.below(i + 1));
@@ -273,5 +320,49 @@ fn signal(pid: u32, sig: libc::c_int) {
             "chaos: kill({pid}, {sig}): {}",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x1_every_kind_comes_once_per_round_in_a_seeded_order() {
+        let mut a = Schedule::new(7, Fault::ALL.to_vec());
+        let mut b = Schedule::new(7, Fault::ALL.to_vec());
+        let round: Vec<Fault> = (0..Fault::ALL.len()).map(|_| a.next_fault()).collect();
+        let again: Vec<Fault> = (0..Fault::ALL.len()).map(|_| b.next_fault()).collect();
+        assert_eq!(round, again, "the same seed, the same order");
+        let mut sorted = round.clone();
+        sorted.sort();
+        let mut all = Fault::ALL.to_vec();
+        all.sort();
+        assert_eq!(sorted, all, "every kind once per round");
+        let other: Vec<Fault> = {
+            let mut c = Schedule::new(8, Fault::ALL.to_vec());
+            (0..Fault::ALL.len()).map(|_| c.next_fault()).collect()
+        };
+        assert_ne!(round, other, "another seed, another order");
+    }
+
+    #[test]
+    fn x1_faults_lists_parse_and_refuse_unknown_names_in_one_line() {
+        assert_eq!(Fault::parse_list("all").unwrap().len(), Fault::ALL.len());
+        assert_eq!(
+            Fault::parse_list("latency, kill-leader,latency").unwrap(),
+            vec![Fault::Link(Link::Latency), Fault::Kill(Role::Leader)]
+        );
+        for kind in Fault::ALL {
+            assert_eq!(Fault::parse_list(kind.slug()).unwrap(), vec![kind]);
+        }
+        let e = Fault::parse_list("latency,nope").unwrap_err();
+        assert!(
+            e.contains("\"nope\"") && e.contains("kill-leader") && !e.contains('\n'),
+            "{e}"
+        );
+        assert!(Fault::parse_list(" , ").unwrap_err().contains("empty"));
+        let mut only = Schedule::new(1, vec![Fault::Link(Link::Cut)]);
+        assert!((0..5).all(|_| only.next_fault() == Fault::Link(Link::Cut)));
     }
 }

@@ -46,6 +46,12 @@ pub struct ChaosArgs {
     /// Concurrent registry clients (their history goes to Porcupine).
     #[arg(long, default_value_t = 3)]
     pub registry_clients: usize,
+    /// Fault kinds to inject, comma-separated (a failure names the ones around each
+    /// violation): kill-leader, kill-follower, kill-worker, kill-nats, stop-leader,
+    /// stop-follower, stop-worker, stop-nats, latency, slicer, limit-data, blackhole, reset,
+    /// cut; or all.
+    #[arg(long, default_value = "all")]
+    pub faults: String,
 }
 
 /// Parses `90s`, `30m`, `2h` or a bare number of seconds.
@@ -85,6 +91,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Runs `lineage chaos`.
 pub async fn chaos(g: &Global, args: ChaosArgs) -> Result<(), ControlError> {
     let duration = parse_duration(&args.duration).map_err(usage)?;
+    let kinds = faults::Fault::parse_list(&args.faults).map_err(usage)?;
     for (flag, n, max) in [
         ("--tree-clients", args.tree_clients, 16),
         ("--registry-clients", args.registry_clients, 16),
@@ -100,7 +107,7 @@ pub async fn chaos(g: &Global, args: ChaosArgs) -> Result<(), ControlError> {
     lineage_testkit::binary::set_lineage_bin(exe);
     let json = g.json;
     let run = std::thread::spawn(move || {
-        std::panic::catch_unwind(|| run(&args, duration, json)).unwrap_or_else(|panic| {
+        std::panic::catch_unwind(|| run(&args, duration, kinds, json)).unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<String>()
                 .cloned()
@@ -119,16 +126,29 @@ pub async fn chaos(g: &Global, args: ChaosArgs) -> Result<(), ControlError> {
     }
 }
 
+/// Milliseconds since the Unix epoch (the registry's clock for `created_at_ms`).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 fn internal(message: impl Into<String>) -> ControlError {
     ControlError::new(ErrorCode::Internal, message)
 }
 
 /// The whole run, on a thread of its own (the harness blocks).
-fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlError> {
+fn run(
+    args: &ChaosArgs,
+    duration: Duration,
+    kinds: Vec<faults::Fault>,
+    json: bool,
+) -> Result<(), ControlError> {
     let seed = args.seed;
     let repeat = format!(
-        "lineage chaos --seed {seed} --duration {} --tree-clients {} --registry-clients {}",
-        args.duration, args.tree_clients, args.registry_clients
+        "lineage chaos --seed {seed} --duration {} --tree-clients {} --registry-clients {} --faults {}",
+        args.duration, args.tree_clients, args.registry_clients, args.faults
     );
     let toxiproxy = lineage_testkit::toxiproxy::toxiproxy().ok_or_else(|| {
         ControlError::new(
@@ -140,6 +160,7 @@ fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlEr
     let mut rig =
         rig::Rig::start(&toxiproxy).map_err(|e| ControlError::new(ErrorCode::Unavailable, e))?;
     let began = Instant::now();
+    let began_unix_ms = unix_ms();
     let until = began + duration;
 
     let seen = Arc::new(Mutex::new(trees::Seen::default()));
@@ -164,7 +185,7 @@ fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlEr
         std::thread::spawn(move || registry::run(&urls, &cluster, seed, n, began, until))
     };
 
-    let mut schedule = faults::Schedule::new(seed);
+    let mut schedule = faults::Schedule::new(seed, kinds);
     let mut injected = Vec::new();
     while Instant::now() + Duration::from_secs(4) < until {
         std::thread::sleep(schedule.pause(500, 1000));
@@ -193,6 +214,7 @@ fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlEr
 
     let seen = trees::lock(&seen);
     let mut violations = checks::check(&rig.cluster, &seen);
+    let around = checks::faults_around(&rig.cluster, &violations, &injected, began_unix_ms);
     for f in &injected {
         if f.recovered.is_none() {
             violations.push(format!(
@@ -229,6 +251,15 @@ fn run(args: &ChaosArgs, duration: Duration, json: bool) -> Result<(), ControlEr
                 let _ = std::fs::copy(&node.log, logs.join(format!("{}.log", node.id)));
             }
             println!("node logs kept in {}", logs.display());
+        }
+        if !around.is_empty() {
+            let slugs: Vec<&str> = around.iter().map(|f| f.slug()).collect();
+            println!(
+                "faults injected around the births of the sessions named above: {}; a smaller run to try: lineage chaos --seed {seed} --duration {} --faults {}",
+                slugs.join(", "),
+                args.duration,
+                slugs.join(",")
+            );
         }
         Err(internal(format!(
             "chaos seed {seed}: {} violation(s), listed above; repeat with `{repeat}`",

@@ -53,8 +53,9 @@ pub struct Seen {
     pub unknown_spawns: BTreeSet<String>,
     /// Acknowledged roots born with a budget.
     pub budgeted: BTreeSet<String>,
-    /// Roots whose drain was acknowledged.
-    pub drained: BTreeSet<String>,
+    /// Roots whose drain was acknowledged, and when (ms since the Unix epoch): admission to
+    /// the tree was closed by then.
+    pub drained: BTreeMap<String, u64>,
     /// Every call.
     pub calls: Vec<Call>,
 }
@@ -235,7 +236,11 @@ pub fn client(id: usize, seed: u64, max_trees: usize, target: Target, seen: Arc<
         if !with_budget && rng.below(3) == 0 {
             let (code, _) = target.cli(&seen, "drain", &["drain", &root]);
             if code == 0 {
-                lock(&seen).drained.insert(root);
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                lock(&seen).drained.insert(root, at);
             }
         }
     }
