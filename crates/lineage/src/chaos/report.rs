@@ -135,6 +135,12 @@ impl Report<'_> {
                     "roots_unknown": self.seen.unknown_spawns.len(),
                     "roots_drained": self.seen.drained.len(),
                     "budgeted_roots": self.seen.budgeted.len(),
+                    "cli_failures": self.seen.calls.iter()
+                        .filter(|c| !matches!(c.code, 0 | 3 | 4))
+                        .map(|c| json!({"op": c.op, "exit": c.code,
+                            "at_s": c.call_ns as f64 / 1e9,
+                            "took_s": (c.ret_ns - c.call_ns) as f64 / 1e9, "said": c.said}))
+                        .collect::<Vec<_>>(),
                     "porcupine": self.porcupine.lines().next().unwrap_or(""),
                     "violations": self.violations,
                 })
@@ -185,6 +191,32 @@ impl Report<'_> {
             self.history.len(),
             self.porcupine.lines().next().unwrap_or("")
         );
+        for c in self
+            .seen
+            .calls
+            .iter()
+            .filter(|c| !matches!(c.code, 0 | 3 | 4))
+        {
+            let during: Vec<String> = self
+                .injected
+                .iter()
+                .filter(|f| c.call_ns <= f.to_ns && c.ret_ns >= f.from_ns)
+                .map(|f| format!("{} on {}", f.fault.slug(), f.target))
+                .collect();
+            println!(
+                "  failed: {} at {:.1} s, exit {} after {:.1} s (during: {}): {}",
+                c.op,
+                c.call_ns as f64 / 1e9,
+                c.code,
+                (c.ret_ns - c.call_ns) as f64 / 1e9,
+                if during.is_empty() {
+                    "no fault".to_owned()
+                } else {
+                    during.join(", ")
+                },
+                c.said
+            );
+        }
         println!("violations: {}", self.violations.len());
         for v in self.violations.iter().take(40) {
             println!("  {v}");

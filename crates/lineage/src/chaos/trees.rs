@@ -42,6 +42,8 @@ pub struct Call {
     pub call_ns: i64,
     /// When it returned.
     pub ret_ns: i64,
+    /// The first line of its stderr when it failed (empty otherwise).
+    pub said: String,
 }
 
 /// What the tree clients saw.
@@ -82,19 +84,26 @@ impl Target {
             .args(["--timeout-ms", "20000"])
             .args(args)
             .output();
-        let (code, stdout) = match out {
+        let (code, stdout, said) = match out {
             Ok(out) => (
                 out.status.code().unwrap_or(-1),
                 String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
             ),
-            Err(e) => (-1, format!("cannot run lineage: {e}")),
+            Err(e) => (-1, String::new(), format!("cannot run lineage: {e}")),
         };
+        let said = if code == 0 { String::new() } else { said };
         let ret_ns = self.began.elapsed().as_nanos() as i64;
         lock(seen).calls.push(Call {
             op,
             code,
             call_ns,
             ret_ns,
+            said,
         });
         (code, stdout)
     }
