@@ -109,13 +109,13 @@ if ! have helm && have go; then
     || echo "install-deps: helm not installed; the README test skips the chart README's helm commands" >&2
 fi
 
-# The Porcupine linearizability checker of the chaos test (g1_chaos_registry, issue 12) is a Go
+# The Porcupine linearizability checker of the chaos test (`lineage chaos`, issue 12) is a Go
 # program in tools/porcupine: fetch its module now (the test fails without Go).
 if have go; then
   (cd "$(dirname "$0")/../tools/porcupine" && go mod download) \
-    || echo "install-deps: could not fetch the Porcupine module; g1_chaos_registry will fail" >&2
+    || echo "install-deps: could not fetch the Porcupine module; lineage chaos (x1_lineage_chaos, g1_chaos_registry) will fail" >&2
 else
-  echo "install-deps: no Go: g1_chaos_registry (the Porcupine checker) will fail" >&2
+  echo "install-deps: no Go: lineage chaos (the Porcupine checker) will fail" >&2
 fi
 
 # toxiproxy for the network fault test (z3_network_faults, issue 12): its server is the

@@ -587,13 +587,18 @@ impl RegistryState {
             .unwrap_or_else(|| node.clone())
     }
 
+    /// `session`'s record, disposed or not; refused when there is none.
+    fn known(&mut self, session: &SessionId) -> Result<&mut SessionRecord, RegistryRefusal> {
+        self.sessions
+            .get_mut(session)
+            .map(|r| &mut **r)
+            .ok_or_else(|| RegistryRefusal::UnknownSession {
+                session: session.clone(),
+            })
+    }
+
     fn live(&mut self, session: &SessionId) -> Result<&mut SessionRecord, RegistryRefusal> {
-        let record =
-            self.sessions
-                .get_mut(session)
-                .ok_or_else(|| RegistryRefusal::UnknownSession {
-                    session: session.clone(),
-                })?;
+        let record = self.known(session)?;
         if record.state == SessionState::Disposed {
             return Err(RegistryRefusal::SessionDisposed {
                 session: session.clone(),
@@ -692,12 +697,7 @@ impl RegistryState {
         // its session was disposed (a drain, a budget's drain among them, raced the turn that
         // spent it) still counts, or a tree's sums would miss what it spent (issue 12, Q3).
         // The epoch still fences a host that lost the session.
-        let record =
-            self.sessions
-                .get_mut(session)
-                .ok_or_else(|| RegistryRefusal::UnknownSession {
-                    session: session.clone(),
-                })?;
+        let record = self.known(session)?;
         fenced(record, session, expected_epoch)?;
         let old = record.usage.replace(Box::new(usage.clone()));
         record.updated_at_ms = at_ms;
