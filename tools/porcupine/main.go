@@ -4,12 +4,14 @@
 // Input (a file, or stdin): {"operations": [OP, ...]}, each OP
 //
 //	{"client": 0, "call": <ns>, "return": <ns, or -1 when the outcome is unknown>,
-//	 "input":  {"op": "register"|"dispose"|"close"|"read", "tree": ROOT, "session": ID, "parent": ID},
+//	 "input":  {"op": "register"|"dispose"|"close"|"claim"|"read", "tree": ROOT, "session": ID,
+//	            "parent": ID, "epoch": <a claim's expected epoch>},
 //	 "output": {"ok": bool, "reason": "<refusal>", "already": bool, "count": n,
-//	            "found": bool, "disposed": bool, "closed": bool}}
+//	            "found": bool, "disposed": bool, "closed": bool, "epoch": <placement epoch>}}
 //
 // The model is the registry's rules for the commands the chaos workload sends (register a root
-// or a child, dispose leaves first, close admission on a subtree, read one record), sequential
+// or a child, placed at epoch 1; dispose leaves first; close admission on a subtree; claim the
+// placement by compare-and-swap on its epoch, K1's fencing; read one record), sequential
 // and pure; a history is linearizable when some order of its operations, each placed between
 // its call and its return, is a run of the model. An operation whose outcome is unknown (the
 // client gave up) may have taken effect at any time after its call, or never. Histories are
@@ -37,6 +39,7 @@ type input struct {
 	Tree    string `json:"tree"`
 	Session string `json:"session"`
 	Parent  string `json:"parent,omitempty"`
+	Epoch   int    `json:"epoch,omitempty"`
 }
 
 type output struct {
@@ -48,6 +51,7 @@ type output struct {
 	Found    bool   `json:"found,omitempty"`
 	Disposed bool   `json:"disposed,omitempty"`
 	Closed   bool   `json:"closed,omitempty"`
+	Epoch    int    `json:"epoch,omitempty"`
 }
 
 type op struct {
@@ -67,6 +71,7 @@ type record struct {
 	Parent   string `json:"p,omitempty"`
 	Disposed bool   `json:"d,omitempty"`
 	Closed   bool   `json:"c,omitempty"`
+	Epoch    int    `json:"e,omitempty"`
 }
 
 // state is the model's state, encoded canonically (sorted keys) so that equal states compare
@@ -150,7 +155,7 @@ func apply(st state, in input) (reasons map[string]bool, next state, result outp
 			return reasons, st, output{}
 		}
 		next = st.copy()
-		next[in.Session] = record{Parent: in.Parent}
+		next[in.Session] = record{Parent: in.Parent, Epoch: 1}
 		return nil, next, output{Ok: true}
 	case "dispose":
 		r, ok := st[in.Session]
@@ -186,9 +191,26 @@ func apply(st state, in input) (reasons map[string]bool, next state, result outp
 			next[id] = r
 		}
 		return nil, next, output{Ok: true, Count: len(ids)}
+	case "claim":
+		r, ok := st[in.Session]
+		switch {
+		case !ok:
+			reasons["unknown_session"] = true
+		case r.Disposed:
+			reasons["session_disposed"] = true
+		case r.Epoch != in.Epoch:
+			reasons["epoch_mismatch"] = true
+		}
+		if len(reasons) > 0 {
+			return reasons, st, output{}
+		}
+		next = st.copy()
+		r.Epoch++
+		next[in.Session] = r
+		return nil, next, output{Ok: true, Epoch: r.Epoch}
 	case "read":
 		r, ok := st[in.Session]
-		return nil, st, output{Ok: true, Found: ok, Disposed: r.Disposed, Closed: r.Closed}
+		return nil, st, output{Ok: true, Found: ok, Disposed: r.Disposed, Closed: r.Closed, Epoch: r.Epoch}
 	}
 	reasons["unknown_op:"+in.Op] = true
 	return reasons, st, output{}

@@ -1,6 +1,7 @@
 //! The registry workload and its check by a checker this project did not write: seeded clients
 //! (direct registry clients, as the nodes are) register roots and children, dispose, close
-//! admission on subtrees and read with linearizable reads, all on shared trees, while the tree
+//! admission on subtrees, claim placements by compare-and-swap on their epoch (K1's fencing)
+//! and read with linearizable reads, all on shared trees, while the tree
 //! workload and the faults run. Every operation is recorded (call, return or unknown, output)
 //! and the history goes to Porcupine (`tools/porcupine`, `github.com/anishathalye/porcupine`)
 //! with a model of the registry's rules; the checker's own tests run first.
@@ -98,6 +99,9 @@ async fn client(
 ) -> Vec<Recorded> {
     let mut rng = Rng::new(seed ^ ((id as u64 + 1) * 7919));
     let mut out = Vec::new();
+    // The placement epoch this client last saw of each session (a claim usually expects it;
+    // sometimes a guess, so that claims also lose).
+    let mut epochs: std::collections::HashMap<SessionId, u64> = Default::default();
     for n in 0..max_ops {
         if Instant::now() >= until {
             break;
@@ -109,9 +113,10 @@ async fn client(
         };
         let kind = match (rng.below(100), &picked) {
             (_, None) | (0..=14, _) => "root",
-            (15..=49, _) => "register",
-            (50..=69, _) => "dispose",
-            (70..=79, _) => "close",
+            (15..=44, _) => "register",
+            (45..=59, _) => "dispose",
+            (60..=69, _) => "close",
+            (70..=79, _) => "claim",
             _ => "read",
         };
         let Ok(request_id) = RequestId::parse(&format!("chaos-reg-{seed}-{id}-{n}")) else {
@@ -150,8 +155,26 @@ async fn client(
             }
             (op, Some(target)) => {
                 let session = target.header.id().clone();
-                let input = json!({"op": op, "tree": target.root, "session": session});
+                let mut input = json!({"op": op, "tree": target.root, "session": session});
                 let command = match op {
+                    "claim" => {
+                        let expected = match epochs.get(&session) {
+                            Some(e) if rng.below(10) < 7 => *e,
+                            _ => 1 + rng.below(3) as u64,
+                        };
+                        input["epoch"] = json!(expected);
+                        NodeId::parse(NOWHERE)
+                            .ok()
+                            .map(|node| RegistryCommand::ClaimPlacement {
+                                request_id,
+                                at_ms: now_ms(),
+                                session: session.clone(),
+                                node,
+                                expected_epoch: expected,
+                                run: None,
+                                activate: false,
+                            })
+                    }
                     "dispose" => Some(RegistryCommand::Dispose {
                         request_id,
                         at_ms: now_ms(),
@@ -179,6 +202,15 @@ async fn client(
                     (CommandResponse::AdmissionClosed { sessions }, None) => {
                         json!({"ok": true, "count": sessions.len()})
                     }
+                    (CommandResponse::Placed { placement }, None) => {
+                        if let Some(s) = input["session"]
+                            .as_str()
+                            .and_then(|s| SessionId::parse(s).ok())
+                        {
+                            epochs.insert(s, placement.epoch);
+                        }
+                        json!({"ok": true, "epoch": placement.epoch})
+                    }
                     // An answer the model does not know: recorded as such, and the checker
                     // refuses the history.
                     (other, None) => json!({"ok": true, "unexpected": format!("{other:?}")}),
@@ -194,9 +226,14 @@ async fn client(
                 };
                 match registry.session(session, Consistency::Linearizable).await {
                     Ok(None) => Some(json!({"ok": true})),
-                    Ok(Some(r)) => Some(json!({"ok": true, "found": true,
-                        "disposed": r.state == SessionState::Disposed,
-                        "closed": r.admission == Admission::Closed})),
+                    Ok(Some(r)) => {
+                        let epoch = r.placement.as_ref().map_or(0, |p| p.epoch);
+                        epochs.insert(r.header.id().clone(), epoch);
+                        Some(json!({"ok": true, "found": true,
+                            "disposed": r.state == SessionState::Disposed,
+                            "closed": r.admission == Admission::Closed,
+                            "epoch": epoch}))
+                    }
                     Err(_) => None,
                 }
             }
