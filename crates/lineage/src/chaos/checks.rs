@@ -4,7 +4,8 @@
 //! - every parent accepted each of its children's reports and settlement notices at most once,
 //!   and exactly once when it is live to read them (a running or waiting parent);
 //! - every session of an acknowledged drain is disposed, and none was registered after the drain
-//!   was acknowledged (admission closed); no session is deeper than the chain;
+//!   was acknowledged (admission closed); no session is deeper than the cluster's max depth (the deepest
+//!   one-shots try to spawn past it);
 //! - a budgeted tree whose children spent more than its budget is drained, all of it, and the
 //!   registry counts what they spent;
 //! - no node hosts a live agent for a disposed session.
@@ -19,7 +20,7 @@ use serde_json::Value;
 use super::faults::{Fault, Injected};
 use super::registry::NOWHERE;
 use super::rig::NODES;
-use super::trees::{Seen, BUDGET_TOKENS, CHAIN, CHILD_TOKENS};
+use super::trees::{Seen, BUDGET_TOKENS, CHILD_TOKENS, MAX_DEPTH};
 
 /// The tree workload's session records (`lineage ls`), by id: not the registry workload's,
 /// hosted on [`NOWHERE`].
@@ -108,7 +109,8 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
     }
 
     // Drained trees are disposed, and none of them took a session once its drain was
-    // acknowledged (admission closed); no session is deeper than the chain's one-shots.
+    // acknowledged (admission closed); no session is deeper than the cluster's max depth (the
+    // deepest one-shots try to spawn past it).
     for (id, record) in &records {
         let root = record["root"].as_str().unwrap_or(id);
         if let Some(drained_at) = seen.drained.get(root) {
@@ -126,8 +128,11 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
                 ));
             }
         }
-        if record["depth"].as_u64().unwrap_or(0) > CHAIN as u64 + 1 {
-            broken.push(format!("{id} has depth {}", record["depth"]));
+        if record["depth"].as_u64().unwrap_or(0) > MAX_DEPTH as u64 {
+            broken.push(format!(
+                "{id} has depth {}, past the cluster's max depth {MAX_DEPTH}",
+                record["depth"]
+            ));
         }
     }
 

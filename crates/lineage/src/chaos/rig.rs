@@ -1,5 +1,6 @@
 //! The cluster a chaos run breaks: a 3-server NATS cluster (clustered JetStream, R3 streams),
-//! three registry voters (node-1..3) and two workers (node-4, node-5), every node reaching NATS
+//! three registry voters (node-1..3) and two workers (node-4, node-5; `limits.max_depth` 4),
+//! every node reaching NATS
 //! only through proxies of its own (toxiproxy, one per NATS server) so a run can slow, slice,
 //! limit, blackhole, reset or cut one node's link.
 
@@ -49,7 +50,13 @@ impl Rig {
             routes.insert(node, urls.join(","));
         }
         let options = ClusterOptions {
-            env: vec![("LINEAGE_NATS__STREAM_REPLICAS".into(), "3".into())],
+            env: vec![
+                ("LINEAGE_NATS__STREAM_REPLICAS".into(), "3".into()),
+                (
+                    "LINEAGE_LIMITS__MAX_DEPTH".into(),
+                    super::trees::MAX_DEPTH.to_string(),
+                ),
+            ],
             ..Default::default()
         };
         let mut cluster = Cluster::start_on(Nats::Three(nats), VOTERS, options, routes);

@@ -3,7 +3,8 @@
 //! --as-ancestor`, `drain`, `status`), recording every call.
 //!
 //! Each tree: a continuable root whose chain of continuable children goes to depth
-//! [`CHAIN`] on random nodes, each level reporting with `wakeup` and spawning a one-shot child;
+//! [`CHAIN`] on random nodes, each level reporting with `wakeup` and spawning a one-shot child
+//! (the last one, at the cluster's max depth, tries to spawn past it);
 //! then followups and interrupts of random sessions of the tree, and a drain of about a third
 //! of the roots. Every third tree is a budgeted one instead: a root with a budget of
 //! [`BUDGET_TOKENS`] whose one-shot children report [`CHILD_TOKENS`] each, more than the budget
@@ -23,6 +24,8 @@ use super::rig::NODES;
 
 /// How deep the continuable chain of a tree goes (the one-shots go one further).
 pub const CHAIN: usize = 3;
+/// The cluster's `limits.max_depth`: the chain's one-shots are at it, and try one deeper.
+pub const MAX_DEPTH: usize = CHAIN + 1;
 /// A budgeted tree's budget, in tokens.
 pub const BUDGET_TOKENS: u64 = 250;
 /// What each one-shot child of a budgeted root reports.
@@ -128,12 +131,18 @@ fn level(rng: &mut Rng, depth: usize) -> Value {
         let next = level(rng, depth + 1);
         steps.push(spawn_step("continuable", any_node(rng), "go deeper", next));
     }
-    steps.push(spawn_step(
-        "one-shot",
-        any_node(rng),
-        "count",
-        json!({"turns": [[{"do": "reply", "content": "counted"}]]}),
-    ));
+    // The last level's one-shot is at the cluster's max depth ([`MAX_DEPTH`]): it tries to
+    // spawn one level deeper, which must be refused (its turn then fails).
+    let one_shot = if depth == CHAIN {
+        json!({"turns": [[
+            spawn_step("one-shot", any_node(rng), "too deep",
+                json!({"turns": [[{"do": "reply", "content": "too deep"}]]})),
+            {"do": "reply", "content": "counted"}
+        ]]})
+    } else {
+        json!({"turns": [[{"do": "reply", "content": "counted"}]]})
+    };
+    steps.push(spawn_step("one-shot", any_node(rng), "count", one_shot));
     steps.push(json!({"do": "reply", "content": format!("level {depth} done")}));
     json!({"turns": [steps], "after": {"do": "echo"}})
 }
