@@ -4,8 +4,9 @@
 //! - every parent accepted each of its children's reports and settlement notices at most once,
 //!   and exactly once when it is live to read them (a running or waiting parent);
 //! - every session of an acknowledged drain is disposed, and none was registered after the drain
-//!   was acknowledged (admission closed); no session is deeper than the cluster's max depth (the deepest
-//!   one-shots try to spawn past it);
+//!   was acknowledged (admission closed);
+//! - no session is deeper than the cluster's max depth (the deepest one-shots try to spawn past
+//!   it);
 //! - a budgeted tree whose children spent more than its budget is drained, all of it, and the
 //!   registry counts what they spent;
 //! - no node hosts a live agent for a disposed session.
