@@ -109,6 +109,22 @@ fn registry(cluster: &Cluster) -> (tokio::runtime::Runtime, lineage_registry::Re
     (rt, client)
 }
 
+/// A one-node cluster, a root on node-1 with four turns to give, and a registry client.
+fn cluster_with_root() -> (
+    Cluster,
+    String,
+    tokio::runtime::Runtime,
+    lineage_registry::RegistryClient,
+) {
+    let cluster = Cluster::start(1);
+    let turns: Vec<serde_json::Value> = (0..4)
+        .map(|_| json!([{"do": "reply", "text": "ok"}]))
+        .collect();
+    let root = cluster.spawn_root("node-1", &json!({ "turns": turns }));
+    let (rt, client) = registry(&cluster);
+    (cluster, root, rt, client)
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -124,12 +140,7 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
     use lineage_registry::{Consistency, SessionState};
     use std::time::Duration;
 
-    let cluster = Cluster::start(1);
-    let turns: Vec<serde_json::Value> = (0..4)
-        .map(|_| json!([{"do": "reply", "text": "ok"}]))
-        .collect();
-    let root = cluster.spawn_root("node-1", &json!({ "turns": turns }));
-    let (rt, client) = registry(&cluster);
+    let (cluster, root, rt, client) = cluster_with_root();
     let root_id = SessionId::parse(&root).unwrap();
 
     // A normal spawn is registered by its hosting node once its creation window is durable:
@@ -233,12 +244,7 @@ fn s1_m2_x2_a_birth_cut_short_before_its_log_is_disposed_when_resumed_and_its_pa
     use lineage_registry::{Consistency, SessionState};
     use std::time::Duration;
 
-    let cluster = Cluster::start(1);
-    let turns: Vec<serde_json::Value> = (0..4)
-        .map(|_| json!([{"do": "reply", "text": "ok"}]))
-        .collect();
-    let root = cluster.spawn_root("node-1", &json!({ "turns": turns }));
-    let (rt, client) = registry(&cluster);
+    let (cluster, root, rt, client) = cluster_with_root();
     let root_id = SessionId::parse(&root).unwrap();
     // The root has spawned before (its inbox consumer opens at its first child; a notice to a
     // parent that has none yet waits in the inbox stream until it does).

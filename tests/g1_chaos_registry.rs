@@ -10,47 +10,29 @@
 //! `LINEAGE_CHAOS_SEED` (default 12) repeats a run; the history is kept in the system temp dir
 //! (`lineage-chaos-<seed>-history.json`) for `go run ./tools/porcupine <file>`.
 
-use std::process::Command;
-
-use lineage_testkit::lineage_bin;
+use lineage_testkit::cli::lineage_chaos;
 use lineage_testkit::seeded::from_env;
-use serde_json::Value;
 
 #[test]
 fn g1_g3_the_registry_stays_linearizable_under_kills_and_stops_checked_by_porcupine() {
-    if lineage_testkit::toxiproxy::toxiproxy().is_none() {
-        println!(
-            "skipped: toxiproxy-server is not installed and `go install` could not install it"
-        );
-        return;
-    }
     let seed: u64 = from_env("LINEAGE_CHAOS_SEED", 12);
-    let out = Command::new(lineage_bin())
-        .args([
-            "--json",
-            "chaos",
-            "--seed",
-            &seed.to_string(),
-            "--duration",
-            "40s",
-        ])
-        .args([
-            "--faults",
-            "kill-leader,stop-leader,kill-follower,stop-follower",
-        ])
-        .args(["--tree-clients", "1", "--registry-clients", "4"])
-        .output()
-        .expect("run lineage chaos");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stderr}");
-    let report: Value = stdout
-        .lines()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON report from lineage chaos:\n{stdout}\n{stderr}"));
-    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let Some(run) = lineage_chaos(&[
+        "--seed",
+        &seed.to_string(),
+        "--duration",
+        "40s",
+        "--faults",
+        "kill-leader,stop-leader,kill-follower,stop-follower",
+        "--tree-clients",
+        "1",
+        "--registry-clients",
+        "4",
+    ]) else {
+        return;
+    };
+    let report = run.report;
     assert!(
-        out.status.success(),
+        run.passed,
         "seed {seed} (LINEAGE_CHAOS_SEED={seed} to repeat): {}",
         report["violations"]
     );

@@ -12,44 +12,23 @@
 
 use std::process::Command;
 
+use lineage_testkit::cli::lineage_chaos;
 use lineage_testkit::lineage_bin;
 use lineage_testkit::seeded::from_env;
-use serde_json::Value;
 
 /// The fault kinds `lineage chaos` knows (crates/lineage/src/chaos/faults.rs).
 const KINDS: usize = 14;
 
 #[test]
 fn x1_g1_lineage_chaos_keeps_every_promise_under_every_fault_kind() {
-    if lineage_testkit::toxiproxy::toxiproxy().is_none() {
-        println!(
-            "skipped: toxiproxy-server is not installed and `go install` could not install it"
-        );
-        return;
-    }
     let seed: u64 = from_env("LINEAGE_CHAOS_SEED", 12);
-    let out = Command::new(lineage_bin())
-        .args([
-            "--json",
-            "chaos",
-            "--seed",
-            &seed.to_string(),
-            "--duration",
-            "75s",
-        ])
-        .output()
-        .expect("run lineage chaos");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stderr}");
-    let report: Value = stdout
-        .lines()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON report from lineage chaos:\n{stdout}\n{stderr}"));
-    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let Some(run) = lineage_chaos(&["--seed", &seed.to_string(), "--duration", "75s"]) else {
+        return;
+    };
+    let report = run.report;
     assert!(
-        out.status.success(),
-        "lineage chaos found violations (seed {seed}; LINEAGE_CHAOS_SEED={seed} to repeat): {}\n{stderr}",
+        run.passed,
+        "lineage chaos found violations (seed {seed}; LINEAGE_CHAOS_SEED={seed} to repeat): {}",
         report["violations"]
     );
     let kinds = report["faults"].as_array().map_or(0, Vec::len);

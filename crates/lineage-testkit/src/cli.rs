@@ -124,3 +124,48 @@ pub fn id_of(v: &serde_json::Value) -> String {
         .unwrap_or_else(|| panic!("expected a string id, got {v}"))
         .to_owned()
 }
+
+/// What a `lineage --json chaos ...` run said: whether it exited 0, its JSON report and its
+/// stderr (the fault log).
+#[derive(Debug)]
+pub struct ChaosRun {
+    /// Exit code 0: every check passed.
+    pub passed: bool,
+    /// The report (`--json`): faults per kind, workloads, Porcupine's verdict, violations.
+    pub report: serde_json::Value,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+/// Runs `lineage --json chaos <args>` (it starts its own cluster) and parses its report;
+/// `None`, after printing why the calling test skips, when toxiproxy-server is missing and
+/// cannot be installed. Panics with its output when it printed no report.
+pub fn lineage_chaos(args: &[&str]) -> Option<ChaosRun> {
+    if crate::toxiproxy::toxiproxy().is_none() {
+        println!(
+            "skipped: toxiproxy-server is not installed and `go install` could not install it"
+        );
+        return None;
+    }
+    let out = Command::new(lineage_bin())
+        .args(["--json", "chaos"])
+        .args(args)
+        .output()
+        .expect("run lineage chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("{stderr}");
+    let report: serde_json::Value = stdout
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON report from lineage chaos:\n{stdout}\n{stderr}"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    );
+    Some(ChaosRun {
+        passed: out.status.success(),
+        report,
+        stderr,
+    })
+}

@@ -12,7 +12,8 @@
 //!   the test executable; missing or stale panics with what to run).
 //! - [`node`]: [`NodeProc`], one `lineage node` process, and its config text.
 //! - [`cluster`]: [`Cluster`], a nats-server (or [`NatsCluster`]) and N node processes, plain
-//!   or secured with the shipped NATS users; [`cli`]: the CLI against it; [`bus`]: the test's
+//!   or secured with the shipped NATS users; [`cli`]: the CLI against it (and
+//!   [`cli::lineage_chaos`], a `lineage chaos` run and its report); [`bus`]: the test's
 //!   own NATS connection (session logs from JetStream, raw control requests).
 //! - [`shipped`]: the shipped `config/nats-server.conf` (users, passwords, a server started
 //!   from it); [`user_conn`]: a connection as one of its users that records permission errors.
