@@ -22,7 +22,9 @@
 //! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
 //! | [`network`] | Raft RPCs over NATS (append, vote, chunked snapshots) | G1 |
 //! | [`check_quorum`] | a leader without a quorum's acknowledgement stands aside, so a slow leader does not stall the registry | G1, Z3 |
-//! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, serving, shutdown | G1, G3 |
+//! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, shutdown | G1, G3 |
+//! | `service` | the read endpoints of the `lineage-registry` micro service; answering writes and reads | G1, O3 |
+//! | `write_batch` | group commit: a member's queued commands proposed as one entry; snapshot triggers | G1, Q5 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
 //! | `hedge` | a read sends another copy while none has answered (a stopped member holds its queue subscription) | G3, N3 |
 //! | [`error`] | [`RegistryError`], the crate's one error enum | |
@@ -41,6 +43,7 @@ pub mod listing;
 pub mod network;
 pub mod node;
 pub mod raft_types;
+mod service;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state;
@@ -50,6 +53,7 @@ pub mod stored_descriptor;
 pub mod subjects;
 pub mod types;
 pub mod wire;
+mod write_batch;
 
 pub use client::{Consistency, RegistryClient};
 pub use error::RegistryError;
