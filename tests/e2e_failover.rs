@@ -433,3 +433,41 @@ fn s1_k1_a_one_shot_whose_node_dies_fails_fast_and_is_disposed() {
         c.wait_state(&root, &child, "disposed", T);
     });
 }
+
+#[test]
+fn x1_k1_a_one_shot_whose_node_and_caller_die_together_is_disposed_when_the_node_comes_back() {
+    // Issue 12 (`lineage chaos`, seed 21): a root on node-2 spawns a one-shot on node-2, then
+    // node-2 is SIGKILLed. The caller that would dispose the one-shot died with it, and a
+    // one-shot is never resumed: before, it stayed `running` for good (an orphan). Now the
+    // node's re-adoption disposes it and publishes its end.
+    let mut c = Cluster::start(3);
+    let child_script =
+        json!({"turns": [[{"do": "sleep", "ms": 120000}, {"do": "reply", "text": "late"}]]});
+    let root = c.spawn_root(
+        "node-2",
+        &json!({"turns": [[spawn_step("one-shot", "node-2", "work", child_script)]],
+                "after": {"do": "echo"}}),
+    );
+    let child = wait_for(T, "the one-shot running on node-2", || {
+        c.tree(&root)
+            .iter()
+            .find(|r| r["session"] != root.as_str() && r["live"] == true)
+            .map(|r| id_of(&r["session"]))
+    });
+    c.nodes[1].kill();
+    c.restart(1);
+    c.wait_ready(Duration::from_secs(60));
+    let row = wait_for(T, "the orphaned one-shot disposed", || {
+        let r = c.row(&root, &child);
+        (r["state"] == "disposed").then_some(r)
+    });
+    assert_eq!(row["live"], false, "{row}");
+    // The root itself is adopted again and takes input.
+    let sent = c.cli_json(&["send", &root, "still there?"]);
+    assert!(
+        sent["outcome"]
+            .as_str()
+            .is_some_and(|o| o.contains("delivered")),
+        "{sent}"
+    );
+}

@@ -164,6 +164,26 @@ pub fn cut_short_birth(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
     expire_one(birth, now_ms, &cut_short_summary(&label))
 }
 
+/// A one-shot run cut short by its node's stop: the node's re-adoption (or a takeover) finds
+/// it `running` there, and a one-shot is never resumed. Its caller disposes it when it learns
+/// of the stop from its spawn reply; when that caller stopped with the same node, no one
+/// would, so the adoption disposes it and publishes its end (a one-shot's parent gets no inbox
+/// notice: it learns from the spawn reply, and a parent cut short with it has none pending).
+/// Issue 12: found by `lineage chaos` (a one-shot left `running` for 30 minutes after its
+/// node, its caller's too, was SIGKILLed).
+pub fn cut_short_run(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
+    let label = birth
+        .descriptor
+        .as_ref()
+        .and_then(|d| d.label.clone())
+        .unwrap_or_else(|| birth.session.to_string());
+    expire_one(
+        birth,
+        now_ms,
+        &format!("subagent {label} stopped: its node stopped during its run"),
+    )
+}
+
 /// The one line a parent reads for a birth cut short.
 pub fn cut_short_summary(label: &str) -> String {
     format!("subagent {label} never started: its node stopped before its log was written")

@@ -31,7 +31,9 @@ use std::sync::Arc;
 
 use lineage_core::ids::RequestId;
 use lineage_core::ids::SessionId;
-use lineage_core::lifecycle::{cut_short_birth, expire_births, BirthExpiry, OverdueBirth};
+use lineage_core::lifecycle::{
+    cut_short_birth, cut_short_run, expire_births, BirthExpiry, OverdueBirth,
+};
 use lineage_core::messages::{InboxMessage, LifecycleEvent};
 use lineage_registry::state::OVERDUE_BIRTHS_PAGE;
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionRecord};
@@ -139,6 +141,35 @@ impl Shared {
             // Disposed by someone else first (a drain, another node's resume): told there.
             Ok(_) => refused,
             Err(e) => e,
+        }
+    }
+
+    /// A one-shot found `running` on a node being adopted (its run died with that node; a
+    /// one-shot is never resumed): disposed, and once that committed its end is published
+    /// ([`cut_short_run`]). Idempotent: a caller that disposed it first leaves nothing to do.
+    pub(crate) async fn dispose_orphaned_one_shot(&self, record: &SessionRecord) {
+        let session = record.id().clone();
+        let Ok(request_id) = RequestId::parse(&format!("orphan-{session}")) else {
+            return;
+        };
+        let disposed = self
+            .registry
+            .write(Command::Dispose {
+                request_id,
+                at_ms: self.now(),
+                session: session.clone(),
+            })
+            .await;
+        match disposed {
+            Ok(CommandResponse::Disposed { already: false, .. }) => {
+                tracing::info!(%session, "one-shot cut short by its node's stop: disposed");
+                self.tell_parent(cut_short_run(&overdue_birth(record), self.now()))
+                    .await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "cannot dispose a one-shot cut short by its node's stop; the next adoption tries again")
+            }
         }
     }
 

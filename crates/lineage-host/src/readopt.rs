@@ -20,6 +20,10 @@
 //! `released`, nothing was cut short) is resumed as it was, without step 3: it goes on with
 //! whatever input waits for it, and a waiting parent keeps waiting for its children.
 //!
+//! One-shot runs are never resumed: a `running` one-shot placed on the node died with it, and
+//! is disposed (its end published), since its caller may have stopped with the same node and
+//! no one else would ([`orphaned_one_shot`]).
+//!
 //! Settled sessions stay cold: they come back on their next followup, as anywhere. `starting`
 //! sessions (born, never hosted) are not adopted either ([`adoptable`]): there is no log to
 //! resume them from, and the birth sweeper ([`crate::births`]) owns them.
@@ -77,14 +81,19 @@ impl Shared {
     /// Resumes here the `running`/`waiting` sessions placed on `node`, parents first, then
     /// lets each recover, children first.
     async fn adopt_from(self: &Arc<Self>, node: NodeId) -> Result<ReadoptReport, HostError> {
-        let mut mine: Vec<_> = self
+        let placed: Vec<_> = self
             .registry
             .sessions_on_node(node)
             .await?
             .into_iter()
-            .filter(adoptable)
             .filter(|r| !self.is_live(r.header.id()))
             .collect();
+        // One-shots whose run died with the node: never resumed, and their caller may have
+        // died with it (issue 12), so they are disposed here.
+        for record in placed.iter().filter(|r| orphaned_one_shot(r)) {
+            self.dispose_orphaned_one_shot(record).await;
+        }
+        let mut mine: Vec<_> = placed.into_iter().filter(adoptable).collect();
         mine.sort_by_key(|r| (r.depth(), r.header.id().to_string()));
         let mut report = ReadoptReport::default();
         // Sessions their node handed off (graceful shutdown) were cut short nowhere: they go
@@ -122,6 +131,16 @@ pub fn adoptable(record: &SessionRecord) -> bool {
         SessionState::Starting | SessionState::Settled | SessionState::Disposed => false,
     };
     hosted && !record.is_one_shot()
+}
+
+/// True when `record` is a one-shot run that was hosted (`running` or `waiting`): on a node
+/// being adopted, its run died with that node. Pure.
+pub fn orphaned_one_shot(record: &SessionRecord) -> bool {
+    let hosted = match record.state {
+        SessionState::Running | SessionState::Waiting => true,
+        SessionState::Starting | SessionState::Settled | SessionState::Disposed => false,
+    };
+    hosted && record.is_one_shot()
 }
 
 /// True when `me` is the cluster's sweeper at `now_ms`: the smallest id among the nodes whose
