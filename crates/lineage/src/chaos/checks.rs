@@ -137,7 +137,21 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
         }
     }
 
-    // No node hosts a live agent for a disposed session.
+    // No node hosts a live agent for a disposed session (15 s to converge: an agent whose
+    // session was just disposed is still tearing down for a moment).
+    let mut lingering = live_but_disposed(c, &records);
+    let settle = Instant::now();
+    while !lingering.is_empty() && settle.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_secs(1));
+        lingering = live_but_disposed(c, &records);
+    }
+    broken.extend(lingering);
+    broken
+}
+
+/// Each live agent, on any node, of a session the registry says is disposed.
+fn live_but_disposed(c: &Cluster, records: &BTreeMap<String, Value>) -> Vec<String> {
+    let mut found = Vec::new();
     for node in NODES {
         let status = c.node_ctl(node, "status", b"{}");
         for live in status["result"]["live"]
@@ -150,13 +164,13 @@ pub fn check(c: &Cluster, seen: &Seen) -> Vec<String> {
                 .get(session)
                 .is_some_and(|r| r["state"] == "disposed")
             {
-                broken.push(format!(
-                    "{node} hosts a live agent of disposed session {session}"
+                found.push(format!(
+                    "{node} hosts a live agent of disposed session {session} (15 s after the checks began)"
                 ));
             }
         }
     }
-    broken
+    found
 }
 
 /// Where a parent is (placed, live), and how its log ends: what a lost-notice violation needs

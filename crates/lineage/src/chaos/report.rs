@@ -31,7 +31,8 @@ pub struct Report<'a> {
 }
 
 /// One operation's span, and whether it failed (no answer, or an exit the workload does not
-/// expect: not 0, not a refusal, not "no turn to interrupt").
+/// expect: not 0, a bad request (a followup to a one-shot), a refusal or "no turn to
+/// interrupt").
 struct Span {
     call: i64,
     ret: i64,
@@ -65,7 +66,7 @@ impl Report<'_> {
             .map(|c| Span {
                 call: c.call_ns,
                 ret: c.ret_ns,
-                failed: !matches!(c.code, 0 | 3 | 4),
+                failed: !matches!(c.code, 0 | 2 | 3 | 4),
             })
             .collect();
         spans.extend(self.history.iter().map(|o| Span {
@@ -110,7 +111,7 @@ impl Report<'_> {
             .seen
             .calls
             .iter()
-            .filter(|c| !matches!(c.code, 0 | 3 | 4))
+            .filter(|c| !matches!(c.code, 0 | 2 | 3 | 4))
             .count();
         let unknown = self.history.iter().filter(|o| o.ret_ns < 0).count();
         if json {
@@ -136,7 +137,7 @@ impl Report<'_> {
                     "roots_drained": self.seen.drained.len(),
                     "budgeted_roots": self.seen.budgeted.len(),
                     "cli_failures": self.seen.calls.iter()
-                        .filter(|c| !matches!(c.code, 0 | 3 | 4))
+                        .filter(|c| !matches!(c.code, 0 | 2 | 3 | 4))
                         .map(|c| json!({"op": c.op, "exit": c.code,
                             "at_s": c.call_ns as f64 / 1e9,
                             "took_s": (c.ret_ns - c.call_ns) as f64 / 1e9, "said": c.said}))
@@ -172,7 +173,7 @@ impl Report<'_> {
         for c in &self.seen.calls {
             let entry = by_verb.entry(c.op).or_default();
             entry.0 += 1;
-            entry.1 += usize::from(!matches!(c.code, 0 | 3 | 4));
+            entry.1 += usize::from(!matches!(c.code, 0 | 2 | 3 | 4));
         }
         let by_verb: Vec<String> = by_verb
             .iter()
@@ -195,7 +196,7 @@ impl Report<'_> {
             .seen
             .calls
             .iter()
-            .filter(|c| !matches!(c.code, 0 | 3 | 4))
+            .filter(|c| !matches!(c.code, 0 | 2 | 3 | 4))
         {
             let during: Vec<String> = self
                 .injected
