@@ -156,6 +156,10 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Skip("needs a release build, ~7 GB of RAM and ~4 minutes"),
         ),
         (
+            r#"lineage chaos --seed 12 --duration 30m           # its own cluster under every fault kind, checked"#,
+            Skip("runs 30 minutes; x1_lineage_chaos and g1_chaos_registry run it for 75 s and 40 s"),
+        ),
+        (
             r#"lineage script check '{"turns":[[{"do":"reply","content":"hi"}]]}'   # script ok: 1 turn(s), 1 step(s)"#,
             Exits(0, "script ok: 1 turn(s), 1 step(s)"),
         ),
