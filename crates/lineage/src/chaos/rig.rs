@@ -49,19 +49,22 @@ impl Rig {
                 .collect();
             routes.insert(node, urls.join(","));
         }
+        let env: Vec<(String, String)> = vec![
+            ("LINEAGE_NATS__STREAM_REPLICAS".into(), "3".into()),
+            (
+                "LINEAGE_LIMITS__MAX_DEPTH".into(),
+                super::trees::MAX_DEPTH.to_string(),
+            ),
+        ];
         let options = ClusterOptions {
-            env: vec![
-                ("LINEAGE_NATS__STREAM_REPLICAS".into(), "3".into()),
-                (
-                    "LINEAGE_LIMITS__MAX_DEPTH".into(),
-                    super::trees::MAX_DEPTH.to_string(),
-                ),
-            ],
+            env: env.clone(),
             ..Default::default()
         };
         let mut cluster = Cluster::start_on(Nats::Three(nats), VOTERS, options, routes);
+        // The workers get the same settings (a root born on a worker records its max depth).
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         for id in &NODES[VOTERS..] {
-            cluster.add_client_node(id, &[]);
+            cluster.add_client_node(id, &env);
         }
         cluster.wait_ready(Duration::from_secs(60));
         Ok(Rig { cluster, proxy })
