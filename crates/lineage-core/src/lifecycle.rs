@@ -141,12 +141,7 @@ pub fn expire_births(candidates: &[OverdueBirth], now_ms: u64) -> Vec<BirthExpir
     due.into_iter()
         .map(|b| {
             let within = b.start_deadline_ms.saturating_sub(b.created_at_ms);
-            let label = b
-                .descriptor
-                .as_ref()
-                .and_then(|d| d.label.clone())
-                .unwrap_or_else(|| b.session.to_string());
-            expire_one(b, now_ms, &never_started_summary(&label, within))
+            expire_one(b, now_ms, &never_started_summary(&label_of(b), within))
         })
         .collect()
 }
@@ -156,12 +151,7 @@ pub fn expire_births(candidates: &[OverdueBirth], now_ms: u64) -> Vec<BirthExpir
 /// nothing to resume, so it is disposed like an overdue birth, and its parent is told the same
 /// way, with why.
 pub fn cut_short_birth(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
-    let label = birth
-        .descriptor
-        .as_ref()
-        .and_then(|d| d.label.clone())
-        .unwrap_or_else(|| birth.session.to_string());
-    expire_one(birth, now_ms, &cut_short_summary(&label))
+    expire_one(birth, now_ms, &cut_short_summary(&label_of(birth)))
 }
 
 /// A one-shot run cut short by its node's stop: the node's re-adoption (or a takeover) finds
@@ -172,16 +162,20 @@ pub fn cut_short_birth(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
 /// Issue 12: found by `lineage chaos` (a one-shot left `running` for 30 minutes after its
 /// node, its caller's too, was SIGKILLed).
 pub fn cut_short_run(birth: &OverdueBirth, now_ms: u64) -> BirthExpiry {
-    let label = birth
+    let summary = format!(
+        "subagent {} stopped: its node stopped during its run",
+        label_of(birth)
+    );
+    expire_one(birth, now_ms, &summary)
+}
+
+/// What a parent calls a child: its descriptor's label, else its session id.
+fn label_of(birth: &OverdueBirth) -> String {
+    birth
         .descriptor
         .as_ref()
         .and_then(|d| d.label.clone())
-        .unwrap_or_else(|| birth.session.to_string());
-    expire_one(
-        birth,
-        now_ms,
-        &format!("subagent {label} stopped: its node stopped during its run"),
-    )
+        .unwrap_or_else(|| birth.session.to_string())
 }
 
 /// The one line a parent reads for a birth cut short.

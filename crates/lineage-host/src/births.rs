@@ -115,30 +115,15 @@ impl Shared {
     /// documentation): disposed, and once that committed its parent is told. The error is
     /// what a resume of it answers.
     pub(crate) async fn dispose_cut_short(&self, record: &SessionRecord) -> HostError {
-        let session = record.id().clone();
         let refused = HostError::Disposed(format!(
-            "{session} (its birth was cut short: its node stopped before its log was written, so there is nothing to resume)"
+            "{} (its birth was cut short: its node stopped before its log was written, so there is nothing to resume)",
+            record.id()
         ));
-        let request_id = match RequestId::parse(&format!("cut-short-{session}")) {
-            Ok(id) => id,
-            Err(e) => return e.into(),
-        };
-        let disposed = self
-            .registry
-            .write(Command::Dispose {
-                request_id,
-                at_ms: self.now(),
-                session: session.clone(),
-            })
-            .await;
-        match disposed {
-            Ok(CommandResponse::Disposed { already: false, .. }) => {
-                tracing::info!(%session, "birth cut short before its log: disposed");
-                self.tell_parent(cut_short_birth(&overdue_birth(record), self.now()))
-                    .await;
-                refused
-            }
-            // Disposed by someone else first (a drain, another node's resume): told there.
+        // Disposed by someone else first (a drain, another node's resume): told there.
+        match self
+            .dispose_and_tell("cut-short", record, cut_short_birth)
+            .await
+        {
             Ok(_) => refused,
             Err(e) => e,
         }
@@ -148,10 +133,22 @@ impl Shared {
     /// one-shot is never resumed): disposed, and once that committed its end is published
     /// ([`cut_short_run`]). Idempotent: a caller that disposed it first leaves nothing to do.
     pub(crate) async fn dispose_orphaned_one_shot(&self, record: &SessionRecord) {
+        if let Err(e) = self.dispose_and_tell("orphan", record, cut_short_run).await {
+            tracing::warn!(session = %record.id(), error = %e, "cannot dispose a one-shot cut short by its node's stop; the next adoption tries again");
+        }
+    }
+
+    /// Disposes `record` under request id `<prefix>-<session>` (a retry is the same write)
+    /// and, when this write disposed it, tells its parent what `expiry` makes of it. True
+    /// when this write disposed it; false when someone had first.
+    async fn dispose_and_tell(
+        &self,
+        prefix: &str,
+        record: &SessionRecord,
+        expiry: fn(&OverdueBirth, u64) -> BirthExpiry,
+    ) -> Result<bool, HostError> {
         let session = record.id().clone();
-        let Ok(request_id) = RequestId::parse(&format!("orphan-{session}")) else {
-            return;
-        };
+        let request_id = RequestId::parse(&format!("{prefix}-{session}"))?;
         let disposed = self
             .registry
             .write(Command::Dispose {
@@ -159,18 +156,14 @@ impl Shared {
                 at_ms: self.now(),
                 session: session.clone(),
             })
-            .await;
-        match disposed {
-            Ok(CommandResponse::Disposed { already: false, .. }) => {
-                tracing::info!(%session, "one-shot cut short by its node's stop: disposed");
-                self.tell_parent(cut_short_run(&overdue_birth(record), self.now()))
-                    .await;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(%session, error = %e, "cannot dispose a one-shot cut short by its node's stop; the next adoption tries again")
-            }
+            .await?;
+        let first = matches!(disposed, CommandResponse::Disposed { already: false, .. });
+        if first {
+            tracing::info!(%session, why = prefix, "cut short by its node's stop: disposed");
+            self.tell_parent(expiry(&overdue_birth(record), self.now()))
+                .await;
         }
+        Ok(first)
     }
 
     /// `subagent/end`, then the settlement notice, of a birth that never started.
