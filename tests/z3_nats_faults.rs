@@ -8,7 +8,9 @@
 //!   spawns succeed within a bound, and the restarted server rejoins;
 //! - a single nats-server restarted (same port and store) under a live parent and child: the
 //!   nodes reconnect, the child's reports still reach the parent exactly once and a new spawn
-//!   works.
+//!   works;
+//! - a parent's inbox refusing a child's settlement notice for a while: the notice is
+//!   published once the inbox takes it, and accepted once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -378,7 +380,7 @@ fn z3_sigkill_one_of_three_nats_servers_under_spawn_and_report_load_loses_nothin
             count("message not accepted yet; offering it again")
         );
         assert_eq!(
-            count("inbox publish failed; giving up"),
+            count("the parent will not hear of it"),
             0,
             "{}: a notice was given up\n{}",
             n.id,
@@ -607,12 +609,16 @@ fn z3_nodes_reconnect_after_a_nats_restart_and_reports_still_reach_the_parent_on
 /// Sets (or, with `None`, lifts) a per-subject message limit with discard-new on the events
 /// stream: a session log at the limit cannot take another message until it is lifted.
 fn limit_log_messages(c: &Cluster, limit: Option<i64>) {
+    limit_messages(c, &c.events_stream(), limit)
+}
+
+/// [`limit_log_messages`] on any stream (`name`): a subject at the limit takes no message.
+fn limit_messages(c: &Cluster, name: &str, limit: Option<i64>) {
     use async_nats::jetstream::stream::DiscardPolicy;
     let bus = c.bus();
-    let name = c.events_stream();
     bus.rt.block_on(async {
         let js = async_nats::jetstream::new(bus.client.clone());
-        let mut stream = js.get_stream(&name).await.expect("events stream");
+        let mut stream = js.get_stream(name).await.expect("stream");
         let mut config = stream.info().await.expect("stream info").config.clone();
         match limit {
             Some(n) => {
@@ -626,9 +632,7 @@ fn limit_log_messages(c: &Cluster, limit: Option<i64>) {
                 config.discard_new_per_subject = false;
             }
         }
-        js.update_stream(config)
-            .await
-            .expect("update the events stream");
+        js.update_stream(config).await.expect("update the stream");
     });
 }
 
@@ -727,6 +731,69 @@ fn z3_a_parent_that_cannot_log_for_a_while_accepts_its_inbox_once_it_can() {
             .contains("message not accepted yet; offering it again"),
         "node-1 offered the message again"
     );
+}
+
+/// Issue 12 (`lineage chaos --seed 22`: a parent never heard of a settled child): a child whose
+/// parent's inbox refuses its settlement notice for longer than a few quick retries (a
+/// nats-server restarting; here a per-subject limit with discard-new on the inbox stream, set
+/// and then lifted by the test) keeps publishing it until the inbox takes it, and the parent
+/// accepts it once. Before, the child gave up after five attempts (about 1.5 s) and the
+/// committed settlement was never heard of.
+#[test]
+fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_it_can() {
+    let c = Cluster::start(3);
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[{"do": "reply", "text": "root"}]], "after": {"do": "reply", "text": "ok"}}),
+    );
+    let spawn_child = |tag: &str| {
+        let script = json!({"turns": [[{"do": "reply", "text": tag}]]}).to_string();
+        id_of(
+            &c.spawn(&[
+                "--parent",
+                &root,
+                "--shape",
+                "continuable",
+                "--node",
+                "node-2",
+                "--prompt",
+                "go",
+                "--script",
+                &script,
+            ])["session"],
+        )
+    };
+    // A first child's notice puts one message on the parent's inbox subject...
+    let first = spawn_child("first");
+    c.wait_log(&root, T, "the first child's notice", |l| {
+        accepted(l, "subagent-settled", Some(&first)).len() == 1
+    });
+    let inbox = inbox_stream(&c);
+    let subject = format!("lineage.{}.parent.{root}.inbox", c.cluster);
+    assert_eq!(stream_messages_raw(&c, &inbox, &subject), 1);
+    // ...and a limit of one makes the subject refuse the next.
+    limit_messages(&c, &inbox, Some(1));
+    let second = spawn_child("second");
+    c.wait_log(&second, T, "the second child's settlement", |l| {
+        !of_kind(l, "outbox/settled").is_empty()
+    });
+    // Longer than the five quick attempts the child used to make before giving up.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        stream_messages_raw(&c, &inbox, &subject),
+        1,
+        "the inbox took nothing while limited"
+    );
+    limit_messages(&c, &inbox, None);
+    let log = c.wait_log(&root, T, "the second child's notice accepted", |l| {
+        accepted(l, "subagent-settled", Some(&second)).len() == 1
+    });
+    assert!(
+        accepted_ids(&log).values().all(|n| *n == 1),
+        "{}",
+        render_log(&log)
+    );
+    assert_inbox_accepted_exactly_once(&c, &root);
 }
 
 #[test]

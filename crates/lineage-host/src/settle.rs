@@ -14,27 +14,48 @@ use std::time::Duration;
 use lineage_core::ids::SessionId;
 use lineage_core::messages::InboxMessage;
 
-/// Publishes to a parent inbox, retrying a few times (the dedup id makes retries harmless).
-/// The current trace context goes along as the `traceparent` header. True once published.
+/// How long [`publish_with_retry`] waits at most between two attempts.
+const PUBLISH_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// Publishes to a parent inbox until it is published (the dedup id makes retries harmless),
+/// 100 ms apart doubling to [`PUBLISH_PAUSE_MAX`]. A report or notice is in the child's log
+/// (its outbox) before this runs, and nothing else sends it: giving up would lose it for good.
+/// Issue 12 (`lineage chaos`): after five quick attempts (about 1.5 s) it used to give up, so
+/// a nats-server down for longer left a committed settlement unheard and its parent waiting.
+/// Only the host's shutdown stops it (counted in `inbox_publish_failures`). The current
+/// trace context goes along as the `traceparent` header. True once published.
 pub(crate) async fn publish_with_retry(
     shared: &crate::host::Shared,
     session: &SessionId,
     message: InboxMessage,
 ) -> bool {
     let traceparent = lineage_bus::trace::current().map(|c| c.traceparent());
-    let attempts = shared.cfg.registry_attempts.max(1);
-    for attempt in 1..=attempts {
-        match shared.inbox.publish(&message, traceparent.as_deref()).await {
-            Ok(_) => return true,
-            Err(e) if attempt < attempts => {
-                tracing::warn!(%session, error = %e, attempt, "inbox publish failed; retrying");
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+    let mut attempt = 0u32;
+    loop {
+        let outcome = tokio::select! {
+            r = shared.inbox.publish(&message, traceparent.as_deref()) => r,
+            _ = shared.shutdown.cancelled() => break,
+        };
+        let e = match outcome {
+            Ok(_) => {
+                if attempt > 0 {
+                    tracing::info!(%session, attempt, "inbox publish succeeded after retries");
+                }
+                return true;
             }
-            Err(e) => {
-                tracing::error!(%session, error = %e, "inbox publish failed; giving up")
-            }
+            Err(e) => e,
+        };
+        attempt += 1;
+        if attempt <= 5 || attempt.is_multiple_of(10) {
+            tracing::warn!(%session, error = %e, attempt, "inbox publish failed; retrying");
+        }
+        let pause = Duration::from_millis(100u64 << attempt.min(6)).min(PUBLISH_PAUSE_MAX);
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shared.shutdown.cancelled() => break,
         }
     }
+    tracing::error!(%session, attempt, dedup_id = %message.dedup_id(), "inbox publish not done at shutdown; the parent will not hear of it");
     shared.metrics.inbox_publish_failed();
     false
 }

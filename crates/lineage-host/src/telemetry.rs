@@ -159,7 +159,8 @@ pub struct HostMetricsSnapshot {
     pub resumes: u64,
     /// Reports published to a parent inbox.
     pub reports: u64,
-    /// Inbox publishes (reports, settlement notices) that failed after every retry.
+    /// Inbox publishes (reports, settlement notices) still not done when the host shut down
+    /// (they are retried until then).
     pub inbox_publish_failures: u64,
     /// Inbox messages (reports, settlement notices) accepted into a live parent's log.
     pub inbox_accepted: u64,

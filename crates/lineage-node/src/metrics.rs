@@ -10,7 +10,7 @@
 //! | `lineage_settlements_total{stop_reason}` | counter | settlements committed by agents of this node |
 //! | `lineage_resumes_total` | counter | cold resumes done here |
 //! | `lineage_reports_total` | counter | reports published to a parent inbox |
-//! | `lineage_inbox_publish_failures_total` | counter | reports and notices not published after every retry |
+//! | `lineage_inbox_publish_failures_total` | counter | reports and notices still unpublished when the node shut down (they are retried until then) |
 //! | `lineage_inbox_accepted_total` | counter | inbox messages accepted into a live parent's log |
 //! | `lineage_inbox_duplicates_total` | counter | inbox redeliveries skipped (already in the log) |
 //! | `lineage_inbox_lag_seconds` | summary (`_sum`, `_count`) | accepted time minus the message's `at_ms` |
@@ -190,7 +190,7 @@ impl MetricsPage {
         p.single(
             "lineage_inbox_publish_failures_total",
             "counter",
-            "Reports and settlement notices not published after every retry.",
+            "Reports and settlement notices still unpublished when the node shut down (retried until then).",
             h.inbox_publish_failures,
         );
         p.single(
