@@ -10,7 +10,8 @@
 //!   nodes reconnect, the child's reports still reach the parent exactly once and a new spawn
 //!   works;
 //! - a parent's inbox refusing a child's settlement notice for a while: the notice is
-//!   published once the inbox takes it, and accepted once.
+//!   published once the inbox takes it, and accepted once; and when the child's node dies
+//!   meanwhile, its re-adoption sends the notice again from the child's log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -794,6 +795,75 @@ fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_
         render_log(&log)
     );
     assert_inbox_accepted_exactly_once(&c, &root);
+}
+
+/// Issue 12, the other half: a child whose node dies while it is still publishing its
+/// settlement notice (the parent's inbox refuses it, as above) leaves the notice in its log
+/// only, and a settled session is never resumed. When the node comes back, its re-adoption
+/// sends the outboxes of the continuable children placed on it again, rebuilt from their logs:
+/// the parent accepts the lost notice once, and the first child's notice, sent again too, is a
+/// duplicate (accepted once in all). Before, the parent never heard of the second child.
+#[test]
+fn z3_k1_a_notice_a_dead_node_never_published_reaches_the_parent_when_the_node_is_back() {
+    let mut c = Cluster::start(3);
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[{"do": "reply", "text": "root"}]], "after": {"do": "reply", "text": "ok"}}),
+    );
+    let spawn_child = |c: &Cluster, tag: &str| {
+        let script = json!({"turns": [[{"do": "reply", "text": tag}]]}).to_string();
+        id_of(
+            &c.spawn(&[
+                "--parent",
+                &root,
+                "--shape",
+                "continuable",
+                "--node",
+                "node-2",
+                "--prompt",
+                "go",
+                "--script",
+                &script,
+            ])["session"],
+        )
+    };
+    let first = spawn_child(&c, "first");
+    c.wait_log(&root, T, "the first child's notice", |l| {
+        accepted(l, "subagent-settled", Some(&first)).len() == 1
+    });
+    let inbox = inbox_stream(&c);
+    let subject = format!("lineage.{}.parent.{root}.inbox", c.cluster);
+    limit_messages(&c, &inbox, Some(1));
+    let second = spawn_child(&c, "second");
+    c.wait_log(&second, T, "the second child's settlement", |l| {
+        !of_kind(l, "outbox/settled").is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // node-2 dies while it retries the publish; the inbox takes messages again afterwards.
+    c.nodes[1].kill();
+    limit_messages(&c, &inbox, None);
+    assert_eq!(
+        stream_messages_raw(&c, &inbox, &subject),
+        1,
+        "the notice never reached the inbox"
+    );
+    c.restart(1);
+    let log = c.wait_log(&root, T, "the second child's notice accepted", |l| {
+        accepted(l, "subagent-settled", Some(&second)).len() == 1
+    });
+    assert!(
+        accepted_ids(&log).values().all(|n| *n == 1),
+        "{}",
+        render_log(&log)
+    );
+    assert_eq!(accepted(&log, "subagent-settled", Some(&first)).len(), 1);
+    assert_inbox_accepted_exactly_once(&c, &root);
+    assert!(
+        c.nodes[1]
+            .log_text()
+            .contains("outboxes of adopted sessions sent again"),
+        "node-2 sent the outboxes again"
+    );
 }
 
 #[test]

@@ -173,6 +173,8 @@ pub(crate) struct Shared {
     /// Births under way here: registered (or about to be) and not live yet. A resume of one
     /// answers `Starting` instead of finding its log still empty ([`crate::start`]).
     pub(crate) births: Mutex<HashSet<SessionId>>,
+    /// Sessions whose outbox an adoption here sent again ([`crate::outbox`]): once each.
+    pub(crate) resent: Mutex<HashSet<SessionId>>,
     pub(crate) ancestry: Mutex<LocalAncestry>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub(crate) shutdown: CancellationToken,
@@ -402,6 +404,7 @@ impl Host {
             output: ports.output,
             agents: Mutex::new(HashMap::new()),
             births: Mutex::new(HashSet::new()),
+            resent: Mutex::new(HashSet::new()),
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),
             shutdown,

@@ -28,6 +28,7 @@
 //! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox) | Q5 |
 //! | `sweeps` | the background loops: lease heartbeat, and the birth, deadline/budget/retention and takeover sweeps on their periods | S1, Q2, Q3, Q5, K1 |
 //! | [`fence`] | after a lease lapse, stop the agents whose sessions moved to another node | K1, R1 |
+//! | [`outbox`] | an adopted node's outboxes (reports, settlement notices) sent again from the logs | M1, M2 |
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`handoff`] | graceful shutdown: quiesce, let running turns finish within the grace, release idle sessions | K1, X1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
@@ -51,6 +52,7 @@ pub mod followup;
 pub mod handoff;
 pub mod host;
 pub mod interrupt;
+pub mod outbox;
 pub mod readopt;
 pub mod registry;
 pub mod report;

@@ -24,7 +24,9 @@
 //! is disposed (its end published), since its caller may have stopped with the same node and
 //! no one else would ([`orphaned_one_shot`]).
 //!
-//! Settled sessions stay cold: they come back on their next followup, as anywhere. `starting`
+//! Settled sessions stay cold: they come back on their next followup, as anywhere. Their
+//! outboxes (and those of the sessions resumed) are sent again ([`crate::outbox`]): a report
+//! or notice the node logged but had not published when it stopped reaches the parent. `starting`
 //! sessions (born, never hosted) are not adopted either ([`adoptable`]): there is no log to
 //! resume them from, and the birth sweeper ([`crate::births`]) owns them.
 //!
@@ -88,6 +90,9 @@ impl Shared {
             .into_iter()
             .filter(|r| !self.is_live(r.header.id()))
             .collect();
+        // Reports and notices the node logged and may not have published (issue 12): sent
+        // again from the logs, in the background ([`crate::outbox`]).
+        self.resend_outboxes(&placed);
         // One-shots whose run died with the node: never resumed, and their caller may have
         // died with it (issue 12), so they are disposed here.
         for record in placed.iter().filter(|r| orphaned_one_shot(r)) {

@@ -38,10 +38,12 @@
 //!
 //! Files: [`accept`] (messages in), [`turn`] (a turn and what it does), [`wait`] (a turn
 //! waiting for its children), [`settle`] (the activation's decisions as commands), [`restore`]
-//! (the fold), [`handoff`] (graceful shutdown).
+//! (the fold), [`handoff`] (graceful shutdown), [`outbox`] (the outbox read back from a log, to
+//! send again).
 
 pub mod accept;
 pub mod handoff;
+pub mod outbox;
 pub mod restore;
 pub mod settle;
 pub mod turn;

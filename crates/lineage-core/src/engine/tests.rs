@@ -4,6 +4,7 @@ use super::restore::fold;
 use super::*;
 use crate::journal::TurnMessage;
 use crate::log::SessionEvent;
+use crate::messages::InboxMessage;
 
 fn sid(n: u32) -> SessionId {
     SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
@@ -754,4 +755,54 @@ fn t5_call_fingerprints_are_stable_and_tell_specs_apart() {
         call_fingerprint(b"{\"a\":1}"),
         call_fingerprint(b"{\"a\":2}")
     );
+}
+
+/// Issue 12: the outbox read back from a child's log is exactly what the engine published (a
+/// report, then the settlement notice with the last reply as its output), so a node that
+/// adopts the child can send it again.
+#[test]
+fn m1_m2_the_outbox_read_back_from_the_log_is_what_the_engine_published() {
+    let mut e = engine(Some(SubagentShape::Continuable));
+    let mut log: Vec<SessionEvent> = Vec::new();
+    let mut published: Vec<InboxMessage> = Vec::new();
+    let events = [
+        user("go", None),
+        EngineEvent::BeginTurn,
+        EngineEvent::Report {
+            content: "half".into(),
+            delivery: Delivery::Wakeup,
+            reply: 9,
+        },
+        EngineEvent::Replied {
+            text: "done".into(),
+            reply: 1,
+        },
+        EngineEvent::TurnEnded(TurnOutcome::Completed),
+    ];
+    for (now, event) in (10u64..).zip(events) {
+        for cmd in e.handle(event, now) {
+            match cmd {
+                EngineCommand::Stage { seq, event } => {
+                    let (kind, data) = event.to_parts();
+                    log.push(SessionEvent {
+                        seq,
+                        kind: kind.into(),
+                        data,
+                        at_ms: now,
+                    });
+                }
+                EngineCommand::PublishReport { report, .. } => {
+                    published.push(InboxMessage::Report(report))
+                }
+                EngineCommand::PublishNotice(notice) => {
+                    published.push(InboxMessage::Settled(notice))
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(published.len(), 2, "a report and a notice: {published:?}");
+    let rebuilt = super::outbox::outbox_messages(&sid(2), &sid(1), &log).unwrap();
+    assert_eq!(rebuilt, published);
+    assert!(matches!(&rebuilt[1], InboxMessage::Settled(n) if n.output.as_deref() == Some("done")));
 }
