@@ -734,15 +734,21 @@ fn z3_a_parent_that_cannot_log_for_a_while_accepts_its_inbox_once_it_can() {
     );
 }
 
-/// Issue 12 (`lineage chaos --seed 22`: a parent never heard of a settled child): a child whose
-/// parent's inbox refuses its settlement notice for longer than a few quick retries (a
-/// nats-server restarting; here a per-subject limit with discard-new on the inbox stream, set
-/// and then lifted by the test) keeps publishing it until the inbox takes it, and the parent
-/// accepts it once. Before, the child gave up after five attempts (about 1.5 s) and the
-/// committed settlement was never heard of.
-#[test]
-fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_it_can() {
-    let c = Cluster::start(3);
+/// What [`refused_notice`] set up: the root, its two children, the inbox stream and the root's
+/// inbox subject.
+struct RefusedNotice {
+    root: String,
+    first: String,
+    second: String,
+    inbox: String,
+    subject: String,
+}
+
+/// The two notice tests' start: a root on node-1 whose first continuable child (on node-2)
+/// settled, its notice the one message on the root's inbox subject; then that subject is
+/// limited to one message ([`limit_messages`]) and a second child on node-2 settles, its
+/// notice logged and refused.
+fn refused_notice(c: &Cluster) -> RefusedNotice {
     let root = c.spawn_root(
         "node-1",
         &json!({"turns": [[{"do": "reply", "text": "root"}]], "after": {"do": "reply", "text": "ok"}}),
@@ -769,15 +775,40 @@ fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_
     c.wait_log(&root, T, "the first child's notice", |l| {
         accepted(l, "subagent-settled", Some(&first)).len() == 1
     });
-    let inbox = inbox_stream(&c);
+    let inbox = inbox_stream(c);
     let subject = format!("lineage.{}.parent.{root}.inbox", c.cluster);
-    assert_eq!(stream_messages_raw(&c, &inbox, &subject), 1);
+    assert_eq!(stream_messages_raw(c, &inbox, &subject), 1);
     // ...and a limit of one makes the subject refuse the next.
-    limit_messages(&c, &inbox, Some(1));
+    limit_messages(c, &inbox, Some(1));
     let second = spawn_child("second");
     c.wait_log(&second, T, "the second child's settlement", |l| {
         !of_kind(l, "outbox/settled").is_empty()
     });
+    RefusedNotice {
+        root,
+        first,
+        second,
+        inbox,
+        subject,
+    }
+}
+
+/// Issue 12 (`lineage chaos --seed 22`: a parent never heard of a settled child): a child whose
+/// parent's inbox refuses its settlement notice for longer than a few quick retries (a
+/// nats-server restarting; here a per-subject limit with discard-new on the inbox stream, set
+/// and then lifted by the test) keeps publishing it until the inbox takes it, and the parent
+/// accepts it once. Before, the child gave up after five attempts (about 1.5 s) and the
+/// committed settlement was never heard of.
+#[test]
+fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_it_can() {
+    let c = Cluster::start(3);
+    let RefusedNotice {
+        root,
+        second,
+        inbox,
+        subject,
+        ..
+    } = refused_notice(&c);
     // Longer than the five quick attempts the child used to make before giving up.
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(
@@ -806,38 +837,13 @@ fn z3_a_settlement_notice_the_inbox_refuses_for_a_while_reaches_the_parent_once_
 #[test]
 fn z3_k1_a_notice_a_dead_node_never_published_reaches_the_parent_when_the_node_is_back() {
     let mut c = Cluster::start(3);
-    let root = c.spawn_root(
-        "node-1",
-        &json!({"turns": [[{"do": "reply", "text": "root"}]], "after": {"do": "reply", "text": "ok"}}),
-    );
-    let spawn_child = |c: &Cluster, tag: &str| {
-        let script = json!({"turns": [[{"do": "reply", "text": tag}]]}).to_string();
-        id_of(
-            &c.spawn(&[
-                "--parent",
-                &root,
-                "--shape",
-                "continuable",
-                "--node",
-                "node-2",
-                "--prompt",
-                "go",
-                "--script",
-                &script,
-            ])["session"],
-        )
-    };
-    let first = spawn_child(&c, "first");
-    c.wait_log(&root, T, "the first child's notice", |l| {
-        accepted(l, "subagent-settled", Some(&first)).len() == 1
-    });
-    let inbox = inbox_stream(&c);
-    let subject = format!("lineage.{}.parent.{root}.inbox", c.cluster);
-    limit_messages(&c, &inbox, Some(1));
-    let second = spawn_child(&c, "second");
-    c.wait_log(&second, T, "the second child's settlement", |l| {
-        !of_kind(l, "outbox/settled").is_empty()
-    });
+    let RefusedNotice {
+        root,
+        first,
+        second,
+        inbox,
+        subject,
+    } = refused_notice(&c);
     std::thread::sleep(Duration::from_secs(1));
     // node-2 dies while it retries the publish; the inbox takes messages again afterwards.
     c.nodes[1].kill();
