@@ -32,7 +32,7 @@ use serde_json::Value;
 use crate::descriptor::SubagentShape;
 use crate::error::CoreError;
 use crate::ids::{NodeId, RunId, SessionId};
-use crate::log::SessionEvent;
+use crate::log::{SessionEvent, SessionLog};
 use crate::messages::{Delivery, StopReason};
 use crate::policy::ParentPolicyView;
 
@@ -127,8 +127,26 @@ impl Accepted {
         self.dedup_id
             .iter()
             .cloned()
-            .chain(self.request_id.iter().map(|r| format!("followup-{r}")))
+            .chain(self.request_id.iter().map(|r| followup_key(r)))
     }
+}
+
+/// The key a followup sent with `request_id` is accepted once under (M3).
+fn followup_key(request_id: &str) -> String {
+    format!("followup-{request_id}")
+}
+
+/// Whether `log` holds a followup accepted under `request_id` (M3). A retried followup that
+/// finds one is answered `already_delivered` without waking the session: a cold one is not
+/// resumed for it, since its resumed run would have no message to take and never settle (the
+/// chaos run seed 23 left such a child `running`). An `inbox/accepted` whose data is
+/// unreadable is not a match here (resuming reports it).
+pub fn followup_accepted(log: &SessionLog, request_id: &str) -> bool {
+    let key = followup_key(request_id);
+    log.own_events_of_kind("inbox/accepted").any(|event| {
+        serde_json::from_value::<Accepted>(event.data.clone())
+            .is_ok_and(|accepted| accepted.once_keys().any(|k| k == key))
+    })
 }
 
 /// One event of an agent's journal (see the module docs for the table).
@@ -356,5 +374,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("event 7 (turn/end)"), "{err}");
+    }
+
+    #[test]
+    fn m3_a_followup_in_the_log_is_found_by_its_request_id_and_only_by_it() {
+        let session = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap();
+        let event = |seq: u64, request_id: Option<&str>, dedup_id: Option<&str>| SessionEvent {
+            seq,
+            kind: "inbox/accepted".into(),
+            data: serde_json::to_value(Accepted {
+                message: TurnMessage::User {
+                    content: "more work".into(),
+                },
+                wake: true,
+                dedup_id: dedup_id.map(str::to_owned),
+                request_id: request_id.map(str::to_owned),
+            })
+            .unwrap(),
+            at_ms: 0,
+        };
+        let log = SessionLog::from_events(
+            session,
+            vec![
+                event(1, None, None),
+                event(2, Some("r-1"), None),
+                // A dedup id that happens to read like a request id is not a followup's.
+                event(3, None, Some("r-2")),
+                SessionEvent {
+                    seq: 4,
+                    kind: "inbox/accepted".into(),
+                    data: serde_json::json!({"broken": true}),
+                    at_ms: 0,
+                },
+            ],
+            0,
+        )
+        .unwrap();
+        assert!(followup_accepted(&log, "r-1"));
+        assert!(!followup_accepted(&log, "r-2"));
+        assert!(!followup_accepted(&log, "r-3"));
     }
 }

@@ -6,6 +6,9 @@
 //! live. Otherwise (its node is dead, or it was passivated) it is cold: resumed here
 //! ([`crate::resume`]) and then given the message. A followup that finds the agent here in the
 //! middle of its settlement (live, taking no message) waits for it to leave, then resumes it.
+//! A retry of a followup that resumed a session and was answered too late finds the request id
+//! in the log the resume reads, and is answered `already_delivered` without resuming it again
+//! (a resumed run with no message would stay `running` and never settle: chaos seed 23).
 
 use std::sync::Arc;
 
@@ -16,6 +19,7 @@ use crate::agent::{AgentCmd, Delivered, Incoming};
 use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, Hop, ResumeOutcome};
 use crate::error::HostError;
 use crate::host::{Host, Shared};
+use crate::resume::Resumption;
 use crate::telemetry::op_span;
 
 impl Shared {
@@ -101,8 +105,21 @@ impl Shared {
         // (resume says `already_live`) but takes no message; once it has left, it is cold and
         // resumed. Bounded by the request deadline.
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
+        let request_id = request.request_id.as_ref().map(|r| r.to_string());
         loop {
-            let resumed = self.resume_local(session.clone()).await?;
+            let resumed = match self
+                .resume_for(session.clone(), request_id.as_deref())
+                .await?
+            {
+                Resumption::Reply(reply) => reply,
+                Resumption::AlreadyDelivered => {
+                    return Ok(FollowupReply {
+                        session,
+                        node: self.cfg.node.clone(),
+                        outcome: FollowupOutcome::AlreadyDelivered,
+                    })
+                }
+            };
             match self.deliver_user(&request).await {
                 Ok(delivered) => {
                     let outcome = match (delivered, resumed.outcome) {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use lineage_core::composition::child_preset;
 use lineage_core::descriptor::{descriptor_from_log, SubagentShape};
 use lineage_core::ids::SessionId;
+use lineage_core::journal::followup_accepted;
 use lineage_core::log::SessionLog;
 use lineage_core::messages::SubagentRunInfo;
 use lineage_core::policy::reapply_delegated_policy;
@@ -33,12 +34,32 @@ impl Shared {
         self: &Arc<Self>,
         session: SessionId,
     ) -> Result<ResumeReply, HostError> {
-        let op = op_span!("resume", self.node());
-        op.record("session", &session);
-        op.run(self.resume_inner(session)).await
+        match self.resume_for(session.clone(), None).await? {
+            Resumption::Reply(reply) => Ok(reply),
+            Resumption::AlreadyDelivered => Err(HostError::Internal(format!(
+                "resuming {session} for no followup found one delivered"
+            ))),
+        }
     }
 
-    async fn resume_inner(self: &Arc<Self>, session: SessionId) -> Result<ResumeReply, HostError> {
+    /// Resumes `session` on this node for a followup sent with `request_id` (M3), in a
+    /// `resume` span: when its log already holds that followup (a retry of one that resumed
+    /// it and was answered too late), nothing is claimed and nothing runs.
+    pub(crate) async fn resume_for(
+        self: &Arc<Self>,
+        session: SessionId,
+        request_id: Option<&str>,
+    ) -> Result<Resumption, HostError> {
+        let op = op_span!("resume", self.node());
+        op.record("session", &session);
+        op.run(self.resume_inner(session, request_id)).await
+    }
+
+    async fn resume_inner(
+        self: &Arc<Self>,
+        session: SessionId,
+        request_id: Option<&str>,
+    ) -> Result<Resumption, HostError> {
         self.check_resumable()?;
         // The record and the log are read at once (neither depends on the other). A log read
         // while another node still appended is caught later: the claim's epoch CAS refuses a
@@ -50,12 +71,12 @@ impl Shared {
         let record = record?.ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
         let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
         if self.is_live(&session) {
-            return Ok(ResumeReply {
+            return Ok(Resumption::Reply(ResumeReply {
                 session,
                 node: self.cfg.node.clone(),
                 outcome: ResumeOutcome::AlreadyLive,
                 epoch,
-            });
+            }));
         }
         if self.is_being_born(&session) {
             // Its birth is under way here: its log may not be written yet.
@@ -88,6 +109,12 @@ impl Shared {
         }
         let log =
             SessionLog::from_events(session.clone(), events, header.seed_length().unwrap_or(0))?;
+        // M3: a retried followup its log already holds wakes nothing. A resumed run would have
+        // no message to take: it would stay `running` and never settle.
+        if request_id.is_some_and(|r| followup_accepted(&log, r)) {
+            tracing::info!(%session, "followup already in its log; not resumed");
+            return Ok(Resumption::AlreadyDelivered);
+        }
         let agent: AgentRecord = log
             .own_events_of_kind(AGENT_EVENT)
             .next()
@@ -216,13 +243,21 @@ impl Shared {
             let _ = self.send(&parent, AgentCmd::Adopt(session.clone()));
         }
         self.metrics.resumed();
-        Ok(ResumeReply {
+        Ok(Resumption::Reply(ResumeReply {
             session,
             node: self.cfg.node.clone(),
             outcome: ResumeOutcome::Resumed,
             epoch: placement.epoch,
-        })
+        }))
     }
+}
+
+/// What a resume for a followup did.
+pub(crate) enum Resumption {
+    /// Resumed here, or found live here.
+    Reply(ResumeReply),
+    /// The followup is in the session's log already: nothing was claimed or started.
+    AlreadyDelivered,
 }
 
 impl Host {
