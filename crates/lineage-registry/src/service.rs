@@ -173,12 +173,7 @@ impl Server {
                 _ = stop.changed() => break,
                 msg = sub.next() => {
                     let Some(msg) = msg else { break };
-                    // A push consumer's delivery keeps the stored message's own subject: anything
-                    // not on a registry subject is not a request to this member.
-                    if subjects::delivered_by_jetstream(&msg)
-                        || !msg.subject.as_str().contains(".registry.")
-                    {
-                        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
+                    if !from_a_client(&msg) {
                         continue;
                     }
                     let Some(reply) = msg.reply.clone() else { continue };
@@ -220,13 +215,7 @@ impl Server {
                 request = endpoint.next() => {
                     let Some(request) = request else { break };
                     let msg = &request.message;
-                    if subjects::delivered_by_jetstream(msg)
-                        || !msg.subject.as_str().contains(".registry.")
-                    {
-                        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
-                        continue;
-                    }
-                    if msg.reply.is_none() {
+                    if !from_a_client(msg) || msg.reply.is_none() {
                         continue;
                     }
                     let this = self.clone();
@@ -457,6 +446,17 @@ pub(crate) fn quorum_index(m: &Metrics) -> Option<u64> {
     }
     matched.sort_unstable_by(|a, b| b.cmp(a));
     matched.get(matched.len() / 2).copied()
+}
+
+/// Whether `msg` is a client's request on a registry subject. A push consumer's delivery keeps
+/// the stored message's own subject: a message JetStream delivered, or one not on a registry
+/// subject, is not a request to this member (dropped, with a warning).
+fn from_a_client(msg: &async_nats::Message) -> bool {
+    if subjects::delivered_by_jetstream(msg) || !msg.subject.as_str().contains(".registry.") {
+        tracing::warn!(subject = %msg.subject, "dropped a registry request delivered by JetStream (a redirected stored message, not a client)");
+        return false;
+    }
+    true
 }
 
 #[cfg(test)]
