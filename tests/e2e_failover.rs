@@ -471,3 +471,47 @@ fn x1_k1_a_one_shot_whose_node_and_caller_die_together_is_disposed_when_the_node
         "{sent}"
     );
 }
+
+#[test]
+fn x1_k1_a_one_shot_caller_hears_when_the_one_shots_node_restarts_before_its_lease_lapses() {
+    // Issue 12 (noticed in the chaos runs): a root on node-1 spawns a one-shot on node-2, and
+    // node-2 is SIGKILLed and restarted before its lease (10 s here) lapses. The restarted
+    // node's re-adoption disposes the orphaned one-shot, but the caller only watched for a
+    // lapsed lease: its spawn waited for the one-shot timeout (5 min). Now it also watches the
+    // child, and hears within a lease period that it ended with no answer.
+    let mut c = Cluster::start_with_env(3, &[("LINEAGE_LEASE__LEASE_MS", "10000")]);
+    let child_script =
+        json!({"turns": [[{"do": "sleep", "ms": 120000}, {"do": "reply", "text": "late"}]]});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("one-shot", "node-2", "work", child_script)]],
+                "after": {"do": "echo"}}),
+    );
+    let child = wait_for(T, "the one-shot running on node-2", || {
+        c.tree(&root)
+            .iter()
+            .find(|r| r["session"] != root.as_str() && r["live"] == true)
+            .map(|r| id_of(&r["session"]))
+    });
+    c.nodes[1].kill();
+    c.restart(1);
+    c.wait_ready(Duration::from_secs(60));
+    c.wait_state(&root, &child, "disposed", T);
+    let log = c.wait_log(&root, T, "the caller told of the one-shot's end", |l| {
+        !of_kind(l, "subagent/spawn-refused").is_empty()
+    });
+    let refused = of_kind(&log, "subagent/spawn-refused");
+    let error = refused[0].data["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains(&child) && error.contains("node-2") && !error.contains('\n'),
+        "{error}"
+    );
+    // The root's turn is over: it takes input again.
+    let sent = c.cli_json(&["send", &root, "still there?"]);
+    assert!(
+        sent["outcome"]
+            .as_str()
+            .is_some_and(|o| o.contains("delivered")),
+        "{sent}"
+    );
+}

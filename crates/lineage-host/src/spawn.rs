@@ -35,7 +35,7 @@ use lineage_core::policy::{
     capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_core::routing::{route, Route};
-use lineage_registry::types::RegistryRefusal;
+use lineage_registry::types::{RegistryRefusal, SessionState};
 
 use crate::agent::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
@@ -173,34 +173,55 @@ impl Shared {
                 .await
             }
             // A one-shot's reply comes when its run is over, which may be long: watch the
-            // hosting node's lease meanwhile, so its death ends the wait (the caller then
-            // disposes the child) instead of the whole one-shot timeout.
+            // hosting node and the child meanwhile, so the node's death, or the child's end
+            // with no reply (its node restarted before its lease lapsed, and its re-adoption
+            // disposed the orphaned run), ends the wait (the caller then disposes the child)
+            // instead of the whole one-shot timeout.
             SubagentShape::OneShot => {
+                let child = request.header.id().clone();
                 let run = self.node_request(
                     target,
                     crate::control::ops::START,
                     &request,
                     self.cfg.one_shot_timeout,
                 );
-                tokio::select! {
-                    reply = run => reply,
-                    () = self.until_dead(target) => Err(HostError::Unavailable(format!(
-                        "node {target} stopped (its lease expired) while it ran one-shot child {}; the child is disposed, spawn it again",
-                        request.header.id()
+                tokio::pin!(run);
+                let gone = tokio::select! {
+                    reply = &mut run => return reply,
+                    gone = self.until_gone(target, &child) => gone,
+                };
+                match gone {
+                    OneShotGone::NodeDead => Err(HostError::Unavailable(format!(
+                        "node {target} stopped (its lease expired) while it ran one-shot child {child}; the child is disposed, spawn it again"
                     ))),
+                    // A run that ended well is disposed with its last events and answered at
+                    // once: its reply gets a while to arrive.
+                    OneShotGone::Disposed => {
+                        match tokio::time::timeout(ONE_SHOT_REPLY_GRACE, &mut run).await {
+                            Ok(reply) => reply,
+                            Err(_) => Err(HostError::Unavailable(format!(
+                                "one-shot child {child} ended on node {target} with no answer (its node restarted); spawn it again"
+                            ))),
+                        }
+                    }
                 }
             }
         }
     }
 
-    /// Returns once `node`'s lease has expired (checked every lease period); never for this
-    /// node.
-    async fn until_dead(&self, node: &NodeId) {
+    /// Returns once `node`'s lease has expired or `child` is disposed (checked every lease
+    /// period).
+    async fn until_gone(&self, node: &NodeId, child: &SessionId) -> OneShotGone {
         let every = self.cfg.lease.max(std::time::Duration::from_millis(200));
         loop {
             tokio::time::sleep(every).await;
             if let Ok(false) = self.node_alive(node).await {
-                return;
+                return OneShotGone::NodeDead;
+            }
+            if let Ok(Some(record)) = self.registry.session(child.clone()).await {
+                if record.state == SessionState::Disposed {
+                    return OneShotGone::Disposed;
+                }
             }
         }
     }
@@ -262,6 +283,18 @@ impl Shared {
         }
         started
     }
+}
+
+/// How long a one-shot caller waits for the reply of a child found disposed: a run that ended
+/// well is answered at once, so a reply later than this is not coming.
+const ONE_SHOT_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why a one-shot caller stopped waiting for its child's reply.
+enum OneShotGone {
+    /// The hosting node's lease expired.
+    NodeDead,
+    /// The child is disposed (its run ended, or its node's re-adoption disposed it).
+    Disposed,
 }
 
 /// A child's own policy view: its delegated sandbox mode, and "has an approval service" when
