@@ -18,7 +18,8 @@
 //!   (`expire_start`, refused for a birth that started or is not due yet).
 //! - idempotency: an accepted command's response is stored under its request id; a retry returns
 //!   it unchanged (this table is part of the state, so it survives leader change and restart).
-//!   The table is bounded by time: see [`REQUEST_RETENTION_MS`].
+//!   The table is bounded by time: see [`REQUEST_RETENTION_MS`]. A heartbeat's result is not
+//!   kept ([`Command::keeps_result`]): applied again, it changes nothing.
 //!
 //! A refused command returns [`CommandResponse::Refused`] and changes nothing (not even the
 //! idempotency table). The state never reads a clock: time comes in the command.
@@ -359,16 +360,18 @@ impl RegistryState {
             Ok(response) => {
                 let at_ms = cmd.at_ms();
                 self.prune_requests(at_ms);
-                self.requests.insert(
-                    cmd.request_id().clone(),
-                    RequestOutcome {
-                        kind: cmd.command_kind(),
-                        at_ms,
-                        response: response.clone(),
-                    },
-                );
-                self.requests_by_age
-                    .insert((at_ms, cmd.request_id().clone()));
+                if cmd.keeps_result() {
+                    self.requests.insert(
+                        cmd.request_id().clone(),
+                        RequestOutcome {
+                            kind: cmd.command_kind(),
+                            at_ms,
+                            response: response.clone(),
+                        },
+                    );
+                    self.requests_by_age
+                        .insert((at_ms, cmd.request_id().clone()));
+                }
                 response
             }
             Err(refusal) => CommandResponse::Refused(refusal),

@@ -205,7 +205,10 @@ impl Model {
                 // Accepted: results more than the window older than this command are forgotten.
                 self.requests
                     .retain(|_, (_, _, stored)| *stored + REQUEST_RETENTION_MS >= at);
-                self.requests.insert(req, (kind, s.clone(), at));
+                // A heartbeat's result is not kept (applied again, it changes nothing).
+                if kind != "heartbeat" {
+                    self.requests.insert(req, (kind, s.clone(), at));
+                }
                 s
             }
             Err(r) => format!("refused:{r}"),

@@ -216,12 +216,19 @@ fn g2_stored_results_are_pruned_after_the_retention_window() {
     let root = root_cmd(1, None); // r1 at 1 ms
     let first = s.apply(&root);
     assert!(matches!(first, CommandResponse::Registered { .. }));
+    // Heartbeats move the callers' clock on (and prune), but their results are not kept.
+    let mut second = root_cmd(2, None); // r2, at 2 ms
+    if let Command::RegisterSession { at_ms, .. } = &mut second {
+        *at_ms = 2;
+    }
+    s.apply(&second);
+    assert_eq!(s.request_count(), 2);
     s.apply(&heartbeat("h1", 5));
     assert_eq!(s.request_count(), 2);
 
     // Exactly one window later nothing is pruned: a retry still gets the first result.
     s.apply(&heartbeat("h2", 1 + REQUEST_RETENTION_MS));
-    assert_eq!(s.request_count(), 3);
+    assert_eq!(s.request_count(), 2);
     assert_eq!(s.apply(&root), first);
 
     // A refusal or a retry far in the future prunes nothing (it changes nothing).
@@ -237,11 +244,12 @@ fn g2_stored_results_are_pruned_after_the_retention_window() {
     ));
     assert_eq!(s.digest(), digest);
 
-    // One past the window: r1 is forgotten (h1 at 5 ms is still within it).
+    // One past the window: r1 is forgotten (r2, at 2 ms, is still within it).
     s.apply(&heartbeat("h3", 2 + REQUEST_RETENTION_MS));
     assert!(s.request_outcome(&rid("r1")).is_none());
-    assert_eq!(s.request_outcome(&rid("h1")).map(|o| o.at_ms), Some(5));
-    assert_eq!(s.request_count(), 3);
+    assert_eq!(s.request_outcome(&rid("r2")).map(|o| o.at_ms), Some(2));
+    assert!(s.request_outcome(&rid("h1")).is_none());
+    assert_eq!(s.request_count(), 1);
     // A retry after the window is a new command: the session exists, so it is refused.
     assert!(matches!(
         s.apply(&root),
@@ -256,8 +264,50 @@ fn g2_stored_results_are_pruned_after_the_retention_window() {
     let later = heartbeat("h4", 10 * REQUEST_RETENTION_MS);
     assert_eq!(restored.apply(&later), s.apply(&later));
     assert_eq!(restored, s);
-    assert_eq!(s.request_count(), 1);
+    assert_eq!(s.request_count(), 0);
     assert_eq!(restored.digest(), s.digest());
+}
+
+#[test]
+fn g2_a_heartbeat_keeps_no_result_and_applied_again_changes_nothing() {
+    let mut s = RegistryState::new();
+    let heartbeat = |r: &str, at_ms: u64| Command::Heartbeat {
+        request_id: rid(r),
+        at_ms,
+        node: NodeId::parse("n1").unwrap(),
+        lease_ms: 10,
+        info: None,
+    };
+    let first = s.apply(&heartbeat("h1", 100));
+    s.apply(&heartbeat("h2", 200));
+    assert_eq!(s.request_count(), 0);
+    let digest = s.digest();
+    // The first again (a client's retry, a replay): the lease stays where the later one put it.
+    let again = s.apply(&heartbeat("h1", 100));
+    assert_eq!(s.digest(), digest);
+    assert!(
+        matches!(
+            again,
+            CommandResponse::LeaseRenewed {
+                lease_expires_at_ms: 210,
+                ..
+            }
+        ),
+        "{again:?} (first: {first:?})"
+    );
+    // A request id kept for another kind is still refused to a heartbeat.
+    s.apply(&root_cmd(1, None));
+    let reused = Command::Heartbeat {
+        request_id: rid("r1"),
+        at_ms: 300,
+        node: NodeId::parse("n1").unwrap(),
+        lease_ms: 10,
+        info: None,
+    };
+    assert!(matches!(
+        s.apply(&reused),
+        CommandResponse::Refused(RegistryRefusal::RequestIdReused { .. })
+    ));
 }
 
 #[test]
