@@ -217,3 +217,68 @@ fn g3_x1_a_node_stopped_shorter_than_its_lease_during_a_drain_keeps_no_agent_of_
         || (live_on_node_2() == Some(0)).then_some(()),
     );
 }
+
+/// A parent's node stopped past its lease: the parent is resumed on another node, and a child's
+/// settlement notice is published while the old node is still stopped. NATS hands it to the
+/// oldest pull waiting on the parent's durable consumer: the stopped node's. Once that node runs
+/// again its stale agent must not take it (its lease ran out: it fences itself, and gives the
+/// notice back once the placement check stopped the agent), so the new host accepts it at once,
+/// not only after the 30 s ack wait. Issue 12: `lineage chaos --seed 24 --duration 30m` left two
+/// parents resumed on node-3 without a notice while their stale agents still read on node-5.
+#[test]
+fn g3_k1_m2_a_notice_the_stopped_old_host_was_handed_reaches_the_new_host_at_once() {
+    let c = Cluster::start(3);
+    // A continuable child on node-2 that settles after each turn; its parent on node-1.
+    let child = json!({"turns": [[{"do": "echo"}]], "after": {"do": "echo"}});
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("continuable", "node-2", "start", child)]],
+            "after": {"do": "echo"}}),
+    );
+    let kid = wait_for(T, "the child", || {
+        Cluster::children(&c.tree(&root), &root).first().cloned()
+    });
+    let settled_accepted =
+        |n: usize| move |l: &[Event]| accepted(l, "subagent-settled", None).len() >= n;
+    c.wait_log(
+        &root,
+        T,
+        "the first notice accepted on node-1",
+        settled_accepted(1),
+    );
+
+    // node-1 stopped past its lease; the root resumed elsewhere by a followup.
+    c.nodes[0].stop();
+    let resumed = wait_for(T, "a followup resumes the root elsewhere", || {
+        let (code, out, _) = c.cli(&["--json", "send", &root, "wake up"]);
+        let reply: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        (code == 0 && reply["node"] != "node-1").then_some(reply)
+    });
+    // The child's second settlement, published while node-1 is still stopped.
+    let (code, out, err) = c.cli(&["--json", "send", &kid, "again"]);
+    assert_eq!(code, 0, "followup to the child: {out}{err}");
+    c.wait_log(&kid, T, "the child's second settlement", |l| {
+        of_kind(l, "outbox/settled").len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.nodes[0].cont();
+    let since = std::time::Instant::now();
+
+    // The new host accepts it within seconds (the ack wait is 30 s), once.
+    let log = c.wait_log(
+        &root,
+        Duration::from_secs(10),
+        "the second notice accepted by the root's new host",
+        settled_accepted(2),
+    );
+    let got = accepted(&log, "subagent-settled", Some(&kid));
+    assert_eq!(got.len(), 2, "each notice once: {}", render_log(&log));
+    let row = c.row(&root, &root);
+    assert_eq!(row["node"], resumed["node"], "{row}");
+    assert_eq!(row["live"], true, "{row}");
+    eprintln!(
+        "the notice reached {} {:?} after node-1 ran again",
+        row["node"],
+        since.elapsed()
+    );
+}

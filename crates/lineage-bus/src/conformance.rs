@@ -429,6 +429,24 @@ pub async fn inbox_in_progress_defers_redelivery(b: &dyn Backend) {
     again.ack().await.expect("ack");
 }
 
+/// A message given back (nak) by one reader comes again at once, long before its ack wait, to
+/// another reader of the same consumer: a host that must not take it hands it to the one that
+/// may (issue 12: two hosts of one parent while a lapsed lease is noticed).
+pub async fn inbox_nak_redelivers_at_once(b: &dyn Backend) {
+    let inbox = b.inbox().await;
+    let mut first = inbox.consumer(&sid(1)).await.expect("consumer");
+    inbox.publish(&report(1), None).await.expect("publish");
+    let d = next_within(first.as_mut(), DELIVERY, "first").await;
+    let mut second = inbox.consumer(&sid(1)).await.expect("a second reader");
+    // The reader stops first (else the message may come back to its own pending pull).
+    drop(first);
+    d.nak().await.expect("nak");
+    let again = next_within(second.as_mut(), b.ack_wait() / 2, "the nak'd message").await;
+    assert_eq!(seq_of(&again), 1);
+    again.ack().await.expect("ack");
+    nothing_within(second.as_mut(), b.ack_wait() * 2, "after the ack").await;
+}
+
 /// A durable consumer outlives its reader and its connection: re-opened from another handle,
 /// it delivers what was never acked and what came meanwhile, never what was acked. Deleted, it
 /// is forgotten (a new one starts from the first message); deleting none is fine.
@@ -615,6 +633,7 @@ macro_rules! conformance_suite {
             inbox_in_order_delivery,
             inbox_unacked_redelivery,
             inbox_in_progress_defers_redelivery,
+            inbox_nak_redelivers_at_once,
             inbox_consumer_survives_reopen,
             lifecycle_publish_subscribe,
             output_publish_subscribe,

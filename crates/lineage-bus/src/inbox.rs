@@ -307,6 +307,13 @@ impl InboxDelivery {
         self.acknowledge.in_progress().await
     }
 
+    /// Gives the message back: it is delivered again at once, to whichever reader of the
+    /// consumer asks next (a host that must not take it: its lease may have lapsed, or its
+    /// agent stopped while the message was in hand).
+    pub async fn nak(&self) -> Result<(), BusError> {
+        self.acknowledge.nak().await
+    }
+
     /// W3C trace context carried by the publisher, if any (the raw header value).
     pub fn traceparent(&self) -> Option<String> {
         self.traceparent.clone()
@@ -353,6 +360,15 @@ impl Acknowledge for JetStreamAck {
                 .ack_with(jetstream::AckKind::Progress)
                 .await
                 .map_err(|e| BusError::js("mark an inbox message in progress", e))
+        })
+    }
+
+    fn nak(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        Box::pin(async move {
+            self.0
+                .ack_with(jetstream::AckKind::Nak(None))
+                .await
+                .map_err(|e| BusError::js("give an inbox message back", e))
         })
     }
 }

@@ -546,6 +546,19 @@ impl Acknowledge for MemoryAck {
             })
         })
     }
+
+    fn nak(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        let now = Instant::now();
+        Box::pin(async move {
+            self.with_pending("give an inbox message back", |pending, seq| {
+                if let Some(deadline) = pending.get_mut(&seq) {
+                    *deadline = now;
+                }
+            })?;
+            self.shared.notify.notify_waiters();
+            Ok(())
+        })
+    }
 }
 
 // ---- lifecycle events -------------------------------------------------------------------

@@ -125,6 +125,9 @@ pub trait Acknowledge: Send + Sync {
     fn ack(&self) -> BoxFuture<'_, Result<(), BusError>>;
     /// The message is still being worked on: restart its ack wait.
     fn in_progress(&self) -> BoxFuture<'_, Result<(), BusError>>;
+    /// This reader will not take the message: deliver it again now (to any reader of the
+    /// consumer), without waiting for its ack wait.
+    fn nak(&self) -> BoxFuture<'_, Result<(), BusError>>;
 }
 
 /// `subagent/start` and `subagent/end` (E1, E2): at most once, to whoever listens on the

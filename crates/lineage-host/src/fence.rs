@@ -14,9 +14,22 @@
 //! live for a disposed session (issue 12's `x1_chaos_trees`, seed 14: a voter SIGSTOPped during
 //! a drain). An agent whose record cannot be read stays, and is checked again at the next
 //! renewal.
+//!
+//! That check comes after the fact: a node whose renewals fail keeps running, and other nodes
+//! may claim its sessions as soon as its lease expires. So the node also fences itself
+//! ([`holds_lease`]): a renewal written at `at_ms` gives a lease until `at_ms + lease` (the
+//! registry counts it from the caller's clock), and once that is near, the node's inbox readers
+//! take no message until a renewal succeeds again (and, after a lapse, the placements were
+//! checked). Without it, a stale agent and the session's new host both read the session's
+//! durable inbox consumer for seconds (issue 12: `lineage chaos --seed 24 --duration 30m` left
+//! two parents, cold-resumed on node-3 while their stale agents still ran on node-5, without a
+//! settlement notice).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{SessionRecord, SessionState};
@@ -38,6 +51,30 @@ pub fn lapsed(previous_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
     previous_ms != 0 && now_ms.saturating_sub(previous_ms) >= lease_ms
 }
 
+/// How often a reader waiting for the lease looks again ([`Shared::until_lease_held`]).
+const LEASE_LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// How long before its lease runs out a node stops taking inbox messages: a tenth of the
+/// lease, so that clocks a little apart and a message in hand do not overlap a claim made at
+/// the expiry by another node.
+pub fn lease_margin_ms(lease_ms: u64) -> u64 {
+    lease_ms / 10
+}
+
+/// True when a lease held until `until_ms` (0: none yet) still holds at `now_ms` with
+/// `margin_ms` to spare.
+pub fn holds_lease(until_ms: u64, now_ms: u64, margin_ms: u64) -> bool {
+    now_ms.saturating_add(margin_ms) < until_ms
+}
+
+/// True when a renewal that returned at `done_ms` may have come after the lease held until
+/// `held_until_ms` ran out (0: none held yet): the registry may have shown the node dead in
+/// between, and another node may have claimed its sessions, even though the renewals were
+/// written less than a lease apart (a write that took long: a registry election).
+pub fn renewed_too_late(held_until_ms: u64, done_ms: u64) -> bool {
+    held_until_ms != 0 && done_ms >= held_until_ms
+}
+
 /// Whether this node's agent for a session must stop, given the session's registry record: it
 /// is gone, placed elsewhere, or disposed.
 pub fn stale_here(record: Option<&SessionRecord>, here: &NodeId) -> bool {
@@ -52,29 +89,89 @@ pub fn stale_here(record: Option<&SessionRecord>, here: &NodeId) -> bool {
 }
 
 impl Shared {
+    /// Records a renewal written at `at_ms` that returned at `done_ms`, and returns whether the
+    /// lease may have lapsed before it: renewals a whole lease (or request timeout) apart
+    /// ([`lapsed`]), or this one back only after the lease held ran out ([`renewed_too_late`]).
+    pub(crate) fn renewal_lapsed(&self, at_ms: u64, done_ms: u64) -> bool {
+        let held = self.lease_until_ms.load(Ordering::SeqCst);
+        let apart = self.renewed(at_ms);
+        apart || renewed_too_late(held, done_ms)
+    }
+
     /// Records a renewal of the lease at `now_ms` and returns whether the lease lapsed since
     /// the previous one.
-    pub(crate) fn renewed(&self, now_ms: u64) -> bool {
+    fn renewed(&self, now_ms: u64) -> bool {
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let after_ms = fence_after_ms(ms(self.cfg.lease), ms(self.cfg.request_timeout));
         let previous = self.last_renewal_ms.swap(now_ms, Ordering::SeqCst);
         lapsed(previous, now_ms, after_ms)
     }
 
-    /// Stops every live agent whose session is placed on another node now, or disposed; returns
-    /// them.
-    pub(crate) async fn fence_moved(self: &Arc<Self>) -> Vec<SessionId> {
+    /// Records that the lease holds until `until_ms` (a renewal written at `until_ms - lease`,
+    /// with nothing left to check); it never moves back.
+    pub(crate) fn hold_lease_until(&self, until_ms: u64) {
+        self.lease_until_ms.fetch_max(until_ms, Ordering::SeqCst);
+    }
+
+    /// Makes the next renewal count as a lapse (the placements could not all be checked).
+    pub(crate) fn check_again_at_next_renewal(&self) {
+        self.last_renewal_ms.store(1, Ordering::SeqCst);
+    }
+
+    /// True while this node surely holds its lease ([`holds_lease`]).
+    pub(crate) fn lease_held(&self) -> bool {
+        let lease_ms = u64::try_from(self.cfg.lease.as_millis()).unwrap_or(u64::MAX);
+        holds_lease(
+            self.lease_until_ms.load(Ordering::SeqCst),
+            self.now(),
+            lease_margin_ms(lease_ms),
+        )
+    }
+
+    /// Waits until this node holds its lease ([`Shared::lease_held`]), looking every 50 ms:
+    /// true then; false once `stop` (the placement check after the lapse stopped the agent:
+    /// its session moved) or after `within`.
+    pub(crate) async fn until_lease_held(
+        &self,
+        session: &SessionId,
+        stop: &CancellationToken,
+        within: Option<Duration>,
+    ) -> bool {
+        if self.lease_held() {
+            return true;
+        }
+        tracing::debug!(%session, "the lease is not held now; waiting for a renewal");
+        let give_up = within.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(LEASE_LOOK_EVERY) => {}
+                _ = stop.cancelled() => return false,
+            }
+            if self.lease_held() {
+                return true;
+            }
+            if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                return false;
+            }
+        }
+    }
+
+    /// Stops every live agent whose session is placed on another node now, or disposed: the
+    /// ones stopped, and whether every placement could be read.
+    pub(crate) async fn fence_moved(self: &Arc<Self>) -> (Vec<SessionId>, bool) {
         let live: Vec<SessionId> = self
             .agents
             .lock()
             .map(|agents| agents.keys().cloned().collect())
             .unwrap_or_default();
         let mut stopped = Vec::new();
+        let mut all_checked = true;
         for session in live {
             let record = match self.registry.session(session.clone()).await {
                 Ok(record) => record,
                 Err(e) => {
                     tracing::warn!(%session, error = %e, "cannot check the placement after a lease lapse; checked again at the next renewal");
+                    all_checked = false;
                     continue;
                 }
             };
@@ -95,7 +192,7 @@ impl Shared {
                 stopped.push(session);
             }
         }
-        stopped
+        (stopped, all_checked)
     }
 }
 
@@ -135,6 +232,28 @@ mod tests {
             released: false,
         });
         assert!(stale_here(Some(&record), &here), "moved to node-2");
+    }
+
+    #[test]
+    fn k1_a_node_stops_taking_messages_a_tenth_of_its_lease_before_it_runs_out() {
+        assert_eq!(lease_margin_ms(2_000), 200);
+        assert!(!holds_lease(0, 5, 0), "no renewal yet");
+        // Renewed at 10,000 with a 2 s lease: held until 12,000, taken until 11,800.
+        assert!(holds_lease(12_000, 11_799, lease_margin_ms(2_000)));
+        assert!(!holds_lease(12_000, 11_800, lease_margin_ms(2_000)));
+        assert!(!holds_lease(12_000, 40_000, lease_margin_ms(2_000)));
+        assert!(!holds_lease(12_000, u64::MAX, 200), "no overflow");
+    }
+
+    #[test]
+    fn k1_a_renewal_back_after_the_lease_ran_out_counts_as_a_lapse() {
+        assert!(!renewed_too_late(0, 50_000), "the first renewal");
+        assert!(!renewed_too_late(12_000, 11_999));
+        assert!(renewed_too_late(12_000, 12_000));
+        // Written at 11,500 (less than a lease after the one at 10,000), back at 13,000: the
+        // registry may have shown the node dead from 12,000 until it applied the renewal.
+        assert!(!lapsed(10_000, 11_500, 2_000));
+        assert!(renewed_too_late(12_000, 13_000));
     }
 
     #[test]

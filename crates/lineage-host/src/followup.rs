@@ -49,7 +49,21 @@ impl Shared {
             if handle.shape == Some(SubagentShape::OneShot) {
                 return Err(one_shot(&session));
             }
-            if let Ok(delivered) = self.deliver_user(&request).await {
+            // K1: given to the agent here only while this node surely holds its lease (else
+            // another node may host the session by now: crate::fence). Stopped meanwhile by the
+            // placement check, the session is cold here: looked up below.
+            let wait = Some(self.cfg.request_timeout / 2);
+            if !self.until_lease_held(&session, &handle.stop, wait).await
+                && !handle.stop.is_cancelled()
+            {
+                return Err(HostError::Unavailable(format!(
+                    "node {} cannot renew its lease (the registry does not answer it in time), so it does not deliver to session {session} now; retry, or check `lineage status`",
+                    self.cfg.node
+                )));
+            }
+            if handle.stop.is_cancelled() {
+                // Stopped by the placement check: the session lives elsewhere (below).
+            } else if let Ok(delivered) = self.deliver_user(&request).await {
                 return Ok(FollowupReply {
                     session,
                     node: self.cfg.node.clone(),

@@ -186,6 +186,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: HostMetrics,
     /// When the lease was last renewed (ms; 0: never), to see a lapse ([`crate::fence`]).
     pub(crate) last_renewal_ms: std::sync::atomic::AtomicU64,
+    /// Until when this node surely holds its lease (ms; 0: not yet), once the placements were
+    /// checked after a lapse: past it, its inbox readers take nothing ([`crate::fence`]).
+    pub(crate) lease_until_ms: std::sync::atomic::AtomicU64,
 }
 
 /// The live agents of one node. Cheap to clone (all clones are the same host).
@@ -412,6 +415,7 @@ impl Host {
             handing_off: std::sync::atomic::AtomicBool::new(false),
             metrics: HostMetrics::default(),
             last_renewal_ms: std::sync::atomic::AtomicU64::new(0),
+            lease_until_ms: std::sync::atomic::AtomicU64::new(0),
         });
         crate::sweeps::start(&shared).await?;
         Ok(Host { shared })

@@ -34,10 +34,12 @@ pub(crate) fn spawn_inbox_consumer(
 ) {
     let inbox = shared.inbox.clone();
     let node = shared.node().clone();
+    let shared = shared.clone();
     tokio::spawn(async move {
         let Some(mut consumer) = open_consumer(&*inbox, &session, &stop).await else {
             return;
         };
+        tracing::debug!(%session, "inbox consumer reading");
         loop {
             let next = tokio::select! {
                 n = consumer.next() => n,
@@ -63,7 +65,10 @@ pub(crate) fn spawn_inbox_consumer(
                 Some(Ok(d)) => d,
             };
             let message = match &delivery.message {
-                Ok(m) => m.clone(),
+                Ok(m) => {
+                    tracing::debug!(%session, dedup = %m.dedup_id(), "inbox message delivered");
+                    m.clone()
+                }
                 Err(e) => {
                     // Malformed: it can never become valid; drop it so it does not block.
                     tracing::warn!(%session, error = %e, "dropping a malformed inbox message");
@@ -81,6 +86,18 @@ pub(crate) fn spawn_inbox_consumer(
                 InboxMessage::Report(_) => "subagent-report",
                 InboxMessage::Settled(_) => "subagent-settled",
             };
+            // K1: taken only while this node surely holds its lease; else another node may
+            // host the session by now and read the same consumer (crate::fence).
+            if !shared.until_lease_held(&session, &stop, None).await {
+                give_back(
+                    consumer,
+                    delivery,
+                    &session,
+                    "the agent stopped after a lease lapse",
+                )
+                .await;
+                return;
+            }
             let op = op_span!("inbox", node, delivery.trace_context(); sender = %message.sender_session_id(), kind = kind);
             op.record("session", &session);
             // Accepting can fail for a while without the agent being gone (its log append
@@ -98,7 +115,8 @@ pub(crate) fn spawn_inbox_consumer(
                     })
                     .is_err()
                 {
-                    return; // the agent is gone: leave the message for the next host
+                    give_back(consumer, delivery, &session, "the agent is gone").await;
+                    return;
                 }
                 let accepted = op
                     .enter(async {
@@ -108,9 +126,13 @@ pub(crate) fn spawn_inbox_consumer(
                         }
                     })
                     .await;
-                let Some(accepted) = accepted else { return };
+                let Some(accepted) = accepted else {
+                    give_back(consumer, delivery, &session, "the agent stopped").await;
+                    return;
+                };
                 match accepted {
-                    Ok(Ok(_)) => {
+                    Ok(Ok(outcome)) => {
+                        tracing::debug!(%session, dedup = %message.dedup_id(), ?outcome, "inbox message taken");
                         if let Err(e) = delivery.ack().await {
                             tracing::warn!(%session, error = %e, "inbox ack failed; the message will be redelivered and deduplicated");
                         }
@@ -123,7 +145,10 @@ pub(crate) fn spawn_inbox_consumer(
                         let pause = Duration::from_millis(100u64 << attempt.min(5));
                         tokio::select! {
                             _ = tokio::time::sleep(pause.min(Duration::from_secs(2))) => {}
-                            _ = stop.cancelled() => return,
+                            _ = stop.cancelled() => {
+                                give_back(consumer, delivery, &session, "the agent stopped").await;
+                                return;
+                            }
                         }
                     }
                     Ok(Err(e)) => {
@@ -131,11 +156,33 @@ pub(crate) fn spawn_inbox_consumer(
                         tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
                         return;
                     }
-                    Err(_) => return,
+                    Err(_) => {
+                        give_back(consumer, delivery, &session, "no answer from the agent").await;
+                        return;
+                    }
                 }
             }
         }
     });
+}
+
+/// Gives a message this reader will not take back to the consumer: the reader stops first
+/// (else the server may hand it back to this reader's own pending pull), then the nak makes it
+/// due at once for the session's next reader, instead of after the ack wait.
+async fn give_back(
+    consumer: Box<dyn lineage_bus::ports::InboxReader>,
+    delivery: lineage_bus::inbox::InboxDelivery,
+    session: &SessionId,
+    why: &str,
+) {
+    drop(consumer);
+    let dedup = delivery.message.as_ref().map(|m| m.dedup_id()).ok();
+    match delivery.nak().await {
+        Ok(()) => tracing::debug!(%session, ?dedup, why, "inbox message given back"),
+        Err(e) => {
+            tracing::debug!(%session, ?dedup, why, error = %e, "inbox message not given back; it comes again after its ack wait")
+        }
+    }
 }
 
 /// Opens `session`'s durable inbox consumer, trying again (100 ms doubling to 2 s apart) while

@@ -17,7 +17,8 @@ use crate::host::Shared;
 
 /// Writes the first heartbeat, then starts every loop.
 pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
-    heartbeat(shared).await?;
+    let first = heartbeat(shared).await?;
+    shared.hold_lease_until(first.until_ms);
     every(
         shared,
         shared.cfg.heartbeat_every,
@@ -25,14 +26,20 @@ pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
         |beat| async move {
             match heartbeat(&beat).await {
                 Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
-                Ok(true) => {
-                    let stopped = beat.fence_moved().await;
+                Ok(renewal) if renewal.lapsed => {
+                    let (stopped, all_checked) = beat.fence_moved().await;
                     tracing::info!(
                         stopped = stopped.len(),
+                        all_checked,
                         "lease renewed after a lapse; placements checked"
                     );
+                    // Inbox readers take messages again only once every stale agent stopped.
+                    match all_checked {
+                        true => beat.hold_lease_until(renewal.until_ms),
+                        false => beat.check_again_at_next_renewal(),
+                    }
                 }
-                Ok(false) => {}
+                Ok(renewal) => beat.hold_lease_until(renewal.until_ms),
             }
         },
     );
@@ -124,7 +131,15 @@ where
 }
 
 /// Renews this node's lease; true when it had lapsed since the previous renewal.
-async fn heartbeat(shared: &Shared) -> Result<bool, HostError> {
+/// A renewal written: the lease it gives, and whether the lease lapsed before it.
+struct Renewal {
+    /// The renewal's time plus the lease (the registry counts from the caller's clock).
+    until_ms: u64,
+    /// The lease may have lapsed before it ([`Shared::renewal_lapsed`]).
+    lapsed: bool,
+}
+
+async fn heartbeat(shared: &Shared) -> Result<Renewal, HostError> {
     let lease_ms = u64::try_from(shared.cfg.lease.as_millis()).unwrap_or(u64::MAX);
     let node = shared.cfg.node.clone();
     let subject = shared.cfg.subjects.node_control(&node, "status");
@@ -139,5 +154,8 @@ async fn heartbeat(shared: &Shared) -> Result<bool, HostError> {
             info: Some(subject),
         })
         .await?;
-    Ok(shared.renewed(at_ms))
+    Ok(Renewal {
+        until_ms: at_ms.saturating_add(lease_ms),
+        lapsed: shared.renewal_lapsed(at_ms, shared.now()),
+    })
 }

@@ -123,6 +123,56 @@ impl Cluster {
         })
     }
 
+    /// One line on a parent's durable inbox consumer (`inbox-<parent>`) as the server sees it
+    /// (delivered and ack floor stream sequences, pending, waiting for an ack, redelivered, pull
+    /// requests waiting) and how many messages the inbox stream holds for that parent: what
+    /// tells a notice that was never delivered from one delivered and never acknowledged.
+    pub fn inbox_consumer_state(&self, parent: &str) -> String {
+        let bus = self.bus();
+        let stream = self.inbox_stream();
+        let subject = format!("lineage.{}.parent.{parent}.inbox", self.cluster);
+        bus.rt.block_on(async {
+            let js = async_nats::jetstream::new(bus.client.clone());
+            let stream = match js.get_stream(&stream).await {
+                Ok(s) => s,
+                Err(e) => return format!("stream {stream}: {e}"),
+            };
+            let held = match stream
+                .info_with_subjects(subject.clone())
+                .await
+            {
+                Ok(mut subjects) => {
+                    use futures::TryStreamExt;
+                    let mut n = 0u64;
+                    while let Ok(Some((_, count))) = subjects.try_next().await {
+                        n += count as u64;
+                    }
+                    n
+                }
+                Err(_) => 0,
+            };
+            let consumer = format!("inbox-{parent}");
+            match stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&consumer)
+                .await
+            {
+                Ok(mut c) => match c.info().await {
+                    Ok(i) => format!(
+                        "consumer {consumer}: delivered stream seq {}, ack floor {}, pending {}, ack pending {}, redelivered {}, waiting pulls {}; the stream holds {held} message(s) for it",
+                        i.delivered.stream_sequence,
+                        i.ack_floor.stream_sequence,
+                        i.num_pending,
+                        i.num_ack_pending,
+                        i.num_redelivered,
+                        i.num_waiting
+                    ),
+                    Err(e) => format!("consumer {consumer}: {e}"),
+                },
+                Err(e) => format!("consumer {consumer}: {e}; the stream holds {held} message(s) for it"),
+            }
+        })
+    }
+
     /// Reads a session's whole event log straight from JetStream (ordered consumer).
     pub fn log(&self, session: &str) -> Vec<Event> {
         use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};

@@ -290,12 +290,19 @@ fn deliveries(
             // drained root among them, reads no more.
             let reads = matches!(parent_record["state"].as_str(), Some("running" | "waiting"));
             if got.len() > sent || (reads && got.len() != sent) {
+                // What the server holds for the parent, and how its log ends: a notice never
+                // delivered, delivered and never acknowledged, or taken and dropped.
+                let tail = render_log(&parent_log[parent_log.len().saturating_sub(4)..]);
                 problems.push((
                     id.clone(),
                     format!(
-                        "{parent} ({}) accepted {} {kind} of {id}, which sent {sent}",
+                        "{parent} ({}, epoch {} on {}) accepted {} {kind} of {id}, which sent {sent}; {}; its log ends: {}",
                         parent_record["state"],
-                        got.len()
+                        parent_record["epoch"],
+                        parent_record["node"],
+                        got.len(),
+                        c.inbox_consumer_state(parent),
+                        tail.replace('\n', " | ")
                     ),
                 ));
             }
