@@ -429,7 +429,8 @@ pub async fn inbox_in_progress_defers_redelivery(b: &dyn Backend) {
     again.ack().await.expect("ack");
 }
 
-/// A message given back (nak) by one reader comes again at once, long before its ack wait, to
+/// A message given back (nak) by one reader comes again after the short nak delay, long before
+/// its ack wait, to
 /// another reader of the same consumer: a host that must not take it hands it to the one that
 /// may (issue 12: two hosts of one parent while a lapsed lease is noticed).
 pub async fn inbox_nak_redelivers_at_once(b: &dyn Backend) {
@@ -441,8 +442,15 @@ pub async fn inbox_nak_redelivers_at_once(b: &dyn Backend) {
     // The reader stops first (else the message may come back to its own pending pull).
     drop(first);
     d.nak().await.expect("nak");
-    let again = next_within(second.as_mut(), b.ack_wait() / 2, "the nak'd message").await;
+    let naked = tokio::time::Instant::now();
+    let again = next_within(second.as_mut(), b.ack_wait() * 3, "the nak'd message").await;
     assert_eq!(seq_of(&again), 1);
+    assert!(
+        naked.elapsed() < b.ack_wait(),
+        "the nak'd message came {:?} after the nak: not before its ack wait ({:?})",
+        naked.elapsed(),
+        b.ack_wait()
+    );
     again.ack().await.expect("ack");
     nothing_within(second.as_mut(), b.ack_wait() * 2, "after the ack").await;
 }

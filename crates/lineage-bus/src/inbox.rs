@@ -42,6 +42,12 @@ pub struct ParentInbox {
     ack_wait: Duration,
 }
 
+/// How long after a [`InboxDelivery::nak`] the message is delivered again: long enough for the
+/// reader that gave it back to be gone at the server (dropping a pull stream unsubscribes from a
+/// background task, and a message naked at once could go back to that reader's pending pull,
+/// to wait out the whole [`ACK_WAIT`]), far shorter than the ack wait.
+pub const NAK_DELAY: Duration = Duration::from_millis(200);
+
 /// How long a delivered inbox message may stay unacknowledged before it is delivered again
 /// (unless [`InboxDelivery::in_progress`] restarts the wait).
 pub const ACK_WAIT: Duration = Duration::from_secs(30);
@@ -307,8 +313,8 @@ impl InboxDelivery {
         self.acknowledge.in_progress().await
     }
 
-    /// Gives the message back: it is delivered again at once, to whichever reader of the
-    /// consumer asks next (a host that must not take it: its lease may have lapsed, or its
+    /// Gives the message back: it is delivered again after [`NAK_DELAY`] (not the ack wait), to
+    /// whichever reader of the consumer asks then (a host that must not take it: its lease may have lapsed, or its
     /// agent stopped while the message was in hand).
     pub async fn nak(&self) -> Result<(), BusError> {
         self.acknowledge.nak().await
@@ -366,7 +372,7 @@ impl Acknowledge for JetStreamAck {
     fn nak(&self) -> BoxFuture<'_, Result<(), BusError>> {
         Box::pin(async move {
             self.0
-                .ack_with(jetstream::AckKind::Nak(None))
+                .ack_with(jetstream::AckKind::Nak(Some(NAK_DELAY)))
                 .await
                 .map_err(|e| BusError::js("give an inbox message back", e))
         })

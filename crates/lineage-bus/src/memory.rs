@@ -548,11 +548,11 @@ impl Acknowledge for MemoryAck {
     }
 
     fn nak(&self) -> BoxFuture<'_, Result<(), BusError>> {
-        let now = Instant::now();
+        let due = Instant::now() + crate::inbox::NAK_DELAY;
         Box::pin(async move {
             self.with_pending("give an inbox message back", |pending, seq| {
                 if let Some(deadline) = pending.get_mut(&seq) {
-                    *deadline = now;
+                    *deadline = due;
                 }
             })?;
             self.shared.notify.notify_waiters();

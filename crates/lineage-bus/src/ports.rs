@@ -125,8 +125,8 @@ pub trait Acknowledge: Send + Sync {
     fn ack(&self) -> BoxFuture<'_, Result<(), BusError>>;
     /// The message is still being worked on: restart its ack wait.
     fn in_progress(&self) -> BoxFuture<'_, Result<(), BusError>>;
-    /// This reader will not take the message: deliver it again now (to any reader of the
-    /// consumer), without waiting for its ack wait.
+    /// This reader will not take the message: deliver it again after
+    /// [`crate::inbox::NAK_DELAY`] (to any reader of the consumer), not after its ack wait.
     fn nak(&self) -> BoxFuture<'_, Result<(), BusError>>;
 }
 

@@ -11,7 +11,7 @@ use lineage_bus::{ControlTransport, EventLog, Inbox, Lifecycle, TurnOutputs};
 /// Every handle is made from one bus, as every connection reaches one server.
 struct Memory(MemoryBus);
 
-const ACK_WAIT: Duration = Duration::from_millis(300);
+const ACK_WAIT: Duration = Duration::from_millis(1000);
 
 impl Backend for Memory {
     fn events(&self) -> BoxFuture<'_, Arc<dyn EventLog>> {
