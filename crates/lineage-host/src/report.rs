@@ -168,7 +168,8 @@ pub(crate) fn spawn_inbox_consumer(
 
 /// Gives a message this reader will not take back to the consumer: the reader stops first
 /// (else the server may hand it back to this reader's own pending pull), then the nak makes it
-/// due at once for the session's next reader, instead of after the ack wait.
+/// due again after `lineage_bus::inbox::NAK_DELAY` (200 ms) for the session's next reader,
+/// instead of after the ack wait.
 async fn give_back(
     consumer: Box<dyn lineage_bus::ports::InboxReader>,
     delivery: lineage_bus::inbox::InboxDelivery,
