@@ -17,6 +17,11 @@
 //! `drain` and `resume` (idempotent), and `spawn` / `followup` carrying a request id (the
 //! registry and the session log recognise the retry by it). `interrupt`, a spawn or followup
 //! without a request id, and per-node calls ([`ControlClient::on`]) are sent once.
+//!
+//! An `unavailable` answer may carry a retry hint ([`ControlError::retry_after_ms`]: a node
+//! that cannot renew its lease takes no message for a session it hosts, and changes nothing).
+//! A call that is safe to repeat (the same ones as above, per-node ones included) waits that
+//! long and is sent again, while the deadline leaves room; otherwise the answer is returned.
 
 use std::time::Duration;
 
@@ -42,6 +47,10 @@ pub struct ControlClient {
     node: Option<NodeId>,
     watch: Watch,
 }
+
+/// The shortest wait a retry hint gets ([`ControlError::retry_after_ms`]): a hint of 0 (or
+/// a few ms) does not turn into a busy loop.
+const MIN_RETRY_AFTER: Duration = Duration::from_millis(50);
 
 /// Whether a call may be sent again when the node serving it goes silent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,8 +142,9 @@ impl ControlClient {
     }
 
     /// Sends `body` as `op` and decodes the reply: the one request path of every method. A
-    /// [`Repeat::Safe`] call to the cluster-wide subject is sent again while the node serving
-    /// it goes silent, until the deadline (see the module docs).
+    /// [`Repeat::Safe`] call is sent again, until the deadline, while the node serving it on the
+    /// cluster-wide subject goes silent, and after the wait an `unavailable` answer with a retry
+    /// hint asks for (see the module docs).
     async fn call_as<Req: Serialize, Res: DeserializeOwned>(
         &self,
         op: &str,
@@ -142,23 +152,58 @@ impl ControlClient {
         repeat: Repeat,
     ) -> Result<Res, ControlError> {
         let subject = self.subject(op);
+        let payload = crate::control::encode_request(body)?;
+        let end = tokio::time::Instant::now() + self.timeout;
+        // Bounded: each hinted wait lasts at least MIN_RETRY_AFTER, and the deadline ends them.
+        let most = 1 + self.timeout.as_millis() / MIN_RETRY_AFTER.as_millis();
+        for hinted in 1..=most {
+            // The first send has the whole deadline (its "no reply within" names it).
+            let left = match hinted {
+                1 => self.timeout,
+                _ => end.saturating_duration_since(tokio::time::Instant::now()),
+            };
+            let outcome = self.send(&subject, payload.clone(), left, repeat).await;
+            let after = match (&outcome, repeat) {
+                (Err(e), Repeat::Safe) => e.retry_after().map(|a| a.max(MIN_RETRY_AFTER)),
+                _ => None,
+            };
+            match after {
+                Some(after) if tokio::time::Instant::now() + after < end => {
+                    tracing::debug!(%subject, hinted, after_ms = after.as_millis() as u64, "asked to retry later; sending again then");
+                    tokio::time::sleep(after).await;
+                }
+                _ => return outcome,
+            }
+        }
+        Err(crate::control::no_reply(&subject, self.timeout))
+    }
+
+    /// One send of an encoded call with `left` to go: once, or (a [`Repeat::Safe`] call to the
+    /// cluster-wide subject) again while the node serving it goes silent.
+    async fn send<Res: DeserializeOwned>(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        left: Duration,
+        repeat: Repeat,
+    ) -> Result<Res, ControlError> {
         let trace = crate::trace::current();
         if repeat == Repeat::Once || self.node.is_some() {
-            return crate::control::request_with(
+            let reply = crate::control::request_bytes(
                 &self.nats,
-                subject,
-                body,
-                self.timeout,
+                subject.to_owned(),
+                payload,
+                left,
                 trace,
                 Hop::Client,
             )
-            .await;
+            .await?;
+            return crate::control::decode_reply(subject, &reply);
         }
-        let payload = crate::control::encode_request(body)?;
-        let end = tokio::time::Instant::now() + self.timeout;
+        let end = tokio::time::Instant::now() + left;
         // Bounded: every attempt but the last lasts at least `watch.first` (or `silence`).
         let shortest = self.watch.first.min(self.watch.silence);
-        let attempts = 1 + self.timeout.as_millis() / shortest.as_millis().max(1);
+        let attempts = 1 + left.as_millis() / shortest.as_millis().max(1);
         let mut last = None;
         for attempt in 1..=attempts {
             let left = end.saturating_duration_since(tokio::time::Instant::now());
@@ -167,7 +212,7 @@ impl ControlClient {
             }
             match crate::control::request_watched(
                 &self.nats,
-                subject.clone(),
+                subject.to_owned(),
                 payload.clone(),
                 left,
                 self.watch,
@@ -176,7 +221,7 @@ impl ControlClient {
             )
             .await
             {
-                Ok(reply) => return crate::control::decode_reply(&subject, &reply),
+                Ok(reply) => return crate::control::decode_reply(subject, &reply),
                 Err(Unanswered::Silent(e)) => {
                     tracing::debug!(%subject, attempt, error = %e.message, "a node went silent; asking again");
                     last = Some(e);
@@ -188,7 +233,7 @@ impl ControlClient {
                 },
             }
         }
-        Err(last.unwrap_or_else(|| crate::control::no_reply(&subject, self.timeout)))
+        Err(last.unwrap_or_else(|| crate::control::no_reply(subject, self.timeout)))
     }
 
     /// `spawn`: a top-level session, or a child of a live parent.

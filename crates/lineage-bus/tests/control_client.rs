@@ -244,3 +244,122 @@ async fn n3_control_client_per_node_subjects_and_the_forwarded_header() {
         err.message
     );
 }
+
+/// Serves `lineage.h.ctl.followup` and `lineage.h.node.node-1.followup`: the content `N/MS`
+/// answers `unavailable` with a retry hint of MS ms to the first N requests of the session,
+/// then `delivered`. Counts every request it sees.
+async fn hinting_responder(
+    client: async_nats::Client,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let mut sub = client.subscribe("lineage.h.>").await.unwrap();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let Some(reply_to) = msg.reply.clone() else {
+                continue;
+            };
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let request: FollowupRequest = serde_json::from_slice(&msg.payload).unwrap();
+            let (refusals, ms) = request.content.split_once('/').unwrap();
+            let (refusals, ms): (usize, u64) = (refusals.parse().unwrap(), ms.parse().unwrap());
+            let body = if n < refusals {
+                control::encode_reply::<()>(&Err(ControlError::new(
+                    ErrorCode::Unavailable,
+                    "node node-1 cannot renew its lease",
+                )
+                .with_retry_after(Duration::from_millis(ms))))
+            } else {
+                control::encode_reply(&Ok(FollowupReply {
+                    session: request.session,
+                    node: NodeId::parse("node-1").unwrap(),
+                    outcome: FollowupOutcome::Delivered,
+                }))
+            };
+            let _ = client.publish(reply_to, body.into()).await;
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+async fn k1_a_retry_hint_is_followed_for_a_call_with_a_request_id_within_its_deadline() {
+    use std::sync::atomic::Ordering;
+    let server = NatsServer::start().unwrap();
+    let nats = async_nats::connect(server.url()).await.unwrap();
+    let client = ControlClient::new(
+        nats.clone(),
+        Subjects::new("h").unwrap(),
+        Duration::from_secs(5),
+    );
+    let with_id = |content: &str| FollowupRequest {
+        request_id: Some(lineage_core::ids::RequestId::parse("req-1").unwrap()),
+        ..followup(content)
+    };
+    let node = NodeId::parse("node-1").unwrap();
+
+    // Asked to come back after 100 ms, twice: delivered by the third request, on the
+    // cluster-wide subject and on a node's own.
+    let seen = hinting_responder(nats.clone()).await;
+    nats.flush().await.unwrap();
+    for client in [client.clone(), client.on(&node)] {
+        seen.store(0, Ordering::SeqCst);
+        nats.flush().await.unwrap();
+        let reply = client.followup(&with_id("2/100")).await.unwrap();
+        assert_eq!(reply.outcome, FollowupOutcome::Delivered);
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            3,
+            "{}",
+            client.subject("followup")
+        );
+    }
+
+    // Without a request id a repeat could apply it twice: the hint is handed to the caller.
+    seen.store(0, Ordering::SeqCst);
+    let err = client.followup(&followup("2/100")).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unavailable);
+    assert_eq!(err.retry_after_ms, Some(100));
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+
+    // A hint the deadline leaves no room for is handed back at once.
+    seen.store(0, Ordering::SeqCst);
+    let err = client
+        .with_timeout(Duration::from_millis(400))
+        .followup(&with_id("2/1000"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+
+    // Refused every time: bounded by the deadline, the last refusal returned. A hint of 0
+    // waits the shortest wait (50 ms), not a busy loop.
+    seen.store(0, Ordering::SeqCst);
+    let err = client
+        .with_timeout(Duration::from_millis(600))
+        .followup(&with_id("1000000/0"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unavailable);
+    let sent = seen.load(Ordering::SeqCst);
+    assert!((2..=13).contains(&sent), "{sent} requests in 600 ms");
+}
+
+#[test]
+fn k1_a_retry_hint_is_on_the_wire_only_when_set() {
+    let plain = ControlError::new(ErrorCode::Unavailable, "no leader");
+    let text = String::from_utf8(control::encode_reply::<()>(&Err(plain.clone()))).unwrap();
+    assert_eq!(
+        text,
+        r#"{"v":1,"error":{"code":"unavailable","message":"no leader"}}"#
+    );
+    let hinted = plain.with_retry_after(Duration::from_millis(500));
+    let text = String::from_utf8(control::encode_reply::<()>(&Err(hinted.clone()))).unwrap();
+    assert_eq!(
+        text,
+        r#"{"v":1,"error":{"code":"unavailable","message":"no leader","retry_after_ms":500}}"#
+    );
+    let back = control::decode_reply::<FollowupReply>("s", text.as_bytes()).unwrap_err();
+    assert_eq!(back, hinted);
+}

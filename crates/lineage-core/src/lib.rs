@@ -20,6 +20,7 @@
 //! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
 //! | [`messages`] | versioned wire payloads: report, settlement, start/end | M1, M2, E1, N3 |
 //! | [`output`] | a turn's output as it comes: `turn-start`, `chunk`, `turn-end` | F1 |
+//! | [`lease`] | a node's own view of its lease: when it fences itself, when a renewal came too late | K1, R1 |
 //! | [`retention`] | when a disposed session is purged; the tombstone of purged ids | Q5 |
 //! | [`log`] | the append-only session event log | L1, P1, C3 |
 //! | [`journal`] | the typed events a hosted agent writes to its log | X2, M1–M3, E1 |
@@ -50,6 +51,7 @@ pub mod header;
 pub mod ids;
 pub mod index;
 pub mod journal;
+pub mod lease;
 pub mod lifecycle;
 pub mod log;
 pub mod messages;

@@ -86,6 +86,18 @@ pub enum HostError {
     /// A peer node did not answer, or the operation did not finish in time.
     #[error("unavailable: {0}; check that the node runs and retry")]
     Unavailable(String),
+    /// This node cannot renew its lease in time (the registry does not answer its heartbeats),
+    /// so it delivers nothing to a session it hosts (K1: another node may claim the session
+    /// once the lease runs out). Nothing was changed; the reply carries a retry hint.
+    #[error("node {node} cannot renew its lease (the registry does not answer it in time), so it does not deliver to session {session} now; retry in {} ms (with the same request id), or check `lineage status`", retry_after.as_millis())]
+    LeaseNotHeld {
+        /// This node.
+        node: String,
+        /// The session.
+        session: String,
+        /// When a renewal is next due: the hint the caller gets.
+        retry_after: std::time::Duration,
+    },
     /// The host is shutting down and takes no new work.
     #[error("host on node {0} is shutting down; send the request to another node")]
     ShuttingDown(String),
@@ -161,7 +173,7 @@ impl HostError {
                 }
             },
             HostError::UnknownSession(_) | HostError::NotLive { .. } => ErrorCode::NotFound,
-            HostError::NodeDown { .. } => ErrorCode::Unavailable,
+            HostError::NodeDown { .. } | HostError::LeaseNotHeld { .. } => ErrorCode::Unavailable,
             HostError::Disposed(_) | HostError::ClaimLost { .. } | HostError::NotAuthorized(_) => {
                 ErrorCode::Refused
             }
@@ -174,6 +186,9 @@ impl HostError {
     pub fn to_control(&self) -> ControlError {
         match self {
             HostError::Remote(e) => e.clone(),
+            HostError::LeaseNotHeld { retry_after, .. } => {
+                ControlError::new(self.code(), self.to_string()).with_retry_after(*retry_after)
+            }
             other => ControlError::new(other.code(), other.to_string()),
         }
     }
@@ -234,6 +249,27 @@ mod tests {
             other.to_string(),
             "unavailable: no reply within 5 s; check that the node runs and retry"
         );
+    }
+
+    #[test]
+    fn k1_a_lease_not_held_is_unavailable_with_a_retry_hint_of_the_next_renewal() {
+        let e = HostError::LeaseNotHeld {
+            node: "node-5".into(),
+            session: "s-1".into(),
+            retry_after: std::time::Duration::from_millis(500),
+        };
+        let control = e.to_control();
+        assert_eq!(control.code, ErrorCode::Unavailable);
+        assert_eq!(control.retry_after_ms, Some(500));
+        assert_eq!(
+            control.message,
+            "node node-5 cannot renew its lease (the registry does not answer it in time), so it does not deliver to session s-1 now; retry in 500 ms (with the same request id), or check `lineage status`"
+        );
+        // Passed on by a forwarding node as it came, hint included.
+        assert_eq!(HostError::Remote(control.clone()).to_control(), control);
+        // Other errors carry no hint.
+        let plain = HostError::Unavailable("no reply".into()).to_control();
+        assert_eq!(plain.retry_after_ms, None);
     }
 
     #[test]

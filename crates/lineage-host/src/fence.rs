@@ -1,11 +1,11 @@
-//! Fencing after a lease lapse (K1, R1; issue 12): a node that was stopped or cut off for longer
+//! Fencing after a lease lapse (K1, R1; issue 12; the rules are `lineage_core::lease`, this is the shell that keeps the times and checks the placements): a node that was stopped or cut off for longer
 //! than its lease may find, when it runs again, that other nodes have cold-resumed some of its
 //! sessions (they claimed the placement at a higher epoch). Its own agents for those sessions
 //! are stale copies: an idle one writes nothing, so the log's sequence check never stops it,
 //! and it would keep pulling from the session's inbox consumer beside the new host.
 //!
-//! So every renewal of the lease checks the gap since the last one ([`lapsed`]); after a gap
-//! of a whole lease, or of a control request's timeout if that is shorter ([`fence_after_ms`]:
+//! So every renewal of the lease checks the gap since the last one ([`lapsed`](lineage_core::lease::lapsed)); after a gap
+//! of a whole lease, or of a control request's timeout if that is shorter ([`fence_after_ms`](lineage_core::lease::fence_after_ms):
 //! a drain that waited that long for this node disposed its sessions in the registry alone,
 //! whatever the lease), each live agent's placement is read from the registry and an agent whose
 //! session is placed elsewhere (or no longer exists) stops here, without settling (the session
@@ -17,7 +17,7 @@
 //!
 //! That check comes after the fact: a node whose renewals fail keeps running, and other nodes
 //! may claim its sessions as soon as its lease expires. So the node also fences itself
-//! ([`holds_lease`]): a renewal written at `at_ms` gives a lease until `at_ms + lease` (the
+//! ([`holds_lease`](lineage_core::lease::holds_lease)): a renewal written at `at_ms` gives a lease until `at_ms + lease` (the
 //! registry counts it from the caller's clock), and once that is near, the node's inbox readers
 //! take no message until a renewal succeeds again (and, after a lapse, the placements were
 //! checked). Without it, a stale agent and the session's new host both read the session's
@@ -32,48 +32,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use lineage_core::ids::{NodeId, SessionId};
+use lineage_core::lease::{fence_after_ms, holds_lease, lapsed, lease_margin_ms, renewed_too_late};
 use lineage_registry::types::{SessionRecord, SessionState};
 
 use crate::host::Shared;
 
-/// The gap between two renewals after which the placements are checked: the lease, or the
-/// control request timeout if that is shorter. A drain gives up on a node that does not answer
-/// within its request timeout and disposes that node's sessions in the registry alone; with a
-/// lease longer than that timeout (e.g. 30 s against 10 s), a node stopped for 15 s would not
-/// see a lapse and would keep the agents of sessions drained meanwhile.
-pub fn fence_after_ms(lease_ms: u64, request_timeout_ms: u64) -> u64 {
-    lease_ms.min(request_timeout_ms.max(1))
-}
-
-/// True when the lease may have expired between the renewals at `previous_ms` and `now_ms`
-/// (`previous_ms` 0: none before, nothing to check).
-pub fn lapsed(previous_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
-    previous_ms != 0 && now_ms.saturating_sub(previous_ms) >= lease_ms
-}
-
 /// How often a reader waiting for the lease looks again ([`Shared::until_lease_held`]).
 const LEASE_LOOK_EVERY: Duration = Duration::from_millis(50);
-
-/// How long before its lease runs out a node stops taking inbox messages: a tenth of the
-/// lease, so that clocks a little apart and a message in hand do not overlap a claim made at
-/// the expiry by another node.
-pub fn lease_margin_ms(lease_ms: u64) -> u64 {
-    lease_ms / 10
-}
-
-/// True when a lease held until `until_ms` (0: none yet) still holds at `now_ms` with
-/// `margin_ms` to spare.
-pub fn holds_lease(until_ms: u64, now_ms: u64, margin_ms: u64) -> bool {
-    now_ms.saturating_add(margin_ms) < until_ms
-}
-
-/// True when a renewal that returned at `done_ms` may have come after the lease held until
-/// `held_until_ms` ran out (0: none held yet): the registry may have shown the node dead in
-/// between, and another node may have claimed its sessions, even though the renewals were
-/// written less than a lease apart (a write that took long: a registry election).
-pub fn renewed_too_late(held_until_ms: u64, done_ms: u64) -> bool {
-    held_until_ms != 0 && done_ms >= held_until_ms
-}
 
 /// Whether this node's agent for a session must stop, given the session's registry record: it
 /// is gone, placed elsewhere, or disposed.
@@ -88,10 +53,21 @@ pub fn stale_here(record: Option<&SessionRecord>, here: &NodeId) -> bool {
     }
 }
 
+/// How a wait for the lease ended ([`Shared::until_lease_held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseWait {
+    /// This node holds its lease: the agent may take the message.
+    Held,
+    /// The agent was stopped meanwhile (its session moved, or the node is stopping).
+    Stopped,
+    /// Not held within the wait given: no renewal succeeded in time.
+    TimedOut,
+}
+
 impl Shared {
     /// Records a renewal written at `at_ms` that returned at `done_ms`, and returns whether the
     /// lease may have lapsed before it: renewals a whole lease (or request timeout) apart
-    /// ([`lapsed`]), or this one back only after the lease held ran out ([`renewed_too_late`]).
+    /// ([`lapsed`](lineage_core::lease::lapsed)), or this one back only after the lease held ran out ([`renewed_too_late`](lineage_core::lease::renewed_too_late)).
     pub(crate) fn renewal_lapsed(&self, at_ms: u64, done_ms: u64) -> bool {
         let held = self.lease_until_ms.load(Ordering::SeqCst);
         let apart = self.renewed(at_ms);
@@ -118,7 +94,7 @@ impl Shared {
         self.last_renewal_ms.store(1, Ordering::SeqCst);
     }
 
-    /// True while this node surely holds its lease ([`holds_lease`]).
+    /// True while this node surely holds its lease ([`holds_lease`](lineage_core::lease::holds_lease)).
     pub(crate) fn lease_held(&self) -> bool {
         let lease_ms = u64::try_from(self.cfg.lease.as_millis()).unwrap_or(u64::MAX);
         holds_lease(
@@ -128,30 +104,30 @@ impl Shared {
         )
     }
 
-    /// Waits until this node holds its lease ([`Shared::lease_held`]), looking every 50 ms:
-    /// true then; false once `stop` (the placement check after the lapse stopped the agent:
-    /// its session moved) or after `within`.
+    /// Waits until this node holds its lease ([`Shared::lease_held`]), looking every 50 ms,
+    /// until `stop` (the placement check after a lapse stopped the agent: its session moved)
+    /// or for at most `within` (`None`: as long as it takes).
     pub(crate) async fn until_lease_held(
         &self,
         session: &SessionId,
         stop: &CancellationToken,
         within: Option<Duration>,
-    ) -> bool {
+    ) -> LeaseWait {
         if self.lease_held() {
-            return true;
+            return LeaseWait::Held;
         }
         tracing::debug!(%session, "the lease is not held now; waiting for a renewal");
         let give_up = within.map(|w| tokio::time::Instant::now() + w);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(LEASE_LOOK_EVERY) => {}
-                _ = stop.cancelled() => return false,
+                _ = stop.cancelled() => return LeaseWait::Stopped,
             }
             if self.lease_held() {
-                return true;
+                return LeaseWait::Held;
             }
             if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
-                return false;
+                return LeaseWait::TimedOut;
             }
         }
     }
@@ -232,45 +208,5 @@ mod tests {
             released: false,
         });
         assert!(stale_here(Some(&record), &here), "moved to node-2");
-    }
-
-    #[test]
-    fn k1_a_node_stops_taking_messages_a_tenth_of_its_lease_before_it_runs_out() {
-        assert_eq!(lease_margin_ms(2_000), 200);
-        assert!(!holds_lease(0, 5, 0), "no renewal yet");
-        // Renewed at 10,000 with a 2 s lease: held until 12,000, taken until 11,800.
-        assert!(holds_lease(12_000, 11_799, lease_margin_ms(2_000)));
-        assert!(!holds_lease(12_000, 11_800, lease_margin_ms(2_000)));
-        assert!(!holds_lease(12_000, 40_000, lease_margin_ms(2_000)));
-        assert!(!holds_lease(12_000, u64::MAX, 200), "no overflow");
-    }
-
-    #[test]
-    fn k1_a_renewal_back_after_the_lease_ran_out_counts_as_a_lapse() {
-        assert!(!renewed_too_late(0, 50_000), "the first renewal");
-        assert!(!renewed_too_late(12_000, 11_999));
-        assert!(renewed_too_late(12_000, 12_000));
-        // Written at 11,500 (less than a lease after the one at 10,000), back at 13,000: the
-        // registry may have shown the node dead from 12,000 until it applied the renewal.
-        assert!(!lapsed(10_000, 11_500, 2_000));
-        assert!(renewed_too_late(12_000, 13_000));
-    }
-
-    #[test]
-    fn k1_a_lease_lapses_after_a_gap_of_a_whole_lease() {
-        assert!(!lapsed(0, 50_000, 2_000), "first renewal");
-        assert!(!lapsed(10_000, 11_999, 2_000));
-        assert!(lapsed(10_000, 12_000, 2_000));
-        assert!(lapsed(10_000, 40_000, 2_000));
-        assert!(!lapsed(10_000, 9_000, 2_000), "a clock step back is no gap");
-    }
-
-    #[test]
-    fn the_fence_runs_after_the_lease_or_a_drains_request_timeout_whichever_is_shorter() {
-        assert_eq!(fence_after_ms(3_000, 10_000), 3_000, "the shipped defaults");
-        assert_eq!(fence_after_ms(30_000, 10_000), 10_000, "a long lease");
-        // A node stopped 15 s with a 30 s lease: a drain gave up on it after 10 s.
-        assert!(lapsed(10_000, 25_000, fence_after_ms(30_000, 10_000)));
-        assert_eq!(fence_after_ms(3_000, 0), 1, "never zero");
     }
 }

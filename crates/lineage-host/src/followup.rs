@@ -18,6 +18,7 @@ use lineage_registry::types::SessionState;
 use crate::agent::{AgentCmd, Delivered, Incoming};
 use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, Hop, ResumeOutcome};
 use crate::error::HostError;
+use crate::fence::LeaseWait;
 use crate::host::{Host, Shared};
 use crate::resume::Resumption;
 use crate::telemetry::op_span;
@@ -53,25 +54,29 @@ impl Shared {
             // another node may host the session by now: crate::fence). Stopped meanwhile by the
             // placement check, the session is cold here: looked up below.
             let wait = Some(self.cfg.request_timeout / 2);
-            if !self.until_lease_held(&session, &handle.stop, wait).await
-                && !handle.stop.is_cancelled()
-            {
-                return Err(HostError::Unavailable(format!(
-                    "node {} cannot renew its lease (the registry does not answer it in time), so it does not deliver to session {session} now; retry, or check `lineage status`",
-                    self.cfg.node
-                )));
-            }
-            if handle.stop.is_cancelled() {
+            match self.until_lease_held(&session, &handle.stop, wait).await {
+                LeaseWait::Held => {
+                    if let Ok(delivered) = self.deliver_user(&request).await {
+                        return Ok(FollowupReply {
+                            session,
+                            node: self.cfg.node.clone(),
+                            outcome: match delivered {
+                                Delivered::Accepted => FollowupOutcome::Delivered,
+                                Delivered::Duplicate => FollowupOutcome::AlreadyDelivered,
+                            },
+                        });
+                    }
+                }
                 // Stopped by the placement check: the session lives elsewhere (below).
-            } else if let Ok(delivered) = self.deliver_user(&request).await {
-                return Ok(FollowupReply {
-                    session,
-                    node: self.cfg.node.clone(),
-                    outcome: match delivered {
-                        Delivered::Accepted => FollowupOutcome::Delivered,
-                        Delivered::Duplicate => FollowupOutcome::AlreadyDelivered,
-                    },
-                });
+                LeaseWait::Stopped => {}
+                // Nothing was delivered: the caller may send it again once a renewal is due.
+                LeaseWait::TimedOut => {
+                    return Err(HostError::LeaseNotHeld {
+                        node: self.cfg.node.to_string(),
+                        session: session.to_string(),
+                        retry_after: self.cfg.heartbeat_every,
+                    })
+                }
             }
             // It settled between the lookup and the delivery: it is cold now.
         }

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentCmd, Incoming};
+use crate::fence::LeaseWait;
 use crate::host::Shared;
 use crate::telemetry::op_span;
 
@@ -88,7 +89,7 @@ pub(crate) fn spawn_inbox_consumer(
             };
             // K1: taken only while this node surely holds its lease; else another node may
             // host the session by now and read the same consumer (crate::fence).
-            if !shared.until_lease_held(&session, &stop, None).await {
+            if shared.until_lease_held(&session, &stop, None).await != LeaseWait::Held {
                 give_back(
                     consumer,
                     delivery,

@@ -108,7 +108,8 @@ impl Shared {
     }
 
     /// One call to `node` over the control transport; an `unavailable` answer (or none) is
-    /// [`HostError::Unavailable`], any other error the remote node's.
+    /// [`HostError::Unavailable`], any other error (or an `unavailable` one with a retry hint)
+    /// the remote node's.
     async fn call_node<Req: Serialize, Res: DeserializeOwned>(
         &self,
         node: &NodeId,
@@ -117,8 +118,11 @@ impl Shared {
         timeout: Duration,
         hop: Hop,
     ) -> Result<Res, HostError> {
+        // An answer with a retry hint is passed on as it is, hint included.
         let to_host = |e: ControlError| match e.code {
-            ErrorCode::Unavailable => HostError::unavailable_from_remote(e.message),
+            ErrorCode::Unavailable if e.retry_after_ms.is_none() => {
+                HostError::unavailable_from_remote(e.message)
+            }
             _ => HostError::Remote(e),
         };
         let call = ControlCall {

@@ -114,6 +114,13 @@ pub struct ControlError {
     pub code: ErrorCode,
     /// One line.
     pub message: String,
+    /// Set only on an `unavailable` refusal that changed nothing and is expected to pass soon
+    /// (like HTTP 503's `Retry-After`): the milliseconds after which the same request, sent
+    /// again with its request id, may be served. A node sets it when it cannot renew its lease
+    /// and so takes no message for a session it hosts (K1); `ControlClient` waits this long and
+    /// sends a call that is safe to repeat again, within its deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl ControlError {
@@ -123,7 +130,21 @@ impl ControlError {
         ControlError {
             code,
             message: message.replace(['\n', '\r'], " "),
+            retry_after_ms: None,
         }
+    }
+
+    /// The same error with a retry hint ([`ControlError::retry_after_ms`]).
+    pub fn with_retry_after(self, after: std::time::Duration) -> Self {
+        ControlError {
+            retry_after_ms: Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+            ..self
+        }
+    }
+
+    /// The retry hint, if the server gave one.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after_ms.map(std::time::Duration::from_millis)
     }
 }
 
