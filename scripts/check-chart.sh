@@ -90,7 +90,7 @@ schema = {"cluster": None, "nats_url": None,
           "limits": {"max_depth"}, "lease": {"lease_ms", "heartbeat_ms", "takeover_after_ms"},
           "nats": {"tls_required", "stream_replicas", "update_streams"},
           "agents": {"allow_raw_commands"},
-          "retention": {"disposed_after_ms"},
+          "retention": {"disposed_after_ms", "request_results_ms"},
           "shutdown": {"grace_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
@@ -115,6 +115,7 @@ for table, keys in schema.items():
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]
 assert isinstance(cfg["retention"]["disposed_after_ms"], int) and cfg["retention"]["disposed_after_ms"] >= 0, cfg["retention"]
+assert isinstance(cfg["retention"]["request_results_ms"], int) and 60000 <= cfg["retention"]["request_results_ms"] <= 86400000, cfg["retention"]
 grace_ms = cfg["shutdown"]["grace_ms"]
 assert isinstance(grace_ms, int) and 0 <= grace_ms <= 3600000, cfg["shutdown"]
 assert cfg["registry"]["bootstrap"] is False and cfg["registry"]["role"] == "voter"

@@ -5,8 +5,12 @@
 //! registers it again; and a steady churn of births and disposals leaves the registry's
 //! session count, the registry leader's RSS and both streams' message counts bounded.
 //!
+//! The registry's stored request results (kept for retries by request id) are forgotten past
+//! `retention.request_results_ms` (a minute here), so they do not pile up for a day.
+//!
 //! The churn's size is `LINEAGE_CHURN_CYCLES` (default 2,000, so CI stays short; the figures
-//! of a 20,000-cycle run are in benches/README.md).
+//! of a 20,000-cycle run are in benches/README.md); `LINEAGE_CHURN_RESULTS_MS` sets its
+//! `retention.request_results_ms` (default: a minute; 86400000 for the built-in day).
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +21,7 @@ use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
 const RETENTION: (&str, &str) = ("LINEAGE_RETENTION__DISPOSED_AFTER_MS", "1000");
+const RESULTS_KEY: &str = "LINEAGE_RETENTION__REQUEST_RESULTS_MS";
 
 fn sleeper() -> Value {
     json!({"turns": [[{"do": "report", "content": "r1", "delivery": "wakeup"}, {"do": "sleep", "ms": 300000}]]})
@@ -161,13 +166,54 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Node `i`'s `lineage_registry_request_results` (its registry member's stored results).
+fn request_results(c: &Cluster, i: usize) -> Option<u64> {
+    let (200, body) = c.nodes[i].http_get("/metrics")? else {
+        return None;
+    };
+    body.lines()
+        .find(|l| l.starts_with("lineage_registry_request_results{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn q5_g2_request_results_past_the_configured_window_are_forgotten_on_every_voter() {
+    let c = Cluster::start_with_env(3, &[RETENTION, (RESULTS_KEY, "60000")]);
+    for n in 0..12 {
+        let session = c.spawn_root(
+            &format!("node-{}", 1 + n % 3),
+            &json!({"turns": [[{"do": "reply", "text": "hi"}]]}),
+        );
+        c.cli_json(&["drain", &session]);
+    }
+    // Each cycle left results of its registration, state changes and disposal on every voter.
+    let kept: Vec<u64> = (0..3)
+        .map(|i| request_results(&c, i).expect("a voter's metric"))
+        .collect();
+    assert!(kept.iter().all(|k| *k >= 36), "results kept: {kept:?}");
+    // A minute later (plus a sweep, every tenth of the window) they are forgotten, on every
+    // voter alike: a few results of the idle cluster's last commands (its purges) may remain.
+    let left = wait_for(
+        Duration::from_secs(100),
+        "the results to be forgotten",
+        || {
+            let now: Vec<u64> = (0..3).filter_map(|i| request_results(&c, i)).collect();
+            (now.len() == 3 && now.iter().all(|n| *n <= 2)).then_some(now)
+        },
+    );
+    eprintln!("request results kept: {kept:?} after the churn, {left:?} a minute later");
+}
+
 #[test]
 fn q5_a_steady_churn_of_births_and_disposals_stays_bounded() {
     let cycles: usize = std::env::var("LINEAGE_CHURN_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000);
-    let c = Cluster::start_with_env(3, &[RETENTION]);
+    let results_ms =
+        std::env::var("LINEAGE_CHURN_RESULTS_MS").unwrap_or_else(|_| "60000".to_owned());
+    let c = Cluster::start_with_env(3, &[RETENTION, (RESULTS_KEY, &results_ms)]);
     let bus = c.bus();
     let control = lineage_bus::ControlClient::new(
         bus.client.clone(),

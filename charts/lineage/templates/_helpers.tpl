@@ -205,6 +205,7 @@ takeover_after_ms = {{ int64 .Values.lease.takeoverAfterMs }}
 
 [retention]
 disposed_after_ms = {{ int64 .Values.retention.disposedAfterMs }}
+request_results_ms = {{ int64 .Values.retention.requestResultsMs }}
 
 [shutdown]
 grace_ms = {{ int64 .Values.shutdown.graceMs }}

@@ -63,6 +63,10 @@ pub struct HostConfig {
     /// Q5: how long a disposed session's record, log and inbox are kept before the sweeper
     /// purges them (`retention.disposed_after_ms`); `None`: kept for ever.
     pub disposed_after: Option<Duration>,
+    /// Q5, G2: how long the registry keeps an accepted command's result for retries by its
+    /// request id (`retention.request_results_ms`); `None`: the registry's built-in window
+    /// (`lineage_registry::state::REQUEST_RETENTION_MS`, a day).
+    pub request_results_kept: Option<Duration>,
 }
 
 impl HostConfig {
@@ -85,6 +89,7 @@ impl HostConfig {
             disposed_after: Some(Duration::from_millis(
                 lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
             )),
+            request_results_kept: None,
         }
     }
 }
@@ -189,6 +194,8 @@ pub(crate) struct Shared {
     /// Until when this node surely holds its lease (ms; 0: not yet), once the placements were
     /// checked after a lapse: past it, its inbox readers take nothing ([`crate::fence`]).
     pub(crate) lease_until_ms: std::sync::atomic::AtomicU64,
+    /// When the stored results were last swept ([`crate::retention`]; ms, 0: never).
+    pub(crate) results_swept_at_ms: std::sync::atomic::AtomicU64,
 }
 
 /// The live agents of one node. Cheap to clone (all clones are the same host).
@@ -416,6 +423,7 @@ impl Host {
             metrics: HostMetrics::default(),
             last_renewal_ms: std::sync::atomic::AtomicU64::new(0),
             lease_until_ms: std::sync::atomic::AtomicU64::new(0),
+            results_swept_at_ms: std::sync::atomic::AtomicU64::new(0),
         });
         crate::sweeps::start(&shared).await?;
         Ok(Host { shared })

@@ -90,6 +90,14 @@ pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
             ),
             Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
         }
+        match sweeper.sweep_results().await {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::debug!(
+                forgotten,
+                "forgot request results past the idempotency window"
+            ),
+            Err(e) => tracing::warn!(error = %e, "request results sweep failed"),
+        }
     });
     // K1: sessions of nodes whose lease is gone for `takeover_after` are resumed here.
     if let Some(after) = shared.cfg.takeover_after {

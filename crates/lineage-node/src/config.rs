@@ -217,6 +217,16 @@ pub struct RetentionSection {
     /// How long a disposed session's registry record, event log and inbox are kept before the
     /// sweeper purges them (its id stays refused for ever); 0: kept for ever. Default: a day.
     pub disposed_after_ms: u64,
+    /// How long the registry keeps an accepted command's result, so that a retry with the
+    /// same request id gets the first result instead of being applied again (G2). From a
+    /// minute to a day (the default, also the longest); older results are forgotten by the
+    /// sweeper. A steady churn keeps this much of its results in every voter's memory.
+    #[serde(default = "default_request_results_ms")]
+    pub request_results_ms: u64,
+}
+
+fn default_request_results_ms() -> u64 {
+    lineage_registry::state::REQUEST_RETENTION_MS
 }
 
 /// `[shutdown]` (K1): what a node does on SIGTERM.
@@ -285,6 +295,7 @@ impl Default for NodeConfig {
             },
             retention: RetentionSection {
                 disposed_after_ms: lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
+                request_results_ms: default_request_results_ms(),
             },
             shutdown: ShutdownSection {
                 grace_ms: DEFAULT_GRACE_MS,
@@ -629,6 +640,19 @@ fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), NodeError> {
     if let Err((key, what)) = config.agents.validate() {
         return fail(&key, what);
     }
+    let results = config.retention.request_results_ms;
+    let (shortest, longest) = (
+        lineage_registry::state::MIN_RESULTS_KEPT_MS,
+        lineage_registry::state::REQUEST_RETENTION_MS,
+    );
+    if !(shortest..=longest).contains(&results) {
+        return fail(
+            "retention.request_results_ms",
+            format!(
+                "{results} ms is outside {shortest}..={longest} (a minute to a day): a client retries a write with its request id within its deadline, and the registry keeps results a day at most"
+            ),
+        );
+    }
     if config.shutdown.grace_ms > MAX_GRACE_MS {
         return fail(
             "shutdown.grace_ms",
@@ -932,6 +956,14 @@ mod tests {
                 "retention.disposed_after_ms",
             ),
             ("[retention]\nkeep = 1\n", "retention.keep"),
+            (
+                "[retention]\nrequest_results_ms = 59999\n",
+                "retention.request_results_ms",
+            ),
+            (
+                "[retention]\nrequest_results_ms = 86400001\n",
+                "retention.request_results_ms",
+            ),
             ("[shutdown]\ngrace_ms = -5\n", "shutdown.grace_ms"),
             ("[shutdown]\ngrace_ms = \"30s\"\n", "shutdown.grace_ms"),
             ("[shutdown]\ngrace_ms = 3600001\n", "shutdown.grace_ms"),

@@ -20,6 +20,7 @@
 //! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
 //! | `lineage_registry_snapshot_bytes`, `lineage_registry_snapshots_built_total`, `lineage_registry_snapshots_installed_total` | gauge, counter | voters only: size of the last snapshot built, snapshots built and installed since start |
+//! | `lineage_registry_request_results` | gauge | voters only: accepted commands' results kept for retries by request id (`retention.request_results_ms`) |
 //! | `lineage_otlp_spans_exported_total`, `_dropped_total`, `_failed_total` | counter | when OTLP export is on |
 
 use std::collections::BTreeMap;
@@ -316,6 +317,12 @@ impl MetricsPage {
                 "Snapshots received from a leader and installed since start.",
                 f.installed_total,
             );
+            p.single(
+                "lineage_registry_request_results",
+                "gauge",
+                "Accepted commands' results the registry keeps for retries by request id (retention.request_results_ms).",
+                f.request_results,
+            );
         }
         if let Some(o) = &self.otlp {
             p.single(
@@ -377,6 +384,7 @@ mod tests {
                 build: std::time::Duration::from_millis(1500),
                 build_bytes: 4096,
                 built_total: 2,
+                request_results: 17,
                 ..Default::default()
             }),
             otlp: Some(OtlpStats {
@@ -401,6 +409,7 @@ mod tests {
             "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.500",
             "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096",
             "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
+            "lineage_registry_request_results{node=\"node-1\"} 17",
             "lineage_live_agents{node=\"node-1\"} 2",
         ] {
             assert!(

@@ -90,6 +90,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .then(|| Duration::from_millis(config.lease.takeover_after_ms));
     host_cfg.disposed_after = (config.retention.disposed_after_ms > 0)
         .then(|| Duration::from_millis(config.retention.disposed_after_ms));
+    host_cfg.request_results_kept = (config.retention.request_results_ms
+        < lineage_registry::state::REQUEST_RETENTION_MS)
+        .then(|| Duration::from_millis(config.retention.request_results_ms));
     host_cfg.max_depth = Some(config.limits.max_depth);
     host_cfg.fan_out = lineage_core::fanout::FanOut {
         max_children: config.limits.max_children,

@@ -38,7 +38,8 @@ pub fn check_sender(cmd: &Command, sender: &str) -> Result<(), RegistryRefusal> 
         | Command::Dispose { .. }
         | Command::AppendRun { .. }
         | Command::SetDescriptor { .. }
-        | Command::Purge { .. } => None,
+        | Command::Purge { .. }
+        | Command::ForgetResults { .. } => None,
     };
     match acts_as {
         Some(node) if node != &sender => Err(RegistryRefusal::SenderMismatch {

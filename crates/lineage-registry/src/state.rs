@@ -86,6 +86,14 @@ enum Birth {
 /// Refused commands and retries change nothing, so they prune nothing.
 pub const REQUEST_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// The shortest idempotency window a cluster may configure ([`Command::ForgetResults`]): a
+/// minute, six times a registry client's default deadline (10 s), within which it retries a
+/// write with the same request id.
+pub const MIN_RESULTS_KEPT_MS: u64 = 60_000;
+
+/// The most stored results one [`Command::ForgetResults`] forgets (an apply stays short).
+pub const FORGET_BATCH: usize = 10_000;
+
 /// The stored first result of an accepted command, keyed by request id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestOutcome {
@@ -350,6 +358,7 @@ impl RegistryState {
                 disposed_after_ms,
                 ..
             } => self.purge(*at_ms, sessions, *disposed_after_ms),
+            Command::ForgetResults { at_ms, kept_ms, .. } => self.forget_results(*at_ms, *kept_ms),
         };
         if let (Some(id), Some(before)) = (target, before) {
             if let Some(record) = self.sessions.get(id) {
@@ -381,15 +390,40 @@ impl RegistryState {
     /// Drops the stored results older than [`REQUEST_RETENTION_MS`] before `now_ms`, oldest
     /// first (amortized: each stored result is removed once).
     fn prune_requests(&mut self, now_ms: u64) {
-        let cutoff = now_ms.saturating_sub(REQUEST_RETENTION_MS);
+        self.forget_before(now_ms.saturating_sub(REQUEST_RETENTION_MS), usize::MAX);
+    }
+
+    /// [`Command::ForgetResults`]: the results kept longer than `kept_ms` at `at_ms`, at most
+    /// [`FORGET_BATCH`].
+    fn forget_results(&mut self, at_ms: u64, kept_ms: u64) -> Refusal {
+        if kept_ms < MIN_RESULTS_KEPT_MS {
+            return Err(RegistryRefusal::Malformed {
+                reason: format!(
+                    "forget_results keeps results {kept_ms} ms; keep them at least {MIN_RESULTS_KEPT_MS} ms (a client retries a write with its request id within its deadline)"
+                ),
+            });
+        }
+        let (count, more) = self.forget_before(at_ms.saturating_sub(kept_ms), FORGET_BATCH);
+        Ok(CommandResponse::ResultsForgotten { count, more })
+    }
+
+    /// Drops up to `limit` stored results accepted before `cutoff_ms`, oldest first: how many,
+    /// and whether more are due.
+    fn forget_before(&mut self, cutoff_ms: u64, limit: usize) -> (u64, bool) {
+        let mut count = 0u64;
         while let Some((at_ms, _)) = self.requests_by_age.first() {
-            if *at_ms >= cutoff {
-                break;
+            if *at_ms >= cutoff_ms {
+                return (count, false);
+            }
+            if usize::try_from(count).unwrap_or(usize::MAX) >= limit {
+                return (count, true);
             }
             if let Some((_, id)) = self.requests_by_age.pop_first() {
                 self.requests.remove(&id);
+                count += 1;
             }
         }
+        (count, false)
     }
 
     /// `session`'s record, disposed or not; refused when there is none.
@@ -429,7 +463,8 @@ fn reindexed_session(cmd: &Command) -> Option<&SessionId> {
         | Command::CloseAdmission { .. }
         | Command::Heartbeat { .. }
         | Command::AppendRun { .. }
-        | Command::Purge { .. } => None,
+        | Command::Purge { .. }
+        | Command::ForgetResults { .. } => None,
     }
 }
 

@@ -375,6 +375,7 @@ fn load_snapshot(db: &Database, dir: &Path, stats: &StoreStats) -> Result<SmData
         let state: RegistryState = serde_json::from_slice(&data)
             .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
         stats.loaded(started.elapsed(), data.len() as u64);
+        stats.keeps_results(state.request_count());
         return Ok(SmData {
             state,
             last_applied: meta.last_log_id,
@@ -392,6 +393,7 @@ fn load_snapshot(db: &Database, dir: &Path, stats: &StoreStats) -> Result<SmData
             let state: RegistryState = serde_json::from_slice(data.value())
                 .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
             stats.loaded(started.elapsed(), data.value().len() as u64);
+            stats.keeps_results(state.request_count());
             Ok(SmData {
                 state,
                 last_applied: meta.last_log_id,
@@ -805,6 +807,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             out.push(response);
         }
+        self.stats.keeps_results(data.state.request_count());
         Ok(out)
     }
 
@@ -842,6 +845,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .data
             .write()
             .map_err(|_| write_err("state machine lock poisoned"))?;
+        self.stats.keeps_results(state.request_count());
         let old = std::mem::replace(&mut data.state, state);
         tokio::task::spawn_blocking(move || drop(old));
         data.last_applied = meta.last_log_id;

@@ -17,6 +17,7 @@ pub struct StoreStats {
     installed_total: AtomicU64,
     install_us: AtomicU64,
     install_bytes: AtomicU64,
+    request_results: AtomicU64,
 }
 
 /// A copy of [`StoreStats`] at one moment.
@@ -40,6 +41,9 @@ pub struct StoreFigures {
     pub install: Duration,
     /// Size of the last snapshot installed.
     pub install_bytes: u64,
+    /// Accepted commands' results the state keeps for retries by request id (G2, Q5), after
+    /// the last apply, load or install.
+    pub request_results: u64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -61,6 +65,12 @@ impl StoreStats {
     pub(crate) fn loaded(&self, took: Duration, bytes: u64) {
         self.load_us.store(micros(took), Ordering::Relaxed);
         self.load_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Records how many results the state keeps for retries now.
+    pub(crate) fn keeps_results(&self, n: usize) {
+        self.request_results
+            .store(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Records a snapshot built.
@@ -90,6 +100,7 @@ impl StoreStats {
             installed_total: self.installed_total.load(Ordering::Relaxed),
             install: us(&self.install_us),
             install_bytes: self.install_bytes.load(Ordering::Relaxed),
+            request_results: self.request_results.load(Ordering::Relaxed),
         }
     }
 }
@@ -111,7 +122,9 @@ mod tests {
         s.built(Duration::from_millis(3), 100);
         s.built(Duration::from_millis(5), 200);
         s.installed(Duration::from_millis(9), 300);
+        s.keeps_results(12);
         let f = s.figures();
+        assert_eq!(f.request_results, 12);
         assert_eq!((f.load, f.load_bytes), (Duration::from_millis(7), 10));
         assert_eq!(
             (f.built_total, f.build, f.build_bytes),

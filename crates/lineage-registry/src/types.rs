@@ -400,6 +400,21 @@ pub enum Command {
         /// The retention of disposed sessions.
         disposed_after_ms: u64,
     },
+    /// Q5, G2: forget the stored results of the commands accepted more than `kept_ms` before
+    /// `at_ms` (the idempotency window a cluster configures, `retention.request_results_ms`,
+    /// shorter than the built-in [`crate::state::REQUEST_RETENTION_MS`]), oldest first, at most
+    /// [`crate::state::FORGET_BATCH`]. A retry of a forgotten request is evaluated as a new
+    /// command. Refused (changing nothing) when `kept_ms` is under
+    /// [`crate::state::MIN_RESULTS_KEPT_MS`]. Its own result is not kept: applied again, it
+    /// forgets nothing more.
+    ForgetResults {
+        /// Idempotency key.
+        request_id: RequestId,
+        /// Caller's clock.
+        at_ms: u64,
+        /// How long a result is kept.
+        kept_ms: u64,
+    },
 }
 
 impl Command {
@@ -418,7 +433,8 @@ impl Command {
             | Command::Heartbeat { request_id, .. }
             | Command::AppendRun { request_id, .. }
             | Command::SetDescriptor { request_id, .. }
-            | Command::Purge { request_id, .. } => request_id,
+            | Command::Purge { request_id, .. }
+            | Command::ForgetResults { request_id, .. } => request_id,
         }
     }
 
@@ -437,7 +453,8 @@ impl Command {
             | Command::Heartbeat { at_ms, .. }
             | Command::AppendRun { at_ms, .. }
             | Command::SetDescriptor { at_ms, .. }
-            | Command::Purge { at_ms, .. } => *at_ms,
+            | Command::Purge { at_ms, .. }
+            | Command::ForgetResults { at_ms, .. } => *at_ms,
         }
     }
 
@@ -462,6 +479,7 @@ impl Command {
             Command::AppendRun { .. } => CommandKind::AppendRun,
             Command::SetDescriptor { .. } => CommandKind::SetDescriptor,
             Command::Purge { .. } => CommandKind::Purge,
+            Command::ForgetResults { .. } => CommandKind::ForgetResults,
         }
     }
 
@@ -472,7 +490,7 @@ impl Command {
     /// default 500 ms: 864,000 results a day in a cluster of 5 nodes).
     pub fn keeps_result(&self) -> bool {
         match self {
-            Command::Heartbeat { .. } => false,
+            Command::Heartbeat { .. } | Command::ForgetResults { .. } => false,
             Command::RegisterSession { .. }
             | Command::ConfirmStart { .. }
             | Command::ExpireStart { .. }
@@ -521,11 +539,13 @@ pub enum CommandKind {
     SetDescriptor,
     /// `purge`
     Purge,
+    /// `forget_results`
+    ForgetResults,
 }
 
 impl CommandKind {
     /// Every kind.
-    pub const ALL: [CommandKind; 13] = [
+    pub const ALL: [CommandKind; 14] = [
         CommandKind::RegisterSession,
         CommandKind::ConfirmStart,
         CommandKind::ExpireStart,
@@ -539,6 +559,7 @@ impl CommandKind {
         CommandKind::AppendRun,
         CommandKind::SetDescriptor,
         CommandKind::Purge,
+        CommandKind::ForgetResults,
     ];
 
     /// The wire name, e.g. `register_session`.
@@ -557,6 +578,7 @@ impl CommandKind {
             CommandKind::AppendRun => "append_run",
             CommandKind::SetDescriptor => "set_descriptor",
             CommandKind::Purge => "purge",
+            CommandKind::ForgetResults => "forget_results",
         }
     }
 }
@@ -661,6 +683,13 @@ pub enum CommandResponse {
     DescriptorSet {
         /// The session.
         session: SessionId,
+    },
+    /// Stored results were forgotten ([`Command::ForgetResults`]).
+    ResultsForgotten {
+        /// How many.
+        count: u64,
+        /// True when more were due than one command forgets: send another.
+        more: bool,
     },
     /// A rule refused the command; the state is untouched.
     Refused(RegistryRefusal),

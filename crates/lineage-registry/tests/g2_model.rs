@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lineage_core::depth::MaxDepth;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
-use lineage_registry::state::REQUEST_RETENTION_MS;
+use lineage_registry::state::{MIN_RESULTS_KEPT_MS, REQUEST_RETENTION_MS};
 use lineage_registry::{Admission, Command, CommandResponse, RegistryState, SessionState};
 use proptest::prelude::*;
 use serde_json::json;
@@ -74,6 +74,11 @@ enum Op {
         at: u8,
         lease: u8,
     },
+    /// The sweeper forgets the results kept longer than `KEPT[kept]`.
+    Forget {
+        req: u8,
+        kept: u8,
+    },
     /// The callers' clock moves on (no command).
     Advance {
         step: u8,
@@ -89,6 +94,13 @@ const STEPS: [u64; 5] = [
     REQUEST_RETENTION_MS + 1,
 ];
 
+/// What a forget keeps: too short (refused), the shortest window, a few hours.
+const KEPT: [u64; 3] = [
+    MIN_RESULTS_KEPT_MS - 1,
+    MIN_RESULTS_KEPT_MS,
+    REQUEST_RETENTION_MS / 5,
+];
+
 fn op() -> impl Strategy<Value = Op> {
     let r = 0u8..14;
     let id = 0u8..IDS;
@@ -100,7 +112,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (r.clone(), proptest::collection::vec(id.clone(), 1..3)).prop_map(|(req, ids)| Op::Close { req, ids }),
         2 => (r.clone(), id.clone()).prop_map(|(req, id)| Op::Dispose { req, id }),
         3 => (r.clone(), id.clone(), 0u8..3, 0u8..3).prop_map(|(req, id, node, expected)| Op::Confirm { req, id, node, expected }),
-        1 => (r, 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
+        1 => (r.clone(), 0u8..3, 0u8..50, 0u8..50).prop_map(|(req, node, at, lease)| Op::Heartbeat { req, node, at, lease }),
+        1 => (r, 0u8..KEPT.len() as u8).prop_map(|(req, kept)| Op::Forget { req, kept }),
         1 => (0u8..STEPS.len() as u8).prop_map(|step| Op::Advance { step }),
     ]
 }
@@ -141,6 +154,7 @@ fn at_ms(clock: u64, op: &Op) -> u64 {
             Op::Dispose { .. } => 5,
             Op::Confirm { .. } => 6,
             Op::Heartbeat { at, .. } => u64::from(*at),
+            Op::Forget { .. } => 7,
             Op::Advance { .. } => 0,
         }
 }
@@ -205,8 +219,9 @@ impl Model {
                 // Accepted: results more than the window older than this command are forgotten.
                 self.requests
                     .retain(|_, (_, _, stored)| *stored + REQUEST_RETENTION_MS >= at);
-                // A heartbeat's result is not kept (applied again, it changes nothing).
-                if kind != "heartbeat" {
+                // A heartbeat's result is not kept (applied again, it changes nothing), nor
+                // a forget's.
+                if kind != "heartbeat" && kind != "forget_results" {
                     self.requests.insert(req, (kind, s.clone(), at));
                 }
                 s
@@ -383,6 +398,15 @@ impl Model {
                 *e = (*e).max(end);
                 Ok(format!("lease:{e}"))
             }),
+            Op::Forget { req, kept } => self.apply("forget_results", req, at, |m| {
+                let kept = KEPT[usize::from(kept)];
+                if kept < MIN_RESULTS_KEPT_MS {
+                    return Err("malformed");
+                }
+                let before = m.requests.len();
+                m.requests.retain(|_, (_, _, stored)| *stored + kept >= at);
+                Ok(format!("forgotten:{}:false", before - m.requests.len()))
+            }),
             Op::Advance { step } => {
                 self.clock += STEPS[usize::from(step)];
                 "advanced".into()
@@ -494,6 +518,11 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             lease_ms: u64::from(lease),
             info: None,
         },
+        Op::Forget { req: r, kept } => Command::ForgetResults {
+            request_id: req(r),
+            at_ms: at,
+            kept_ms: KEPT[usize::from(kept)],
+        },
         Op::Advance { .. } => return None,
     })
 }
@@ -539,6 +568,7 @@ fn summarize(r: &CommandResponse) -> String {
         CommandResponse::RunAppended { runs, .. } => format!("runs:{runs}"),
         CommandResponse::DescriptorSet { .. } => "descriptor".into(),
         CommandResponse::UsageRecorded { .. } => "usage".into(),
+        CommandResponse::ResultsForgotten { count, more } => format!("forgotten:{count}:{more}"),
         CommandResponse::Refused(r) => format!("refused:{}", r.kind()),
     }
 }

@@ -565,3 +565,103 @@ fn refusal_messages_are_one_line() {
     let m = r.to_string();
     assert!(m.contains("register the parent first") && !m.contains('\n'));
 }
+
+/// A root registration `r{n}` of session `n` at `at_ms`.
+fn root_at(n: u32, at_ms: u64) -> Command {
+    let mut cmd = root_cmd(n, None);
+    if let Command::RegisterSession { at_ms: at, .. } = &mut cmd {
+        *at = at_ms;
+    }
+    cmd
+}
+
+fn forget(r: &str, at_ms: u64, kept_ms: u64) -> Command {
+    Command::ForgetResults {
+        request_id: rid(r),
+        at_ms,
+        kept_ms,
+    }
+}
+
+#[test]
+fn q5_g2_forget_results_drops_the_results_kept_longer_than_the_window_and_keeps_its_own_none() {
+    let mut s = RegistryState::new();
+    let first = s.apply(&root_at(1, 1_000));
+    s.apply(&root_at(2, 70_000));
+    let third = s.apply(&root_at(3, 130_000));
+    assert_eq!(s.request_count(), 3);
+
+    // Too short a window is refused and changes nothing.
+    let digest = s.digest();
+    let refused = s.apply(&forget("f0", 131_000, MIN_RESULTS_KEPT_MS - 1));
+    match refused {
+        CommandResponse::Refused(RegistryRefusal::Malformed { reason }) => {
+            assert!(reason.contains("at least 60000 ms"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.digest(), digest);
+
+    // A minute at 131 s: r1 (1 s) and r2 (70 s) are older than 71 s; r3 stays.
+    assert_eq!(
+        s.apply(&forget("f1", 131_000, 60_000)),
+        CommandResponse::ResultsForgotten {
+            count: 2,
+            more: false
+        }
+    );
+    assert_eq!(s.request_count(), 1);
+    assert!(
+        s.request_outcome(&rid("f1")).is_none(),
+        "its own is not kept"
+    );
+    // Applied again (a retry with its id, or the next sweep at the same time): nothing more.
+    assert_eq!(
+        s.apply(&forget("f1", 131_000, 60_000)),
+        CommandResponse::ResultsForgotten {
+            count: 0,
+            more: false
+        }
+    );
+    // A retry of a forgotten request is a new command; of a kept one, its first result.
+    assert_ne!(s.apply(&root_at(1, 1_000)), first);
+    assert!(matches!(
+        s.apply(&root_at(1, 1_000)),
+        CommandResponse::Refused(RegistryRefusal::DuplicateSession { .. })
+    ));
+    assert_eq!(s.apply(&root_at(3, 130_000)), third);
+
+    // Both copies of a snapshot forget the same.
+    let mut restored: RegistryState =
+        serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+    let later = forget("f2", 200_000, 60_000);
+    assert_eq!(restored.apply(&later), s.apply(&later));
+    assert_eq!(restored.digest(), s.digest());
+    assert_eq!(s.request_count(), 0);
+}
+
+#[test]
+fn q5_g2_forget_results_goes_in_batches() {
+    let mut s = RegistryState::new();
+    let n = u32::try_from(FORGET_BATCH).unwrap() + 5;
+    for i in 0..n {
+        s.apply(&root_at(i + 1, 1_000 + u64::from(i)));
+    }
+    assert_eq!(s.request_count(), FORGET_BATCH + 5);
+    let at = 1_000_000;
+    assert_eq!(
+        s.apply(&forget("f1", at, 60_000)),
+        CommandResponse::ResultsForgotten {
+            count: FORGET_BATCH as u64,
+            more: true
+        }
+    );
+    assert_eq!(
+        s.apply(&forget("f2", at, 60_000)),
+        CommandResponse::ResultsForgotten {
+            count: 5,
+            more: false
+        }
+    );
+    assert_eq!(s.request_count(), 0);
+}
