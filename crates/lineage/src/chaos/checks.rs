@@ -272,6 +272,15 @@ fn deliveries(
         };
         let child_log = c.log(id);
         let parent_log = c.log(parent);
+        // The parent was told of this child (`subagent/spawned`). A spawn the parent was told
+        // failed (its start answered too late, say) is disposed by the parent's node (a failed
+        // birth leaves no record that looks alive), even when the child did start: its agent
+        // then runs until its next registry write is refused, and a settlement it writes to
+        // its own log is never committed, so never notified (chaos seed 24, 2026-12-04). Such
+        // a child owes its parent no notice, only never more than it sent.
+        let told = of_kind(&parent_log, "subagent/spawned")
+            .iter()
+            .any(|e| e.data["child"] == id.as_str());
         for (kind, outbox) in [
             ("subagent-report", "outbox/report"),
             ("subagent-settled", "outbox/settled"),
@@ -289,7 +298,7 @@ fn deliveries(
             // A live parent reads its inbox (an idle root is `running`); a disposed one, a
             // drained root among them, reads no more.
             let reads = matches!(parent_record["state"].as_str(), Some("running" | "waiting"));
-            if got.len() > sent || (reads && got.len() != sent) {
+            if got.len() > sent || (reads && told && got.len() != sent) {
                 // What the server holds for the parent, and how its log ends: a notice never
                 // delivered, delivered and never acknowledged, or taken and dropped.
                 let tail = render_log(&parent_log[parent_log.len().saturating_sub(4)..]);
