@@ -240,17 +240,39 @@ fn q5_a_steady_churn_of_births_and_disposals_stays_bounded() {
     let mut done = 0usize;
     while done < cycles {
         let batch: Vec<usize> = (done..(done + window).min(cycles)).collect();
-        bus.rt.block_on(async {
+        let failed = bus.rt.block_on(async {
             let work = batch.iter().map(|n| {
                 let control = control.clone();
                 let body = spawn_body(*n);
                 async move {
-                    let spawned = control.spawn(&body).await.expect("spawn");
-                    control.drain(vec![spawned.session]).await.expect("drain");
+                    let spawned = control
+                        .spawn(&body)
+                        .await
+                        .map_err(|e| format!("spawn: {e}"))?;
+                    control
+                        .drain(vec![spawned.session])
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| format!("drain: {e}"))
                 }
             });
-            futures::future::join_all(work).await;
+            futures::future::join_all(work)
+                .await
+                .into_iter()
+                .find_map(Result::err)
         });
+        if let Some(e) = failed {
+            // The cluster's directory goes with it: keep the node logs to read.
+            let keep = std::env::temp_dir().join(format!("q5-churn-logs-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&keep);
+            for n in &c.nodes {
+                let _ = std::fs::copy(&n.log, keep.join(format!("{}.log", n.id)));
+            }
+            panic!(
+                "after {done} cycles, {e} (node logs kept in {})",
+                keep.display()
+            );
+        }
         done += batch.len();
         if done % (cycles / 10).max(window) < window || done == cycles {
             let counts = counts(&c);
