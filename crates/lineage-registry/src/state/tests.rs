@@ -665,3 +665,36 @@ fn q5_g2_forget_results_goes_in_batches() {
     );
     assert_eq!(s.request_count(), 0);
 }
+
+#[test]
+fn q4_the_index_built_in_bulk_is_the_index_apply_keeps() {
+    let mut s = RegistryState::new();
+    for root in [1u32, 100] {
+        s.apply(&root_cmd(root, None));
+        start(&mut s, root);
+        for k in 1..=5 {
+            let mut child = child_cmd(&s, root, root + k);
+            if let Command::RegisterSession { descriptor, .. } = &mut child {
+                let label = if k % 2 == 0 { "even" } else { "odd" };
+                *descriptor = Some(
+                    serde_json::json!({"provider": "scripted", "label": label, "mode": "continuable"}),
+                );
+            }
+            s.apply(&child);
+            if k != 3 {
+                start(&mut s, root + k);
+            }
+        }
+    }
+    s.apply(&Command::Dispose {
+        request_id: rid("d5"),
+        at_ms: 9,
+        session: sid(5),
+    });
+    let built = crate::listing::SessionIndex::build(s.sessions.values().map(|r| &**r));
+    assert_eq!(built, s.index);
+    assert_eq!(built.entries(), s.index.entries());
+    assert!(
+        built.count_in(SessionState::Disposed) == 1 && built.count_in(SessionState::Starting) == 2
+    );
+}
