@@ -667,7 +667,7 @@ fn q5_g2_forget_results_goes_in_batches() {
 }
 
 #[test]
-fn q4_the_index_built_in_bulk_is_the_index_apply_keeps() {
+fn q4_the_index_rebuilt_at_load_is_the_index_apply_keeps() {
     let mut s = RegistryState::new();
     for root in [1u32, 100] {
         s.apply(&root_cmd(root, None));
