@@ -32,7 +32,7 @@ use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::check_quorum::{quorum_lost_after, watch_quorum, StandAside};
+use crate::check_quorum::{watch_quorum, QuorumTimes, StandAside};
 use crate::client::RegistryClient;
 use crate::error::RegistryError;
 use crate::network::{chunk_size_for, serve_raft, NatsNetworkFactory};
@@ -200,7 +200,7 @@ impl RegistryNode {
         tasks.push(tokio::spawn(watch_quorum(
             raft.clone(),
             stand_aside,
-            quorum_lost_after(config.election_timeout_max),
+            QuorumTimes::for_election_timeout(config.election_timeout_max),
             stop_rx.clone(),
         )));
         tasks.push(tokio::spawn(trigger_snapshots(
