@@ -3,9 +3,13 @@
 //! the descriptor a spawn records, placed round-robin on three known nodes; each command
 //! decoded from its JSON as a member applies it) to a [`RegistryState`],
 //! counting every byte allocated (a counting global allocator), then times the snapshot
-//! encoding (JSON) and decoding (JSON plus the derived indexes rebuilt) of that state.
+//! encoding and decoding (the derived indexes rebuilt) of that state, in both layouts: version
+//! 1 (one JSON object) as the baseline, version 2 (parts on every core, `snapshot_codec`).
 //!
-//! Run: `cargo run --release -p lineage-registry --example state_memory -- 1000000`.
+//! Run: `cargo run --release -p lineage-registry --example state_memory -- 1000000`. With
+//! `STATE_MEMORY_RESULTS_KEPT_MS=60000` the registrations' request results are forgotten after
+//! the load (`forget_results`, as the retention sweeper does once they are older than
+//! `retention.request_results_ms`), so the figures are those of the sessions alone.
 //! `lineage bench scale` measures the same on a running cluster (RSS, Raft, disk).
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -116,6 +120,33 @@ fn main() {
         }
     }
     let apply = started.elapsed();
+    if let Some(kept_ms) = std::env::var("STATE_MEMORY_RESULTS_KEPT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        // Q5: the registration results a minute's window (or `kept_ms`) no longer keeps, as
+        // the retention sweeper forgets them in a cluster once the load is that old.
+        let at_ms = 1_000 + made as u64 + kept_ms + 1;
+        let mut forgotten = 0u64;
+        for batch in 0u64.. {
+            let cmd = Command::ForgetResults {
+                request_id: RequestId::parse(&format!("0190abcd-0000-7000-a000-{batch:012x}"))
+                    .expect("a valid request id"),
+                at_ms,
+                kept_ms,
+            };
+            match state.apply(&cmd) {
+                lineage_registry::CommandResponse::ResultsForgotten { count, more } => {
+                    forgotten += count;
+                    if !more {
+                        break;
+                    }
+                }
+                other => panic!("forget_results: {other:?}"),
+            }
+        }
+        println!("forgot {forgotten} request results older than {kept_ms} ms (retention.request_results_ms)");
+    }
     let bytes = live() - before;
     println!(
         "{} sessions applied in {apply:.2?} ({:.1} us each); {} B allocated per session (state machine alone: records, indexes, idempotency table)",
@@ -148,17 +179,38 @@ fn main() {
         std::fs::write(path, &encoded).expect("dump");
     }
     println!(
-        "snapshot encode (JSON): {:.1} MB in {:.2?} ({} B per session)",
+        "snapshot encode, version 1 (one JSON object, one core): {:.1} MB in {:.2?} ({} B per session)",
         encoded.len() as f64 / 1e6,
         t.elapsed(),
         encoded.len() / made
     );
     let t = Instant::now();
     let before_decode = live();
-    let decoded: RegistryState = serde_json::from_slice(&encoded).expect("the state decodes");
+    let decoded = RegistryState::decode_snapshot(&encoded).expect("the state decodes");
     let decoded_bytes = live() - before_decode;
     println!(
-        "snapshot decode (JSON, indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
+        "snapshot decode, version 1 (indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
+        t.elapsed(),
+        decoded.digest() == state.digest(),
+        decoded_bytes / made
+    );
+    drop(decoded);
+    drop(encoded);
+    let t = Instant::now();
+    let encoded = state.encode_snapshot().expect("the state encodes");
+    println!(
+        "snapshot encode, version 2 (parts on {} threads): {:.1} MB in {:.2?} ({} B per session)",
+        std::thread::available_parallelism().map_or(1, usize::from),
+        encoded.len() as f64 / 1e6,
+        t.elapsed(),
+        encoded.len() / made
+    );
+    let t = Instant::now();
+    let before_decode = live();
+    let decoded = RegistryState::decode_snapshot(&encoded).expect("the state decodes");
+    let decoded_bytes = live() - before_decode;
+    println!(
+        "snapshot decode, version 2 (indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
         t.elapsed(),
         decoded.digest() == state.digest(),
         decoded_bytes / made

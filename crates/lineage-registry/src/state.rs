@@ -34,6 +34,7 @@
 //! | `state/purge.rs` | disposed sessions purged past their retention (Q5) |
 //! | `state/queries.rs` | pages, subtrees, counts, sweeper reads, digest |
 //! | `state/share.rs` | one copy of each id's text in a state read from a snapshot |
+//! | `state/snapshot_codec.rs` | the snapshot's data in parts, encoded and decoded on every core |
 //! | `state/tests.rs` | unit tests |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -44,6 +45,7 @@ mod queries;
 mod register;
 mod release;
 mod share;
+pub mod snapshot_codec;
 mod usage;
 
 use lineage_core::budget::{Budget, BudgetSpent};
@@ -174,33 +176,67 @@ struct StateRepr {
     tombstone: Tombstone,
 }
 
+/// Past this many sessions the listing indexes are rebuilt on a thread of their own while the
+/// other derived structures are built (issue 13: restart time).
+const INDEX_ON_ITS_OWN_THREAD_PAST: usize = 10_000;
+
+/// The derived structures of a decoded state but the listing indexes and the usage sums.
+struct Derived {
+    requests_by_age: BTreeSet<(u64, RequestId)>,
+    births_by_deadline: BTreeSet<(u64, SessionId)>,
+    sessions_by_deadline: BTreeSet<(u64, SessionId)>,
+    disposed_by_age: BTreeSet<(u64, SessionId)>,
+}
+
+impl Derived {
+    fn of(repr: &StateRepr) -> Derived {
+        let sessions = || repr.sessions.values();
+        Derived {
+            requests_by_age: repr
+                .requests
+                .iter()
+                .map(|(id, outcome)| (outcome.at_ms, id.clone()))
+                .collect(),
+            births_by_deadline: sessions()
+                .filter(|r| r.state == SessionState::Starting)
+                .map(|r| (r.start_deadline_ms.unwrap_or(0), r.id().clone()))
+                .collect(),
+            sessions_by_deadline: sessions()
+                .filter(|r| r.state != SessionState::Disposed)
+                .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
+                .collect(),
+            disposed_by_age: sessions()
+                .filter(|r| r.state == SessionState::Disposed)
+                .map(|r| (r.updated_at_ms, r.id().clone()))
+                .collect(),
+        }
+    }
+}
+
 impl From<StateRepr> for RegistryState {
     fn from(mut repr: StateRepr) -> Self {
         share::share_ids(&mut repr.sessions, &repr.nodes, &mut repr.requests);
-        let requests_by_age = repr
-            .requests
-            .iter()
-            .map(|(id, outcome)| (outcome.at_ms, id.clone()))
-            .collect();
-        let births_by_deadline = repr
-            .sessions
-            .values()
-            .filter(|r| r.state == SessionState::Starting)
-            .map(|r| (r.start_deadline_ms.unwrap_or(0), r.id().clone()))
-            .collect();
-        let sessions_by_deadline = repr
-            .sessions
-            .values()
-            .filter(|r| r.state != SessionState::Disposed)
-            .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
-            .collect();
-        let index = SessionIndex::build(repr.sessions.values().map(|r| &**r));
-        let disposed_by_age = repr
-            .sessions
-            .values()
-            .filter(|r| r.state == SessionState::Disposed)
-            .map(|r| (r.updated_at_ms, r.id().clone()))
-            .collect();
+        let sessions = &repr.sessions;
+        let build_index = || SessionIndex::build(sessions.values().map(|r| &**r));
+        let (index, derived) = if sessions.len() <= INDEX_ON_ITS_OWN_THREAD_PAST {
+            (build_index(), Derived::of(&repr))
+        } else {
+            // The index is the largest derived structure: built beside the others.
+            std::thread::scope(|scope| {
+                let index = scope.spawn(build_index);
+                let derived = Derived::of(&repr);
+                match index.join() {
+                    Ok(index) => (index, derived),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            })
+        };
+        let Derived {
+            requests_by_age,
+            births_by_deadline,
+            sessions_by_deadline,
+            disposed_by_age,
+        } = derived;
         let mut state = Self {
             index,
             disposed_by_age,

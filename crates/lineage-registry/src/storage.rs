@@ -372,7 +372,7 @@ fn load_snapshot(db: &Database, dir: &Path, stats: &StoreStats) -> Result<SmData
     if let Some((meta, data)) = crate::snapshot_file::read(dir)? {
         let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(&meta)
             .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
-        let state: RegistryState = serde_json::from_slice(&data)
+        let state = RegistryState::decode_snapshot(&data)
             .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
         stats.loaded(started.elapsed(), data.len() as u64);
         stats.keeps_results(state.request_count());
@@ -390,7 +390,7 @@ fn load_snapshot(db: &Database, dir: &Path, stats: &StoreStats) -> Result<SmData
         (Some(meta), Some(data)) => {
             let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(meta.value())
                 .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
-            let state: RegistryState = serde_json::from_slice(data.value())
+            let state = RegistryState::decode_snapshot(data.value())
                 .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
             stats.loaded(started.elapsed(), data.value().len() as u64);
             stats.keeps_results(state.request_count());
@@ -728,7 +728,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             // Applies wait for the read lock: what they add after it is the next snapshot's.
             stats.captured();
             Ok((
-                serde_json::to_vec(&data.state).map_err(read_err)?,
+                data.state.encode_snapshot().map_err(read_err)?,
                 data.last_applied,
                 data.last_membership.clone(),
             ))
@@ -831,10 +831,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let signature = meta.signature();
         // Decoding (and later dropping) a large state takes seconds: on blocking threads.
         let state = blocking(move || {
-            let state: RegistryState = serde_json::from_slice(&bytes).map_err(|e| {
+            let state = RegistryState::decode_snapshot(&bytes).map_err(|e| {
                 StorageError::from(StorageIOError::read_snapshot(
                     Some(signature),
-                    AnyError::error(e.to_string()),
+                    AnyError::error(e),
                 ))
             })?;
             Self::persist_snapshot(&db, &dir, &meta2, &bytes)?;

@@ -1,0 +1,366 @@
+//! The snapshot's data in parts, encoded and decoded on every core (issue 13, scale: snapshot
+//! build, restart, install).
+//!
+//! A member's snapshot was the whole [`RegistryState`] as one JSON object: one core encoded it
+//! (seconds at a million sessions) and one core decoded it at every restart and install (most
+//! of a restart's 16.6 s). The data is now cut in parts that threads encode and decode side by
+//! side, and the derived indexes are rebuilt side by side too ([`RegistryState::from`]'s
+//! [`build_derived`]).
+//!
+//! Layout, version 2: the magic `LNSTATE2`; the part count `n` (u32, little endian); `n` part
+//! lengths (u64, little endian); the parts. Part 0 is a JSON object `{"nodes", "requests",
+//! "tombstone"}`; parts 1.. are JSON arrays of session records (each carries its id in its
+//! header, so the map's key is not written twice), in id order across parts. Data that begins
+//! with `{` is version 1, the whole state as one JSON object (snapshots written before
+//! version 2): still read. A member reading version 2 needs this code: upgrade every member
+//! before the leader sends a snapshot (ARCHITECTURE.md, "Storage").
+//!
+//! Bad data is an error naming what is wrong, never a panic: lengths are checked against the
+//! data, ids must ascend across parts, each part must decode.
+
+use std::collections::BTreeMap;
+
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::retention::Tombstone;
+use serde::{Deserialize, Serialize};
+
+use super::{RegistryState, RequestOutcome, StateRepr};
+use crate::types::{NodeRecord, SessionRecord};
+
+/// The first bytes of version-2 data.
+pub const SNAPSHOT_DATA_MAGIC: &[u8; 8] = b"LNSTATE2";
+
+/// Session records per part: small enough that the parts spread over the cores, large enough
+/// that the part table stays negligible (20 parts at a million sessions).
+pub const RECORDS_PER_PART: usize = 50_000;
+
+/// Part 0, written.
+#[derive(Serialize)]
+struct RestOut<'a> {
+    nodes: &'a BTreeMap<NodeId, NodeRecord>,
+    requests: &'a BTreeMap<RequestId, RequestOutcome>,
+    tombstone: &'a Tombstone,
+}
+
+/// Part 0, read.
+#[derive(Deserialize)]
+struct RestIn {
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    requests: BTreeMap<RequestId, RequestOutcome>,
+    #[serde(default)]
+    tombstone: Tombstone,
+}
+
+/// A decoded part.
+enum Part {
+    Rest(RestIn),
+    /// Boxed as the state's map keeps them: decoded into their boxes, never moved again.
+    #[allow(clippy::vec_box)]
+    Records(Vec<Box<SessionRecord>>),
+}
+
+/// How many threads share the work: the machine's cores, at most one per part.
+fn workers(parts: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, parts.max(1))
+}
+
+/// Runs `job` on every item, spread over [`workers`] threads in contiguous runs; the results
+/// in the items' order.
+fn on_every_core<T: Sync, R: Send>(items: &[T], job: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    let per = items.len().div_ceil(workers(items.len())).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .enumerate()
+            .map(|(c, chunk)| {
+                let job = &job;
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| job(c * per + i, item))
+                        .collect::<Vec<R>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(results) => results,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+impl RegistryState {
+    /// The snapshot data of this state (version 2, see the module docs).
+    pub fn encode_snapshot(&self) -> Result<Vec<u8>, String> {
+        self.encode_in_parts(RECORDS_PER_PART)
+    }
+
+    fn encode_in_parts(&self, per_part: usize) -> Result<Vec<u8>, String> {
+        let records: Vec<&SessionRecord> = self.sessions.values().map(|r| &**r).collect();
+        let chunks: Vec<&[&SessionRecord]> = records.chunks(per_part.max(1)).collect();
+        let rest = serde_json::to_vec(&RestOut {
+            nodes: &self.nodes,
+            requests: &self.requests,
+            tombstone: &self.tombstone,
+        })
+        .map_err(|e| format!("cannot encode the snapshot's nodes and requests: {e}"))?;
+        let mut parts = vec![rest];
+        for part in on_every_core(&chunks, |_, chunk| serde_json::to_vec(chunk)) {
+            parts.push(part.map_err(|e| format!("cannot encode session records: {e}"))?);
+        }
+        let total: usize = parts.iter().map(Vec::len).sum();
+        let mut out = Vec::with_capacity(12 + 8 * parts.len() + total);
+        out.extend_from_slice(SNAPSHOT_DATA_MAGIC);
+        let count = u32::try_from(parts.len()).map_err(|_| "too many snapshot parts")?;
+        out.extend_from_slice(&count.to_le_bytes());
+        for part in &parts {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        }
+        for part in parts {
+            out.extend_from_slice(&part);
+        }
+        Ok(out)
+    }
+
+    /// The state in snapshot data of either version (see the module docs); an error names
+    /// what is wrong with data that is not a whole snapshot.
+    pub fn decode_snapshot(data: &[u8]) -> Result<RegistryState, String> {
+        if data.first() == Some(&b'{') {
+            return serde_json::from_slice(data).map_err(|e| e.to_string());
+        }
+        let parts = split(data)?;
+        let decoded = on_every_core(&parts, |i, bytes| match i {
+            0 => serde_json::from_slice::<RestIn>(bytes)
+                .map(Part::Rest)
+                .map_err(|e| format!("part 0 (nodes and requests): {e}")),
+            _ => serde_json::from_slice::<Vec<Box<SessionRecord>>>(bytes)
+                .map(Part::Records)
+                .map_err(|e| format!("part {i} (session records): {e}")),
+        });
+        let mut rest = None;
+        let mut records = Vec::new();
+        for part in decoded {
+            match part? {
+                Part::Rest(r) if rest.is_none() => rest = Some(r),
+                Part::Rest(_) => return Err("more than one part of nodes and requests".into()),
+                Part::Records(mut r) => records.append(&mut r),
+            }
+        }
+        let rest = rest.ok_or("no part of nodes and requests")?;
+        let mut last: Option<&SessionId> = None;
+        for record in &records {
+            if last.is_some_and(|l| l >= record.id()) {
+                return Err(format!(
+                    "session records out of order at {} (each part's ids ascend past the last's)",
+                    record.id()
+                ));
+            }
+            last = Some(record.id());
+        }
+        // Ascending: the map is built in bulk, its nodes full.
+        let sessions: BTreeMap<SessionId, Box<SessionRecord>> =
+            records.into_iter().map(|r| (r.id().clone(), r)).collect();
+        Ok(RegistryState::from(StateRepr {
+            sessions,
+            nodes: rest.nodes,
+            requests: rest.requests,
+            tombstone: rest.tombstone,
+        }))
+    }
+}
+
+/// The parts of version-2 data, checked against its length.
+fn split(data: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let bad = |why: &str| format!("not lineage snapshot data: {why}");
+    if data.len() < 12 || &data[..8] != SNAPSHOT_DATA_MAGIC {
+        return Err(bad("it begins with neither `{` nor the magic LNSTATE2"));
+    }
+    let mut count = [0u8; 4];
+    count.copy_from_slice(&data[8..12]);
+    let count = u32::from_le_bytes(count) as usize;
+    let table_end = count
+        .checked_mul(8)
+        .and_then(|t| t.checked_add(12))
+        .filter(|end| *end <= data.len())
+        .ok_or_else(|| bad("its part table is cut short"))?;
+    let mut at = table_end;
+    let mut parts = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&data[12 + 8 * i..20 + 8 * i]);
+        let end = usize::try_from(u64::from_le_bytes(len))
+            .ok()
+            .and_then(|len| at.checked_add(len))
+            .filter(|end| *end <= data.len())
+            .ok_or_else(|| bad(&format!("part {i} runs past the end")))?;
+        parts.push(&data[at..end]);
+        at = end;
+    }
+    if at != data.len() {
+        return Err(bad("bytes after its last part"));
+    }
+    if parts.is_empty() {
+        return Err(bad("no parts"));
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Command;
+    use lineage_core::header::{child_session_meta, SessionHeader};
+
+    fn sid(n: u32) -> SessionId {
+        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012x}")).unwrap()
+    }
+
+    fn rid(n: u32) -> RequestId {
+        RequestId::parse(&format!("01936c1e-7a3b-7cde-9f00-{n:012x}")).unwrap()
+    }
+
+    /// Roots of `fan` hosted children each, `n` sessions in all; one child disposed.
+    fn state(n: u32, fan: u32) -> RegistryState {
+        let node = NodeId::parse("node-1").unwrap();
+        let mut s = RegistryState::new();
+        let mut root = None;
+        for k in 1..=n {
+            let header = match &root {
+                Some((_, h)) if (k - 1) % (fan + 1) != 0 => {
+                    child_session_meta(h, sid(k), 1, 0, None).unwrap()
+                }
+                _ => SessionHeader::top_level(sid(k), None, None),
+            };
+            if header.parent_session().is_none() {
+                root = Some((k, header.clone()));
+            }
+            let out = s.apply(&Command::RegisterSession {
+                request_id: rid(k),
+                at_ms: u64::from(k),
+                header,
+                descriptor: Some(
+                    serde_json::json!({"provider": "script", "label": format!("l{}", k % 3)}),
+                ),
+                max_depth: None,
+                fan_out: Default::default(),
+                budget: None,
+                node: Some(node.clone()),
+                run: None,
+                start_within_ms: None,
+                hosted: true,
+            });
+            assert!(
+                !matches!(out, crate::CommandResponse::Refused(_)),
+                "{out:?}"
+            );
+        }
+        let out = s.apply(&Command::Dispose {
+            request_id: rid(n + 1),
+            at_ms: u64::from(n) + 1,
+            session: sid(2),
+        });
+        assert!(
+            !matches!(out, crate::CommandResponse::Refused(_)),
+            "{out:?}"
+        );
+        s
+    }
+
+    #[test]
+    fn q5_g3_a_state_in_parts_decodes_to_the_same_state_and_version_1_still_reads() {
+        let s = state(40, 4);
+        for per_part in [1, 3, 40, 1_000] {
+            let data = s.encode_in_parts(per_part).unwrap();
+            assert_eq!(&data[..8], SNAPSHOT_DATA_MAGIC);
+            let back = RegistryState::decode_snapshot(&data).unwrap();
+            assert_eq!(back, s, "{per_part} per part");
+            assert_eq!(back.digest(), s.digest());
+            // The derived indexes too (they are not compared by `==` on every field).
+            assert_eq!(back.index, s.index);
+            assert_eq!(back.disposed_by_age, s.disposed_by_age);
+            assert_eq!(back.requests_by_age, s.requests_by_age);
+        }
+        let v1 = serde_json::to_vec(&s).unwrap();
+        let back = RegistryState::decode_snapshot(&v1).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.index, s.index);
+        let empty = RegistryState::new();
+        let back = RegistryState::decode_snapshot(&empty.encode_snapshot().unwrap()).unwrap();
+        assert_eq!(back, empty);
+    }
+
+    #[test]
+    fn q5_g3_past_the_threshold_the_index_built_on_its_own_thread_is_the_one_apply_keeps() {
+        let n = u32::try_from(super::super::INDEX_ON_ITS_OWN_THREAD_PAST).unwrap() + 50;
+        let s = state(n, 20);
+        let back = RegistryState::decode_snapshot(&s.encode_in_parts(997).unwrap()).unwrap();
+        assert_eq!(back.index, s.index);
+        assert_eq!(back.index.entries(), s.index.entries());
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn n3_bad_snapshot_data_is_a_one_line_error_not_a_panic() {
+        let s = state(12, 3);
+        let good = s.encode_in_parts(4).unwrap();
+        let count = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
+        assert_eq!(count, 4, "part 0 and three parts of four records");
+        let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", Vec::new(), "neither"),
+            ("garbage", b"garbage!garbage!".to_vec(), "neither"),
+            ("bad json", b"{not json".to_vec(), "key must be a string"),
+            ("table cut", good[..14].to_vec(), "part table is cut short"),
+            (
+                "data cut",
+                good[..good.len() - 1].to_vec(),
+                "runs past the end",
+            ),
+            (
+                "trailing",
+                [good.clone(), b"x".to_vec()].concat(),
+                "after its last part",
+            ),
+        ];
+        let mut huge = good.clone();
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        cases.push(("huge count", huge, "part table is cut short"));
+        let mut long = good.clone();
+        long[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+        cases.push(("huge length", long, "part 0 runs past the end"));
+        let mut none = SNAPSHOT_DATA_MAGIC.to_vec();
+        none.extend_from_slice(&0u32.to_le_bytes());
+        cases.push(("no parts", none, "no parts"));
+        // Parts 1 and 2 swapped (same lengths): ids out of order.
+        let table_end = 12 + 8 * count;
+        let lens: Vec<usize> = (0..count)
+            .map(|i| u64::from_le_bytes(good[12 + 8 * i..20 + 8 * i].try_into().unwrap()) as usize)
+            .collect();
+        let at = |i: usize| table_end + lens[..i].iter().sum::<usize>();
+        let mut swapped = good[..table_end].to_vec();
+        swapped[20..28].copy_from_slice(&(lens[2] as u64).to_le_bytes());
+        swapped[28..36].copy_from_slice(&(lens[1] as u64).to_le_bytes());
+        swapped.extend_from_slice(&good[at(0)..at(1)]);
+        swapped.extend_from_slice(&good[at(2)..at(3)]);
+        swapped.extend_from_slice(&good[at(1)..at(2)]);
+        swapped.extend_from_slice(&good[at(3)..]);
+        cases.push(("swapped", swapped, "out of order"));
+        // A records part where nodes and requests belong.
+        let mut wrong = good.clone();
+        wrong[table_end] = b'[';
+        cases.push(("wrong part 0", wrong, "part 0"));
+        for (what, data, expected) in cases {
+            let err = match RegistryState::decode_snapshot(&data) {
+                Ok(_) => panic!("{what}: decoded"),
+                Err(e) => e,
+            };
+            assert!(err.contains(expected), "{what}: {err}");
+            assert!(!err.contains('\n'), "{what}: {err}");
+        }
+    }
+}
