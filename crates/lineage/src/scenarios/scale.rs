@@ -98,8 +98,8 @@ async fn run(b: &Bench) -> Result<(), ControlError> {
         // The samples of `measure_at` are sessions too.
         made += 1 + sample_sizes().iter().map(|(_, n, _)| n).sum::<usize>();
     }
-    restart(b, None).await?;
-    restart(b, Some((made, places.as_slice()))).await?;
+    restart(b, made, None).await?;
+    restart(b, made, Some((made, places.as_slice()))).await?;
     println!(
         "writes retried with their request id after the client's 10 s deadline: {}",
         RETRIED.load(std::sync::atomic::Ordering::Relaxed)
@@ -278,11 +278,12 @@ async fn measure_at(
         let m = scrape(port).await;
         let get = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
         println!(
-            "  {node}: last snapshot built {:.1} MB in {:.2} s ({} built so far); applied index {}",
+            "  {node}: last snapshot built {:.1} MB in {:.2} s ({} built so far); applied index {}; request results kept {} (retention.request_results_ms)",
             get("lineage_registry_snapshot_bytes") / 1e6,
             get("lineage_registry_snapshot_build_seconds"),
             get("lineage_registry_snapshots_built_total"),
             get("lineage_raft_applied_index"),
+            get("lineage_registry_request_results"),
         );
     }
     Ok(())
@@ -358,7 +359,11 @@ async fn scrape(port: u16) -> BTreeMap<String, f64> {
 /// (Not a voter whose disk was wiped: Raft assumes a voter keeps what it acknowledged, and
 /// openraft's leader, which remembers the follower's matching index, never sends the snapshot
 /// to an empty log under the same id; a replaced disk is a membership change.)
-async fn restart(b: &Bench, lag: Option<(usize, &[NodeId])>) -> Result<(), ControlError> {
+async fn restart(
+    b: &Bench,
+    sessions: usize,
+    lag: Option<(usize, &[NodeId])>,
+) -> Result<(), ControlError> {
     let lagging = lag.is_some();
     let ports = http_ports(b).await;
     let leader = ports
@@ -395,6 +400,7 @@ async fn restart(b: &Bench, lag: Option<(usize, &[NodeId])>) -> Result<(), Contr
         url
     };
     let victim_last = victim_last_before;
+    let mut sessions = sessions;
     if let Some((made, places)) = lag {
         // Until the leader purged its log past what the stopped follower holds: then only a
         // snapshot can bring it back.
@@ -415,6 +421,7 @@ async fn restart(b: &Bench, lag: Option<(usize, &[NodeId])>) -> Result<(), Contr
             register_forest(b, 10, places, LAG_WRITERS).await?;
             more += 10 * TREE;
         }
+        sessions += more;
         println!(
             "  with {name} down: {more} more sessions registered in {:.1} s ({:.0} writes/s, two voters of three)",
             t.elapsed().as_secs_f64(),
@@ -474,6 +481,16 @@ async fn restart(b: &Bench, lag: Option<(usize, &[NodeId])>) -> Result<(), Contr
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A member that just loaded its state holds no history of the load: its RSS is what the
+    // state costs (plus the request results the window still keeps, and the allocator's).
+    if let Some((_, rss)) = node_rss(b).await.get(victim - 1) {
+        println!(
+            "  {name}'s RSS once caught up: {:.0} MiB ({:.0} B per session of {})",
+            *rss as f64 / 1048576.0,
+            *rss as f64 / sessions.max(1) as f64,
+            sessions
+        );
     }
     let ready = Instant::now();
     let c = b.cluster.lock().await;
