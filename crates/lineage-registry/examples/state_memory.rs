@@ -44,6 +44,9 @@ static ALLOCATOR: Counting = Counting;
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
+/// A snapshot layout's encoder.
+type Encode = fn(&RegistryState) -> Vec<u8>;
+
 fn id() -> SessionId {
     let n = NEXT.fetch_add(1, Relaxed);
     lineage_registry::bench::bench_session_id(0x0190_0000, n).expect("a valid bench id")
@@ -173,46 +176,36 @@ fn main() {
     let copy = state.clone();
     println!("clone of the state: {:.2?}", t.elapsed());
     drop(copy);
-    let t = Instant::now();
-    let encoded = serde_json::to_vec(&state).expect("the state encodes");
-    if let Ok(path) = std::env::var("STATE_MEMORY_DUMP") {
-        std::fs::write(path, &encoded).expect("dump");
+    let layouts: [(&str, Encode); 2] = [
+        ("version 1 (one JSON object, one core)", |s| {
+            serde_json::to_vec(s).expect("the state encodes")
+        }),
+        (
+            "version 2 (LZ4 parts; encoded on every core but one, decoded on every core)",
+            |s| s.encode_snapshot().expect("the state encodes"),
+        ),
+    ];
+    for (layout, encode) in layouts {
+        let t = Instant::now();
+        let encoded = encode(&state);
+        println!(
+            "snapshot encode, {layout}: {:.1} MB in {:.2?} ({} B per session)",
+            encoded.len() as f64 / 1e6,
+            t.elapsed(),
+            encoded.len() / made
+        );
+        if let Ok(path) = std::env::var("STATE_MEMORY_DUMP") {
+            std::fs::write(path, &encoded).expect("dump");
+        }
+        let t = Instant::now();
+        let before_decode = live();
+        let decoded = RegistryState::decode_snapshot(&encoded).expect("the state decodes");
+        let decoded_bytes = live() - before_decode;
+        println!(
+            "snapshot decode, {layout}, indexes rebuilt: {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
+            t.elapsed(),
+            decoded.digest() == state.digest(),
+            decoded_bytes / made
+        );
     }
-    println!(
-        "snapshot encode, version 1 (one JSON object, one core): {:.1} MB in {:.2?} ({} B per session)",
-        encoded.len() as f64 / 1e6,
-        t.elapsed(),
-        encoded.len() / made
-    );
-    let t = Instant::now();
-    let before_decode = live();
-    let decoded = RegistryState::decode_snapshot(&encoded).expect("the state decodes");
-    let decoded_bytes = live() - before_decode;
-    println!(
-        "snapshot decode, version 1 (indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
-        t.elapsed(),
-        decoded.digest() == state.digest(),
-        decoded_bytes / made
-    );
-    drop(decoded);
-    drop(encoded);
-    let t = Instant::now();
-    let encoded = state.encode_snapshot().expect("the state encodes");
-    println!(
-        "snapshot encode, version 2 (parts on {} threads): {:.1} MB in {:.2?} ({} B per session)",
-        std::thread::available_parallelism().map_or(1, usize::from),
-        encoded.len() as f64 / 1e6,
-        t.elapsed(),
-        encoded.len() / made
-    );
-    let t = Instant::now();
-    let before_decode = live();
-    let decoded = RegistryState::decode_snapshot(&encoded).expect("the state decodes");
-    let decoded_bytes = live() - before_decode;
-    println!(
-        "snapshot decode, version 2 (indexes rebuilt): {:.2?}; digest equal: {}; {} B allocated per session by the decoded state",
-        t.elapsed(),
-        decoded.digest() == state.digest(),
-        decoded_bytes / made
-    );
 }
