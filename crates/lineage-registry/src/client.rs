@@ -469,25 +469,6 @@ impl RegistryClient {
         }
     }
 
-    /// Q5, G2: forgets the stored results kept longer than `kept_ms` at `at_ms` (see
-    /// [`Command::ForgetResults`]); returns how many, and whether more are due.
-    pub async fn forget_results(
-        &self,
-        request_id: RequestId,
-        at_ms: u64,
-        kept_ms: u64,
-    ) -> Result<(u64, bool), RegistryError> {
-        let cmd = Command::ForgetResults {
-            request_id,
-            at_ms,
-            kept_ms,
-        };
-        match self.accepted(cmd).await? {
-            CommandResponse::ResultsForgotten { count, more } => Ok((count, more)),
-            other => Err(unexpected(&other)),
-        }
-    }
-
     /// Q5: the disposed sessions due to be purged at `now_ms`, oldest disposal first.
     pub async fn purge_candidates(
         &self,
