@@ -146,7 +146,7 @@ impl Shared {
             let record = match self.registry.session(session.clone()).await {
                 Ok(record) => record,
                 Err(e) => {
-                    tracing::warn!(%session, error = %e, "cannot check the placement after a lease lapse; checked again at the next renewal");
+                    tracing::warn!(%session, error = %e, "cannot check the placement of a live agent; checked again later");
                     all_checked = false;
                     continue;
                 }
@@ -163,7 +163,7 @@ impl Shared {
                 let disposed = record
                     .as_ref()
                     .is_some_and(|r| r.state == SessionState::Disposed);
-                tracing::warn!(%session, moved_to = %to, disposed, "this node's lease lapsed and the session moved or was disposed; its stale agent here stops");
+                tracing::warn!(%session, moved_to = %to, disposed, "the session moved or was disposed while its agent ran here; the stale agent stops");
                 handle.stop.cancel();
                 stopped.push(session);
             }

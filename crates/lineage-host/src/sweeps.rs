@@ -1,5 +1,6 @@
 //! The host's background loops, started by [`crate::host::Host::start`]: the lease heartbeat
-//! (and the placement check after a lapse, [`crate::fence`]), the birth sweeper (S1,
+//! (and the placement check after a lapse, [`crate::fence`]), the same check once per lease
+//! (a reconcile of the live agents with their records), the birth sweeper (S1,
 //! [`crate::births`]), the deadline, budget and retention sweeps on one tick (Q2, Q3, Q5:
 //! [`crate::deadlines`], [`crate::budgets`], [`crate::retention`]) and, when configured, the
 //! takeover of dead nodes' sessions (K1, [`crate::readopt`]). Each runs every period until
@@ -54,6 +55,21 @@ pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
                 "swept births that never started"
             ),
             Err(e) => tracing::warn!(error = %e, "birth sweep failed"),
+        }
+    });
+    // K1, X1, a reconcile: every live agent's record is read once per lease, not only after a
+    // lapse. An agent whose session was disposed or moved while this node held its lease stops,
+    // as after a lapse: a birth whose `start` answered after the parent's node had given up and
+    // disposed it (issue 12, `lineage chaos` seed 24; CI's seed 12 found one still live and
+    // idle 15 s later), a drain that disposed it in the registry alone. One registry read per
+    // live agent per lease.
+    every(shared, lease, true, |reconcile| async move {
+        let (stopped, _) = reconcile.fence_moved().await;
+        if !stopped.is_empty() {
+            tracing::info!(
+                stopped = stopped.len(),
+                "stopped live agents whose sessions were disposed or moved (reconcile)"
+            );
         }
     });
     // Q2, Q3, Q5 on one tick: subtrees past their deadline or budget are drained (stop reason
