@@ -2,9 +2,11 @@
 //!
 //! [`SessionIndex`] is derived from the state machine's records (never serialized, rebuilt on
 //! load, kept up to date by [`crate::RegistryState::apply`]): one ordered set of
-//! `(created_at_ms, id)` per root, parent, state, node and label, and one over every session.
-//! A query walks the smallest set its filter names (oldest first), checks the other filters on
-//! each record, and stops at the page's limit or after [`LIST_SCAN_MAX`] entries, whichever
+//! `(created_at_ms, id)` per root, parent, state, node and label. A query walks the smallest
+//! set its filter names (oldest first); one that names none walks the per-state sets merged
+//! (every session is in exactly one of them, so their merge is every session in order: no
+//! set over all sessions is kept, which saved about 60 B per session, issue 13). It checks the
+//! other filters on each record, and stops at the page's limit or after [`LIST_SCAN_MAX`] entries, whichever
 //! comes first: a page costs at most that many look-ups whatever the registry holds, and may
 //! be short (even empty) with a cursor to go on from. The age filter (`created_before_ms`) is
 //! the upper bound of the range walked, so it costs nothing.
@@ -142,7 +144,6 @@ impl MutableKey {
 /// The derived indexes a listing walks (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionIndex {
-    all: BTreeSet<Entry>,
     by_root: BTreeMap<SessionId, BTreeSet<Entry>>,
     by_parent: BTreeMap<SessionId, BTreeSet<Entry>>,
     by_state: BTreeMap<SessionState, BTreeSet<Entry>>,
@@ -176,7 +177,6 @@ impl SessionIndex {
     /// Adds a new record.
     pub(crate) fn insert(&mut self, record: &SessionRecord) {
         let entry: Entry = (record.created_at_ms, record.id().clone());
-        self.all.insert(entry.clone());
         put(
             &mut self.by_root,
             record.header.root_session().clone(),
@@ -222,7 +222,6 @@ impl SessionIndex {
     /// Removes a record (purged).
     pub fn remove(&mut self, record: &SessionRecord) {
         let entry: Entry = (record.created_at_ms, record.id().clone());
-        self.all.remove(&entry);
         take(&mut self.by_root, record.header.root_session(), &entry);
         if let Some(parent) = record.header.parent_session() {
             take(&mut self.by_parent, parent, &entry);
@@ -230,8 +229,9 @@ impl SessionIndex {
         self.remove_mutable(&MutableKey::of(record), &entry);
     }
 
-    /// The smallest index set the filter names (`None`: a named key has no session at all).
-    fn driving_set(&self, filter: &ListFilter) -> Option<&BTreeSet<Entry>> {
+    /// The smallest index set the filter names: `Some(None)` when it names none (every
+    /// session: the per-state sets, merged), `None` when a named key has no session at all.
+    fn driving_set(&self, filter: &ListFilter) -> Option<Option<&BTreeSet<Entry>>> {
         let mut named: Vec<Option<&BTreeSet<Entry>>> = Vec::new();
         if let Some(root) = &filter.root {
             named.push(self.by_root.get(root));
@@ -249,7 +249,7 @@ impl SessionIndex {
             named.push(self.by_label.get(label));
         }
         if named.is_empty() {
-            return Some(&self.all);
+            return Some(None);
         }
         let mut smallest: Option<&BTreeSet<Entry>> = None;
         for set in named {
@@ -258,7 +258,7 @@ impl SessionIndex {
                 smallest = Some(set);
             }
         }
-        smallest
+        smallest.map(Some)
     }
 
     /// One page: the records after `after` (oldest first) that match `filter`, at most
@@ -272,20 +272,26 @@ impl SessionIndex {
         limit: u32,
     ) -> (Vec<SessionRecord>, Option<ListCursor>) {
         let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
-        let Some(set) = self.driving_set(filter) else {
+        let Some(driving) = self.driving_set(filter) else {
             return (Vec::new(), None);
         };
         let lower = match after {
             Some(c) => Bound::Excluded((c.created_at_ms, c.id.clone())),
             None => Bound::Unbounded,
         };
+        let sets: Vec<&BTreeSet<Entry>> = match driving {
+            Some(set) => vec![set],
+            None => self.by_state.values().collect(),
+        };
         let mut out = Vec::new();
         let mut examined = 0usize;
         let mut last: Option<&Entry> = None;
-        let mut walk = set
-            .range((lower, Bound::Unbounded))
-            .take_while(|(at, _)| filter.created_before_ms.is_none_or(|t| *at < t))
-            .peekable();
+        let mut walk = Merged::new(
+            sets.into_iter()
+                .map(|set| set.range((lower.clone(), Bound::Unbounded))),
+        )
+        .take_while(|(at, _)| filter.created_before_ms.is_none_or(|t| *at < t))
+        .peekable();
         for entry in walk.by_ref() {
             examined += 1;
             last = Some(entry);
@@ -319,11 +325,41 @@ impl SessionIndex {
         fn sum<K>(m: &BTreeMap<K, BTreeSet<Entry>>) -> usize {
             m.values().map(BTreeSet::len).sum()
         }
-        self.all.len()
-            + sum(&self.by_root)
+        sum(&self.by_root)
             + sum(&self.by_parent)
             + sum(&self.by_state)
             + sum(&self.by_node)
             + sum(&self.by_label)
+    }
+}
+
+/// Ordered walks of disjoint sets merged into one ordered walk (a page over every session:
+/// the per-state sets, a handful).
+struct Merged<'a, I: Iterator<Item = &'a Entry>> {
+    walks: Vec<std::iter::Peekable<I>>,
+}
+
+impl<'a, I: Iterator<Item = &'a Entry>> Merged<'a, I> {
+    fn new(walks: impl IntoIterator<Item = I>) -> Self {
+        Merged {
+            walks: walks.into_iter().map(Iterator::peekable).collect(),
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a Entry>> Iterator for Merged<'a, I> {
+    type Item = &'a Entry;
+
+    fn next(&mut self) -> Option<&'a Entry> {
+        let mut smallest: Option<(usize, &'a Entry)> = None;
+        for (i, walk) in self.walks.iter_mut().enumerate() {
+            if let Some(&head) = walk.peek() {
+                if smallest.is_none_or(|(_, s)| head < s) {
+                    smallest = Some((i, head));
+                }
+            }
+        }
+        let (i, _) = smallest?;
+        self.walks[i].next()
     }
 }

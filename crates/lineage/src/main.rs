@@ -29,6 +29,14 @@ mod telemetry;
 
 use clap::{CommandFactory, FromArgMatches};
 
+/// The global allocator: mimalloc, which hands freed pages back to the system and keeps a
+/// registry member's heap close to what its state holds (issue 13; glibc's malloc kept the
+/// holes a decode and the idempotency table's churn leave). Off with
+/// `--no-default-features` (the system allocator).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let matches = cli::Cli::command().get_matches();
     let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -8,6 +8,8 @@
 //!    measures the registry alone; a child carries the descriptor a spawn records;
 //! 2. at 10% and at 100%: register latency (1 and 64 clients, children of a fresh root), each
 //!    node's RSS growth per session, and the last snapshot each member built (size, time);
+//!    then, when the nodes' results window is short, RSS per session again once the load's
+//!    request results are forgotten ([`settled`]);
 //! 3. restart: a follower is SIGKILLed and started again on the same disk; time to its first
 //!    answer and until it applied what the leader had applied, and its load time at open;
 //! 4. catch-up from a snapshot: a follower is SIGKILLed, the others register until the leader
@@ -98,6 +100,7 @@ async fn run(b: &Bench) -> Result<(), ControlError> {
         // The samples of `measure_at` are sessions too.
         made += 1 + sample_sizes().iter().map(|(_, n, _)| n).sum::<usize>();
     }
+    settled(b, made, &rss0).await;
     restart(b, made, None).await?;
     restart(b, made, Some((made, places.as_slice()))).await?;
     println!(
@@ -287,6 +290,61 @@ async fn measure_at(
         );
     }
     Ok(())
+}
+
+/// The longest results window the bench waits out ([`settled`]): a configured window longer
+/// than this (the default is a day) is not waited for.
+const SETTLE_WINDOW_LIMIT: Duration = Duration::from_secs(120);
+
+/// Memory per session once the last writes' request results are forgotten: the results are
+/// bounded by time (writes per `retention.request_results_ms`), not by sessions, so at the
+/// last checkpoint each member still holds the last window's. When the nodes' window (the
+/// `LINEAGE_RETENTION__REQUEST_RESULTS_MS` they inherit) is at most [`SETTLE_WINDOW_LIMIT`],
+/// waits (bounded: the window plus a minute) until every member keeps at most one result per
+/// thousand sessions, then prints each member's RSS per session again.
+async fn settled(b: &Bench, made: usize, rss0: &[(String, u64)]) {
+    let window = std::env::var("LINEAGE_RETENTION__REQUEST_RESULTS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    let Some(window) = window.filter(|w| *w <= SETTLE_WINDOW_LIMIT) else {
+        println!(
+            "-- settled: not measured (LINEAGE_RETENTION__REQUEST_RESULTS_MS unset or over {} s: the results of the load are kept for the whole window) --",
+            SETTLE_WINDOW_LIMIT.as_secs()
+        );
+        return;
+    };
+    let started = Instant::now();
+    let limit = window + Duration::from_secs(60);
+    let few = (made / 1000) as f64;
+    let kept = loop {
+        let mut kept = Vec::new();
+        for (node, port) in http_ports(b).await {
+            let m = scrape(port).await;
+            kept.push((node, m.get("lineage_registry_request_results").copied()));
+        }
+        let done = kept.iter().all(|(_, k)| k.is_some_and(|k| k <= few));
+        if done || started.elapsed() >= limit {
+            break kept;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    println!(
+        "-- settled: {:.0?} after the last checkpoint (results window {} s), no writes --",
+        started.elapsed(),
+        window.as_secs()
+    );
+    let rss = node_rss(b).await;
+    for (((node, now), (_, before)), (_, results)) in rss.iter().zip(rss0).zip(&kept) {
+        let grown = now.saturating_sub(*before);
+        println!(
+            "  {node}: RSS {:.0} MiB (+{:.0} MiB since the start: {:.0} B per session); request results kept {}",
+            *now as f64 / 1048576.0,
+            grown as f64 / 1048576.0,
+            grown as f64 / made as f64,
+            results.map_or("unknown".to_owned(), |r| format!("{r:.0}"))
+        );
+    }
 }
 
 /// RSS of each node process, bytes.
