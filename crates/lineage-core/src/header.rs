@@ -58,16 +58,54 @@ pub struct SessionHeader {
     root_session: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     origin: Option<Origin>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delegation_depth: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed_length: Option<u64>,
+    #[serde(skip_serializing_if = "Number::is_none")]
+    delegation_depth: Number,
+    #[serde(skip_serializing_if = "Number::is_none")]
+    seed_length: Number,
     #[serde(skip_serializing_if = "Option::is_none")]
     cwd: Option<Box<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     agent_preset: Option<Box<AgentPreset>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deadline_at_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Number::is_none")]
+    deadline_at_ms: Number,
+}
+
+/// An optional non-negative number in 8 bytes where `Option<u64>` takes 16 (issue 13: the
+/// registry holds a million headers): `u64::MAX` stands for none. A header's numbers are safe
+/// integers (at most 2^53-1), so no valid value is lost; a larger one is kept as
+/// `u64::MAX - 1`, which [`SessionHeader::validate`] refuses as it refused the value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Number(u64);
+
+impl Number {
+    const NONE: Number = Number(u64::MAX);
+
+    fn new(value: Option<u64>) -> Self {
+        match value {
+            Some(v) => Number(v.min(u64::MAX - 1)),
+            None => Number::NONE,
+        }
+    }
+
+    fn get(self) -> Option<u64> {
+        (self.0 != u64::MAX).then_some(self.0)
+    }
+
+    fn is_none(&self) -> bool {
+        self.0 == u64::MAX
+    }
+}
+
+impl std::fmt::Debug for Number {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl Serialize for Number {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(s)
+    }
 }
 
 /// Its schema is that of what the wire may carry ([`RawHeader`]); the rules serde cannot
@@ -140,11 +178,11 @@ impl TryFrom<RawHeader> for SessionHeader {
             id: raw.id,
             parent_session: raw.parent_session,
             origin,
-            delegation_depth: number("delegation_depth", raw.delegation_depth)?,
-            seed_length: number("seed_length", raw.seed_length)?,
+            delegation_depth: Number::new(number("delegation_depth", raw.delegation_depth)?),
+            seed_length: Number::new(number("seed_length", raw.seed_length)?),
             cwd: raw.cwd.map(String::into_boxed_str),
             agent_preset: raw.agent_preset.map(Box::new),
-            deadline_at_ms: number("deadline_at_ms", raw.deadline_at_ms)?,
+            deadline_at_ms: Number::new(number("deadline_at_ms", raw.deadline_at_ms)?),
         };
         header.validate()?;
         Ok(header)
@@ -163,11 +201,11 @@ impl SessionHeader {
             id,
             parent_session: None,
             origin: None,
-            delegation_depth: None,
-            seed_length: None,
+            delegation_depth: Number::NONE,
+            seed_length: Number::NONE,
             cwd: cwd.map(String::into_boxed_str),
             agent_preset: agent_preset.map(Box::new),
-            deadline_at_ms: None,
+            deadline_at_ms: Number::NONE,
         }
     }
 
@@ -176,10 +214,10 @@ impl SessionHeader {
     /// deadline: the result is always `min(parent's, requested)`). `None` changes nothing.
     /// Only for building a header at birth: once registered, a header is frozen.
     pub fn with_deadline(mut self, requested: Option<u64>) -> Self {
-        self.deadline_at_ms = match (self.deadline_at_ms, requested) {
+        self.deadline_at_ms = Number::new(match (self.deadline_at_ms.get(), requested) {
             (Some(current), Some(requested)) => Some(current.min(requested)),
             (current, requested) => current.or(requested),
-        };
+        });
         self
     }
 
@@ -192,9 +230,9 @@ impl SessionHeader {
             })
         };
         for (field, value) in [
-            ("delegation_depth", self.delegation_depth),
-            ("seed_length", self.seed_length),
-            ("deadline_at_ms", self.deadline_at_ms),
+            ("delegation_depth", self.delegation_depth.get()),
+            ("seed_length", self.seed_length.get()),
+            ("deadline_at_ms", self.deadline_at_ms.get()),
         ] {
             if value.is_some_and(|v| v > MAX_SAFE_INTEGER) {
                 return bad(
@@ -203,7 +241,7 @@ impl SessionHeader {
                 );
             }
         }
-        if self.seed_length == Some(0) {
+        if self.seed_length.get() == Some(0) {
             return bad("seed_length", "is only written when greater than 0");
         }
         match (&self.parent_session, self.origin) {
@@ -214,7 +252,7 @@ impl SessionHeader {
                 if self.root_session == self.id {
                     return bad("root_session", "a child cannot be the root of its own tree");
                 }
-                if self.delegation_depth.is_none_or(|d| d < 1) {
+                if self.delegation_depth.get().is_none_or(|d| d < 1) {
                     return bad("delegation_depth", "a subagent must have depth 1 or more");
                 }
             }
@@ -231,7 +269,7 @@ impl SessionHeader {
                 if self.root_session != self.id {
                     return bad("root_session", "a top-level session is its own root");
                 }
-                if self.delegation_depth.is_some_and(|d| d != 0) {
+                if self.delegation_depth.get().is_some_and(|d| d != 0) {
                     return bad("delegation_depth", "a top-level session has depth 0");
                 }
             }
@@ -275,11 +313,11 @@ impl SessionHeader {
     }
     /// The frozen delegation depth, if written (children always have one).
     pub fn delegation_depth(&self) -> Option<u64> {
-        self.delegation_depth
+        self.delegation_depth.get()
     }
     /// How many log events were inherited from a fork seed (only present when > 0).
     pub fn seed_length(&self) -> Option<u64> {
-        self.seed_length
+        self.seed_length.get()
     }
     /// The working directory inherited from the parent, if any.
     pub fn cwd(&self) -> Option<&str> {
@@ -292,7 +330,7 @@ impl SessionHeader {
     /// The absolute deadline of this session's subtree (Q2, ms since the Unix epoch), if it has
     /// one: at it, the deadline sweeper drains the subtree with stop reason `deadline`.
     pub fn deadline_at_ms(&self) -> Option<u64> {
-        self.deadline_at_ms
+        self.deadline_at_ms.get()
     }
     /// True when the header says this session is a subagent.
     pub fn is_subagent(&self) -> bool {
@@ -318,8 +356,8 @@ pub fn child_session_meta(
         parent_session: Some(parent.id.clone()),
         root_session: parent.root_session.clone(),
         origin: Some(Origin::Subagent),
-        delegation_depth: Some(child_depth),
-        seed_length: (lineage_seed_length > 0).then_some(lineage_seed_length),
+        delegation_depth: Number::new(Some(child_depth)),
+        seed_length: Number::new((lineage_seed_length > 0).then_some(lineage_seed_length)),
         cwd: parent.cwd.clone(),
         agent_preset: composed_preset.map(Box::new),
         deadline_at_ms: parent.deadline_at_ms,

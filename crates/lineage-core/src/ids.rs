@@ -85,10 +85,12 @@ macro_rules! token_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $strict:expr) => {
         $(#[$doc])*
         ///
-        /// Shared text: a clone (an index entry, a child in its parent's set) is a reference
-        /// count, not a copy (issue 13: a million sessions in the registry).
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(std::sync::Arc<str>);
+        /// Shared text in one thin pointer: a clone (an index entry, a child in its parent's
+        /// set) is a reference count, not a copy, and every place that holds the id holds 8
+        /// bytes (issue 13: a million sessions in the registry; `Arc<str>` took 16). Equality,
+        /// order and hash are those of the text.
+        #[derive(Clone)]
+        pub struct $name(triomphe::ThinArc<(), u8>);
 
         impl $name {
             /// Parses and validates an id; the error names the input and what is wrong with it.
@@ -102,24 +104,55 @@ macro_rules! token_id {
                         reason: "it is not UUID or ULID text",
                     });
                 }
-                Ok(Self(std::sync::Arc::from(input)))
+                Ok(Self(triomphe::ThinArc::from_header_and_slice(
+                    (),
+                    input.as_bytes(),
+                )))
             }
 
             /// The id as text, usable as one NATS subject token.
             pub fn as_str(&self) -> &str {
-                &self.0
+                // Only ASCII text that `parse` checked is ever stored, so this is never empty
+                // for a failed conversion.
+                std::str::from_utf8(&self.0.slice).unwrap_or_default()
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.0.ptr() == other.0.ptr() || self.0.slice == other.0.slice
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl PartialOrd for $name {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $name {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.0.slice.cmp(&other.0.slice)
+            }
+        }
+
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.as_str().hash(state)
             }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.as_str())
             }
         }
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({})", stringify!($name), self.0)
+                write!(f, "{}({})", stringify!($name), self.as_str())
             }
         }
 
@@ -132,7 +165,7 @@ macro_rules! token_id {
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
+                s.serialize_str(self.as_str())
             }
         }
 
@@ -202,6 +235,31 @@ mod tests {
 
     const V7: &str = "01936c1e-7a3b-7cde-8f00-0123456789ab";
     const ULID: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+
+    #[test]
+    fn an_id_is_one_thin_pointer_compared_ordered_and_hashed_as_its_text() {
+        use std::hash::{BuildHasher, RandomState};
+        // Issue 13: every place that holds an id (map keys, index entries, headers) pays this.
+        assert_eq!(std::mem::size_of::<SessionId>(), 8);
+        assert_eq!(std::mem::size_of::<Option<SessionId>>(), 8);
+        let texts = ["node-1", "node-10", "node-2", "Node-2", "a", "a_b", "z"];
+        let hasher = RandomState::new();
+        for a in texts {
+            let (x, x2) = (NodeId::parse(a).unwrap(), NodeId::parse(a).unwrap());
+            assert_eq!(x, x2, "two copies of {a} are equal");
+            assert_eq!(
+                hasher.hash_one(&x),
+                hasher.hash_one(a),
+                "{a} hashes as its text"
+            );
+            assert_eq!(format!("{x} {x:?}"), format!("{a} NodeId({a})"));
+            for b in texts {
+                let y = NodeId::parse(b).unwrap();
+                assert_eq!(x.cmp(&y), a.cmp(b), "{a} vs {b}");
+                assert_eq!(x == y, a == b, "{a} == {b}");
+            }
+        }
+    }
 
     #[test]
     fn ids_accept_uuid_and_ulid_text() {

@@ -66,9 +66,10 @@ pub struct SessionRecord {
     /// when empty (most sessions are leaves: a smaller snapshot) and read as empty when absent.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub children: BTreeSet<SessionId>,
-    /// Runs of this session, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub runs: Vec<RunId>,
+    /// Runs of this session, oldest first (one pointer inline, `ThinVec`: most records hold
+    /// none or one, and every record pays its inline size; issue 13).
+    #[serde(default, skip_serializing_if = "thin_vec::ThinVec::is_empty")]
+    pub runs: thin_vec::ThinVec<RunId>,
     /// The max depth in force for this session's subtree, if one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u64>,
@@ -112,7 +113,7 @@ impl SessionRecord {
             state,
             admission: Admission::Open,
             children: BTreeSet::new(),
-            runs: Vec::new(),
+            runs: thin_vec::ThinVec::new(),
             max_depth: None,
             created_at_ms: 0,
             updated_at_ms: 0,

@@ -1,6 +1,6 @@
 //! One copy of each id's text in a state read from a snapshot (issue 13, memory per session).
 //!
-//! Ids are shared text (`Arc<str>`): a state built by `apply` keeps one copy of each session id
+//! Ids are shared text (one thin reference-counted pointer): a state built by `apply` keeps one copy of each session id
 //! (the map key, the header, the parent's child set, the indexes and the idempotency result
 //! all point at it) and of each node id. A state decoded from a snapshot has a copy per place
 //! instead (serde reads each occurrence on its own): about six copies of each session id, which

@@ -418,7 +418,7 @@ fn k1_claim_records_the_run_and_running_state_in_the_same_write() {
     ));
     let r = s.session(&sid(1)).unwrap();
     assert_eq!(r.state, SessionState::Running);
-    assert_eq!(r.runs, vec![run.clone()]);
+    assert_eq!(r.runs.as_slice(), std::slice::from_ref(&run));
     assert_eq!(r.updated_at_ms, 9);
 }
 
