@@ -140,6 +140,9 @@ fn q_scale_bench_reports_memory_snapshots_restart_and_a_snapshot_catch_up() {
     }
     for needle in [
         "B per session",
+        // Measured only with a results window of at most 2 minutes (a minute's wait); here
+        // the line says why not.
+        "-- settled: ",
         "last snapshot built",
         "load at open (read the snapshot, rebuild the state)",
         "snapshot installed in",
