@@ -25,6 +25,7 @@
 //! two parents, cold-resumed on node-3 while their stale agents still ran on node-5, without a
 //! settlement notice).
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,10 @@ use lineage_core::lease::{fence_after_ms, holds_lease, lapsed, lease_margin_ms, 
 use lineage_registry::types::{SessionRecord, SessionState};
 
 use crate::host::Shared;
+
+/// Up to this many live agents, a placement check reads each one's record; past it, the
+/// node's placements in one walk ([`Shared::fence_moved`]).
+pub const READ_EACH_UP_TO: usize = 32;
 
 /// How often a reader waiting for the lease looks again ([`Shared::until_lease_held`]).
 const LEASE_LOOK_EVERY: Duration = Duration::from_millis(50);
@@ -134,39 +139,73 @@ impl Shared {
 
     /// Stops every live agent whose session is placed on another node now, or disposed: the
     /// ones stopped, and whether every placement could be read.
+    ///
+    /// Up to [`READ_EACH_UP_TO`] live agents, each one's record is read; past it, the node's
+    /// undisposed placements are read in one walk (listing pages of the registry's node
+    /// index, `sessions_on_node`), and an agent whose session is not among them stops: one
+    /// bounded walk a lease instead of a linearizable read per agent.
+    ///
+    /// What is stopped is the agent that was live when the check began (its stop token is
+    /// taken before anything is read), never a later one: a session that moved away and back
+    /// here while the registry was read has a new agent here, which the stale answer must not
+    /// stop.
     pub(crate) async fn fence_moved(self: &Arc<Self>) -> (Vec<SessionId>, bool) {
-        let live: Vec<SessionId> = self
+        let live: Vec<(SessionId, CancellationToken)> = self
             .agents
             .lock()
-            .map(|agents| agents.keys().cloned().collect())
+            .map(|agents| {
+                agents
+                    .iter()
+                    .map(|(session, handle)| (session.clone(), handle.stop.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
+        let placed_here: Option<HashSet<SessionId>> = if live.len() > READ_EACH_UP_TO {
+            match self.registry.sessions_on_node(self.node().clone()).await {
+                Ok(records) => Some(records.iter().map(|r| r.header.id().clone()).collect()),
+                Err(e) => {
+                    tracing::warn!(error = %e, agents = live.len(), "cannot read the placements of this node's live agents; checked again later");
+                    return (Vec::new(), false);
+                }
+            }
+        } else {
+            None
+        };
         let mut stopped = Vec::new();
         let mut all_checked = true;
-        for session in live {
-            let record = match self.registry.session(session.clone()).await {
-                Ok(record) => record,
-                Err(e) => {
-                    tracing::warn!(%session, error = %e, "cannot check the placement of a live agent; checked again later");
-                    all_checked = false;
-                    continue;
-                }
-            };
-            if !stale_here(record.as_ref(), self.node()) {
+        for (session, stop) in live {
+            if stop.is_cancelled() {
                 continue;
             }
-            if let Some(handle) = self.handle(&session) {
-                let to = record
-                    .as_ref()
-                    .and_then(|r| r.placement.as_ref())
-                    .map(|p| p.node.to_string())
-                    .unwrap_or_else(|| "nowhere".to_owned());
-                let disposed = record
-                    .as_ref()
-                    .is_some_and(|r| r.state == SessionState::Disposed);
-                tracing::warn!(%session, moved_to = %to, disposed, "the session moved or was disposed while its agent ran here; the stale agent stops");
-                handle.stop.cancel();
-                stopped.push(session);
+            let (stale, to, disposed) = match &placed_here {
+                Some(placed) => (!placed.contains(&session), None, None),
+                None => match self.registry.session(session.clone()).await {
+                    Ok(record) => (
+                        stale_here(record.as_ref(), self.node()),
+                        record
+                            .as_ref()
+                            .and_then(|r| r.placement.as_ref())
+                            .map(|p| p.node.to_string()),
+                        Some(
+                            record
+                                .as_ref()
+                                .is_some_and(|r| r.state == SessionState::Disposed),
+                        ),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(%session, error = %e, "cannot check the placement of a live agent; checked again later");
+                        all_checked = false;
+                        continue;
+                    }
+                },
+            };
+            if !stale || stop.is_cancelled() {
+                continue;
             }
+            let to = to.unwrap_or_else(|| "elsewhere or nowhere".to_owned());
+            tracing::warn!(%session, moved_to = %to, ?disposed, "the session moved or was disposed while its agent ran here; the stale agent stops");
+            stop.cancel();
+            stopped.push(session);
         }
         (stopped, all_checked)
     }

@@ -4,16 +4,25 @@
 //! disposed behind its node's back (a birth whose `start` answered after the parent's node had
 //! given up and disposed it; a drain that disposed it in the registry alone) ran on until its
 //! next registry write was refused: a long turn to its end. Now every live agent's record is
-//! read once per lease (`sweeps.rs`).
+//! read once per lease (`sweeps.rs`); past `READ_EACH_UP_TO` live agents, in one walk of the
+//! node's placements instead of a read per agent.
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use lineage_core::ids::RequestId;
-use lineage_host::RegistryPort;
-use lineage_registry::types::{Command, CommandResponse};
+use lineage_bus::Subjects;
+use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_drivers::driver::BoxFuture;
+use lineage_host::fence::READ_EACH_UP_TO;
+use lineage_host::{
+    Host, HostConfig, HostDeps, HostError, RegistryPort, ScriptDrivers, SystemClock,
+};
+use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k1_x1_an_agent_whose_session_is_disposed_behind_its_node_stops_within_a_lease() {
@@ -55,4 +64,166 @@ async fn k1_x1_an_agent_whose_session_is_disposed_behind_its_node_stops_within_a
         || async { !a.is_live(&child) },
     )
     .await;
+}
+
+/// The memory registry, counting the reads a reconcile makes.
+#[derive(Clone)]
+struct CountingRegistry {
+    inner: lineage_host::MemoryRegistry,
+    record_reads: Arc<AtomicUsize>,
+    node_walks: Arc<AtomicUsize>,
+}
+
+impl RegistryPort for CountingRegistry {
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
+        self.inner.write(command)
+    }
+    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        self.record_reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.session(id)
+    }
+    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        self.inner.subtree(root)
+    }
+    fn is_ancestor(
+        &self,
+        ancestor: SessionId,
+        descendant: SessionId,
+    ) -> BoxFuture<'_, Result<bool, HostError>> {
+        self.inner.is_ancestor(ancestor, descendant)
+    }
+    fn sessions_on_node(
+        &self,
+        node: NodeId,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        self.node_walks.fetch_add(1, Ordering::Relaxed);
+        self.inner.sessions_on_node(node)
+    }
+    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
+        self.inner.nodes()
+    }
+    fn overdue_births(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        self.inner.overdue_births(now_ms, limit)
+    }
+    fn overdue_deadlines(
+        &self,
+        now_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        self.inner.overdue_deadlines(now_ms, limit)
+    }
+    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
+        self.inner.spent_budgets(limit)
+    }
+    fn spent_budget_over(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>> {
+        self.inner.spent_budget_over(session)
+    }
+    fn purge_candidates(
+        &self,
+        now_ms: u64,
+        disposed_after_ms: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>> {
+        self.inner
+            .purge_candidates(now_ms, disposed_after_ms, limit)
+    }
+}
+
+/// Past `READ_EACH_UP_TO` live agents, a reconcile reads the node's placements in one walk a
+/// lease, not one record per agent, and still stops exactly the agent whose session was
+/// disposed behind the node's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_one() {
+    let cluster = MemCluster::start();
+    let counting = CountingRegistry {
+        inner: cluster.registry.clone(),
+        record_reads: Arc::new(AtomicUsize::new(0)),
+        node_walks: Arc::new(AtomicUsize::new(0)),
+    };
+    let mut cfg = HostConfig::new(
+        NodeId::parse("node-a").unwrap(),
+        Subjects::new(CLUSTER).unwrap(),
+    );
+    cfg.lease = Duration::from_secs(3);
+    cfg.heartbeat_every = Duration::from_millis(500);
+    cfg.request_timeout = Duration::from_secs(10);
+    cfg.one_shot_timeout = Duration::from_secs(30);
+    let a = Host::start(
+        cfg,
+        HostDeps::with_ports(
+            lineage_bus::BusPorts::memory(&cluster.bus),
+            Arc::new(counting.clone()) as Arc<dyn RegistryPort>,
+            Arc::new(SystemClock),
+            Arc::new(ScriptDrivers),
+        ),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("host");
+    let long_turn =
+        r#"{"turns": [[{"do": "sleep", "ms": 60000}, {"do": "reply", "content": "late"}]]}"#;
+    let (root, first) = root_and_continuable_child(&a, long_turn, "go").await;
+    let mut children = vec![first];
+    while children.len() < READ_EACH_UP_TO + 8 {
+        let child = a
+            .spawn(child_request(
+                &root,
+                lineage_core::descriptor::SubagentShape::Continuable,
+                script(long_turn),
+                "go",
+            ))
+            .await
+            .expect("child");
+        children.push(child.session);
+    }
+    for child in &children {
+        wait_for_async(Duration::from_secs(20), "every child live", || async {
+            a.is_live(child)
+        })
+        .await;
+    }
+
+    let target = children[READ_EACH_UP_TO / 2].clone();
+    let disposed = cluster
+        .registry
+        .write(Command::Dispose {
+            request_id: RequestId::parse("0190abcd-0000-7000-8000-00000000d15f").unwrap(),
+            at_ms: 1,
+            session: target.clone(),
+        })
+        .await
+        .expect("the registry answers");
+    assert!(
+        !matches!(disposed, CommandResponse::Refused(_)),
+        "{disposed:?}"
+    );
+    let reads_before = counting.record_reads.load(Ordering::Relaxed);
+    let walks_before = counting.node_walks.load(Ordering::Relaxed);
+    wait_for_async(
+        Duration::from_secs(8),
+        "node-a's agent of the disposed child stopped",
+        || async { !a.is_live(&target) },
+    )
+    .await;
+    assert!(
+        counting.node_walks.load(Ordering::Relaxed) > walks_before,
+        "the placements were read in a walk"
+    );
+    let reads = counting.record_reads.load(Ordering::Relaxed) - reads_before;
+    assert!(
+        reads < READ_EACH_UP_TO,
+        "{reads} record reads while {} agents were checked: not one per agent",
+        children.len() + 1
+    );
+    for child in children.iter().filter(|c| **c != target) {
+        assert!(a.is_live(child), "{child} was not disposed and still runs");
+    }
+    assert!(a.is_live(&root));
 }

@@ -572,7 +572,9 @@ impl RegistryClient {
                 ReadReply::Done { result } => Attempt::Done(Ok(CallOk::Read(result))),
                 ReadReply::NotLeader { leader } => Attempt::Redirect(leader),
                 ReadReply::Unavailable { reason } => Attempt::Retry(reason),
-                ReadReply::Malformed { reason } => Attempt::Done(Err(RegistryError::Codec(reason))),
+                ReadReply::Malformed { reason } | ReadReply::TooLarge { reason } => {
+                    Attempt::Done(Err(RegistryError::Codec(reason)))
+                }
             })
             .await?;
         match out {
@@ -684,18 +686,40 @@ impl RegistryClient {
         }
     }
 
-    /// Undisposed sessions placed on `node`.
+    /// The undisposed sessions placed on `node`, oldest first: Q4 listing pages of the node's
+    /// index walked to the end (each reply bounded under max_payload, each page a bounded
+    /// walk), so a node that hosts thousands of sessions is read whole. Each page is its own
+    /// read at `consistency`: a session placed or moved during the walk may be missed or seen
+    /// with its new values (re-adoption reads a dead node's sessions, which do not move but
+    /// by a takeover, and a takeover claims them with fencing).
     pub async fn sessions_on_node(
         &self,
         node: NodeId,
         consistency: Consistency,
     ) -> Result<Vec<SessionRecord>, RegistryError> {
-        match self
-            .query(Query::SessionsOnNode { node }, consistency)
-            .await?
-        {
-            QueryResult::Sessions(r) => Ok(r),
-            other => Err(unexpected_read(&other)),
+        let filter = crate::listing::ListFilter {
+            node: Some(node),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (page, next) = self
+                .list_page(
+                    filter.clone(),
+                    after,
+                    crate::listing::LIST_PAGE_MAX,
+                    consistency,
+                )
+                .await?;
+            out.extend(
+                page.into_iter()
+                    .filter(|r| r.state != crate::types::SessionState::Disposed),
+            );
+            match next {
+                Some(cursor) => after = Some(cursor),
+                None => return Ok(out),
+            }
         }
     }
 

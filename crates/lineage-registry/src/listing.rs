@@ -315,6 +315,15 @@ impl SessionIndex {
         (out, next)
     }
 
+    /// The sessions whose latest placement is on `node`, oldest first (disposed ones too,
+    /// until they are purged).
+    pub fn placed_on<'a>(&'a self, node: &NodeId) -> impl Iterator<Item = &'a SessionId> + 'a {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flat_map(|set| set.iter().map(|(_, id)| id))
+    }
+
     /// How many sessions are in `state`.
     pub fn count_in(&self, state: SessionState) -> usize {
         self.by_state.get(&state).map_or(0, BTreeSet::len)

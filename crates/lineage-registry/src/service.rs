@@ -146,7 +146,33 @@ pub(crate) fn read_failure(reply: &ReadReply) -> Option<lineage_bus::service::Se
             503,
             &format!("registry unavailable: {reason}"),
         )),
+        ReadReply::TooLarge { reason } => Some(ServiceFailure::new(
+            413,
+            &format!("registry answer too large: {reason}"),
+        )),
     }
+}
+
+/// Room left in a message for its headers (the service error headers, a trace context).
+const REPLY_HEADROOM: usize = 4096;
+
+/// `reply` encoded, or a `too_large` reply when it would not fit in one message of at most
+/// `max_payload` bytes (NATS drops such a publish and the caller would wait out its deadline).
+pub(crate) fn encode_read_reply(
+    reply: ReadReply,
+    max_payload: usize,
+) -> Result<(Vec<u8>, ReadReply), serde_json::Error> {
+    let body = serde_json::to_vec(&reply)?;
+    if body.len() + REPLY_HEADROOM <= max_payload {
+        return Ok((body, reply));
+    }
+    let too_large = ReadReply::TooLarge {
+        reason: format!(
+            "the answer is {} bytes, more than this server's max_payload of {max_payload} bytes allows; read it in pages (list_sessions with a filter, subtree_page)",
+            body.len()
+        ),
+    };
+    Ok((serde_json::to_vec(&too_large)?, too_large))
 }
 
 #[derive(Clone)]
@@ -227,9 +253,10 @@ impl Server {
                     );
                     tokio::spawn(async move {
                         let reply = this.read(&request.message.payload).instrument(span).await;
-                        let failure = read_failure(&reply);
-                        match serde_json::to_vec(&reply) {
-                            Ok(body) => {
+                        let max_payload = this.nats.server_info().max_payload;
+                        match encode_read_reply(reply, max_payload) {
+                            Ok((body, reply)) => {
+                                let failure = read_failure(&reply);
                                 if let Err(e) = lineage_bus::service::respond(
                                     &this.nats, request, body, failure, &sink,
                                 )

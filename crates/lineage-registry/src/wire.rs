@@ -83,7 +83,9 @@ pub enum Query {
         /// The candidate descendant.
         descendant: SessionId,
     },
-    /// Undisposed sessions placed on a node.
+    /// Undisposed sessions placed on a node, all in one answer (from the node index): past
+    /// about 2,000 sessions the answer exceeds max_payload and comes back `too_large`;
+    /// `RegistryClient::sessions_on_node` walks [`Query::ListSessions`] pages instead.
     SessionsOnNode {
         /// The node.
         node: NodeId,
@@ -248,6 +250,12 @@ pub enum ReadReply {
     /// The request could not be decoded.
     Malformed {
         /// Why.
+        reason: String,
+    },
+    /// The answer is larger than one NATS message may carry (the server's `max_payload`):
+    /// read it in pages instead (`list_sessions`, `subtree_page`).
+    TooLarge {
+        /// How large, and what to read instead.
         reason: String,
     },
 }

@@ -142,12 +142,14 @@ impl RegistryState {
         false
     }
 
-    /// Sessions placed on `node` that are not disposed.
+    /// Sessions placed on `node` that are not disposed, oldest first: from the node index (a
+    /// walk of what was placed there, not a scan of every session). All of them in one answer:
+    /// a client walks [`crate::listing`] pages instead (`RegistryClient::sessions_on_node`).
     pub fn sessions_on_node(&self, node: &NodeId) -> Vec<SessionRecord> {
-        self.sessions
-            .values()
+        self.index
+            .placed_on(node)
+            .filter_map(|id| self.sessions.get(id))
             .filter(|r| r.state != SessionState::Disposed)
-            .filter(|r| r.placement.as_ref().is_some_and(|p| &p.node == node))
             .map(|r| (**r).clone())
             .collect()
     }
