@@ -24,7 +24,7 @@
 //! answer carries its higher term; the old leader steps down, and the election that follows is
 //! won by the member with the longest log.
 //!
-//! [`next_phase`] is the rule (a pure function over [`Phase`]); [`watch_quorum`] applies it to
+//! [`next_phase`] is the rule (a pure function over [`Phase`]); `watch_quorum` applies it to
 //! the member's metrics and the time, and sets the flag the network reads ([`StandAside`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -29,7 +29,7 @@
 //! | `hedge` | a read sends another copy while none has answered (a stopped member holds its queue subscription) | G3, N3 |
 //! | [`error`] | [`RegistryError`], the crate's one error enum | |
 //! | [`identity`] | the writer's identity: a node heartbeats and claims only as itself | Z2 |
-//! | [`bench`] | the register-child benchmark's method (cargo bench and `lineage bench registry`) | G1 |
+//! | [`bench`](mod@bench) | the register-child benchmark's method (cargo bench and `lineage bench registry`) | G1 |
 
 #![deny(missing_docs)]
 

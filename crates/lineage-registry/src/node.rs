@@ -14,7 +14,7 @@
 //! Writes are group-committed: openraft 0.9 appends and fsyncs every `client_write` on its own,
 //! one after the other, so one command per entry caps the leader at one fsync per command. The
 //! member instead queues the commands it receives and proposes them as one entry (a
-//! [`CommandBatch`]) whenever fewer than [`MAX_BATCHES_IN_FLIGHT`] entries of its own are still
+//! [`CommandBatch`](crate::types::CommandBatch)) whenever fewer than [`MAX_BATCHES_IN_FLIGHT`] entries of its own are still
 //! on their way to being applied: under load, everything that arrived meanwhile goes into the
 //! next entry (one fsync on the leader, one on each follower, for all of it); alone, a command
 //! goes at once. Each command is answered only after its entry is committed (fsync'd on a

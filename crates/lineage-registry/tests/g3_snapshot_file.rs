@@ -1,6 +1,6 @@
 //! G3 at scale (issue 13): a snapshot is due after *commands* in proportion to the state (a
 //! leader batches many commands into one entry), it lives in its own file beside the redb
-//! store, and a restart loads it.
+//! store, and a restart loads it (a damaged one is refused: N3).
 
 mod common;
 
@@ -103,6 +103,27 @@ async fn g3_batched_commands_trigger_a_snapshot_file_that_a_restart_loads() {
     for n in nodes {
         n.shutdown().await.unwrap();
     }
+
+    // N3: one byte of member 3's snapshot file damaged (near its end: the last part of the
+    // state data) is refused at open, one line naming the directory, never loaded as a
+    // different state.
+    let file = path(&dirs[2]).join(SNAPSHOT_FILE);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 5;
+    bytes[at] ^= 0x01;
+    std::fs::write(&file, &bytes).unwrap();
+    let mut c = config(3, &path(&dirs[2]));
+    c.snapshot_commands_since_last = 50;
+    let err = match RegistryNode::start(c, connect(&server).await).await {
+        Ok(_) => panic!("a member loaded a damaged snapshot"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("fails its checksum")
+            && err.contains(&path(&dirs[2]).display().to_string())
+            && !err.contains('\n'),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,18 +8,21 @@
 //! member serves meanwhile), and the listing index is rebuilt beside the other derived
 //! structures (`RegistryState::from`).
 //!
-//! Layout, version 2: the magic `LNSTATE2`; the part count `n` (u32, little endian); `n` pairs
-//! of lengths (u64, little endian: the part as stored, the part's JSON); the parts. Each part
-//! is JSON compressed as one LZ4 block (`lz4_flex`, pure Rust: about a sixth of the JSON's
-//! size here, and faster to write, fsync, send and read than the JSON). Part 0 is a JSON object
-//! `{"nodes", "requests", "tombstone"}`; parts 1.. are JSON arrays of session records (each
-//! carries its id in its header, so the map's key is not written twice), in id order across
-//! parts. Data that begins with `{` is version 1, the whole state as one JSON object
-//! (snapshots written before version 2): still read. A member reading version 2 needs this
-//! code: upgrade every member before the leader sends a snapshot (ARCHITECTURE.md, "Storage").
+//! Layout, version 3: the magic `LNSTATE3`; the part count `n` (u32, little endian); `n`
+//! entries of three u64 words (little endian: the part's length as stored, its JSON's length,
+//! the CRC-32 of the part as stored); the parts. Each part is JSON compressed as one LZ4 block
+//! (`lz4_flex`, pure Rust: about a sixth of the JSON's size here, and faster to write, fsync,
+//! send and read than the JSON). Part 0 is a JSON object `{"nodes", "requests", "tombstone"}`;
+//! parts 1.. are JSON arrays of session records (each carries its id in its header, so the
+//! map's key is not written twice), in id order across parts. Still read: version 2 (the magic
+//! `LNSTATE2`, entries of two words, no checksums) and version 1, data that begins with `{`
+//! (the whole state as one JSON object). A member reading version 3 needs this code: upgrade
+//! every member before the leader sends a snapshot (ARCHITECTURE.md, "Storage").
 //!
 //! Bad data is an error naming what is wrong, never a panic: lengths are checked against the
-//! data, ids must ascend across parts, each part must decode.
+//! data, each part against its checksum (a damaged byte anywhere in version-3 data is refused,
+//! never decoded into another state: etcd checks its snap files the same way), ids must ascend
+//! across parts, each part must decode.
 
 use std::collections::BTreeMap;
 
@@ -30,8 +33,10 @@ use serde::{Deserialize, Serialize};
 use super::{RegistryState, RequestOutcome, StateRepr};
 use crate::types::{NodeRecord, SessionRecord};
 
-/// The first bytes of version-2 data.
-pub const SNAPSHOT_DATA_MAGIC: &[u8; 8] = b"LNSTATE2";
+/// The first bytes of the data this build writes (version 3: a checksum per part).
+pub const SNAPSHOT_DATA_MAGIC: &[u8; 8] = b"LNSTATE3";
+/// The first bytes of version-2 data (no checksums), still read.
+const VERSION_2_MAGIC: &[u8; 8] = b"LNSTATE2";
 
 /// Session records per part: small enough that the parts spread over the cores, large enough
 /// that the part table stays negligible (20 parts at a million sessions).
@@ -116,7 +121,7 @@ fn on_every_core<T: Sync, R: Send>(
 }
 
 impl RegistryState {
-    /// The snapshot data of this state (version 2, see the module docs).
+    /// The snapshot data of this state (version 3, see the module docs).
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, String> {
         self.encode_in_parts(RECORDS_PER_PART)
     }
@@ -137,20 +142,23 @@ impl RegistryState {
                 Some(chunk) => serde_json::to_vec(chunk)
                     .map_err(|e| format!("cannot encode session records: {e}"))?,
             };
-            Ok::<_, String>((lz4_flex::block::compress(&json), json.len() as u64))
+            let stored = lz4_flex::block::compress(&json);
+            let checksum = crc32fast::hash(&stored);
+            Ok::<_, String>((stored, json.len() as u64, checksum))
         })
         .into_iter()
         .collect::<Result<Vec<_>, String>>()?;
-        let total: usize = parts.iter().map(|(p, _)| p.len()).sum();
-        let mut out = Vec::with_capacity(12 + 16 * parts.len() + total);
+        let total: usize = parts.iter().map(|(p, _, _)| p.len()).sum();
+        let mut out = Vec::with_capacity(12 + ENTRY_V3 * parts.len() + total);
         out.extend_from_slice(SNAPSHOT_DATA_MAGIC);
         let count = u32::try_from(parts.len()).map_err(|_| "too many snapshot parts")?;
         out.extend_from_slice(&count.to_le_bytes());
-        for (stored, raw) in &parts {
+        for (stored, raw, checksum) in &parts {
             out.extend_from_slice(&(stored.len() as u64).to_le_bytes());
             out.extend_from_slice(&raw.to_le_bytes());
+            out.extend_from_slice(&u64::from(*checksum).to_le_bytes());
         }
-        for (stored, _) in parts {
+        for (stored, _, _) in parts {
             out.extend_from_slice(&stored);
         }
         Ok(out)
@@ -174,8 +182,8 @@ impl RegistryState {
         let mut records = Vec::new();
         for part in decoded {
             match part? {
-                Part::Rest(r) if rest.is_none() => rest = Some(r),
-                Part::Rest(_) => return Err("more than one part of nodes and requests".into()),
+                // Only part 0 decodes as nodes and requests.
+                Part::Rest(r) => rest = Some(r),
                 Part::Records(mut r) => records.append(&mut r),
             }
         }
@@ -219,18 +227,31 @@ fn expands_to_at_most(stored: usize) -> usize {
     stored.saturating_mul(255).saturating_add(64)
 }
 
-/// The parts of version-2 data (each as stored, with the length of its JSON), checked against
-/// the data's length.
+/// Bytes per entry of the part table: version 3 (lengths and checksum), version 2 (lengths).
+const ENTRY_V3: usize = 24;
+const ENTRY_V2: usize = 16;
+
+/// The parts of version-3 or version-2 data (each as stored, with the length of its JSON),
+/// checked against the data's length and, in version 3, each against its checksum.
 fn split(data: &[u8]) -> Result<Vec<(&[u8], usize)>, String> {
     let bad = |why: &str| format!("not lineage snapshot data: {why}");
-    if data.len() < 12 || &data[..8] != SNAPSHOT_DATA_MAGIC {
-        return Err(bad("it begins with neither `{` nor the magic LNSTATE2"));
+    let entry_len = match data.get(..8) {
+        Some(magic) if magic == SNAPSHOT_DATA_MAGIC => ENTRY_V3,
+        Some(magic) if magic == VERSION_2_MAGIC => ENTRY_V2,
+        _ => {
+            return Err(bad(
+                "it begins with neither `{` nor the magic LNSTATE3 (or LNSTATE2)",
+            ))
+        }
+    };
+    if data.len() < 12 {
+        return Err(bad("its part table is cut short"));
     }
     let mut count = [0u8; 4];
     count.copy_from_slice(&data[8..12]);
     let count = u32::from_le_bytes(count) as usize;
     let table_end = count
-        .checked_mul(16)
+        .checked_mul(entry_len)
         .and_then(|t| t.checked_add(12))
         .filter(|end| *end <= data.len())
         .ok_or_else(|| bad("its part table is cut short"))?;
@@ -242,7 +263,7 @@ fn split(data: &[u8]) -> Result<Vec<(&[u8], usize)>, String> {
     let mut at = table_end;
     let mut parts = Vec::with_capacity(count);
     for i in 0..count {
-        let entry = 12 + 16 * i;
+        let entry = 12 + entry_len * i;
         let end = word(entry)
             .and_then(|len| at.checked_add(len))
             .filter(|end| *end <= data.len())
@@ -254,7 +275,13 @@ fn split(data: &[u8]) -> Result<Vec<(&[u8], usize)>, String> {
                     "part {i} claims more JSON than its bytes can hold"
                 ))
             })?;
-        parts.push((&data[at..end], raw));
+        let stored = &data[at..end];
+        if entry_len == ENTRY_V3 && word(entry + 16) != Some(crc32fast::hash(stored) as usize) {
+            return Err(bad(&format!(
+                "part {i} fails its checksum (the data was damaged)"
+            )));
+        }
+        parts.push((stored, raw));
         at = end;
     }
     if at != data.len() {
@@ -360,16 +387,65 @@ mod tests {
         assert_eq!(back, s);
     }
 
+    /// The entry of part `i` in version-3 data, and where it starts.
+    fn entry(i: usize) -> usize {
+        12 + ENTRY_V3 * i
+    }
+
+    /// Rewrites every part's checksum of version-3 data (a test's change to a part made
+    /// on purpose, to reach the checks behind the checksum).
+    fn reseal(data: &mut [u8]) {
+        let count = u32::from_le_bytes(data[8..12].try_into().unwrap()) as usize;
+        let mut at = entry(count);
+        for i in 0..count {
+            let len = u64::from_le_bytes(data[entry(i)..entry(i) + 8].try_into().unwrap());
+            let end = at + len as usize;
+            let checksum = u64::from(crc32fast::hash(&data[at..end]));
+            data[entry(i) + 16..entry(i) + 24].copy_from_slice(&checksum.to_le_bytes());
+            at = end;
+        }
+    }
+
+    /// The same parts as version-2 data (no checksums), as a build before version 3 wrote.
+    fn as_version_2(data: &[u8]) -> Vec<u8> {
+        let count = u32::from_le_bytes(data[8..12].try_into().unwrap()) as usize;
+        let mut out = VERSION_2_MAGIC.to_vec();
+        out.extend_from_slice(&data[8..12]);
+        for i in 0..count {
+            out.extend_from_slice(&data[entry(i)..entry(i) + 16]);
+        }
+        out.extend_from_slice(&data[entry(count)..]);
+        out
+    }
+
+    #[test]
+    fn q5_version_2_data_still_reads() {
+        let s = state(30, 3);
+        let v3 = s.encode_in_parts(7).unwrap();
+        let v2 = as_version_2(&v3);
+        assert_eq!(&v2[..8], b"LNSTATE2");
+        assert_eq!(
+            v2.len(),
+            v3.len() - 8 * 6,
+            "five parts, one word fewer each"
+        );
+        let back = RegistryState::decode_snapshot(&v2).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.index, s.index);
+    }
+
     #[test]
     fn n3_bad_snapshot_data_is_a_one_line_error_not_a_panic() {
         let s = state(12, 3);
         let good = s.encode_in_parts(4).unwrap();
         let count = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
         assert_eq!(count, 4, "part 0 and three parts of four records");
+        let table_end = entry(count);
         let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("empty", Vec::new(), "neither"),
             ("garbage", b"garbage!garbage!".to_vec(), "neither"),
             ("bad json", b"{not json".to_vec(), "key must be a string"),
+            ("magic alone", good[..8].to_vec(), "part table is cut short"),
             ("table cut", good[..14].to_vec(), "part table is cut short"),
             (
                 "data cut",
@@ -398,25 +474,31 @@ mod tests {
         let mut none = SNAPSHOT_DATA_MAGIC.to_vec();
         none.extend_from_slice(&0u32.to_le_bytes());
         cases.push(("no parts", none, "no parts"));
-        // Parts 1 and 2 swapped (same lengths): ids out of order.
-        let table_end = 12 + 16 * count;
+        // One byte of the last part changed: its checksum no longer matches.
+        let mut damaged = good.clone();
+        let last = damaged.len() - 3;
+        damaged[last] ^= 0x20;
+        cases.push(("damaged", damaged, "part 3 fails its checksum"));
+        let mut wrong_sum = good.clone();
+        wrong_sum[entry(1) + 16] ^= 1;
+        cases.push(("wrong checksum", wrong_sum, "part 1 fails its checksum"));
+        // Parts 1 and 2 swapped with their entries (their checksums hold): ids out of order.
         let lens: Vec<usize> = (0..count)
-            .map(|i| {
-                u64::from_le_bytes(good[12 + 16 * i..20 + 16 * i].try_into().unwrap()) as usize
-            })
+            .map(|i| u64::from_le_bytes(good[entry(i)..entry(i) + 8].try_into().unwrap()) as usize)
             .collect();
         let at = |i: usize| table_end + lens[..i].iter().sum::<usize>();
         let mut swapped = good[..table_end].to_vec();
-        swapped[28..44].copy_from_slice(&good[44..60]);
-        swapped[44..60].copy_from_slice(&good[28..44]);
+        swapped[entry(1)..entry(2)].copy_from_slice(&good[entry(2)..entry(3)]);
+        swapped[entry(2)..entry(3)].copy_from_slice(&good[entry(1)..entry(2)]);
         swapped.extend_from_slice(&good[at(0)..at(1)]);
         swapped.extend_from_slice(&good[at(2)..at(3)]);
         swapped.extend_from_slice(&good[at(1)..at(2)]);
         swapped.extend_from_slice(&good[at(3)..]);
         cases.push(("swapped", swapped, "out of order"));
-        // A records part where nodes and requests belong.
+        // A records part where nodes and requests belong (resealed: past the checksum).
         let mut wrong = good.clone();
         wrong[table_end] = b'[';
+        reseal(&mut wrong);
         cases.push(("wrong part 0", wrong, "part 0"));
         for (what, data, expected) in cases {
             let err = match RegistryState::decode_snapshot(&data) {
@@ -430,17 +512,31 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
-        /// N3: any byte of the data changed: it decodes (to some state) or is refused, never a
-        /// panic.
+        /// N3: any byte of version-3 data changed is refused with a one-line error, never
+        /// decoded into another state and never a panic (a byte set to its own value decodes
+        /// to the same state).
         #[test]
-        fn n3_a_damaged_byte_anywhere_never_panics(at in 0usize..4096, byte in 0u8..=255) {
-            let good = state(12, 3).encode_in_parts(4).unwrap();
+        fn n3_a_damaged_byte_anywhere_is_refused(at in 0usize..4096, byte in 0u8..=255) {
+            let s = state(12, 3);
+            let good = s.encode_in_parts(4).unwrap();
             let mut data = good.clone();
             let at = at % data.len();
             data[at] = byte;
             match RegistryState::decode_snapshot(&data) {
-                Ok(_) => {}
+                Ok(back) => proptest::prop_assert!(data == good && back == s, "byte {} decoded", at),
                 Err(e) => proptest::prop_assert!(!e.contains('\n'), "{}", e),
+            }
+        }
+
+        /// N3: version-2 data (no checksums) damaged anywhere decodes to some state or is
+        /// refused, never a panic.
+        #[test]
+        fn n3_damaged_version_2_data_never_panics(at in 0usize..4096, byte in 0u8..=255) {
+            let mut data = as_version_2(&state(12, 3).encode_in_parts(4).unwrap());
+            let at = at % data.len();
+            data[at] = byte;
+            if let Err(e) = RegistryState::decode_snapshot(&data) {
+                proptest::prop_assert!(!e.contains('\n'), "{}", e);
             }
         }
     }
