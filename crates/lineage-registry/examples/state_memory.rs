@@ -4,7 +4,8 @@
 //! decoded from its JSON as a member applies it) to a [`RegistryState`],
 //! counting every byte allocated (a counting global allocator), then times the snapshot
 //! encoding and decoding (the derived indexes rebuilt) of that state, in both layouts: version
-//! 1 (one JSON object) as the baseline, version 2 (parts on every core, `snapshot_codec`).
+//! 1 (one JSON object) as the baseline, version 3 (parts with checksums on every core,
+//! `snapshot_codec`), and what its checksums cost (CRC-32 over every part, one core).
 //!
 //! Run: `cargo run --release -p lineage-registry --example state_memory -- 1000000`. With
 //! `STATE_MEMORY_RESULTS_KEPT_MS=60000` the registrations' request results are forgotten after
@@ -181,7 +182,7 @@ fn main() {
             serde_json::to_vec(s).expect("the state encodes")
         }),
         (
-            "version 2 (LZ4 parts; encoded on every core but one, decoded on every core)",
+            "version 3 (LZ4 parts with a CRC-32 each; encoded on every core but one, decoded on every core)",
             |s| s.encode_snapshot().expect("the state encodes"),
         ),
     ];
@@ -194,6 +195,15 @@ fn main() {
             t.elapsed(),
             encoded.len() / made
         );
+        if encoded.first() != Some(&b'{') {
+            let t = Instant::now();
+            let checksum = crc32fast::hash(&encoded);
+            println!(
+                "  of which checksums: CRC-32 of {:.1} MB on one core in {:.2?} ({checksum:08x})",
+                encoded.len() as f64 / 1e6,
+                t.elapsed()
+            );
+        }
         if let Ok(path) = std::env::var("STATE_MEMORY_DUMP") {
             std::fs::write(path, &encoded).expect("dump");
         }
