@@ -14,13 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use lineage_bus::Subjects;
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_drivers::driver::BoxFuture;
 use lineage_host::fence::READ_EACH_UP_TO;
-use lineage_host::{
-    Host, HostConfig, HostDeps, HostError, RegistryPort, ScriptDrivers, SystemClock,
-};
+use lineage_host::{Host, HostDeps, HostError, RegistryPort, ScriptDrivers, SystemClock};
 use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
 use tokio_util::sync::CancellationToken;
 
@@ -147,14 +144,7 @@ async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_o
         record_reads: Arc::new(AtomicUsize::new(0)),
         node_walks: Arc::new(AtomicUsize::new(0)),
     };
-    let mut cfg = HostConfig::new(
-        NodeId::parse("node-a").unwrap(),
-        Subjects::new(CLUSTER).unwrap(),
-    );
-    cfg.lease = Duration::from_secs(3);
-    cfg.heartbeat_every = Duration::from_millis(500);
-    cfg.request_timeout = Duration::from_secs(10);
-    cfg.one_shot_timeout = Duration::from_secs(30);
+    let cfg = host_config("node-a");
     let a = Host::start(
         cfg,
         HostDeps::with_ports(

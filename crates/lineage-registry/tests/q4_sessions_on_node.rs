@@ -103,14 +103,7 @@ async fn q4_a_node_with_thousands_of_sessions_is_read_whole_in_bounded_pages() {
     // The one-reply query, as any NATS client sends it: a clear `too_large` answer (413) at
     // once, not a reply NATS drops and a caller that waits out its deadline.
     let nats = connect(&server).await;
-    let body = json!({"consistency": "linearizable", "query": {"query": "sessions_on_node", "node": "node-7"}});
-    let msg = nats
-        .request(
-            format!("lineage.{CLUSTER}.registry.read"),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .expect("an answer");
+    let msg = read_sessions_on_node(&nats, "node-7").await;
     let reply: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
     assert_eq!(reply["reply"], "too_large", "{reply}");
     let reason = reply["reason"].as_str().unwrap();
@@ -127,16 +120,20 @@ async fn q4_a_node_with_thousands_of_sessions_is_read_whole_in_bounded_pages() {
         .map(|v| v.as_str().to_owned());
     assert_eq!(code.as_deref(), Some("413"));
     // Node-8's hundred fit in one answer.
-    let body = json!({"consistency": "linearizable", "query": {"query": "sessions_on_node", "node": "node-8"}});
-    let msg = nats
-        .request(
-            format!("lineage.{CLUSTER}.registry.read"),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .expect("an answer");
+    let msg = read_sessions_on_node(&nats, "node-8").await;
     let reply: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
     assert_eq!(reply["reply"], "done", "{reply}");
     assert_eq!(reply["result"]["value"].as_array().map(Vec::len), Some(100));
     member.shutdown().await.unwrap();
+}
+
+/// The `sessions_on_node` query of `node`, sent as any NATS client sends it.
+async fn read_sessions_on_node(nats: &async_nats::Client, node: &str) -> async_nats::Message {
+    let body = json!({"consistency": "linearizable", "query": {"query": "sessions_on_node", "node": node}});
+    nats.request(
+        format!("lineage.{CLUSTER}.registry.read"),
+        serde_json::to_vec(&body).unwrap().into(),
+    )
+    .await
+    .expect("an answer")
 }

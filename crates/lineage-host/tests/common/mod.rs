@@ -32,6 +32,16 @@ pub fn node(name: &str) -> NodeId {
     NodeId::parse(name).unwrap()
 }
 
+/// A host's configuration in these tests: a 3 s lease renewed every 500 ms.
+pub fn host_config(name: &str) -> HostConfig {
+    let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
+    cfg.lease = Duration::from_secs(3);
+    cfg.heartbeat_every = Duration::from_millis(500);
+    cfg.request_timeout = Duration::from_secs(10);
+    cfg.one_shot_timeout = Duration::from_secs(30);
+    cfg
+}
+
 impl Cluster {
     pub async fn start() -> Cluster {
         let nats = NatsServer::start().expect("nats-server");
@@ -56,11 +66,7 @@ impl Cluster {
 
     pub async fn host(&self, name: &str) -> Host {
         let nats = async_nats::connect(self.nats.url()).await.expect("connect");
-        let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
-        cfg.lease = Duration::from_secs(3);
-        cfg.heartbeat_every = Duration::from_millis(500);
-        cfg.request_timeout = Duration::from_secs(10);
-        cfg.one_shot_timeout = Duration::from_secs(30);
+        let cfg = host_config(name);
         let host = Host::start(
             cfg,
             HostDeps::nats(
@@ -223,11 +229,7 @@ impl MemCluster {
         name: &str,
         ports: impl FnOnce(lineage_bus::BusPorts) -> lineage_bus::BusPorts,
     ) -> Host {
-        let mut cfg = HostConfig::new(node(name), Subjects::new(CLUSTER).unwrap());
-        cfg.lease = Duration::from_secs(3);
-        cfg.heartbeat_every = Duration::from_millis(500);
-        cfg.request_timeout = Duration::from_secs(10);
-        cfg.one_shot_timeout = Duration::from_secs(30);
+        let cfg = host_config(name);
         Host::start(
             cfg,
             HostDeps::with_ports(
