@@ -7,7 +7,7 @@
 //! | [`nats_auth`] | NATS credentials and TLS from flags, `NATS_*` env and natscli contexts |
 //! | [`dev`] | `lineage dev`: a local cluster of real processes |
 //! | [`demo`] | the demo workload `lineage dev` runs |
-//! | [`bench`] | `lineage bench`: statistics, baseline, workers |
+//! | [`bench`](mod@bench) | `lineage bench`: statistics, baseline, workers |
 //! | [`chaos`] | `lineage chaos`: the fault harness (issue 12) |
 //! | [`scenarios`] | the benchmark scenarios |
 //! | [`telemetry`] | logging setup |

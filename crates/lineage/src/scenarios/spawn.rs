@@ -1,0 +1,156 @@
+//! `lineage bench spawn`: a parent awaiting a one-shot child on another node, 1 and 64
+//! parents, and the cost of nats-server's `sync_interval: always`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lineage_bus::control::ControlError;
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::messages::StopReason;
+use lineage_protocol::Script;
+
+use crate::bench::{concurrent, Samples};
+
+use super::{internal, scaled, spawn_request, unavailable, Bench};
+
+/// `spawn`: a one-shot child on node 2 of a parent on node 1, settled when the reply comes;
+/// then (own cluster only) the same with nats-server's `sync_interval` at its default (2m)
+/// and at `always`, the server restarted between them, and the cost of `always`.
+pub(super) async fn spawn(b: &Bench) -> Result<(), ControlError> {
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    println!("one-shot child on {cn} of a top-level parent on {pn}; the spawn request goes to {pn} and returns the settled child's result");
+    for (name, parents, ops) in SPAWN_PHASES {
+        let samples = spawn_phase(b, parents, ops).await?;
+        b.report(name, &samples);
+    }
+    sync_cost(b).await
+}
+
+/// The two spawn workloads: name, parents (= concurrent workers), spawns.
+pub(super) const SPAWN_PHASES: [(&str, usize, usize); 2] = [
+    ("spawn one-shot, 1 parent", 1, 200),
+    ("spawn one-shot, 64 parents", 64, 640),
+];
+
+/// One spawn workload: `parents` top-level parents on node 1, `ops` (scaled) one-shot
+/// children on node 2 by `parents` concurrent workers, after one warm-up spawn per parent.
+pub(super) async fn spawn_phase(
+    b: &Bench,
+    parents: usize,
+    ops: usize,
+) -> Result<Samples, ControlError> {
+    let ops = scaled(ops).max(parents);
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    let mut roots = Vec::with_capacity(parents);
+    for _ in 0..parents {
+        roots.push(b.root(&pn).await?);
+    }
+    let roots = Arc::new(roots);
+    let op = {
+        let ctl = b.ctl.clone();
+        let roots = roots.clone();
+        move |i: usize| {
+            let ctl = ctl.clone();
+            let (pn, cn) = (pn.clone(), cn.clone());
+            let parent = roots[i % roots.len()].clone();
+            async move {
+                let request = spawn_request(
+                    Some(&parent),
+                    Some(SubagentShape::OneShot),
+                    Script::done(),
+                    &cn,
+                );
+                let reply = ctl.spawn(&pn, &request).await?;
+                match reply.result {
+                    Some(r) if r.stop_reason == StopReason::Completed => Ok(()),
+                    other => Err(internal(format!(
+                        "one-shot child {} did not complete: {other:?}",
+                        reply.session
+                    ))),
+                }
+            }
+        }
+    };
+    // Warm up: one spawn per parent.
+    concurrent(parents, parents, op.clone()).await?;
+    concurrent(ops, parents, op).await
+}
+
+/// The sync phase of `spawn`: restarts the bench's own nats-server (same port and store) with
+/// `sync_interval` 2m (nats-server's default), then `always`, measures both spawn workloads
+/// after each restart, and prints what `always` costs.
+pub(super) async fn sync_cost(b: &Bench) -> Result<(), ControlError> {
+    let mut guard = b.cluster.lock().await;
+    let Some(cluster) = guard.as_mut() else {
+        println!("sync_interval 2m vs always: skipped (the server is given with --nats; the bench restarts only its own)");
+        return Ok(());
+    };
+    println!("sync_interval 2m vs always: the same workloads, nats-server restarted (same port and store) with each");
+    let mut results: Vec<(&str, Vec<Samples>)> = Vec::new();
+    for sync in ["2m", "always"] {
+        let options = lineage_testkit::NatsOptions {
+            sync_interval: sync.to_owned(),
+            ..cluster.nats.options().clone()
+        };
+        tokio::task::block_in_place(|| cluster.nats.restart_with(options))
+            .map_err(|e| unavailable("cannot restart nats-server", e))?;
+        cluster.wait_ready(Duration::from_secs(60)).await?;
+        wait_spawns(b).await?;
+        let mut phases = Vec::new();
+        for (name, parents, ops) in SPAWN_PHASES {
+            let samples = spawn_phase(b, parents, ops).await?;
+            b.report(&format!("{name}, sync {sync}"), &samples);
+            phases.push(samples);
+        }
+        results.push((sync, phases));
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    if let [(_, lazy), (_, always)] = &results[..] {
+        for (((name, _, _), lazy), always) in SPAWN_PHASES.iter().zip(lazy).zip(always) {
+            let (p50a, p50l) = (ms(always.p50()), ms(lazy.p50()));
+            let (p99a, p99l) = (ms(always.p99()), ms(lazy.p99()));
+            println!(
+                "cost of sync_interval always, {name}: p50 {p50a:.3} vs {p50l:.3} ms ({:+.3} ms, {:+.0}%), p99 {p99a:.3} vs {p99l:.3} ms ({:+.3} ms), throughput {:.0} vs {:.0} /s",
+                p50a - p50l,
+                100.0 * (p50a - p50l) / p50l.max(1e-9),
+                p99a - p99l,
+                always.throughput(),
+                lazy.throughput(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// After a nats-server restart: waits (up to 30 s) until a spawn goes through again (the nodes
+/// reconnected, the registry has a leader).
+pub(super) async fn wait_spawns(b: &Bench) -> Result<(), ControlError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    loop {
+        let attempt = async {
+            let root = b.root(&pn).await?;
+            let request = spawn_request(
+                Some(&root),
+                Some(SubagentShape::OneShot),
+                Script::done(),
+                &cn,
+            );
+            b.ctl.spawn(&pn, &request).await
+        }
+        .await;
+        match attempt {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "spawn not served yet after the restart");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => {
+                return Err(unavailable(
+                    "no spawn within 30 s of the nats-server restart",
+                    e,
+                ))
+            }
+        }
+    }
+}
