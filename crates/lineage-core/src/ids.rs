@@ -112,8 +112,8 @@ macro_rules! token_id {
 
             /// The id as text, usable as one NATS subject token.
             pub fn as_str(&self) -> &str {
-                // Only ASCII text that `parse` checked is ever stored, so this is never empty
-                // for a failed conversion.
+                // Only ASCII text that `parse` checked is ever stored: the conversion cannot
+                // fail (the empty fallback is never taken).
                 std::str::from_utf8(&self.0.slice).unwrap_or_default()
             }
         }

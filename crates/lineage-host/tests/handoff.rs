@@ -24,12 +24,7 @@ async fn k1_a_winding_down_host_finishes_the_turn_queues_the_followup_and_hands_
         "go",
     )
     .await;
-    wait_for_async(
-        Duration::from_secs(10),
-        "the child's turn under way",
-        || async { count_kind(&cluster.log(&child).await, "turn/start") == 1 },
-    )
-    .await;
+    cluster.first_turn_started(&child).await;
 
     served_a.leave_group().await;
     let winding = a.clone();
@@ -112,12 +107,7 @@ async fn k1_a_turn_that_outlives_the_grace_is_cut_short_and_not_released() {
     let (_root, child) =
         root_and_continuable_child(&a, r#"{"turns": [[{"do": "sleep", "ms": 60000}]]}"#, "go")
             .await;
-    wait_for_async(
-        Duration::from_secs(10),
-        "the child's turn under way",
-        || async { count_kind(&cluster.log(&child).await, "turn/start") == 1 },
-    )
-    .await;
+    cluster.first_turn_started(&child).await;
     served_a.leave_group().await;
     let report = a.wind_down(Duration::from_millis(300)).await;
     assert!(report.waited_ms >= 300, "{report:?}");

@@ -31,12 +31,7 @@ async fn k1_x1_an_agent_whose_session_is_disposed_behind_its_node_stops_within_a
         "go",
     )
     .await;
-    wait_for_async(
-        Duration::from_secs(10),
-        "the child's turn under way",
-        || async { count_kind(&cluster.log(&child).await, "turn/start") == 1 },
-    )
-    .await;
+    cluster.first_turn_started(&child).await;
     assert!(a.is_live(&child), "the child's agent runs its long turn");
 
     // Disposed in the registry alone: node-a is not told, and its lease never lapses.

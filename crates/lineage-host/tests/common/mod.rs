@@ -256,4 +256,14 @@ impl MemCluster {
             .unwrap()
             .expect("registered")
     }
+
+    /// Waits (up to 10 s) until `session`'s first turn has started.
+    pub async fn first_turn_started(&self, session: &SessionId) {
+        wait_for_async(
+            Duration::from_secs(10),
+            "the child's turn under way",
+            || async { count_kind(&self.log(session).await, "turn/start") == 1 },
+        )
+        .await;
+    }
 }
