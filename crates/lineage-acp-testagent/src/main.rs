@@ -13,7 +13,8 @@
 //!   session including loaded history, streamed as three `agent_message_chunk` updates.
 //!   A prompt containing `slow` waits up to 10 s unless `session/cancel` arrives, and then ends
 //!   with stop reason `cancelled`; one containing `refuse` ends with stop reason `refusal`; one
-//!   containing `ask` first asks the client's permission (options `allow` / `reject`) and adds
+//!   containing `ask` first asks the client's permission (options `allow` / `reject`; `ask
+//!   tool:NAME` names the tool call `NAME`, kind `other`) and adds
 //!   ` [permission: selected <option>|cancelled]` to the reply. Every answered prompt ends with a
 //!   `usage_update`: 100 tokens in context and a cumulative cost of 0.0005 USD per turn.
 //! - A prompt with `tool: NAME {json}` lines calls those tools, in order, on the stdio MCP
@@ -348,7 +349,7 @@ async fn main() {
                         if plain.contains("ask") {
                             let request = RequestPermissionRequest::new(
                                 id.clone(),
-                                ToolCallUpdate::new("tool-1", ToolCallUpdateFields::new()),
+                                ToolCallUpdate::new("tool-1", permission_fields(&plain)),
                                 vec![
                                     PermissionOption::new(
                                         "allow",
@@ -412,5 +413,23 @@ async fn main() {
     if let Err(e) = result {
         eprintln!("lineage-acp-testagent: connection failed: {e}");
         std::process::exit(1);
+    }
+}
+
+/// The tool call a permission request names: `ask tool:NAME` in the prompt asks for a tool of
+/// kind `other` titled `NAME` (how Gemini CLI asks for an MCP tool), a bare `ask` for nothing
+/// named.
+fn permission_fields(prompt: &str) -> ToolCallUpdateFields {
+    match prompt.split_once("ask tool:") {
+        Some((_, rest)) => {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            ToolCallUpdateFields::new()
+                .title(name)
+                .kind(agent_client_protocol::v1::schema::ToolKind::Other)
+        }
+        None => ToolCallUpdateFields::new(),
     }
 }

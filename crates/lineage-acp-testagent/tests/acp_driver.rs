@@ -61,6 +61,7 @@ fn fresh() -> DriverStart {
         session: session(),
         log: Vec::new(),
         resumed: false,
+        composition: Default::default(),
     }
 }
 
@@ -207,6 +208,7 @@ async fn cold_resume_loads_the_session_in_a_new_process() {
             session: session(),
             log,
             resumed: true,
+            composition: Default::default(),
         })
         .await
         .expect("resume");
@@ -231,6 +233,7 @@ async fn cold_resume_without_load_replays_the_log() {
             session: session(),
             log,
             resumed: true,
+            composition: Default::default(),
         })
         .await
         .expect("resume");
@@ -262,6 +265,7 @@ async fn cold_resume_falls_back_to_replay_when_the_agent_lost_the_session() {
             session: session(),
             log,
             resumed: true,
+            composition: Default::default(),
         })
         .await
         .expect("resume");
@@ -274,9 +278,31 @@ async fn cold_resume_falls_back_to_replay_when_the_agent_lost_the_session() {
 }
 
 #[tokio::test]
-async fn permission_requests_follow_the_policy() {
+async fn c4_permission_requests_follow_the_policy() {
     let fx = Fixture::new();
-    let mut deny = fx.driver(&[]);
+    // lineage's rule (the default): nothing but lineage's own tools, and a driver without
+    // tools has none, so a request is rejected (the model hears "refused"), never cancelled.
+    let mut rule = fx.driver(&[]);
+    rule.start(fresh()).await.expect("start");
+    let text = reply(rule.turn(user(0, "ask first")).await.expect("turn"));
+    assert_eq!(
+        text,
+        "echo: ask first [turn 1] [permission: selected reject]"
+    );
+    let text = reply(
+        rule.turn(user(1, "ask tool:report_to_parent"))
+            .await
+            .expect("turn"),
+    );
+    assert_eq!(
+        text,
+        "echo: ask tool:report_to_parent [turn 2] [permission: selected reject]"
+    );
+    rule.shutdown().await;
+
+    let mut deny = fx
+        .driver(&[])
+        .with_permission_policy(PermissionPolicy::Deny);
     deny.start(fresh()).await.expect("start");
     let text = reply(deny.turn(user(0, "ask first")).await.expect("turn"));
     assert_eq!(text, "echo: ask first [turn 1] [permission: cancelled]");
@@ -292,6 +318,31 @@ async fn permission_requests_follow_the_policy() {
         "echo: ask first [turn 1] [permission: selected allow]"
     );
     allow.shutdown().await;
+}
+
+/// C4: a session's own tools are allowed, a filtered one and anything else are rejected.
+#[tokio::test]
+async fn c4_lineage_tools_are_allowed_within_the_filter_and_nothing_else() {
+    let fx = Fixture::new();
+    let slot = lineage_drivers::tools::TurnSlot::default();
+    slot.set_tool_filter(Some(vec!["report_to_parent".into()]));
+    let mut driver = fx
+        .driver(&[])
+        .with_permission_policy(PermissionPolicy::Lineage(Some(slot)));
+    driver.start(fresh()).await.expect("start");
+    for (turn, tool, answer) in [
+        (0, "report_to_parent", "selected allow"),
+        (1, "spawn_subagent", "selected reject"),
+        (2, "Bash", "selected reject"),
+    ] {
+        let prompt = format!("ask tool:{tool}");
+        let text = reply(driver.turn(user(turn, &prompt)).await.expect("turn"));
+        assert_eq!(
+            text,
+            format!("echo: {prompt} [turn {}] [permission: {answer}]", turn + 1)
+        );
+    }
+    driver.shutdown().await;
 }
 
 #[tokio::test]

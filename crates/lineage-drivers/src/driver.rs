@@ -254,6 +254,41 @@ pub struct DriverStart {
     pub log: Vec<SessionEvent>,
     /// True when this is a cold resume.
     pub resumed: bool,
+    /// What the session runs with (C1, C2, C4): the same at birth and at every resume.
+    pub composition: DriverComposition,
+}
+
+/// The seed's creation window as a driver receives it (C4): every driver gets it at start and
+/// after a cold resume, and translates it to its agent's own mechanisms (the ACP driver: the
+/// agent's system prompt or the first prompt, its MCP tool list, its session mode and its
+/// permission answers). Built by the host from the session's preset, descriptor and policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverComposition {
+    /// True for a delegated child (a session with a parent): it never reaches a human (C2).
+    pub delegated: bool,
+    /// The prompt sections it runs with, in order: the parent's preset, the delegation
+    /// statement, its persona (C1). Empty for a top-level session without a preset.
+    pub prompt_sections: Vec<lineage_core::header::PromptSection>,
+    /// The lineage tools it may use; `None`: all of them (C1's tool filter).
+    pub tool_filter: Option<Vec<String>>,
+    /// Its delegated sandbox mode (C2), if the parent had one.
+    pub sandbox_mode: Option<lineage_core::policy::SandboxMode>,
+    /// Its delegated approval policy (C2): `never` for a child of a parent with an approval
+    /// service.
+    pub approval: Option<lineage_core::policy::ApprovalPolicy>,
+}
+
+impl DriverComposition {
+    /// The prompt sections as one text (blank lines between them); `None` when there are none.
+    pub fn instructions(&self) -> Option<String> {
+        let text: Vec<&str> = self
+            .prompt_sections
+            .iter()
+            .map(|s| s.text.trim())
+            .filter(|t| !t.is_empty())
+            .collect();
+        (!text.is_empty()).then(|| text.join("\n\n"))
+    }
 }
 
 /// A hosted agent. Object safe: the host keeps `Box<dyn AgentDriver>`.

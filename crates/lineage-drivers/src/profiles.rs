@@ -51,6 +51,11 @@ pub struct AgentProfile {
     /// Whether the agent gets lineage's delegation tools (T1).
     #[serde(default)]
     pub tools: bool,
+    /// The ACP session mode a session runs in, by its policy (C4): keys `root`, `delegated`,
+    /// `read-only`, `workspace-write`, `danger-full-access`; values are modes the agent offers
+    /// (`session/new`'s `modes`). A policy without a key keeps the agent's default mode.
+    #[serde(default)]
+    pub modes: BTreeMap<String, String>,
     /// A line for `lineage agents`.
     #[serde(default)]
     pub description: String,
@@ -76,6 +81,7 @@ impl AgentProfile {
             workdir: default_workdir(),
             prompt_timeout_ms: default_prompt_timeout_ms(),
             tools: false,
+            modes: BTreeMap::new(),
             description: description.to_owned(),
         }
     }
@@ -126,7 +132,18 @@ pub struct AcpLaunch {
     pub prompt_timeout_ms: u64,
     /// Whether the agent gets the delegation tools.
     pub tools: bool,
+    /// The session mode by policy (C4).
+    pub modes: BTreeMap<String, String>,
 }
+
+/// The keys of a profile's `modes`: the policies a session can run under (C4).
+pub const MODE_KEYS: [&str; 5] = [
+    "root",
+    "delegated",
+    "read-only",
+    "workspace-write",
+    "danger-full-access",
+];
 
 /// Variables every ACP agent gets from the node when set there (a program needs a `PATH` to
 /// find its own helpers, a home for its settings); nothing else leaks unless listed.
@@ -197,6 +214,22 @@ impl AgentProfiles {
             if p.prompt_timeout_ms == 0 {
                 return Err((key("prompt_timeout_ms"), "must be above 0".into()));
             }
+            for (policy, mode) in &p.modes {
+                if !MODE_KEYS.contains(&policy.as_str()) {
+                    return Err((
+                        key("modes"),
+                        format!("{policy:?} is not a policy; use {}", MODE_KEYS.join(", ")),
+                    ));
+                }
+                if mode.trim().is_empty() || p.driver != ProfileDriver::Acp {
+                    return Err((
+                        key("modes"),
+                        format!(
+                            "modes.{policy} must name a session mode the ACP agent offers (an acp profile only)"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -240,6 +273,7 @@ impl AgentProfiles {
                     workdir: workdir_for("session", session, data_dir),
                     prompt_timeout_ms: default_prompt_timeout_ms(),
                     tools: false,
+                    modes: BTreeMap::new(),
                 }))
             }
             AgentSpec::Profile { profile } => {
@@ -267,6 +301,7 @@ impl AgentProfiles {
                             workdir: workdir_for(&p.workdir, session, data_dir),
                             prompt_timeout_ms: p.prompt_timeout_ms,
                             tools: p.tools,
+                            modes: p.modes.clone(),
                         }))
                     }
                 }
@@ -460,6 +495,20 @@ mod tests {
                     ..acp("/bin/a")
                 },
                 "agents.x.prompt_timeout_ms",
+            ),
+            (
+                AgentProfile {
+                    modes: BTreeMap::from([("sometimes".into(), "default".into())]),
+                    ..acp("/bin/a")
+                },
+                "agents.x.modes",
+            ),
+            (
+                AgentProfile {
+                    modes: BTreeMap::from([("delegated".into(), " ".into())]),
+                    ..acp("/bin/a")
+                },
+                "agents.x.modes",
             ),
             (
                 AgentProfile {

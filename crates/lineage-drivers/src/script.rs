@@ -496,6 +496,7 @@ mod tests {
                 .unwrap(),
                 log: vec![],
                 resumed,
+                composition: Default::default(),
             };
             d1.start(start(false)).await.unwrap();
             d2.start(start(true)).await.unwrap();

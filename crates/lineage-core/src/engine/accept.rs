@@ -98,8 +98,12 @@ impl AgentEngine {
     }
 
     /// The executor should take a turn (once); a quiesced agent only notes that one is due
-    /// (the next host takes it, [`super::handoff`]).
+    /// (the next host takes it, [`super::handoff`]). A stopped agent (a drain or deadline
+    /// closed it, X3) takes no turn ever again: what arrives is recorded, not acted on.
     pub(super) fn want_turn(&mut self, out: &mut Vec<EngineCommand>) {
+        if self.forced_stop.is_some() {
+            return;
+        }
         if !self.turn_due {
             self.turn_due = true;
             if !self.quiesced {

@@ -145,8 +145,11 @@ impl AgentEngine {
 
     /// Drain step 2: no more turns; a cut-short turn says `reason` (`disposed` for a drain,
     /// `deadline` when the deadline sweeper drains, Q2).
+    /// Final (X3): a turn that was due never starts, and no message accepted afterwards (a
+    /// child's disposal notice included) starts one; they are recorded in the log only.
     pub(super) fn stop(&mut self, reason: StopReason, out: &mut Vec<EngineCommand>, now_ms: u64) {
         self.forced_stop = Some(reason);
+        self.turn_due = false;
         if self.in_turn.is_some() {
             out.push(EngineCommand::CancelTurn);
         }

@@ -308,24 +308,7 @@ fn from_child(child: u32, settled: bool, reply: ReplyTo) -> EngineEvent {
 
 /// A top-level engine in its first turn with continuable children 10 and 11.
 fn parent_in_turn() -> AgentEngine {
-    let mut e = engine(None);
-    e.handle(user("go", None), 1);
-    e.handle(EngineEvent::BeginTurn, 2);
-    for (n, reply) in [(10, 20), (11, 21)] {
-        e.handle(EngineEvent::Spawn { reply, call: None }, 3);
-        e.handle(
-            EngineEvent::ChildBorn {
-                child: sid(n),
-                shape: SubagentShape::Continuable,
-                node: NodeId::parse("node-1").unwrap(),
-                run: None,
-                result: None,
-                reply,
-            },
-            3,
-        );
-    }
-    e
+    parent_in_turn_of(None)
 }
 
 fn arrived(cmds: &[EngineCommand], reply: ReplyTo) -> Option<(Vec<TurnMessage>, bool, u64)> {
@@ -805,4 +788,92 @@ fn m1_m2_the_outbox_read_back_from_the_log_is_what_the_engine_published() {
     let rebuilt = super::outbox::outbox_messages(&sid(2), &sid(1), &log).unwrap();
     assert_eq!(rebuilt, published);
     assert!(matches!(&rebuilt[1], InboxMessage::Settled(n) if n.output.as_deref() == Some("done")));
+}
+
+/// X3 (issue 32, item 1): a drain's stop is final. The root's turn is cut; the disposal notice
+/// of its child that the drain sends afterwards is recorded (accepted, durable, answered) but
+/// starts no turn, a turn that was due never begins, and the release leaves at once.
+#[test]
+fn x3_after_a_drain_stop_no_turn_starts_and_a_disposal_notice_is_only_recorded() {
+    for shape in [None, Some(SubagentShape::Continuable)] {
+        let mut e = parent_in_turn_of(shape);
+        let stop = e.handle(EngineEvent::Stop(StopReason::Disposed), 5);
+        assert!(stop.contains(&EngineCommand::CancelTurn), "{shape:?}");
+        let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Cancelled), 6);
+        assert!(
+            !end.contains(&EngineCommand::TakeTurn),
+            "{shape:?}: {end:?}"
+        );
+        // The child's disposal notice and a user's followup arrive after the stop.
+        for (event, reply) in [(from_child(10, true, 30), 30), (user("late", None), 7)] {
+            let cmds = e.handle(event, 7);
+            assert!(
+                kinds(&cmds).contains(&"answer Accepted".to_owned()),
+                "{shape:?}: {:?}",
+                kinds(&cmds)
+            );
+            assert!(
+                cmds.iter()
+                    .any(|c| matches!(c, EngineCommand::Answer { reply: r, .. } if *r == reply)),
+                "{shape:?}"
+            );
+            assert!(
+                !cmds.contains(&EngineCommand::TakeTurn),
+                "{shape:?}: {cmds:?}"
+            );
+        }
+        assert!(e.handle(EngineEvent::BeginTurn, 8).is_empty(), "{shape:?}");
+        let release = e.handle(EngineEvent::Release(StopReason::Disposed), 9);
+        assert!(
+            release.contains(&EngineCommand::Leave),
+            "{shape:?}: {release:?}"
+        );
+        assert!(!release.contains(&EngineCommand::TakeTurn), "{shape:?}");
+        assert!(
+            !release
+                .iter()
+                .any(|c| matches!(c, EngineCommand::RunTurn { .. })),
+            "{shape:?}"
+        );
+    }
+}
+
+/// X3: a stop that comes while a turn is due (a message accepted, the turn not begun) means
+/// that turn never begins.
+#[test]
+fn x3_a_turn_due_when_the_stop_comes_never_begins() {
+    let mut e = engine(None);
+    let cmds = e.handle(user("go", None), 1);
+    assert!(cmds.contains(&EngineCommand::TakeTurn));
+    e.handle(EngineEvent::Stop(StopReason::Disposed), 2);
+    let begin = e.handle(EngineEvent::BeginTurn, 3);
+    assert!(
+        !begin
+            .iter()
+            .any(|c| matches!(c, EngineCommand::RunTurn { .. })),
+        "{begin:?}"
+    );
+    assert!(!e.in_turn());
+}
+
+/// [`parent_in_turn`], of either shape.
+fn parent_in_turn_of(shape: Option<SubagentShape>) -> AgentEngine {
+    let mut e = engine(shape);
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    for (n, reply) in [(10, 20), (11, 21)] {
+        e.handle(EngineEvent::Spawn { reply, call: None }, 3);
+        e.handle(
+            EngineEvent::ChildBorn {
+                child: sid(n),
+                shape: SubagentShape::Continuable,
+                node: NodeId::parse("node-1").unwrap(),
+                run: None,
+                result: None,
+                reply,
+            },
+            3,
+        );
+    }
+    e
 }

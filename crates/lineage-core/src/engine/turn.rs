@@ -42,8 +42,10 @@ impl LostSpawn {
 
 impl AgentEngine {
     pub(super) fn begin_turn(&mut self, out: &mut Vec<EngineCommand>, now_ms: u64) {
-        if !self.turn_due || self.in_turn.is_some() || self.quiesced {
-            return; // nothing due, one runs, or the host winds down: explicit no-op
+        if !self.turn_due || self.in_turn.is_some() || self.quiesced || self.forced_stop.is_some() {
+            // Nothing due, one runs, the host winds down, or a drain stopped the agent (X3:
+            // a turn that was due when the stop came never starts): an explicit no-op.
+            return;
         }
         self.turn_due = false;
         let mut inputs = std::mem::take(&mut self.quiet);

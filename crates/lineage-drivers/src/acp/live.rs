@@ -11,7 +11,7 @@ use agent_client_protocol::util::MatchDispatch;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock, ContentChunk, PermissionOptionKind, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification, SessionUpdate, StopReason,
+    SessionNotification, SessionUpdate, StopReason, ToolKind,
 };
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
 use agent_client_protocol::Agent;
@@ -73,7 +73,7 @@ impl Live {
         &mut self,
         input: TurnInput,
         timeout: Duration,
-        permissions: PermissionPolicy,
+        permissions: &PermissionPolicy,
         ctx: Option<&TurnCtx>,
     ) -> Result<Vec<DriverAction>, DriverError> {
         let mut blocks: Vec<ContentBlock> = Vec::new();
@@ -203,7 +203,7 @@ impl Live {
             match tokio::time::timeout_at(deadline, self.active.read_update()).await {
                 Ok(Ok(SessionMessage::PromptResponse(_))) => self.unanswered -= 1,
                 Ok(Ok(SessionMessage::Message(dispatch))) => {
-                    drop(absorb(dispatch, PermissionPolicy::Deny).await);
+                    drop(absorb(dispatch, &PermissionPolicy::Deny).await);
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) | Err(_) => {
@@ -243,7 +243,7 @@ pub(super) enum Absorbed {
 /// `policy`, ignores the rest. Malformed messages are logged and ignored.
 pub(super) async fn absorb(
     dispatch: agent_client_protocol::v1::Dispatch,
-    policy: PermissionPolicy,
+    policy: &PermissionPolicy,
 ) -> Absorbed {
     let mut text = Absorbed::Nothing;
     let matched = MatchDispatch::new(dispatch.into_raw())
@@ -267,9 +267,14 @@ pub(super) async fn absorb(
         })
         .await
         .if_request(async |request: RequestPermissionRequest, responder| {
-            responder.respond(RequestPermissionResponse::new(permission_outcome(
-                &request, policy,
-            )))
+            let outcome = permission_outcome(&request, policy);
+            tracing::info!(
+                title = request.tool_call.fields.title.as_deref().unwrap_or(""),
+                lineage_tool = lineage_tool(&request).unwrap_or(""),
+                outcome = ?outcome,
+                "answered a permission request"
+            );
+            responder.respond(RequestPermissionResponse::new(outcome))
         })
         .await
         .otherwise_ignore();
@@ -279,27 +284,67 @@ pub(super) async fn absorb(
     text
 }
 
-/// The answer to a permission request under `policy`.
+/// The answer to a permission request under `policy` (C4). Under
+/// [`PermissionPolicy::Lineage`] a call to one of lineage's own tools that the session may use
+/// is allowed once and anything else is rejected: no human is asked.
 fn permission_outcome(
     request: &RequestPermissionRequest,
-    policy: PermissionPolicy,
+    policy: &PermissionPolicy,
 ) -> RequestPermissionOutcome {
-    if policy == PermissionPolicy::Deny {
-        return RequestPermissionOutcome::Cancelled;
-    }
-    [
-        PermissionOptionKind::AllowOnce,
-        PermissionOptionKind::AllowAlways,
-    ]
-    .iter()
-    .find_map(|kind| {
-        request
-            .options
-            .iter()
-            .find(|option| option.kind == *kind)
-            .map(|option| option.option_id.clone())
-    })
-    .map_or(RequestPermissionOutcome::Cancelled, |id| {
-        RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))
+    let allow = match policy {
+        PermissionPolicy::Deny => return RequestPermissionOutcome::Cancelled,
+        PermissionPolicy::AllowOnce => true,
+        PermissionPolicy::Lineage(tools) => {
+            lineage_tool(request).is_some_and(|tool| tools.as_ref().is_some_and(|t| t.allows(tool)))
+        }
+    };
+    let kinds: &[PermissionOptionKind] = match allow {
+        true => &[
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ],
+        false => &[
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ],
+    };
+    kinds
+        .iter()
+        .find_map(|kind| {
+            request
+                .options
+                .iter()
+                .find(|option| option.kind == *kind)
+                .map(|option| option.option_id.clone())
+        })
+        .map_or(RequestPermissionOutcome::Cancelled, |id| {
+            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))
+        })
+}
+
+/// Which of lineage's tools a permission request is for, read from what the harness itself
+/// fills in, never from the call's arguments (a shell command may contain any text): Claude
+/// Code's `_meta.claudeCode.toolName` (`mcp__lineage__<tool>`), or a tool call of kind `other`
+/// (or none) whose title or name is the tool's (`<tool>`, Gemini CLI's title of an MCP tool, or
+/// `mcp__lineage__<tool>`). `None`: not one of lineage's tools.
+pub(super) fn lineage_tool(request: &RequestPermissionRequest) -> Option<&'static str> {
+    let call = &request.tool_call;
+    let claude = call
+        .meta
+        .as_ref()
+        .and_then(|m| m.get("claudeCode"))
+        .and_then(|c| c.get("toolName"))
+        .and_then(|v| v.as_str());
+    let plain_kind = matches!(call.fields.kind, None | Some(ToolKind::Other));
+    let names = [call.fields.title.as_deref(), call.fields.name.as_deref()];
+    crate::tools::TOOL_NAMES.into_iter().find(|tool| {
+        let qualified = format!("mcp__{}__{tool}", super::TOOLS_SERVER_NAME);
+        claude == Some(qualified.as_str())
+            || (claude.is_none()
+                && plain_kind
+                && names
+                    .iter()
+                    .flatten()
+                    .any(|n| *n == *tool || *n == qualified))
     })
 }

@@ -59,16 +59,28 @@ pub const DEFAULT_PROMPT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default time [`AgentDriver::cancel`] waits for the agent to end a cancelled prompt.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 
-/// How the driver answers an agent's `session/request_permission` requests (it has no user).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the driver answers an agent's `session/request_permission` requests (C4: a hosted
+/// agent has no human behind it; a delegated child never reaches one).
+#[derive(Debug, Clone, Default)]
 pub enum PermissionPolicy {
-    /// Answer `cancelled`: the agent may not run tools that need permission.
+    /// lineage's rule, the default: a call to one of lineage's own tools that the session may
+    /// use (its tool filter; the tools it was given) is allowed once; anything else is rejected
+    /// (`reject_once`, else `reject_always`, else `cancelled`), so the model hears "refused"
+    /// and goes on. The tools are the session's own, when its profile has them.
+    Lineage(Option<crate::tools::TurnSlot>),
+    /// Answer `cancelled` (used while a cancelled prompt winds down).
     #[default]
     Deny,
     /// Pick the agent's `allow_once` option (else `allow_always`); `cancelled` when it offers
-    /// neither.
+    /// neither. Development only: it approves anything.
     AllowOnce,
 }
+
+/// The ACP session mode a session runs in, by its policy (C4): a profile's `[agents.<name>.modes]`.
+/// Keys are the delegated sandbox modes (`read-only`, `workspace-write`,
+/// `danger-full-access`), `delegated` (a child without a sandbox mode) and `root` (a top-level
+/// session); the value is one of the modes (or `mode` config option values) the agent offers.
+pub type SessionModes = BTreeMap<String, String>;
 
 /// What to run and the deadlines: everything an [`AcpDriver`] is configured with.
 #[derive(Debug, Clone)]
@@ -81,9 +93,11 @@ struct Settings {
     init_timeout: Duration,
     prompt_timeout: Duration,
     cancel_grace: Duration,
-    permissions: PermissionPolicy,
+    permissions: Option<PermissionPolicy>,
     /// lineage's delegation tools for this session, when its profile has `tools = true`.
     tools: Option<AgentTools>,
+    /// The session mode by policy (C4).
+    modes: SessionModes,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -152,8 +166,9 @@ impl AcpDriver {
                 init_timeout: DEFAULT_INIT_TIMEOUT,
                 prompt_timeout: DEFAULT_PROMPT_TIMEOUT,
                 cancel_grace: DEFAULT_CANCEL_GRACE,
-                permissions: PermissionPolicy::default(),
+                permissions: None,
                 tools: None,
+                modes: SessionModes::new(),
             },
             label: "-".into(),
             live: None,
@@ -191,10 +206,24 @@ impl AcpDriver {
         self
     }
 
-    /// Sets how permission requests are answered.
+    /// Sets how permission requests are answered (default: [`PermissionPolicy::Lineage`] with
+    /// the session's tools).
     pub fn with_permission_policy(mut self, policy: PermissionPolicy) -> Self {
-        self.settings.permissions = policy;
+        self.settings.permissions = Some(policy);
         self
+    }
+
+    /// Sets the session mode for each policy (a profile's `modes`).
+    pub fn with_session_modes(mut self, modes: SessionModes) -> Self {
+        self.settings.modes = modes;
+        self
+    }
+
+    /// How this driver answers permission requests.
+    fn permission_policy(&self) -> PermissionPolicy {
+        self.settings.permissions.clone().unwrap_or_else(|| {
+            PermissionPolicy::Lineage(self.settings.tools.as_ref().map(|t| t.slot.clone()))
+        })
     }
 
     /// The agent's own session id, once started.
@@ -238,18 +267,15 @@ impl AcpDriver {
         input: TurnInput,
         ctx: Option<&TurnCtx>,
     ) -> Result<Vec<DriverAction>, DriverError> {
-        let Settings {
-            prompt_timeout,
-            cancel_grace,
-            permissions,
-            ..
-        } = self.settings;
+        let (prompt_timeout, cancel_grace) =
+            (self.settings.prompt_timeout, self.settings.cancel_grace);
+        let permissions = self.permission_policy();
         match self.live.as_mut() {
             None => Err(self.error("the agent is not started; start the driver first")),
             Some(live) => {
                 // Cancel and wind down prompts left over from an abandoned turn.
                 live.cancel(cancel_grace).await;
-                live.prompt(input, prompt_timeout, permissions, ctx).await
+                live.prompt(input, prompt_timeout, &permissions, ctx).await
             }
         }
     }

@@ -1,5 +1,11 @@
-//! The agent's process: spawned with piped stdio (killed when dropped), the last lines of its
-//! stderr kept for error messages, its exit status read when a connection breaks.
+//! The agent's process: spawned with piped stdio in a process group of its own, the last lines
+//! of its stderr kept for error messages, its exit status read when a connection breaks.
+//!
+//! An adapter is rarely the whole agent: `claude-agent-acp` runs the Claude CLI, `codex-acp`
+//! its exec sandbox, and every agent starts tool processes and MCP servers. Stopping the agent
+//! (X3) signals the whole group, `SIGTERM` then `SIGKILL` after a grace, and waits for the
+//! adapter; dropping a [`Process`] kills the group. A process that leaves the group on its own
+//! (`setsid`) escapes this; per-session isolation (V2) is what contains it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -19,11 +25,15 @@ const STDERR_TAIL: usize = 20;
 const EXIT_WAIT: Duration = Duration::from_millis(300);
 /// How long [`Process::stop`] waits for the killed agent to exit.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+/// How long the group has to end after `SIGTERM` before it gets `SIGKILL`.
+const TERM_GRACE: Duration = Duration::from_millis(500);
 
 /// A running agent program.
 #[derive(Debug)]
 pub(super) struct Process {
     child: Child,
+    /// The agent's process group (its own pid), when it started.
+    group: Option<i32>,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -58,6 +68,8 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Its own process group, so that stopping it reaches every process it started.
+            .process_group(0)
             .spawn()
             .map_err(|e| agent_error(session, program, &format!("cannot start it: {e}")))?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -69,9 +81,11 @@ impl Process {
         };
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
         tokio::spawn(collect_stderr(stderr, tail.clone(), session.to_owned()));
+        let group = child.id().and_then(|pid| i32::try_from(pid).ok());
         Ok(Spawned {
             process: Process {
                 child,
+                group,
                 stderr: tail,
             },
             stdin,
@@ -98,12 +112,43 @@ impl Process {
         detail
     }
 
-    /// Kills the agent and waits (briefly) for it to exit.
+    /// Stops the agent's whole process group (X3): `SIGTERM`, a grace, then `SIGKILL`; waits
+    /// (briefly) for the adapter to exit.
     pub(super) async fn stop(&mut self, session: &str) {
+        signal_group(self.group, libc::SIGTERM);
+        if tokio::time::timeout(TERM_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::debug!(session = %session, "ACP agent did not end on SIGTERM; killing its group");
+        }
+        // The adapter may have ended while processes it started did not: the group gets
+        // SIGKILL either way (an empty group is a no-op).
+        signal_group(self.group, libc::SIGKILL);
         if let Err(e) = self.child.start_kill() {
             tracing::debug!(session = %session, error = %e, "ACP agent already exited");
         }
         drop(tokio::time::timeout(STOP_WAIT, self.child.wait()).await);
+        self.group = None;
+    }
+}
+
+impl Drop for Process {
+    /// A driver dropped without [`Process::stop`] (a failed start, a node shutting down) still
+    /// leaves no process of the agent behind.
+    fn drop(&mut self) {
+        signal_group(self.group.take(), libc::SIGKILL);
+    }
+}
+
+/// Sends `signal` to process group `group` (nothing when unknown or already gone).
+fn signal_group(group: Option<i32>, signal: libc::c_int) {
+    if let Some(group) = group.filter(|g| *g > 1) {
+        // SAFETY: kill(2) with a negative pid signals that process group; it touches no memory
+        // of ours. ESRCH (the group is gone) is the expected outcome after an exit.
+        unsafe {
+            libc::kill(-group, signal);
+        }
     }
 }
 

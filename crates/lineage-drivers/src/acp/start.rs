@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    EnvVariable, HttpHeader, Implementation, InitializeRequest, LoadSessionRequest, McpServer,
-    McpServerHttp, McpServerStdio, NewSessionRequest,
+    ContentBlock, EnvVariable, HttpHeader, Implementation, InitializeRequest, LoadSessionRequest,
+    McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, SessionModeState,
+    SetSessionModeRequest, SystemPrompt,
 };
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -18,7 +19,7 @@ use super::live::{absorb, Live};
 use super::process::{Process, Spawned};
 use super::text::{agent_error, one_line, recorded_session, render_history, sdk_error};
 use super::{PermissionPolicy, Settings};
-use crate::driver::DriverStart;
+use crate::driver::{DriverComposition, DriverStart};
 use crate::error::DriverError;
 
 /// The name the driver gives itself in `initialize` and on the connection.
@@ -92,6 +93,23 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         )));
     }
     let can_load = response.agent_capabilities.load_session;
+    // C4: the delegation statement and persona go into the agent's system prompt when it takes
+    // one (`sessionCapabilities.systemPrompt`, appended to its own); otherwise they open the
+    // first prompt of each new session (a loaded session has them in its history).
+    let instructions = Instructions {
+        text: start.composition.instructions(),
+        system_prompt: response
+            .agent_capabilities
+            .session_capabilities
+            .system_prompt
+            .is_some(),
+    };
+    // C1, C4: the tools this session may use, set before the agent connects to them.
+    if let Some(tools) = &settings.tools {
+        tools
+            .slot
+            .set_tool_filter(start.composition.tool_filter.clone());
+    }
     let transport = if response.agent_capabilities.mcp_capabilities.http {
         ToolsTransport::Http
     } else {
@@ -105,19 +123,19 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         None
     };
     let loaded = match (can_load, recorded) {
-        (true, Some(id)) => load(settings, transport, &cx, &cwd, &session, id).await,
+        (true, Some(id)) => load(settings, transport, &instructions, &cx, &cwd, &session, id).await,
         _ => None,
     };
     let was_loaded = loaded.is_some();
-    let session_handle = match loaded {
-        Some(active) => active,
+    let (session_handle, modes) = match loaded {
+        Some(loaded) => loaded,
         None => {
             let new = cx
-                .build_session_from(new_session(settings, transport, &cwd))
+                .build_session_from(new_session(settings, transport, &instructions, &cwd))
                 .block_task()
                 .start_session();
             match tokio::time::timeout(settings.init_timeout, new).await {
-                Ok(Ok(setup)) => setup.session,
+                Ok(Ok(setup)) => (setup.session, setup.response.modes),
                 Ok(Err(e)) => {
                     let detail = process.exit_detail().await;
                     return Err(error(&format!(
@@ -134,10 +152,26 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
             }
         }
     };
-    let replay = if start.resumed && !was_loaded {
+    // C4: the session mode its policy asks for, set on the new or loaded session.
+    if let Err(e) = set_mode(settings, &start.composition, &cx, &session_handle, modes).await {
+        let detail = process.exit_detail().await;
+        return Err(error(&format!("{e}{detail}")));
+    }
+    let history = if start.resumed && !was_loaded {
         render_history(&start.log)
     } else {
         None
+    };
+    // A new session of an agent without a system prompt hears the instructions first.
+    let preamble = match (was_loaded, instructions.system_prompt, &instructions.text) {
+        (false, false, Some(text)) => Some(format!(
+            "[The instructions you run under, from lineage, the system that hosts you]\n{text}"
+        )),
+        _ => None,
+    };
+    let replay = match (preamble, history) {
+        (Some(p), Some(h)) => Some(format!("{p}\n\n{h}")),
+        (p, h) => p.or(h),
     };
     tracing::info!(
         session = %session,
@@ -169,13 +203,93 @@ enum ToolsTransport {
     Http,
 }
 
-/// `session/new` in `cwd`, declaring lineage's tools when the session has them.
+/// The session's instructions (C4) and whether the agent takes a system prompt.
+struct Instructions {
+    text: Option<String>,
+    system_prompt: bool,
+}
+
+impl Instructions {
+    /// The `systemPrompt` of `session/new` and `session/load`: appended to the agent's own.
+    fn system_prompt(&self) -> Option<SystemPrompt> {
+        match (self.system_prompt, &self.text) {
+            (true, Some(text)) => Some(SystemPrompt::new(vec![ContentBlock::from(text.clone())])),
+            _ => None,
+        }
+    }
+}
+
+/// `session/new` in `cwd`, declaring lineage's tools when the session has them, with the
+/// session's instructions as system prompt when the agent takes one.
 fn new_session(
     settings: &Settings,
     transport: ToolsTransport,
+    instructions: &Instructions,
     cwd: &std::path::Path,
 ) -> NewSessionRequest {
-    NewSessionRequest::new(cwd).mcp_servers(tools_servers(settings, transport))
+    NewSessionRequest::new(cwd)
+        .mcp_servers(tools_servers(settings, transport))
+        .system_prompt(instructions.system_prompt())
+}
+
+/// The profile's mode key for a session's policy (C4): its sandbox mode, else `delegated` for
+/// a child, else `root`.
+pub(super) fn mode_key(composition: &DriverComposition) -> &'static str {
+    match (composition.sandbox_mode, composition.delegated) {
+        (Some(mode), _) => mode.as_str(),
+        (None, true) => "delegated",
+        (None, false) => "root",
+    }
+}
+
+/// Sets the session mode the profile names for the session's policy, when it names one: one
+/// the agent offers, or the start fails with one line listing those it offers (never a silent
+/// downgrade).
+async fn set_mode(
+    settings: &Settings,
+    composition: &DriverComposition,
+    cx: &ConnectionTo<Agent>,
+    active: &ActiveSession<'static, Agent>,
+    modes: Option<SessionModeState>,
+) -> Result<(), String> {
+    let key = mode_key(composition);
+    let Some(wanted) = settings.modes.get(key) else {
+        return Ok(());
+    };
+    let offered: Vec<String> = modes
+        .as_ref()
+        .map(|m| m.available_modes.iter().map(|m| m.id.to_string()).collect())
+        .unwrap_or_default();
+    if !offered.iter().any(|m| m == wanted) {
+        return Err(format!(
+            "its profile runs a {key} session in mode {wanted:?}, which the agent does not offer (it offers: {}); fix modes.{key} in the profile",
+            match offered.is_empty() {
+                true => "no modes".to_owned(),
+                false => offered.join(", "),
+            }
+        ));
+    }
+    if modes
+        .as_ref()
+        .is_some_and(|m| m.current_mode_id.to_string() == *wanted)
+    {
+        return Ok(());
+    }
+    let request = SetSessionModeRequest::new(active.session_id().clone(), wanted.clone());
+    match tokio::time::timeout(settings.init_timeout, cx.send_request(request).block_task()).await {
+        Ok(Ok(_)) => {
+            tracing::info!(acp_session = %active.session_id(), mode = %wanted, policy = key, "ACP session mode set");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(format!(
+            "session/set_mode {wanted:?} failed: {}",
+            one_line(&sdk_error(&e))
+        )),
+        Err(_) => Err(format!(
+            "it did not answer session/set_mode within {} ms",
+            settings.init_timeout.as_millis()
+        )),
+    }
 }
 
 /// lineage's tools as one MCP server entry: over HTTP to an agent that declared it (when the
@@ -235,17 +349,20 @@ fn working_dir(
 async fn load(
     settings: &Settings,
     transport: ToolsTransport,
+    instructions: &Instructions,
     cx: &ConnectionTo<Agent>,
     cwd: &std::path::Path,
     session: &str,
     id: String,
-) -> Option<ActiveSession<'static, Agent>> {
-    // The tools again: a resumed session has a new grant (and so a new secret).
-    let request =
-        LoadSessionRequest::new(id.clone(), cwd).mcp_servers(tools_servers(settings, transport));
+) -> Option<(ActiveSession<'static, Agent>, Option<SessionModeState>)> {
+    // The tools again: a resumed session has a new grant (and so a new secret); and the
+    // instructions again, for an agent that takes them on a load.
+    let request = LoadSessionRequest::new(id.clone(), cwd)
+        .mcp_servers(tools_servers(settings, transport))
+        .system_prompt(instructions.system_prompt());
     let load = cx.load_session_from(request).block_task().start_session();
-    let mut active = match tokio::time::timeout(settings.init_timeout, load).await {
-        Ok(Ok(setup)) => setup.session,
+    let (mut active, modes) = match tokio::time::timeout(settings.init_timeout, load).await {
+        Ok(Ok(setup)) => (setup.session, setup.response.modes),
         Ok(Err(e)) => {
             tracing::warn!(
                 session = %session,
@@ -270,9 +387,9 @@ async fn load(
     while let Some(Ok(message)) = active.read_update().now_or_never() {
         if let SessionMessage::Message(dispatch) = message {
             replayed += 1;
-            drop(absorb(dispatch, PermissionPolicy::Deny).await);
+            drop(absorb(dispatch, &PermissionPolicy::Deny).await);
         }
     }
     tracing::info!(session = %session, replayed, "ACP session loaded");
-    Some(active)
+    Some((active, modes))
 }

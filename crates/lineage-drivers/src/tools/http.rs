@@ -37,11 +37,16 @@ pub const REFUSED_HTTP: &str = "lineage tools: refused: send Authorization: Bear
 pub(super) type SessionService = StreamableHttpService<DelegationTools, LocalSessionManager>;
 
 /// The MCP service of `session`, acting through whatever turn `slot` holds.
+///
+/// No SSE priming event (`sse_retry: None`): rmcp otherwise opens every stream with an empty
+/// `data:` event (`id: 0`, `retry: 3000`), and Gemini CLI 0.61 reads that event as the answer
+/// to `tools/list` and shows its model none of the tools (issue 32, item 2). Nothing here
+/// resumes a stream by event id, so the event carries nothing lineage needs.
 pub(super) fn session_service(session: SessionId, slot: TurnSlot) -> SessionService {
     StreamableHttpService::new(
         move || Ok(DelegationTools::new(session.clone(), slot.clone())),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        StreamableHttpServerConfig::default().with_sse_retry(None),
     )
 }
 

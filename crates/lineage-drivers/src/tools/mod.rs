@@ -44,28 +44,63 @@ use serde_json::json;
 
 use crate::driver::{ActionOutcome, AgentSpec, ChildSpec, TurnAction, TurnCtx, WaitMode};
 
+/// The names of the delegation tools, in the order they are listed.
+pub const TOOL_NAMES: [&str; 6] = [
+    "spawn_subagent",
+    "report_to_parent",
+    "send_to_child",
+    "interrupt_child",
+    "list_children",
+    "wait_for_children",
+];
+
 /// Where a hosted session's running turn is reachable: set by the driver when a turn begins,
-/// cleared when it ends. Cheap to clone.
+/// cleared when it ends; and which of the tools the session may use (its tool filter, C1, set
+/// by the driver before the agent connects). Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct TurnSlot(Arc<Mutex<Option<TurnCtx>>>);
+pub struct TurnSlot(Arc<Mutex<SlotState>>);
+
+#[derive(Debug, Default)]
+struct SlotState {
+    ctx: Option<TurnCtx>,
+    tool_filter: Option<Vec<String>>,
+}
 
 impl TurnSlot {
     /// The turn `ctx` runs now.
     pub fn set(&self, ctx: TurnCtx) {
         if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(ctx);
+            slot.ctx = Some(ctx);
         }
     }
 
     /// No turn runs.
     pub fn clear(&self) {
         if let Ok(mut slot) = self.0.lock() {
-            *slot = None;
+            slot.ctx = None;
         }
     }
 
+    /// Restricts the session's tools to those `filter` names (C1); `None`: all of them. Applies
+    /// to connections made afterwards (the driver sets it before it opens the agent's session);
+    /// a call to a filtered tool is refused whenever it comes.
+    pub fn set_tool_filter(&self, filter: Option<Vec<String>>) {
+        if let Ok(mut slot) = self.0.lock() {
+            slot.tool_filter = filter;
+        }
+    }
+
+    /// Whether the session may use tool `name`.
+    pub fn allows(&self, name: &str) -> bool {
+        self.0.lock().ok().is_none_or(|slot| {
+            slot.tool_filter
+                .as_ref()
+                .is_none_or(|filter| filter.iter().any(|f| f == name))
+        })
+    }
+
     fn get(&self) -> Option<TurnCtx> {
-        self.0.lock().ok().and_then(|slot| slot.clone())
+        self.0.lock().ok().and_then(|slot| slot.ctx.clone())
     }
 }
 
@@ -194,13 +229,39 @@ pub struct DelegationTools {
 }
 
 impl DelegationTools {
-    /// The tools of `session`, acting through whatever turn `slot` holds.
+    /// The tools of `session`, acting through whatever turn `slot` holds; only those its tool
+    /// filter allows are listed (C1, C4).
     pub fn new(session: SessionId, slot: TurnSlot) -> Self {
+        let mut tool_router = Self::tool_router();
+        for name in TOOL_NAMES {
+            if !slot.allows(name) {
+                tool_router.disable_route(name);
+            }
+        }
         DelegationTools {
             session,
             slot,
-            tool_router: Self::tool_router(),
+            tool_router,
         }
+    }
+
+    /// The one-line refusal of a call to `name` when the session's filter leaves it out.
+    fn filtered(&self, name: &str) -> Option<String> {
+        let known = TOOL_NAMES.contains(&name);
+        (known && !self.slot.allows(name)).then(|| {
+            let allowed: Vec<&str> = TOOL_NAMES
+                .into_iter()
+                .filter(|t| self.slot.allows(t))
+                .collect();
+            format!(
+                "tool {name} is not allowed for session {}: its tool filter allows {}; work with those",
+                self.session,
+                match allowed.is_empty() {
+                    true => "none of lineage's tools".to_owned(),
+                    false => allowed.join(", "),
+                }
+            )
+        })
     }
 
     /// Runs `action` in the session's running turn.
@@ -438,6 +499,20 @@ impl DelegationTools {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for DelegationTools {
+    /// A call to a tool the session's filter leaves out is refused by the node (C4: whether or
+    /// not the agent was shown it), as a one-line tool error; the others go to their tool.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        if let Some(why) = self.filtered(&request.name) {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+        }
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
     fn get_info(&self) -> ServerConfig {
         let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
         config.instructions = Some(format!(
