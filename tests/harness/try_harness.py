@@ -148,18 +148,24 @@ class Agent:
             on_message(msg)
 
     def stop(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the group this script started
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        """Ends the agent's process group (it started it): SIGTERM, then SIGKILL after 5 s."""
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, sig)
             except OSError:
-                pass
-            self.proc.wait(timeout=5)
+                break  # the group is gone
+            end = time.time() + wait
+            while time.time() < end:
+                self.proc.poll()  # reap the leader so the group can vanish
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except OSError:
+                    break
+                time.sleep(0.1)
+            else:
+                continue
+            break
+        self.proc.wait(timeout=5)
         self.stderr.close()
 
 
