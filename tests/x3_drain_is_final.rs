@@ -69,8 +69,9 @@ fn x3_a_drained_root_takes_no_turn_on_its_childs_disposal_notice() {
         .count();
     assert!(notices <= 1, "{kinds:?}");
     assert!(
-        !log.iter().any(|e| e.kind == "turn/assistant"
-            && e.data.to_string().contains("late turn after drain")),
+        !log.iter()
+            .any(|e| e.kind == "turn/assistant"
+                && e.data.to_string().contains("late turn after drain")),
         "the root ran a turn after the drain: {kinds:?}"
     );
 }

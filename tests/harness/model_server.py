@@ -43,7 +43,8 @@ Side requests: count_tokens / countTokens (a rough count); Claude's auto-mode cl
 suggestion (empty); requests with a JSON schema (Claude's title, Gemini's routing and
 next-speaker checks) get a value built from the schema; anything else "ok".
 
-RECORD: one JSON line per request, appended and flushed:
+RECORD: one JSON line per request, appended and flushed when it is answered (a rule with
+delay_ms: when it arrives, with "delayed_ms", before the wait):
     {"seq", "api", "path", "kind": "turn"|"side", "system", "tools", "deferred_tools",
      "last_user", "last_tool_result", "last_is", "rule": index|null, "reply", "headers", "body"}
 `tools`: every tool name the model may call (Claude: including deferred ones, also listed in
@@ -276,14 +277,15 @@ class Model:
             return "%s_scripted_%d" % (prefix, self.ids)
 
     def answer(self, view):
-        """(rule index or None, action): action is {"text"?, "tool"?, "args"?} with names mapped."""
+        """(rule index or None, action, delay_ms): action is {"text"?, "tool"?, "args"?} with
+        names mapped; the caller waits delay_ms before it answers."""
         with self.lock:
             index = self.pending.pop(view.last_tool_use_id, None) if view.last_tool_use_id else None
             if index is None:
                 index = next((i for i, r in enumerate(self.rules)
                               if not self.used[i] and matches(r.get("when", {}), view)), None)
             if index is None:
-                return None, {"text": "model_server: no rule matched"}
+                return None, {"text": "model_server: no rule matched"}, 0
             rule = self.rules[index]
             reply = rule["reply"]
             action = {}
@@ -294,20 +296,18 @@ class Model:
                 name = resolve_tool(view, reply["tool"])
                 if name is None:
                     return index, {"text": "model_server: tool %s is not offered (offered: %s)"
-                                   % (reply["tool"], ", ".join(view.tools))}
+                                   % (reply["tool"], ", ".join(view.tools))}, 0
                 if name in view.deferred and "ToolSearch" in view.tools:
                     self.ids += 1
                     call_id = "toolu_scripted_%d" % self.ids
                     self.pending[call_id] = index
                     return index, {"tool": "ToolSearch", "id": call_id,
-                                   "args": {"query": "select:" + name, "max_results": 5}}
+                                   "args": {"query": "select:" + name, "max_results": 5}}, 0
                 action.update(tool=name, args=reply.get("args", {}))
             if not rule.get("repeat"):
                 self.used[index] = True
             delay = rule.get("delay_ms", 0)
-        if delay:
-            time.sleep(delay / 1000.0)
-        return index, action
+        return index, action, delay
 
     def record(self, entry):
         with self.lock:
@@ -495,7 +495,15 @@ class Handler(BaseHTTPRequestHandler):
                 turn = bool(body.get("tools"))
             kind = "turn" if turn else "side"
             if turn:
-                index, action = self.model.answer(view)
+                index, action, delay = self.model.answer(view)
+                if delay:
+                    # Recorded when it arrives, so a test sees a model call that is still
+                    # being answered (the agent is mid-turn); then the answer waits.
+                    self.model.record(dict(view.record(), path=self.path, kind="turn",
+                                           rule=index, reply=action, delayed_ms=delay,
+                                           headers=dict(self.headers), body=body))
+                    time.sleep(delay / 1000.0)
+                    kind = "delayed"
             else:
                 index, action = None, {"text": side_text(view, body)}
             rid = action.get("id") or self.model.next_id("toolu" if view.api == "anthropic" else "r")
@@ -520,8 +528,9 @@ class Handler(BaseHTTPRequestHandler):
             print("model_server: no rule matched a %s request (last_user=%r, tool_result=%r)"
                   % (view.api, view.last_user[-80:], (view.last_tool_result or "")[:80]),
                   file=sys.stderr, flush=True)
-        self.model.record(dict(view.record(), path=self.path, kind=kind, rule=index,
-                               reply=action, headers=dict(self.headers), body=body))
+        if kind != "delayed":
+            self.model.record(dict(view.record(), path=self.path, kind=kind, rule=index,
+                                   reply=action, headers=dict(self.headers), body=body))
 
 
 def main():

@@ -140,7 +140,7 @@ class Agent:
             if msg is None:
                 raise EOFError("the agent exited while we waited for %s" % method)
             if self.verbose:
-                print("<<", json.dumps(msg)[:400], file=sys.stderr)
+                print("<<", json.dumps(msg)[:int(os.environ.get("TRY_HARNESS_CUT", "400"))], file=sys.stderr)
             if msg.get("id") == my_id and "method" not in msg:
                 if "error" in msg:
                     raise RuntimeError("%s failed: %s" % (method, json.dumps(msg["error"])))

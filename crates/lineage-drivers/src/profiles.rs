@@ -56,6 +56,11 @@ pub struct AgentProfile {
     /// (`session/new`'s `modes`). A policy without a key keeps the agent's default mode.
     #[serde(default)]
     pub modes: BTreeMap<String, String>,
+    /// How the agent reaches its tools: `auto` (the default: the node's loopback HTTP endpoint
+    /// when the agent declares `mcpCapabilities.http`, else the stdio bridge `lineage mcp`) or
+    /// `stdio` (always the bridge).
+    #[serde(default = "default_tools_transport")]
+    pub tools_transport: String,
     /// A line for `lineage agents`.
     #[serde(default)]
     pub description: String,
@@ -63,6 +68,10 @@ pub struct AgentProfile {
 
 fn default_workdir() -> String {
     "session".into()
+}
+
+fn default_tools_transport() -> String {
+    "auto".into()
 }
 
 fn default_prompt_timeout_ms() -> u64 {
@@ -82,6 +91,7 @@ impl AgentProfile {
             prompt_timeout_ms: default_prompt_timeout_ms(),
             tools: false,
             modes: BTreeMap::new(),
+            tools_transport: default_tools_transport(),
             description: description.to_owned(),
         }
     }
@@ -134,6 +144,8 @@ pub struct AcpLaunch {
     pub tools: bool,
     /// The session mode by policy (C4).
     pub modes: BTreeMap<String, String>,
+    /// Whether the tools go over the stdio bridge even to an agent that takes HTTP.
+    pub tools_stdio: bool,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).
@@ -214,6 +226,12 @@ impl AgentProfiles {
             if p.prompt_timeout_ms == 0 {
                 return Err((key("prompt_timeout_ms"), "must be above 0".into()));
             }
+            if !matches!(p.tools_transport.as_str(), "auto" | "stdio") {
+                return Err((
+                    key("tools_transport"),
+                    format!("{:?} is not \"auto\" or \"stdio\"", p.tools_transport),
+                ));
+            }
             for (policy, mode) in &p.modes {
                 if !MODE_KEYS.contains(&policy.as_str()) {
                     return Err((
@@ -274,6 +292,7 @@ impl AgentProfiles {
                     prompt_timeout_ms: default_prompt_timeout_ms(),
                     tools: false,
                     modes: BTreeMap::new(),
+                    tools_stdio: false,
                 }))
             }
             AgentSpec::Profile { profile } => {
@@ -302,6 +321,7 @@ impl AgentProfiles {
                             prompt_timeout_ms: p.prompt_timeout_ms,
                             tools: p.tools,
                             modes: p.modes.clone(),
+                            tools_stdio: p.tools_transport == "stdio",
                         }))
                     }
                 }

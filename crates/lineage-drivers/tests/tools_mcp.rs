@@ -290,3 +290,58 @@ async fn t5_d3_refusals_bad_arguments_and_no_turn_are_tool_errors_in_one_line() 
     }
     client.cancel().await.unwrap();
 }
+
+/// C1, C4: a session with a tool filter is shown only the tools it allows, and a call to a
+/// filtered tool is refused by the node (a one-line tool error; no action reaches the turn),
+/// even when the agent calls it without having been shown it.
+#[tokio::test]
+async fn c4_a_tool_filter_narrows_the_list_and_the_node_refuses_a_filtered_call() {
+    let (ctx, mut requests) = TurnCtx::channel();
+    let slot = TurnSlot::default();
+    slot.set(ctx);
+    slot.set_tool_filter(Some(vec!["report_to_parent".into()]));
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    let tools = DelegationTools::new(sid(1), slot.clone());
+    tokio::spawn(async move {
+        if let Ok(running) = tools.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = Client.serve(client_io).await.expect("client connects");
+    let listed: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(listed, ["report_to_parent"]);
+    let refused = client
+        .call_tool(call(
+            "spawn_subagent",
+            json!({"profile": "echo", "prompt": "x", "shape": "one-shot"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let why = text(&refused);
+    assert!(
+        why.contains("spawn_subagent is not allowed") && why.contains("report_to_parent"),
+        "{why}"
+    );
+    assert!(!why.contains('\n'), "{why}");
+    assert!(
+        requests.try_recv().is_err(),
+        "a filtered call reached the turn"
+    );
+    // The allowed tool works.
+    let reported =
+        tokio::spawn(async move { answer_next(&mut requests, ActionOutcome::Done).await });
+    let ok = client
+        .call_tool(call("report_to_parent", json!({"content": "half way"})))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true), "{}", text(&ok));
+    assert!(matches!(reported.await.unwrap(), TurnAction::Report { .. }));
+    client.cancel().await.unwrap();
+}

@@ -111,5 +111,6 @@ fn acp_driver(launch: AcpLaunch) -> Result<AcpDriver, DriverError> {
     Ok(AcpDriver::new(launch.command, launch.workdir)
         .with_env(launch.env)
         .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms))
-        .with_session_modes(launch.modes))
+        .with_session_modes(launch.modes)
+        .with_tools_over_stdio(launch.tools_stdio))
 }

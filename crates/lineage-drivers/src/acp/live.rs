@@ -324,9 +324,10 @@ fn permission_outcome(
 
 /// Which of lineage's tools a permission request is for, read from what the harness itself
 /// fills in, never from the call's arguments (a shell command may contain any text): Claude
-/// Code's `_meta.claudeCode.toolName` (`mcp__lineage__<tool>`), or a tool call of kind `other`
-/// (or none) whose title or name is the tool's (`<tool>`, Gemini CLI's title of an MCP tool, or
-/// `mcp__lineage__<tool>`). `None`: not one of lineage's tools.
+/// Code's `_meta.claudeCode.toolName` (`mcp__lineage__<tool>`), Codex's MCP approval (server
+/// `lineage`, its message naming the tool), or a tool call of kind `other`
+/// (or none) whose title or name is the tool's (`<tool>`, `mcp__lineage__<tool>`, or Gemini
+/// CLI's title of an MCP tool, `<tool> (lineage MCP Server)`). `None`: not one of lineage's tools.
 pub(super) fn lineage_tool(request: &RequestPermissionRequest) -> Option<&'static str> {
     let call = &request.tool_call;
     let claude = call
@@ -337,14 +338,123 @@ pub(super) fn lineage_tool(request: &RequestPermissionRequest) -> Option<&'stati
         .and_then(|v| v.as_str());
     let plain_kind = matches!(call.fields.kind, None | Some(ToolKind::Other));
     let names = [call.fields.title.as_deref(), call.fields.name.as_deref()];
+    let codex = codex_mcp_approval(call.fields.raw_input.as_ref());
     crate::tools::TOOL_NAMES.into_iter().find(|tool| {
         let qualified = format!("mcp__{}__{tool}", super::TOOLS_SERVER_NAME);
+        let codex_message = format!(
+            "Allow the {} MCP server to run tool \"{tool}\"?",
+            super::TOOLS_SERVER_NAME
+        );
+        let gemini = format!("{tool} ({} MCP Server)", super::TOOLS_SERVER_NAME);
         claude == Some(qualified.as_str())
+            || codex == Some(codex_message.as_str())
             || (claude.is_none()
+                && codex.is_none()
                 && plain_kind
                 && names
                     .iter()
                     .flatten()
-                    .any(|n| *n == *tool || *n == qualified))
+                    .any(|n| *n == *tool || *n == qualified || *n == gemini))
     })
+}
+
+/// Codex's approval of an MCP tool call (`rawInput`: `server_name`, and a `request` whose
+/// `_meta.codex_approval_kind` is `mcp_tool_call`): its message, when the server is lineage's.
+fn codex_mcp_approval(raw: Option<&serde_json::Value>) -> Option<&str> {
+    let raw = raw?;
+    let request = raw.get("request")?;
+    let kind = request.get("_meta")?.get("codex_approval_kind")?.as_str()?;
+    (raw.get("server_name")?.as_str()? == super::TOOLS_SERVER_NAME && kind == "mcp_tool_call")
+        .then(|| request.get("message")?.as_str())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(tool_call: serde_json::Value) -> RequestPermissionRequest {
+        serde_json::from_value(json!({
+            "sessionId": "s",
+            "toolCall": tool_call,
+            "options": [
+                {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "reject", "name": "Reject", "kind": "reject_once"}
+            ]
+        }))
+        .unwrap()
+    }
+
+    /// C4: the shapes the real harnesses send (Claude Code 2.1's `_meta.claudeCode.toolName`,
+    /// Codex 0.16's MCP approval, Gemini CLI 0.61's title), and look-alikes that are not.
+    #[test]
+    fn c4_lineage_tools_are_told_apart_from_look_alikes() {
+        let claude = request(
+            json!({"toolCallId": "1", "title": "spawn_subagent", "kind": "other",
+            "_meta": {"claudeCode": {"toolName": "mcp__lineage__spawn_subagent"}}}),
+        );
+        assert_eq!(lineage_tool(&claude), Some("spawn_subagent"));
+        let codex = request(json!({"toolCallId": "2", "title": "Approve MCP tool call",
+            "rawInput": {"server_name": "lineage", "request": {"mode": "form",
+                "_meta": {"codex_approval_kind": "mcp_tool_call"},
+                "message": "Allow the lineage MCP server to run tool \"report_to_parent\"?"}}}));
+        assert_eq!(lineage_tool(&codex), Some("report_to_parent"));
+        let gemini = request(
+            json!({"toolCallId": "3", "title": "list_children (lineage MCP Server)",
+            "kind": "other"}),
+        );
+        assert_eq!(lineage_tool(&gemini), Some("list_children"));
+        let plain = request(json!({"toolCallId": "3", "title": "list_children", "kind": "other"}));
+        assert_eq!(lineage_tool(&plain), Some("list_children"));
+
+        for look_alike in [
+            // A shell command whose text is a tool's name.
+            json!({"toolCallId": "4", "title": "mcp__lineage__spawn_subagent", "kind": "execute"}),
+            // Claude Code's Bash tool, titled like lineage's tool.
+            json!({"toolCallId": "5", "title": "spawn_subagent",
+                "_meta": {"claudeCode": {"toolName": "Bash"}}}),
+            // Another MCP server's tool of the same name, through Codex.
+            json!({"toolCallId": "6", "title": "Approve MCP tool call",
+                "rawInput": {"server_name": "evil", "request": {
+                    "_meta": {"codex_approval_kind": "mcp_tool_call"},
+                    "message": "Allow the lineage MCP server to run tool \"spawn_subagent\"?"}}}),
+            json!({"toolCallId": "7", "title": "Bash", "kind": "other"}),
+            // Gemini CLI's shell tool running a command that reads like the MCP title.
+            json!({"toolCallId": "8", "title": "spawn_subagent (lineage MCP Server)",
+                "kind": "execute"}),
+            // Another server's tool of the same name, through Gemini CLI.
+            json!({"toolCallId": "9", "title": "spawn_subagent (evil MCP Server)", "kind": "other"}),
+        ] {
+            assert_eq!(
+                lineage_tool(&request(look_alike.clone())),
+                None,
+                "{look_alike}"
+            );
+        }
+    }
+
+    #[test]
+    fn c4_the_rule_allows_the_sessions_own_tools_and_rejects_the_rest() {
+        let slot = crate::tools::TurnSlot::default();
+        slot.set_tool_filter(Some(vec!["list_children".into()]));
+        let rule = PermissionPolicy::Lineage(Some(slot));
+        let selected = |r: &RequestPermissionRequest| match permission_outcome(r, &rule) {
+            RequestPermissionOutcome::Selected(s) => s.option_id.to_string(),
+            other => format!("{other:?}"),
+        };
+        let allowed =
+            request(json!({"toolCallId": "1", "title": "list_children", "kind": "other"}));
+        assert_eq!(selected(&allowed), "allow");
+        let filtered =
+            request(json!({"toolCallId": "2", "title": "spawn_subagent", "kind": "other"}));
+        assert_eq!(selected(&filtered), "reject");
+        let shell = request(json!({"toolCallId": "3", "title": "rm -rf /", "kind": "execute"}));
+        assert_eq!(selected(&shell), "reject");
+        let no_tools = PermissionPolicy::Lineage(None);
+        assert!(matches!(
+            permission_outcome(&allowed, &no_tools),
+            RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == "reject"
+        ));
+    }
 }

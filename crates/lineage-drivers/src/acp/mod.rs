@@ -98,6 +98,8 @@ struct Settings {
     tools: Option<AgentTools>,
     /// The session mode by policy (C4).
     modes: SessionModes,
+    /// The tools over the stdio bridge even to an agent that takes HTTP.
+    tools_stdio: bool,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -169,6 +171,7 @@ impl AcpDriver {
                 permissions: None,
                 tools: None,
                 modes: SessionModes::new(),
+                tools_stdio: false,
             },
             label: "-".into(),
             live: None,
@@ -216,6 +219,12 @@ impl AcpDriver {
     /// Sets the session mode for each policy (a profile's `modes`).
     pub fn with_session_modes(mut self, modes: SessionModes) -> Self {
         self.settings.modes = modes;
+        self
+    }
+
+    /// Gives the agent its tools over the stdio bridge (`lineage mcp`) even when it takes HTTP.
+    pub fn with_tools_over_stdio(mut self, stdio: bool) -> Self {
+        self.settings.tools_stdio = stdio;
         self
     }
 

@@ -110,7 +110,7 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
             .slot
             .set_tool_filter(start.composition.tool_filter.clone());
     }
-    let transport = if response.agent_capabilities.mcp_capabilities.http {
+    let transport = if response.agent_capabilities.mcp_capabilities.http && !settings.tools_stdio {
         ToolsTransport::Http
     } else {
         ToolsTransport::Stdio

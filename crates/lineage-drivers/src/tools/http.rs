@@ -38,15 +38,21 @@ pub(super) type SessionService = StreamableHttpService<DelegationTools, LocalSes
 
 /// The MCP service of `session`, acting through whatever turn `slot` holds.
 ///
-/// No SSE priming event (`sse_retry: None`): rmcp otherwise opens every stream with an empty
-/// `data:` event (`id: 0`, `retry: 3000`), and Gemini CLI 0.61 reads that event as the answer
-/// to `tools/list` and shows its model none of the tools (issue 32, item 2). Nothing here
-/// resumes a stream by event id, so the event carries nothing lineage needs.
+/// Stateless, with plain JSON answers (`legacy_session_mode: false`, `json_response: true`)
+/// and no SSE priming event (`sse_retry: None`): in its default mode rmcp opens every stream
+/// with an empty `data:` event (`id: 0`, `retry: 3000`) and lets clients resume streams by
+/// event id, and Gemini CLI 0.61 then shows its model none of the tools (issue 32, item 2:
+/// its `tools/list` answer never arrives whole). Every call here is one request and one
+/// answer (a long `wait_for_children` included), the session is the grant's, not an MCP
+/// session's, so nothing needs a stream or its resumption.
 pub(super) fn session_service(session: SessionId, slot: TurnSlot) -> SessionService {
+    let mut config = StreamableHttpServerConfig::default().with_sse_retry(None);
+    config.legacy_session_mode = false;
+    config.json_response = true;
     StreamableHttpService::new(
         move || Ok(DelegationTools::new(session.clone(), slot.clone())),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default().with_sse_retry(None),
+        config,
     )
 }
 

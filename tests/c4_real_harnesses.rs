@@ -1,0 +1,529 @@
+//! The agents users run, hosted by lineage (issue 32: C1–C4, T1–T3, X3): Claude Code, Codex
+//! and Gemini CLI through their real ACP adapters (`tools/harnesses`, pinned, installed by
+//! `scripts/install-deps.sh`), with only the model replaced by the scripted endpoint
+//! `tests/harness/model_server.py`. Three real nodes, a real nats-server. One scenario list
+//! runs against each harness:
+//!
+//! - **one-shot, composed** (C1, C2, C4, T1, T3): the root's model calls `spawn_subagent` (a
+//!   one-shot child of the same harness, with a persona and a tool filter, on another node,
+//!   its tools over the stdio bridge `lineage mcp` while the root's go over HTTP); the child's
+//!   model requests carry the delegation statement and the persona, offer only the filtered
+//!   tool of lineage's; the child's answer returns into the root's turn; every permission
+//!   request on the way is answered by lineage's rule (the profiles run in the harness's
+//!   asking mode, so the answer is what lets the tool run);
+//! - **drain** (X3): a root mid-turn with a continuable child mid-turn is drained: the drain
+//!   answers at once, the root takes no new turn on its child's disposal notice (no model
+//!   request mentions it), and no process of either agent is left.
+//!
+//! And one tree no harness builds alone: a Claude root delegating to a Codex child on another
+//! node, which delegates to a Gemini grandchild.
+//!
+//! Without npm the adapters cannot be installed: each test says so in one line and passes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lineage_testkit::prelude::{id_of, Cluster, Event};
+use serde_json::{json, Value};
+
+/// The harnesses: profile name, binary under `tools/harnesses/node_modules/.bin`, arguments.
+const HARNESSES: [(&str, &str, &[&str]); 3] = [
+    ("claude", "claude-agent-acp", &[]),
+    ("codex", "codex-acp", &[]),
+    ("gemini", "gemini", &["--acp"]),
+];
+
+/// The delegation statement's opening words (C1), as the child's model must see them.
+const STATEMENT: &str = "You are a delegated subagent";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the repository")
+        .to_path_buf()
+}
+
+/// The harnesses' bin directory; `None` (with one line) when npm is missing here.
+fn harness_bins() -> Option<PathBuf> {
+    let bin = repo().join("tools/harnesses/node_modules/.bin");
+    if HARNESSES.iter().all(|(_, b, _)| bin.join(b).exists()) {
+        return Some(bin);
+    }
+    let npm = Command::new("npm").arg("--version").output();
+    if npm.is_err() {
+        eprintln!("c4_real_harnesses: skipped: npm is missing, so the ACP adapters cannot be installed (install Node.js and run scripts/install-deps.sh)");
+        return None;
+    }
+    panic!(
+        "the ACP adapters are not installed in {}; run scripts/install-deps.sh (npm ci --prefix tools/harnesses)",
+        bin.display()
+    );
+}
+
+/// The scripted model endpoint, killed on drop.
+struct Model {
+    child: Child,
+    port: u16,
+    record: PathBuf,
+}
+
+impl Model {
+    fn start(dir: &Path, rules: &Value) -> Model {
+        let script = dir.join("script.json");
+        std::fs::write(&script, json!({ "rules": rules }).to_string()).unwrap();
+        let record = dir.join("record.jsonl");
+        let mut child = Command::new("python3")
+            .arg(repo().join("tests/harness/model_server.py"))
+            .args(["--port", "0", "--script"])
+            .arg(&script)
+            .arg("--record")
+            .arg(&record)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs the model server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("model server said {line:?}"));
+        Model {
+            child,
+            port,
+            record,
+        }
+    }
+
+    /// Every request so far (one JSON object each).
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The turn requests whose latest user message contains `marker`.
+    fn turns_of(&self, marker: &str) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r["kind"] == "turn" && text(&r["last_user"]).contains(marker))
+            .collect()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// The profiles of every harness (and `<name>-stdio`, the same with its tools over the stdio
+/// bridge), each with its own home under `dir`, its model at `port`.
+fn profiles(bins: &Path, dir: &Path, port: u16) -> String {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut toml = String::from("[agents.echo]\ndriver = \"script\"\n\n");
+    for (name, bin, args) in HARNESSES {
+        let home = dir.join(format!("home-{name}"));
+        std::fs::create_dir_all(&home).unwrap();
+        let env = match name {
+            "claude" => {
+                // Acknowledges auto mode's billing notice (it would be appended to replies).
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis();
+                std::fs::write(
+                    home.join(".claude.json"),
+                    json!({ "autoModeClassifierBillingNoticeAcknowledgedAt": now }).to_string(),
+                )
+                .unwrap();
+                format!("ANTHROPIC_BASE_URL = \"{url}\"\nANTHROPIC_API_KEY = \"test-key\"\nIS_SANDBOX = \"1\"\n")
+            }
+            "codex" => {
+                let codex_home = home.join(".codex");
+                std::fs::create_dir_all(&codex_home).unwrap();
+                std::fs::write(
+                    codex_home.join("config.toml"),
+                    format!("model_provider = \"scripted\"\nmodel = \"gpt-5.4\"\n[model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{url}/v1\"\nwire_api = \"responses\"\nrequires_openai_auth = false\nsupports_websockets = false\n"),
+                )
+                .unwrap();
+                format!("CODEX_HOME = \"{}\"\n", codex_home.display())
+            }
+            _ => format!("GEMINI_API_KEY = \"test-key\"\nGOOGLE_GEMINI_BASE_URL = \"{url}\"\nGEMINI_CLI_TRUST_WORKSPACE = \"true\"\nGEMINI_CLI_NO_RELAUNCH = \"true\"\n"),
+        };
+        // The modes where the harness asks before a tool runs: lineage's rule answers (C4).
+        let modes = match name {
+            "claude" => "root = \"default\"\ndelegated = \"default\"\n",
+            "codex" => "root = \"read-only\"\ndelegated = \"read-only\"\n",
+            _ => "root = \"default\"\ndelegated = \"default\"\n",
+        };
+        let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+        for (profile, transport) in [
+            (name.to_owned(), "auto"),
+            (format!("{name}-stdio"), "stdio"),
+        ] {
+            toml.push_str(&format!(
+                "[agents.{profile}]\ndriver = \"acp\"\ncommand = \"{cmd}\"\nargs = [{args}]\ntools = true\ntools_transport = \"{transport}\"\nprompt_timeout_ms = 180000\n[agents.{profile}.env]\nHOME = \"{home}\"\n{env}[agents.{profile}.modes]\n{modes}\n",
+                cmd = bins.join(bin).display(),
+                args = args.join(", "),
+                home = home.display(),
+            ));
+        }
+    }
+    toml
+}
+
+/// The assistant replies in a session's log.
+fn replies(log: &[Event]) -> Vec<String> {
+    log.iter()
+        .filter(|e| e.kind == "turn/assistant")
+        .map(|e| text(&e.data["text"]))
+        .collect()
+}
+
+/// A cluster of three nodes hosting the harnesses, and the model they talk to.
+struct Fixture {
+    cluster: Cluster,
+    model: Model,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture(bins: &Path, rules: Value) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Model::start(dir.path(), &rules);
+    let cluster = Cluster::start_with_toml(3, &[], &profiles(bins, dir.path(), model.port));
+    Fixture {
+        cluster,
+        model,
+        _dir: dir,
+    }
+}
+
+impl Fixture {
+    fn spawn_root(&self, profile: &str, node: &str, prompt: &str) -> String {
+        let reply = self.cluster.spawn(&[
+            "--node",
+            node,
+            "--profile",
+            profile,
+            "--prompt",
+            prompt,
+            "--label",
+            "root",
+        ]);
+        id_of(&reply["session"])
+    }
+
+    fn wait_reply(&self, session: &str, what: &str, needle: &str) -> Vec<String> {
+        let found = lineage_testkit::poll(Duration::from_secs(240), || {
+            let replies = replies(&self.cluster.log(session));
+            replies
+                .iter()
+                .any(|r| r.contains(needle))
+                .then_some(replies)
+        });
+        found.unwrap_or_else(|_| panic!("{what}: not seen in 240 s\n{}", self.diagnose()))
+    }
+
+    /// What the model was asked and the nodes' last log lines, for a failure's message.
+    fn diagnose(&self) -> String {
+        let requests: Vec<String> = self
+            .model
+            .requests()
+            .iter()
+            .map(|r| {
+                format!(
+                    "  {} {} {} rule={} last_user={:?} tool_result={:?} reply={}",
+                    r["seq"],
+                    r["api"],
+                    r["kind"],
+                    r["rule"],
+                    text(&r["last_user"]).chars().take(120).collect::<String>(),
+                    text(&r["last_tool_result"])
+                        .chars()
+                        .take(160)
+                        .collect::<String>(),
+                    r["reply"].to_string().chars().take(160).collect::<String>()
+                )
+            })
+            .collect();
+        format!(
+            "model requests:\n{}\nnode logs:\n{}",
+            requests.join("\n"),
+            self.cluster.logs()
+        )
+    }
+}
+
+/// Scenario one, for harness `h`: a one-shot child of the same harness, composed.
+fn one_shot_composed(h: &str) {
+    let Some(bins) = harness_bins() else { return };
+    let root_mark = format!("root-A-{h}");
+    let child_mark = format!("child-A-{h}");
+    let persona = format!("You are the careful persona-{h}.");
+    let answer = format!("answer-{h}=42");
+    let fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": root_mark, "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {
+                 "profile": format!("{h}-stdio"), "prompt": format!("{child_mark}: compute"),
+                 "shape": "one-shot", "label": format!("kid-{h}"), "node": "node-2",
+                 "persona": persona, "tool_filter": ["report_to_parent"]}}},
+            {"when": {"last_user_contains": child_mark}, "reply": {"text": answer}},
+            {"when": {"last_user_contains": root_mark, "tool_result_contains": answer},
+             "reply": {"text": "root got: {tool_result}"}}
+        ]),
+    );
+    let root = fx.spawn_root(h, "node-1", &format!("{root_mark}: go"));
+    let replies = fx.wait_reply(&root, "the child's answer in the root's reply", &answer);
+    let reply = replies.iter().find(|r| r.contains(&answer)).unwrap();
+    assert!(reply.starts_with("root got: "), "{reply}");
+
+    // The child: one, one-shot, on node-2, done.
+    let tree = fx.cluster.tree(&root);
+    assert_eq!(tree.len(), 2, "{tree:?}");
+    let child = tree.iter().find(|r| r["session"] != root.as_str()).unwrap();
+    assert_eq!(child["node"], "node-2", "{child}");
+    assert_eq!(child["depth"], 1, "{child}");
+
+    // C1, C4: what the child's model was shown.
+    let turns = fx.model.turns_of(&child_mark);
+    assert!(!turns.is_empty(), "no model request of the child");
+    let first = &turns[0];
+    let shown = format!("{}\n{}", text(&first["system"]), text(&first["last_user"]));
+    assert!(
+        shown.contains(STATEMENT),
+        "{h}: no delegation statement: {shown}"
+    );
+    assert!(shown.contains(&persona), "{h}: no persona: {shown}");
+    let lineage_tools: Vec<String> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .filter(|t| t.contains("lineage"))
+        .collect();
+    assert_eq!(lineage_tools.len(), 1, "{h}: {lineage_tools:?}");
+    assert!(
+        lineage_tools[0].ends_with("report_to_parent"),
+        "{h}: {lineage_tools:?}"
+    );
+    // The root, not delegated, got no statement, and all six tools.
+    let root_turn = &fx.model.turns_of(&root_mark)[0];
+    let root_shown = format!(
+        "{}\n{}",
+        text(&root_turn["system"]),
+        text(&root_turn["last_user"])
+    );
+    assert!(!root_shown.contains(STATEMENT), "{h}: {root_shown}");
+    let root_tools = root_turn["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| text(t).contains("lineage"))
+        .count();
+    assert_eq!(root_tools, 6, "{h}: {root_turn}");
+}
+
+/// Scenario two, for harness `h`: a drain is final (X3) and leaves no process behind.
+fn drain_is_final(h: &str) {
+    let Some(bins) = harness_bins() else { return };
+    let root_mark = format!("root-B-{h}");
+    let child_mark = format!("child-B-{h}");
+    let fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": root_mark, "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {
+                 "profile": h, "prompt": format!("{child_mark}: wait"),
+                 "shape": "continuable", "label": format!("slow-{h}"), "node": "node-3"}}},
+            {"when": {"last_user_contains": child_mark}, "reply": {"text": "slow child"},
+             "delay_ms": 120000},
+            {"when": {"last_user_contains": root_mark, "last_is": "tool_result"},
+             "reply": {"text": "slow root"}, "delay_ms": 120000},
+            {"when": {}, "reply": {"text": "a turn after the drain"}, "repeat": true}
+        ]),
+    );
+    let root = fx.spawn_root(h, "node-1", &format!("{root_mark}: go"));
+    // Both mid-turn: the root waits on its model after the spawn, the child on its own.
+    let mid_turn = lineage_testkit::poll(Duration::from_secs(180), || {
+        let root_waits = fx
+            .model
+            .turns_of(&root_mark)
+            .iter()
+            .any(|r| r["last_is"] == "tool_result");
+        (root_waits && !fx.model.turns_of(&child_mark).is_empty()).then_some(())
+    });
+    if mid_turn.is_err() {
+        panic!(
+            "{h}: root and child not mid-turn in 180 s\n{}",
+            fx.diagnose()
+        );
+    }
+    let tree = fx.cluster.tree(&root);
+    let child = tree
+        .iter()
+        .find(|r| r["session"] != root.as_str())
+        .map(|r| text(&r["session"]))
+        .expect("the child");
+    let requests_before = fx.model.requests().len();
+
+    let started = Instant::now();
+    let report = fx.cluster.cli_json(&["drain", &root]);
+    let took = started.elapsed();
+    assert_eq!(
+        report["closed"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "{h}: the drain took {took:?}: {report}"
+    );
+    for session in [&root, &child] {
+        assert_eq!(fx.cluster.row(&root, session)["state"], "disposed", "{h}");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // X3: no turn after the drain, so no model request with the notice or anything else.
+    let after: Vec<String> = fx.model.requests()[requests_before..]
+        .iter()
+        .filter(|r| r["kind"] == "turn")
+        .map(|r| format!("{} {}: {:?}", r["api"], r["last_is"], text(&r["last_user"])))
+        .collect();
+    assert!(
+        after.is_empty(),
+        "{h}: model turns after the drain: {after:?}"
+    );
+    let log = fx.cluster.log(&root);
+    let turns = log.iter().filter(|e| e.kind == "turn/start").count();
+    assert_eq!(
+        turns,
+        1,
+        "{h}: {:?}",
+        log.iter().map(|e| &e.kind).collect::<Vec<_>>()
+    );
+    // X3: every process of both agents ended (the adapter and what it started).
+    let left = processes_in(fx.cluster.path(), &[&root, &child]);
+    assert!(
+        left.is_empty(),
+        "{h}: processes left after the drain: {left:?}"
+    );
+}
+
+/// Processes whose working directory is a session's under `dir` (pid and command line).
+fn processes_in(dir: &Path, sessions: &[&str]) -> Vec<String> {
+    let mut left = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return left;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(cwd) = std::fs::read_link(path.join("cwd")) else {
+            continue;
+        };
+        let cwd = cwd.to_string_lossy().into_owned();
+        if cwd.starts_with(&*dir.to_string_lossy()) && sessions.iter().any(|s| cwd.contains(s)) {
+            let cmd = std::fs::read(path.join("cmdline")).unwrap_or_default();
+            left.push(format!(
+                "{} {}",
+                entry.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ));
+        }
+    }
+    left
+}
+
+#[test]
+fn c4_t1_claude_code_one_shot_child_composed_with_persona_filter_and_policy() {
+    one_shot_composed("claude");
+}
+
+#[test]
+fn c4_t1_codex_one_shot_child_composed_with_persona_filter_and_policy() {
+    one_shot_composed("codex");
+}
+
+#[test]
+fn c4_t1_gemini_cli_one_shot_child_composed_with_persona_filter_and_policy() {
+    one_shot_composed("gemini");
+}
+
+#[test]
+fn x3_claude_code_drain_is_final_and_leaves_no_process() {
+    drain_is_final("claude");
+}
+
+#[test]
+fn x3_codex_drain_is_final_and_leaves_no_process() {
+    drain_is_final("codex");
+}
+
+#[test]
+fn x3_gemini_cli_drain_is_final_and_leaves_no_process() {
+    drain_is_final("gemini");
+}
+
+/// A tree no harness builds alone: Claude (node-1) -> Codex (node-2) -> Gemini (node-3).
+#[test]
+fn c4_t1_a_claude_root_delegates_to_codex_which_delegates_to_gemini_across_nodes() {
+    let Some(bins) = harness_bins() else { return };
+    let fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": "root-C", "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {"profile": "codex",
+                 "prompt": "middle-C: delegate", "shape": "one-shot", "node": "node-2"}}},
+            {"when": {"last_user_contains": "middle-C", "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {"profile": "gemini",
+                 "prompt": "leaf-C: compute", "shape": "one-shot", "node": "node-3"}}},
+            {"when": {"last_user_contains": "leaf-C"}, "reply": {"text": "grand-answer=7"}},
+            {"when": {"last_user_contains": "middle-C", "tool_result_contains": "grand-answer=7"},
+             "reply": {"text": "child relays grand-answer=7"}},
+            {"when": {"last_user_contains": "root-C", "tool_result_contains": "grand-answer=7"},
+             "reply": {"text": "root got it: {tool_result}"}}
+        ]),
+    );
+    let root = fx.spawn_root("claude", "node-1", "root-C: go");
+    fx.wait_reply(
+        &root,
+        "the grandchild's answer at the root",
+        "child relays grand-answer=7",
+    );
+    let tree = fx.cluster.tree(&root);
+    assert_eq!(tree.len(), 3, "{tree:?}");
+    let at = |depth: u64| {
+        tree.iter()
+            .find(|r| r["depth"] == depth)
+            .unwrap_or_else(|| panic!("no session at depth {depth}: {tree:?}"))
+    };
+    assert_eq!(at(0)["node"], "node-1");
+    assert_eq!(at(1)["node"], "node-2");
+    assert_eq!(at(2)["node"], "node-3");
+    // Each level's model is its own harness's API.
+    for (mark, api) in [
+        ("root-C", "anthropic"),
+        ("middle-C", "openai"),
+        ("leaf-C", "gemini"),
+    ] {
+        let turns = fx.model.turns_of(mark);
+        assert!(
+            turns.iter().all(|t| t["api"] == api) && !turns.is_empty(),
+            "{mark}: {:?}",
+            turns.iter().map(|t| &t["api"]).collect::<Vec<_>>()
+        );
+    }
+}
