@@ -94,7 +94,7 @@ schema = {"cluster": None, "nats_url": None,
           "shutdown": {"grace_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
-profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "description"}
+profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "modes", "tools_transport", "description"}
 assert set(cfg) == set(schema), sorted(cfg)
 for table, keys in schema.items():
     if table == "nats":
@@ -204,7 +204,7 @@ elif name == "secure":
     assert "--tls-required" in test["spec"]["containers"][0]["args"]
     for w in (sts, dep):
         assert spec(w)["containers"][0]["envFrom"] == [{"secretRef": {"name": "agent-api-keys"}}]
-    assert cfg["agents"]["claude-code"]["pass_env"] == ["ANTHROPIC_API_KEY"] and cfg["agents"]["claude-code"]["tools"] is True
+    assert cfg["agents"]["claude"]["pass_env"] == ["ANTHROPIC_API_KEY"] and cfg["agents"]["claude"]["tools"] is True
     assert cfg["agents"]["fixed-dir"]["args"] == ["--name", "two words"]
     assert cfg["agents"]["fixed-dir"]["env"] == {"LANG": "C.UTF-8", "QUOTE": 'say "hi"'}
     np = one("NetworkPolicy")
@@ -783,8 +783,8 @@ expect "secure worker" "$out" nats.password_file '"/etc/lineage/nats/password"' 
 expect "secure worker" "$out" nats.tls_ca '"/etc/lineage/nats/tls/ca.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_cert '"/etc/lineage/nats/tls/tls.crt"' "TOML file"
 expect "secure worker" "$out" nats.tls_key '"/etc/lineage/nats/tls/tls.key"' "TOML file"
-expect "secure worker" "$out" agents.claude-code.pass_env '["ANTHROPIC_API_KEY"]' "TOML file"
-expect "secure worker" "$out" agents.claude-code.tools true "TOML file"
+expect "secure worker" "$out" agents.claude.pass_env '["ANTHROPIC_API_KEY"]' "TOML file"
+expect "secure worker" "$out" agents.claude.tools true "TOML file"
 expect "secure worker" "$out" agents.fixed-dir.args '["--name", "two words"]' "TOML file"
 expect "secure worker" "$out" agents.fixed-dir.workdir '"/var/lib/lineage/shared"' "TOML file"
 echo "check-chart: ok   secure: nats.user (voter / worker from LINEAGE_NATS__USER), password_file, tls_ca/cert/key, update_streams, agent profiles"

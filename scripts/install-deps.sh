@@ -126,3 +126,19 @@ if ! have toxiproxy-server && have go; then
     && mv "$HOME/go/bin/server" "$HOME/go/bin/toxiproxy-server") \
     || echo "install-deps: toxiproxy-server not installed; z3_network_faults will skip" >&2
 fi
+
+# The real agent harnesses (issue 32: C4): the pinned ACP adapters of Claude Code, Codex and
+# Gemini CLI in tools/harnesses, for tests/c4_real_harnesses.rs (its model is scripted; no
+# network, no key). `npm ci` runs no install scripts of theirs that the tests need.
+HARNESSES="$(dirname "$0")/../tools/harnesses"
+if [ ! -x "$HARNESSES/node_modules/.bin/claude-agent-acp" ] \
+  || [ ! -x "$HARNESSES/node_modules/.bin/codex-acp" ] \
+  || [ ! -x "$HARNESSES/node_modules/.bin/gemini" ]; then
+  if have npm; then
+    echo "install-deps: installing the ACP adapters of Claude Code, Codex and Gemini CLI (npm ci in tools/harnesses)"
+    (cd "$HARNESSES" && npm ci --no-audit --no-fund --loglevel=error) \
+      || echo "install-deps: npm ci in tools/harnesses failed; tests/c4_real_harnesses.rs will fail" >&2
+  else
+    echo "install-deps: no npm: the real agent harnesses are not installed; tests/c4_real_harnesses.rs skips" >&2
+  fi
+fi

@@ -423,6 +423,161 @@ fn drain_is_final(h: &str) {
     );
 }
 
+/// Scenario three, for harness `h`: a continuable child of the same harness on another node,
+/// worked with every tool (M1, M3, M4, T3): it reports; the root waits for it, lists its
+/// children (the last report shows), sends it more work, interrupts that turn, and waits
+/// for its settlement.
+fn continuable_with_every_tool(h: &str) {
+    let Some(bins) = harness_bins() else { return };
+    let root = format!("root-D-{h}");
+    let child = format!("child-D-{h}");
+    let progress = format!("progress-{h}");
+    let fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": root, "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {"profile": format!("{h}-stdio"),
+                 "prompt": format!("{child}: start"), "shape": "continuable",
+                 "label": format!("worker-{h}"), "node": "node-2"}}},
+            {"when": {"last_user_contains": child, "last_is": "user"},
+             "reply": {"tool": "report_to_parent", "args": {"content": progress}}},
+            {"when": {"last_user_contains": child, "tool_result_contains": "reported"},
+             "reply": {"text": format!("child-first-{h}")}},
+            {"when": {"last_user_contains": format!("more-{h}")},
+             "reply": {"text": "never seen: interrupted"}, "delay_ms": 120000},
+            {"when": {"last_user_contains": root, "tool_result_contains": "child"},
+             "reply": {"tool": "wait_for_children", "args": {"mode": "all", "timeout_ms": 120000}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": format!("child-first-{h}")},
+             "reply": {"tool": "list_children", "args": {}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": progress},
+             "reply": {"tool": "send_to_child", "args": {
+                 "child": "{tool_result:children.0.session}", "content": format!("more-{h}")}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": "delivered"},
+             "reply": {"tool": "list_children", "args": {}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": "children"},
+             "reply": {"tool": "interrupt_child", "args": {"child": "{tool_result:children.0.session}"}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": "interrupted"},
+             "reply": {"tool": "wait_for_children", "args": {"mode": "all", "timeout_ms": 120000}}},
+            {"when": {"last_user_contains": root, "tool_result_contains": "settled"},
+             "reply": {"text": "root done: {tool_result}"}}
+        ]),
+    );
+    let root_id = fx.spawn_root(h, "node-1", &format!("{root}: go"));
+    let replies = fx.wait_reply(&root_id, "the root's last reply", "root done:");
+    let last = replies.iter().find(|r| r.contains("root done:")).unwrap();
+    assert!(last.contains("interrupted"), "{h}: {last}");
+    // The report reached the root (in its first wait), and the child ran on node-2.
+    let waits = fx.model.turns_of(&root);
+    assert!(
+        waits
+            .iter()
+            .any(|r| text(&r["last_tool_result"]).contains(&progress)),
+        "{h}: the report never reached the root"
+    );
+    let tree = fx.cluster.tree(&root_id);
+    let row = tree
+        .iter()
+        .find(|r| r["session"] != root_id.as_str())
+        .unwrap();
+    assert_eq!(row["node"], "node-2", "{row}");
+    let child_log = fx.cluster.log(&text(&row["session"]));
+    assert!(
+        child_log
+            .iter()
+            .any(|e| e.kind == "turn/end" && e.data["stop_reason"] == "interrupted"),
+        "{h}: the child's second turn was not interrupted"
+    );
+}
+
+/// Scenario four, for harness `h`: a spawn past the tree's max depth is a tool error the
+/// model reads, with the numbers (D3, T2).
+fn depth_refusal_reaches_the_model(h: &str) {
+    let Some(bins) = harness_bins() else { return };
+    let root = format!("root-E-{h}");
+    let fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": root, "last_is": "user"},
+             "reply": {"tool": "spawn_subagent", "args": {"profile": "echo",
+                 "prompt": "never born", "shape": "one-shot"}}},
+            {"when": {"last_user_contains": root, "last_is": "tool_result"},
+             "reply": {"text": "refused: {tool_result}"}}
+        ]),
+    );
+    let reply = fx.cluster.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        h,
+        "--prompt",
+        &format!("{root}: go"),
+        "--max-depth",
+        "0",
+    ]);
+    let root_id = id_of(&reply["session"]);
+    let replies = fx.wait_reply(&root_id, "the refusal in the root's reply", "refused:");
+    let refusal = replies.iter().find(|r| r.contains("refused:")).unwrap();
+    // The refusal README.md quotes, word for word.
+    assert!(
+        refusal.contains("registry refused: subagent depth 1 exceeds max depth 0; finish without delegating further or raise max_depth"),
+        "{h}: {refusal}"
+    );
+    assert_eq!(fx.cluster.tree(&root_id).len(), 1, "{h}: a child was born");
+}
+
+/// Scenario five, for harness `h`: the node restarts; the next prompt resumes the agent's own
+/// session (`session/load`; Gemini CLI: a new session with the log replayed, see below), so
+/// its model sees the first turn again (K1, F3).
+fn restart_then_load(h: &str) {
+    let Some(bins) = harness_bins() else { return };
+    let first = format!("root-F-{h}: first");
+    let second = format!("root-F-{h}: second");
+    let answer = format!("first-answer-{h}");
+    let mut fx = fixture(
+        &bins,
+        json!([
+            {"when": {"last_user_contains": first}, "reply": {"text": answer}},
+            {"when": {"last_user_contains": second}, "reply": {"text": format!("second-answer-{h}")}}
+        ]),
+    );
+    let root_id = fx.spawn_root(h, "node-1", &first);
+    fx.wait_reply(&root_id, "the first answer", &answer);
+    let (code, _) = fx.cluster.graceful_restart(0, Duration::from_secs(60));
+    assert_eq!(code, 0, "{h}: node-1 did not stop cleanly");
+    let (code, out, err) = fx.cluster.cli(&["send", &root_id, &second]);
+    assert_eq!(code, 0, "{h}: {out} {err}");
+    fx.wait_reply(&root_id, "the second answer", &format!("second-answer-{h}"));
+    let turn = fx.model.turns_of(&second);
+    let body = turn[0]["body"].to_string();
+    assert!(
+        body.contains(&answer),
+        "{h}: the first turn is not in the resumed session"
+    );
+    let log = fx.cluster.log(&root_id);
+    let sessions: Vec<&Value> = log
+        .iter()
+        .filter(|e| e.kind == "acp/session")
+        .map(|e| &e.data["acp_session_id"])
+        .collect();
+    assert!(sessions.len() >= 2, "{h}: {sessions:?}");
+    // Gemini CLI 0.61 answers `session/load` "No previous sessions found for this project"
+    // although its chat file for that session is there; lineage then opens a new session and
+    // replays the log (the first answer above is in the request either way).
+    if h == "gemini" {
+        return;
+    }
+    assert!(
+        sessions.windows(2).all(|w| w[0] == w[1]),
+        "{h}: a new ACP session instead of session/load: {sessions:?}\n{}",
+        fx.cluster
+            .logs()
+            .lines()
+            .filter(|l| l.contains("session/load") || l.contains("ACP session loaded"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// Processes whose working directory is a session's under `dir` (pid and command line).
 fn processes_in(dir: &Path, sessions: &[&str]) -> Vec<String> {
     let mut left = Vec::new();
@@ -475,6 +630,51 @@ fn x3_codex_drain_is_final_and_leaves_no_process() {
 #[test]
 fn x3_gemini_cli_drain_is_final_and_leaves_no_process() {
     drain_is_final("gemini");
+}
+
+#[test]
+fn m1_m3_m4_claude_code_continuable_child_report_wait_list_send_interrupt() {
+    continuable_with_every_tool("claude");
+}
+
+#[test]
+fn m1_m3_m4_codex_continuable_child_report_wait_list_send_interrupt() {
+    continuable_with_every_tool("codex");
+}
+
+#[test]
+fn m1_m3_m4_gemini_cli_continuable_child_report_wait_list_send_interrupt() {
+    continuable_with_every_tool("gemini");
+}
+
+#[test]
+fn d3_t2_claude_code_depth_refusal_is_a_tool_error_with_the_numbers() {
+    depth_refusal_reaches_the_model("claude");
+}
+
+#[test]
+fn d3_t2_codex_depth_refusal_is_a_tool_error_with_the_numbers() {
+    depth_refusal_reaches_the_model("codex");
+}
+
+#[test]
+fn d3_t2_gemini_cli_depth_refusal_is_a_tool_error_with_the_numbers() {
+    depth_refusal_reaches_the_model("gemini");
+}
+
+#[test]
+fn k1_claude_code_node_restart_then_session_load() {
+    restart_then_load("claude");
+}
+
+#[test]
+fn k1_codex_node_restart_then_session_load() {
+    restart_then_load("codex");
+}
+
+#[test]
+fn k1_gemini_cli_node_restart_then_session_load() {
+    restart_then_load("gemini");
 }
 
 /// A tree no harness builds alone: Claude (node-1) -> Codex (node-2) -> Gemini (node-3).

@@ -115,7 +115,7 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             },
         ),
         (
-            r#"lineage tree $ROOT                               # session, shape, state, depth, node@epoch, owner, age"#,
+            r#"lineage tree $ROOT                               # session, shape, state, depth, node@epoch, owner, label, age"#,
             Exits(0, "continuable*depth=1*node=node-2@1"),
         ),
         (

@@ -90,10 +90,22 @@ fn q2_a_subtree_past_its_deadline_is_drained_children_first_and_its_parent_told(
     let d_short = deadline(row(&tree, &short));
     assert!(d_short < d_root, "{d_short} vs {d_root}");
     assert_eq!(deadline(row(&tree, &grandchild)), d_short, "inherited");
-    // The human tree says how long each has left.
+    // Each row carries its session's label (null when the spawn gave none).
+    assert_eq!(row(&tree, &long)["label"], "long", "{tree:?}");
+    assert_eq!(row(&tree, &short)["label"], "short", "{tree:?}");
+    assert_eq!(row(&tree, &grandchild)["label"], Value::Null, "{tree:?}");
+    // The human tree says how long each has left, and each session's label (or `-`).
     let (code, text, err) = c.cli(&["tree", &root]);
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("deadline=in "), "{text}");
+    let line_of = |session: &str| {
+        text.lines()
+            .find(|l| l.contains(session))
+            .unwrap_or_else(|| panic!("{session} not in {text}"))
+    };
+    assert!(line_of(&long).contains("  label=long  "), "{text}");
+    assert!(line_of(&short).contains("  label=short  "), "{text}");
+    assert!(line_of(&grandchild).contains("  label=-  "), "{text}");
 
     // At the deadline: the grandchild, then `short`, disposed; `long` and the root run on.
     wait_disposed(&c, &root, &short);

@@ -27,7 +27,8 @@ unless "repeat": true. Side requests (below) never use rules.
       "api":                  "anthropic" | "openai" | "gemini"
       "tool_offered":         the request offers this tool (short or full name)
     REPLY = {"text": "..."} and/or {"tool": NAME, "args": {...}} (text first, then the call)
-      "{tool_result}" and "{last_user}" in the text are replaced by those texts.
+      "{tool_result}" and "{last_user}" in the text are replaced by those texts; an argument
+      "{tool_result:a.0.b}" by that value of the latest tool result's JSON.
       NAME, e.g. "spawn_subagent", is mapped to the name the harness offers: Claude
       `mcp__lineage__spawn_subagent`, Codex `spawn_subagent` in namespace `mcp__lineage`,
       Gemini `mcp_lineage_spawn_subagent` (exact names, then `__NAME`/`_NAME` suffixes,
@@ -303,7 +304,7 @@ class Model:
                     self.pending[call_id] = index
                     return index, {"tool": "ToolSearch", "id": call_id,
                                    "args": {"query": "select:" + name, "max_results": 5}}, 0
-                action.update(tool=name, args=reply.get("args", {}))
+                action.update(tool=name, args=fill_args(reply.get("args", {}), view))
             if not rule.get("repeat"):
                 self.used[index] = True
             delay = rule.get("delay_ms", 0)
@@ -531,6 +532,28 @@ class Handler(BaseHTTPRequestHandler):
         if kind != "delayed":
             self.model.record(dict(view.record(), path=self.path, kind=kind, rule=index,
                                    reply=action, headers=dict(self.headers), body=body))
+
+
+def fill_args(args, view):
+    """A tool call's arguments with "{tool_result:PATH}" string values replaced by the value at
+    PATH (dot-separated keys and list indexes) in the latest tool result's JSON: how a script
+    names a child whose id only the previous call's result holds."""
+    def fill(value):
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        m = re.fullmatch(r"\{tool_result:([\w.]+)\}", value) if isinstance(value, str) else None
+        if not m:
+            return value
+        try:
+            found = json.loads(view.last_tool_result or "null")
+            for key in m.group(1).split("."):
+                found = found[int(key)] if isinstance(found, list) else found[key]
+            return found
+        except (ValueError, KeyError, IndexError, TypeError):
+            return "model_server: no %s in the tool result" % m.group(1)
+    return fill(args)
 
 
 def main():

@@ -275,6 +275,16 @@ prompt_timeout_ms = {{ int64 $p.promptTimeoutMs }}
 {{- if hasKey $p "tools" }}
 tools = {{ $p.tools }}
 {{- end }}
+{{- if hasKey $p "toolsTransport" }}
+tools_transport = {{ $p.toolsTransport | toJson }}
+{{- end }}
+{{- if hasKey $p "modes" }}
+{{- $modes := list }}
+{{- range $k, $v := ($p.modes | default dict) }}
+{{- $modes = append $modes (printf "%s = %s" ($k | toJson) ($v | toString | toJson)) }}
+{{- end }}
+modes = {{ if $modes }}{ {{ join ", " $modes }} }{{ else }}{}{{ end }}
+{{- end }}
 {{- if hasKey $p "description" }}
 description = {{ $p.description | toJson }}
 {{- end }}

@@ -178,6 +178,9 @@ pub(crate) struct Shared {
     /// Births under way here: registered (or about to be) and not live yet. A resume of one
     /// answers `Starting` instead of finding its log still empty ([`crate::start`]).
     pub(crate) births: Mutex<HashSet<SessionId>>,
+    /// Resumes under way here (K1): a second resume of the same session (re-adoption at
+    /// start-up racing a followup's resume) waits for the first instead of launching it twice.
+    pub(crate) resuming: Mutex<HashSet<SessionId>>,
     /// Sessions whose outbox an adoption here sent again ([`crate::outbox`]): once each.
     pub(crate) resent: Mutex<HashSet<SessionId>>,
     pub(crate) ancestry: Mutex<LocalAncestry>,
@@ -414,6 +417,7 @@ impl Host {
             output: ports.output,
             agents: Mutex::new(HashMap::new()),
             births: Mutex::new(HashSet::new()),
+            resuming: Mutex::new(HashSet::new()),
             resent: Mutex::new(HashSet::new()),
             ancestry: Mutex::new(LocalAncestry::new()),
             tasks: Mutex::new(Vec::new()),

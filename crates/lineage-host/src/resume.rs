@@ -61,6 +61,11 @@ impl Shared {
         request_id: Option<&str>,
     ) -> Result<Resumption, HostError> {
         self.check_resumable()?;
+        // One resume of a session at a time here: a second waits for the first (then finds
+        // it live), bounded by the request deadline.
+        let _resuming = ResumeUnderway::wait_for(self, &session, self.cfg.request_timeout)
+            .await
+            .ok_or_else(|| HostError::Starting(session.to_string()))?;
         // The record and the log are read at once (neither depends on the other). A log read
         // while another node still appended is caught later: the claim's epoch CAS refuses a
         // session that moved, and the log's sequence check fences a stale cursor.
@@ -264,5 +269,48 @@ impl Host {
     /// `resume` (K1): claims `session` and hosts it here. `AlreadyLive` when it already is.
     pub async fn resume(&self, session: SessionId) -> Result<ResumeReply, HostError> {
         self.shared.resume_local(session).await
+    }
+}
+
+/// A resume under way on this node ([`Shared::resuming`]); dropping it ends it.
+struct ResumeUnderway<'a> {
+    shared: &'a Shared,
+    session: SessionId,
+}
+
+impl<'a> ResumeUnderway<'a> {
+    /// Marks `session` as being resumed here, once no other resume of it runs; `None` when one
+    /// still runs after `within`.
+    async fn wait_for(
+        shared: &'a Shared,
+        session: &SessionId,
+        within: std::time::Duration,
+    ) -> Option<ResumeUnderway<'a>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let taken = shared
+                .resuming
+                .lock()
+                .map(|mut resuming| resuming.insert(session.clone()))
+                .unwrap_or(true);
+            if taken {
+                return Some(ResumeUnderway {
+                    shared,
+                    session: session.clone(),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for ResumeUnderway<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut resuming) = self.shared.resuming.lock() {
+            resuming.remove(&self.session);
+        }
     }
 }

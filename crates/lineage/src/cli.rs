@@ -111,7 +111,7 @@ pub enum Verb {
         after_help = "Example:\n  lineage interrupt 0193...child --as-user 0193...parent\n  lineage interrupt 0193...grandchild --as-ancestor 0193...root"
     )]
     Interrupt(crate::cmd::interrupt::Args),
-    /// Show a subtree: session, shape, state, depth, node, owner, age.
+    /// Show a subtree: session, shape, state, depth, node, owner, label, age.
     #[command(
         after_help = "Example:\n  lineage tree 0193...root\n  lineage tree 0193...root --json | jq ."
     )]

@@ -7,6 +7,7 @@ use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::ControlClient;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::usage::UsageTotal;
+use lineage_registry::listing::label_of;
 use lineage_registry::{Consistency, RegistryClient, SessionRecord, SessionState};
 use serde_json::json;
 
@@ -136,14 +137,16 @@ pub(crate) fn render_tree(
             (Some(at), _) if at <= now => "  deadline=passed".to_owned(),
             (Some(at), _) => format!("  deadline=in {}", age(at - now)),
         };
+        let label = label_of(r).unwrap_or(std::borrow::Cow::Borrowed("-"));
         lines.push(format!(
-            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  age={}{usage}{deadline}",
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  label={}  age={}{usage}{deadline}",
             r.header.id(),
             shape_of(r),
             r.state.as_str(),
             r.header.delegation_depth().unwrap_or(0),
             node,
             owner,
+            label,
             age(now.saturating_sub(r.created_at_ms))
         ));
         let child_prefix = format!("{}  ", prefix.replace("└─", "  ").replace("├─", "│ "));
@@ -210,6 +213,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                     "parent": r.header.parent_session(),
                     "shape": shape_of(r),
                     "state": r.state.as_str(),
+                    "label": label_of(r),
                     "depth": r.header.delegation_depth().unwrap_or(0),
                     "node": r.placement.as_ref().map(|p| p.node.to_string()),
                     "epoch": r.placement.as_ref().map(|p| p.epoch),
@@ -286,6 +290,7 @@ mod tests {
         assert_eq!(totals[&sid(3)].used_tokens, 30);
         assert_eq!(totals[&sid(4)].used_tokens, 5);
         let lines = render_tree(&records, &BTreeMap::new(), 0);
+        assert!(lines[0].contains("  label=-  "), "no label: {lines:?}");
         assert!(
             lines[0].ends_with("usage=135 tokens, 0.001350 USD"),
             "{lines:?}"
