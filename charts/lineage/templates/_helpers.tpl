@@ -580,7 +580,7 @@ a Deployment share one user, so their <node> is `*`, and they are denied the vot
 {{- $api := "$JS.API" }}
 {{- /* Hosting agents (voters and workers): per-node control, lifecycle events and parent
 inboxes, session event logs, drain progress. */}}
-{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.session.*.output" $p) (printf "%s.drain.*.progress" $p) }}
+{{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.session.*.output" $p) (printf "%s.session.*.approval" $p) (printf "%s.drain.*.progress" $p) }}
 {{- /* JetStream of a node: read the streams, session logs by direct get, a retried append's
 msg get, one durable pull consumer per live parent filtered on its inbox, acks. */}}
 {{- $jsNode := list
@@ -646,7 +646,8 @@ consumer (its description names the session). */}}
     "publish" (dict
       "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $srvAsk)
       "deny" (list (printf "%s.registry.write.read" $p)))
-    "subscribe" (dict "allow" $watch))
+    "subscribe" (dict "allow" (append $watch (printf "%s.session.*.approval" $p)))
+    "allow_responses" true)
   "observer" (dict
     "publish" (dict
       "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $srvAsk)

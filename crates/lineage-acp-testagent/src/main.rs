@@ -128,17 +128,24 @@ fn remember(state: &Mutex<State>, id: &str, text: String, reply: String) -> std:
     save_session(id, &history)
 }
 
-/// The text of a prompt: its text blocks joined by newlines.
+/// The text of a prompt: its text blocks joined by newlines, without the block of instructions
+/// lineage opens a delegated child's first prompt with (the test agent takes no system prompt):
+/// its words ("refused", ...) are not the test's keywords.
 fn prompt_text(prompt: &[ContentBlock]) -> String {
     prompt
         .iter()
         .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.as_str()),
+            ContentBlock::Text(text) if !text.text.starts_with(INSTRUCTIONS_HEADING) => {
+                Some(text.text.as_str())
+            }
             _ => None,
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// How lineage's instructions block begins (`lineage_drivers::acp::INSTRUCTIONS_HEADING`).
+const INSTRUCTIONS_HEADING: &str = "[The instructions you run under, from lineage";
 
 /// A `session/update` notification carrying one chunk of text.
 fn chunk(session: &str, agent: bool, text: String) -> SessionNotification {

@@ -328,7 +328,10 @@ async fn c4_lineage_tools_are_allowed_within_the_filter_and_nothing_else() {
     slot.set_tool_filter(Some(vec!["report_to_parent".into()]));
     let mut driver = fx
         .driver(&[])
-        .with_permission_policy(PermissionPolicy::Lineage(Some(slot)));
+        .with_permission_policy(PermissionPolicy::Lineage {
+            tools: Some(slot),
+            approver: None,
+        });
     driver.start(fresh()).await.expect("start");
     for (turn, tool, answer) in [
         (0, "report_to_parent", "selected allow"),

@@ -101,6 +101,17 @@ impl Subjects {
         format!("lineage.{}.session.*.output", self.cluster)
     }
 
+    /// `lineage.<cluster>.session.<id>.approval`: a hosted root's permission request, asked of
+    /// the front door that opened it (C4; core NATS request/reply).
+    pub fn session_approval(&self, session: &SessionId) -> String {
+        format!("lineage.{}.session.{session}.approval", self.cluster)
+    }
+
+    /// Every session's approval requests (a wildcard subscription: the front door).
+    pub fn all_session_approvals(&self) -> String {
+        format!("lineage.{}.session.*.approval", self.cluster)
+    }
+
     /// `lineage.<cluster>.ctl.<op>`: a control op any node may serve.
     pub fn control(&self, op: &str) -> String {
         format!("lineage.{}.ctl.{op}", self.cluster)

@@ -276,6 +276,9 @@ pub struct DriverComposition {
     /// Its delegated approval policy (C2): `never` for a child of a parent with an approval
     /// service.
     pub approval: Option<lineage_core::policy::ApprovalPolicy>,
+    /// A top-level session whose policy has an approval service (opened through an editor,
+    /// `lineage acp`): its agent's permission requests go to that person (C4).
+    pub approval_service: bool,
 }
 
 impl DriverComposition {

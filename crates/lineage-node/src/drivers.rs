@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lineage_core::ids::SessionId;
-use lineage_drivers::acp::{AcpDriver, AgentTools};
+use lineage_drivers::acp::{AcpDriver, AgentTools, Approver};
 use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory};
 use lineage_drivers::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
 use lineage_drivers::script::ScriptDriver;
@@ -15,6 +15,7 @@ use lineage_drivers::tools::socket::ToolsSocket;
 use lineage_drivers::tools::TurnSlot;
 use lineage_drivers::DriverError;
 use lineage_host::control::AgentsReply;
+use lineage_protocol::approval::{ApprovalReply, ApprovalRequest, APPROVAL_VERSION};
 
 /// Builds a driver for the agent specs this node's profiles admit.
 #[derive(Debug, Clone)]
@@ -22,6 +23,69 @@ pub struct NodeDrivers {
     data_dir: PathBuf,
     profiles: AgentProfiles,
     tools: Option<Tools>,
+    approvals: Option<Approvals>,
+}
+
+/// How long a root's permission request waits for the person behind its editor before it is
+/// refused (C4).
+pub const APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a root opened through an editor asks about a permission request: its session's
+/// approval subject (`lineage_protocol::approval`), answered by the front door that holds it.
+#[derive(Clone)]
+struct Approvals {
+    nats: async_nats::Client,
+    subjects: lineage_bus::Subjects,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals").finish_non_exhaustive()
+    }
+}
+
+impl Approvals {
+    /// The approver of `session`: one request on its approval subject; no answer within
+    /// [`APPROVAL_TIMEOUT`], no responder, or a malformed answer is a refusal (`None`).
+    fn approver(&self, session: &SessionId) -> Approver {
+        let (nats, subject, session) = (
+            self.nats.clone(),
+            self.subjects.session_approval(session),
+            session.clone(),
+        );
+        Approver(std::sync::Arc::new(move |title, tool_kind, options| {
+            let (nats, subject) = (nats.clone(), subject.clone());
+            let request = ApprovalRequest {
+                v: APPROVAL_VERSION,
+                session: session.clone(),
+                title,
+                tool_kind,
+                options,
+                timeout_ms: u64::try_from(APPROVAL_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+            };
+            Box::pin(async move {
+                let body = serde_json::to_vec(&request).ok()?;
+                let asked = nats.request(subject.clone(), body.into());
+                match tokio::time::timeout(APPROVAL_TIMEOUT, asked).await {
+                    Ok(Ok(message)) => match ApprovalReply::decode(&message.payload) {
+                        Ok(reply) => reply.option,
+                        Err(e) => {
+                            tracing::warn!(%subject, error = %e, "a malformed approval answer: refused");
+                            None
+                        }
+                    },
+                    Ok(Err(e)) => {
+                        tracing::info!(%subject, error = %e, "nobody answered the approval request: refused");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::info!(%subject, "no approval within the timeout: refused");
+                        None
+                    }
+                }
+            })
+        }))
+    }
 }
 
 /// Where hosted agents get their tools: the node's socket and the bridge they start.
@@ -38,7 +102,19 @@ impl NodeDrivers {
             data_dir,
             profiles,
             tools: None,
+            approvals: None,
         }
+    }
+
+    /// Roots opened through an editor ask it about their agents' permission requests over
+    /// `nats` (C4).
+    pub fn with_approvals(
+        mut self,
+        nats: async_nats::Client,
+        subjects: lineage_bus::Subjects,
+    ) -> Self {
+        self.approvals = Some(Approvals { nats, subjects });
+        self
     }
 
     /// Agents whose profile has `tools = true` get their tools through `socket`, starting
@@ -71,7 +147,10 @@ impl DriverFactory for NodeDrivers {
                         ))
                     }
                 };
-                let driver = acp_driver(launch)?;
+                let mut driver = acp_driver(launch)?;
+                if let Some(approvals) = &self.approvals {
+                    driver = driver.with_approver(approvals.approver(session));
+                }
                 Ok(Box::new(match tools {
                     Some(tools) => driver.with_tools(tools),
                     None => driver,

@@ -105,7 +105,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     // T1: hosted agents reach their delegation tools through this socket (`lineage mcp`).
     // Without it (say the data_dir's path is too long for a Unix socket) the node runs, and a
     // profile with tools = true is refused with the reason.
-    let drivers = NodeDrivers::new(PathBuf::from(&config.node.data_dir), config.agents.clone());
+    // C4: a root opened through an editor asks that editor's person (the front door).
+    let drivers = NodeDrivers::new(PathBuf::from(&config.node.data_dir), config.agents.clone())
+        .with_approvals(nats.clone(), subjects.clone());
     // Agents that declare `mcpCapabilities.http` get the loopback listener of `[tools]` instead.
     let (drivers, _tools_serving, _tools_http) = match ToolsSocket::bind(
         &PathBuf::from(&config.node.data_dir).join("tools"),

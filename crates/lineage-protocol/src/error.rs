@@ -7,4 +7,8 @@ pub enum ProtocolError {
     /// A script's JSON did not parse (unknown field, wrong type): the parser's line.
     #[error("malformed script: {0}")]
     MalformedScript(String),
+    /// A wire body (say an approval request) did not parse or has a version this lineage does
+    /// not read: one line saying what was expected.
+    #[error("malformed {0}")]
+    Malformed(String),
 }

@@ -13,6 +13,7 @@
 //! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`]; its JSON Schema | H1 |
 //! | [`schema`] | the JSON Schemas of every op's request and reply (endpoint metadata) | N3, O3 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
+//! | [`approval`] | a hosted root's permission request asked through the front door, and the answer | C2, C4 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |
 //!
 //! Wire JSON is pinned by golden tests (`tests/golden.rs`): a change to any body's bytes fails
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod approval;
 pub mod control;
 pub mod envelope;
 pub mod error;

@@ -267,7 +267,7 @@ pub(super) async fn absorb(
         })
         .await
         .if_request(async |request: RequestPermissionRequest, responder| {
-            let outcome = permission_outcome(&request, policy);
+            let outcome = permission_outcome(&request, policy).await;
             tracing::info!(
                 title = request.tool_call.fields.title.as_deref().unwrap_or(""),
                 lineage_tool = lineage_tool(&request).unwrap_or(""),
@@ -287,15 +287,35 @@ pub(super) async fn absorb(
 /// The answer to a permission request under `policy` (C4). Under
 /// [`PermissionPolicy::Lineage`] a call to one of lineage's own tools that the session may use
 /// is allowed once and anything else is rejected: no human is asked.
-fn permission_outcome(
+async fn permission_outcome(
     request: &RequestPermissionRequest,
     policy: &PermissionPolicy,
 ) -> RequestPermissionOutcome {
     let allow = match policy {
         PermissionPolicy::Deny => return RequestPermissionOutcome::Cancelled,
         PermissionPolicy::AllowOnce => true,
-        PermissionPolicy::Lineage(tools) => {
-            lineage_tool(request).is_some_and(|tool| tools.as_ref().is_some_and(|t| t.allows(tool)))
+        PermissionPolicy::Lineage { tools, approver } => {
+            let own = lineage_tool(request)
+                .is_some_and(|tool| tools.as_ref().is_some_and(|t| t.allows(tool)));
+            match (own, approver) {
+                (true, _) => true,
+                (false, None) => false,
+                // A root opened through an editor: the person picks (an option the agent
+                // offered; anything else is a refusal).
+                (false, Some(approver)) => {
+                    let picked = ask(approver, request).await;
+                    if let Some(option) = request
+                        .options
+                        .iter()
+                        .find(|o| picked.as_deref() == Some(&*o.option_id.to_string()))
+                    {
+                        return RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                            option.option_id.clone(),
+                        ));
+                    }
+                    false
+                }
+            }
         }
     };
     let kinds: &[PermissionOptionKind] = match allow {
@@ -320,6 +340,33 @@ fn permission_outcome(
         .map_or(RequestPermissionOutcome::Cancelled, |id| {
             RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))
         })
+}
+
+/// Asks the person behind the session's editor; the option id they picked.
+async fn ask(approver: &super::Approver, request: &RequestPermissionRequest) -> Option<String> {
+    let fields = &request.tool_call.fields;
+    let text = |v: serde_json::Value| v.as_str().map(str::to_owned);
+    let options = request
+        .options
+        .iter()
+        .map(|o| lineage_protocol::approval::ApprovalOption {
+            id: o.option_id.to_string(),
+            name: o.name.clone(),
+            kind: serde_json::to_value(o.kind)
+                .ok()
+                .and_then(text)
+                .unwrap_or_default(),
+        })
+        .collect();
+    let title = fields
+        .title
+        .clone()
+        .unwrap_or_else(|| "a tool call".to_owned());
+    let kind = fields
+        .kind
+        .and_then(|k| serde_json::to_value(k).ok())
+        .and_then(text);
+    (approver.0)(title, kind, options).await
 }
 
 /// Which of lineage's tools a permission request is for, read from what the harness itself
@@ -438,8 +485,13 @@ mod tests {
     fn c4_the_rule_allows_the_sessions_own_tools_and_rejects_the_rest() {
         let slot = crate::tools::TurnSlot::default();
         slot.set_tool_filter(Some(vec!["list_children".into()]));
-        let rule = PermissionPolicy::Lineage(Some(slot));
-        let selected = |r: &RequestPermissionRequest| match permission_outcome(r, &rule) {
+        let rule = PermissionPolicy::Lineage {
+            tools: Some(slot),
+            approver: None,
+        };
+        let selected = |r: &RequestPermissionRequest| match futures::executor::block_on(
+            permission_outcome(r, &rule),
+        ) {
             RequestPermissionOutcome::Selected(s) => s.option_id.to_string(),
             other => format!("{other:?}"),
         };
@@ -451,10 +503,37 @@ mod tests {
         assert_eq!(selected(&filtered), "reject");
         let shell = request(json!({"toolCallId": "3", "title": "rm -rf /", "kind": "execute"}));
         assert_eq!(selected(&shell), "reject");
-        let no_tools = PermissionPolicy::Lineage(None);
+        let no_tools = PermissionPolicy::Lineage {
+            tools: None,
+            approver: None,
+        };
         assert!(matches!(
-            permission_outcome(&allowed, &no_tools),
+            futures::executor::block_on(permission_outcome(&allowed, &no_tools)),
             RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == "reject"
         ));
+        // With a person behind the editor: what they pick, if the agent offered it.
+        for (picked, expected) in [
+            (Some("allow"), "allow"),
+            (Some("made-up"), "reject"),
+            (None, "reject"),
+        ] {
+            let approver =
+                super::super::Approver(std::sync::Arc::new(move |title, kind, options| {
+                    assert_eq!(title, "rm -rf /");
+                    assert_eq!(kind.as_deref(), Some("execute"));
+                    assert_eq!(options.len(), 2);
+                    Box::pin(async move { picked.map(str::to_owned) })
+                }));
+            let person = PermissionPolicy::Lineage {
+                tools: None,
+                approver: Some(approver),
+            };
+            match futures::executor::block_on(permission_outcome(&shell, &person)) {
+                RequestPermissionOutcome::Selected(s) => {
+                    assert_eq!(s.option_id.to_string(), expected)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

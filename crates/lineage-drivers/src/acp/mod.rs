@@ -59,15 +59,46 @@ pub const DEFAULT_PROMPT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default time [`AgentDriver::cancel`] waits for the agent to end a cancelled prompt.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 
-/// How the driver answers an agent's `session/request_permission` requests (C4: a hosted
-/// agent has no human behind it; a delegated child never reaches one).
+/// Asks the person behind a top-level session's editor about a permission request (C4): given
+/// the tool call's title, its kind and the options, the id of the option picked, or `None`
+/// (refused, dismissed, no answer in time, nobody there). The node makes one per session
+/// (`lineage_protocol::approval` on NATS); the driver uses it only for a session whose policy
+/// has an approval service.
+#[derive(Clone)]
+pub struct Approver(
+    #[allow(clippy::type_complexity)]
+    pub  std::sync::Arc<
+        dyn Fn(
+                String,
+                Option<String>,
+                Vec<lineage_protocol::approval::ApprovalOption>,
+            ) -> BoxFuture<'static, Option<String>>
+            + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Approver")
+    }
+}
+
+/// How the driver answers an agent's `session/request_permission` requests (C4: a delegated
+/// child never reaches a person; a root opened through an editor asks it).
 #[derive(Debug, Clone, Default)]
 pub enum PermissionPolicy {
     /// lineage's rule, the default: a call to one of lineage's own tools that the session may
-    /// use (its tool filter; the tools it was given) is allowed once; anything else is rejected
+    /// use (its tool filter; the tools it was given) is allowed once; anything else is asked of
+    /// the `approver` when there is one (a root opened through an editor), else rejected
     /// (`reject_once`, else `reject_always`, else `cancelled`), so the model hears "refused"
-    /// and goes on. The tools are the session's own, when its profile has them.
-    Lineage(Option<crate::tools::TurnSlot>),
+    /// and goes on.
+    Lineage {
+        /// The session's own tools, when its profile has them.
+        tools: Option<crate::tools::TurnSlot>,
+        /// The person behind the session's editor, for a root whose policy has one.
+        approver: Option<Approver>,
+    },
     /// Answer `cancelled` (used while a cancelled prompt winds down).
     #[default]
     Deny,
@@ -100,6 +131,8 @@ struct Settings {
     modes: SessionModes,
     /// The tools over the stdio bridge even to an agent that takes HTTP.
     tools_stdio: bool,
+    /// Who a root opened through an editor asks (C4).
+    approver: Option<Approver>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -120,6 +153,12 @@ pub struct AgentTools {
     pub grant: std::sync::Arc<crate::tools::socket::ToolsGrant>,
 }
 
+/// The first line of the instructions block that opens a new session's first prompt when the
+/// agent takes no system prompt (C4: Codex, Gemini CLI): the delegation statement and persona
+/// follow it.
+pub const INSTRUCTIONS_HEADING: &str =
+    "[The instructions you run under, from lineage, the system that hosts you]";
+
 /// The name of lineage's MCP server in an agent's `mcpServers`.
 pub const TOOLS_SERVER_NAME: &str = "lineage";
 
@@ -130,6 +169,9 @@ pub struct AcpDriver {
     /// The hosted lineage session, for error messages ("-" before start).
     label: String,
     live: Option<Live>,
+    /// The session's policy has an approval service (a root opened through an editor): its
+    /// permission requests go to the approver.
+    asks_person: bool,
 }
 
 /// Sends `session/cancel` for an [`AcpDriver`]'s session while a turn runs (M4). Cheap to clone.
@@ -172,9 +214,11 @@ impl AcpDriver {
                 tools: None,
                 modes: SessionModes::new(),
                 tools_stdio: false,
+                approver: None,
             },
             label: "-".into(),
             live: None,
+            asks_person: false,
         }
     }
 
@@ -228,11 +272,22 @@ impl AcpDriver {
         self
     }
 
+    /// Gives the driver the person behind the session's editor, asked when the session's
+    /// policy has an approval service (C4).
+    pub fn with_approver(mut self, approver: Approver) -> Self {
+        self.settings.approver = Some(approver);
+        self
+    }
+
     /// How this driver answers permission requests.
     fn permission_policy(&self) -> PermissionPolicy {
-        self.settings.permissions.clone().unwrap_or_else(|| {
-            PermissionPolicy::Lineage(self.settings.tools.as_ref().map(|t| t.slot.clone()))
-        })
+        self.settings
+            .permissions
+            .clone()
+            .unwrap_or_else(|| PermissionPolicy::Lineage {
+                tools: self.settings.tools.as_ref().map(|t| t.slot.clone()),
+                approver: self.settings.approver.clone().filter(|_| self.asks_person),
+            })
     }
 
     /// The agent's own session id, once started.
@@ -264,6 +319,7 @@ impl AcpDriver {
 
     async fn start_inner(&mut self, start: DriverStart) -> Result<(), DriverError> {
         self.label = start.session.as_str().to_string();
+        self.asks_person = start.composition.approval_service;
         if self.live.is_some() {
             return Err(self.error("the agent is already started"));
         }

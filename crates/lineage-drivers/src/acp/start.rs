@@ -164,9 +164,7 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     };
     // A new session of an agent without a system prompt hears the instructions first.
     let preamble = match (was_loaded, instructions.system_prompt, &instructions.text) {
-        (false, false, Some(text)) => Some(format!(
-            "[The instructions you run under, from lineage, the system that hosts you]\n{text}"
-        )),
+        (false, false, Some(text)) => Some(format!("{}\n{text}", super::INSTRUCTIONS_HEADING)),
         _ => None,
     };
     let replay = match (preamble, history) {

@@ -197,6 +197,7 @@ fn driver_composition(init: &AgentInit) -> lineage_drivers::driver::DriverCompos
         sandbox_mode: init.policy_view.sandbox_override,
         approval: (delegated && init.policy_view.has_approval_service)
             .then_some(lineage_core::policy::ApprovalPolicy::Never),
+        approval_service: !delegated && init.policy_view.has_approval_service,
     }
 }
 

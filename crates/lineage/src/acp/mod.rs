@@ -8,6 +8,7 @@
 //! | [`feed`] | the bus subscriptions the tree is fed from |
 //! | [`show`] | `Emit`s as ACP `session/update` notifications |
 //! | [`load`] | `session/load`: the tree from the registry and every session's transcript from its log |
+//! | [`approve`] | a root agent's permission requests, asked of the editor (`session/request_permission`) |
 //!
 //! Each ACP session is a top-level lineage session of the profile, hosted in the cluster and
 //! started idle; a prompt is a followup (its request id names it), answered when the turn that
@@ -16,6 +17,7 @@
 //! subagent session. `session/cancel` interrupts the session's turn (a root with top-level
 //! authority, a descendant with the root's); `session/close` drains the tree children first.
 
+pub mod approve;
 pub mod feed;
 pub mod load;
 pub mod show;
@@ -176,7 +178,12 @@ impl Front {
             // profile's working directory, which the node's operator chooses (T4).
             cwd: None,
             preset: None,
-            policy: None,
+            // C2, C4: a person is behind this session (the editor's): its agent's permission
+            // requests come here (`approve`), and its children's approval policy is `never`.
+            policy: Some(lineage_core::policy::ParentPolicyView {
+                sandbox_override: None,
+                has_approval_service: true,
+            }),
             timeout_ms: None,
             budget: None,
         };
@@ -343,6 +350,9 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     let mut feed = feed::Feed::open(&nats, &subjects)
         .await
         .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()))?;
+    let approving = approve::serve(front.clone())
+        .await
+        .map_err(|e| ControlError::new(ErrorCode::Unavailable, e))?;
     let fed = front.clone();
     let feeding = tokio::spawn(async move {
         while let Some(mut event) = feed.next().await {
@@ -364,6 +374,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     });
     let served = serve(front).await;
     feeding.abort();
+    approving.abort();
     served.map_err(|e| ControlError::new(ErrorCode::Internal, format!("ACP connection: {e}")))
 }
 
