@@ -73,6 +73,27 @@ pub fn child_preset(
     apply_child_composition(parent_preset, composition).to_preset(name)
 }
 
+/// The tool filter a child is born with (C1: it joins its parent's composition, so it can only
+/// narrow): its own filter within its parent's, the parent's when it names none, its own when
+/// the parent has none, `None` (every tool) when neither has one. Kept in the parent's order
+/// for an own filter narrowed by the parent's; names outside the parent's filter are dropped.
+pub fn inherit_tool_filter(
+    parent: Option<&[String]>,
+    own: Option<Vec<String>>,
+) -> Option<Vec<String>> {
+    match (parent, own) {
+        (None, own) => own,
+        (Some(parent), None) => Some(parent.to_vec()),
+        (Some(parent), Some(own)) => Some(
+            parent
+                .iter()
+                .filter(|tool| own.contains(tool))
+                .cloned()
+                .collect(),
+        ),
+    }
+}
+
 /// Composes a child in its creation window (C1): the parent preset's tools and sections (none
 /// without a preset), plus the delegation section, plus the persona section if given, with the
 /// tools narrowed to the filter if given.
@@ -237,6 +258,34 @@ mod tests {
             .map(|s| s.text.as_str())
             .collect();
         assert_eq!(personas, vec!["grandchild persona"]);
+    }
+
+    #[test]
+    fn c1_c4_a_childs_tool_filter_never_widens_its_parents() {
+        let v = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(inherit_tool_filter(None, None), None);
+        assert_eq!(
+            inherit_tool_filter(None, Some(v(&["report_to_parent"]))),
+            Some(v(&["report_to_parent"]))
+        );
+        // A grandchild spawned without a filter keeps its parent's.
+        let parent = v(&["spawn_subagent", "report_to_parent"]);
+        assert_eq!(
+            inherit_tool_filter(Some(&parent), None),
+            Some(parent.clone())
+        );
+        // One with a filter gets the part within its parent's, never more.
+        assert_eq!(
+            inherit_tool_filter(
+                Some(&parent),
+                Some(v(&["report_to_parent", "send_to_child"]))
+            ),
+            Some(v(&["report_to_parent"]))
+        );
+        assert_eq!(
+            inherit_tool_filter(Some(&[]), Some(v(&["spawn_subagent"]))),
+            Some(vec![])
+        );
     }
 
     #[test]

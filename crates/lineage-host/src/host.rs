@@ -158,6 +158,8 @@ pub(crate) struct AgentHandle {
     pub(crate) shape: Option<SubagentShape>,
     pub(crate) policy_view: lineage_core::policy::ParentPolicyView,
     pub(crate) preset: Option<lineage_core::header::AgentPreset>,
+    /// Its tool filter (C1), which its children's can only narrow.
+    pub(crate) tool_filter: Option<Vec<String>>,
     /// Stops the agent's task without settling (see [`crate::fence`]).
     pub(crate) stop: CancellationToken,
 }

@@ -50,6 +50,8 @@ pub(crate) struct ParentCtx {
     pub(crate) header: SessionHeader,
     pub(crate) policy_view: ParentPolicyView,
     pub(crate) preset: Option<AgentPreset>,
+    /// Its tool filter: a child's can only narrow it (C1).
+    pub(crate) tool_filter: Option<Vec<String>>,
 }
 
 impl Shared {
@@ -116,7 +118,11 @@ impl Shared {
             provider: provider_of(&spec.agent).to_owned(),
             label: spec.label.clone(),
             mode: spec.shape,
-            tool_filter: spec.tool_filter.clone(),
+            // C1: the child joins its parent's composition; its filter only narrows.
+            tool_filter: lineage_core::composition::inherit_tool_filter(
+                parent.tool_filter.as_deref(),
+                spec.tool_filter.clone(),
+            ),
             persona: spec.persona.clone(),
         };
         descriptor.validate()?;
@@ -351,6 +357,7 @@ impl Host {
             header: handle.header.clone(),
             policy_view: handle.policy_view,
             preset: handle.preset.clone(),
+            tool_filter: handle.tool_filter.clone(),
         };
         let spec = ChildSpec {
             shape,

@@ -295,3 +295,38 @@ async fn s1_m2_a_one_shot_that_spawns_reads_its_childs_settlement() {
     );
     host.shutdown().await;
 }
+
+/// C1 (issue 32): a child joins its parent's composition, so its tool filter can only narrow
+/// the parent's: a grandchild spawned with no filter gets its parent's, one with a wider filter
+/// gets only the part within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c1_a_grandchilds_tool_filter_never_widens_its_parents() {
+    let cluster = MemCluster::start();
+    let host = cluster.host("node-a").await;
+    let root = scripted_root(&host, r#"{"turns": []}"#).await;
+    let sleeper = script(r#"{"turns": [[{"do": "sleep", "ms": 30000}]]}"#);
+    let mut request = child_request(&root, SubagentShape::Continuable, sleeper.clone(), "work");
+    request.tool_filter = Some(vec!["spawn_subagent".into(), "report_to_parent".into()]);
+    let child = host.spawn(request).await.expect("child").session;
+    let filter_of = |record: lineage_registry::SessionRecord| {
+        record.descriptor.expect("a descriptor").to_value()["tool_filter"].clone()
+    };
+    for (own, expected) in [
+        (
+            None,
+            serde_json::json!(["spawn_subagent", "report_to_parent"]),
+        ),
+        (
+            Some(vec![
+                "send_to_child".to_owned(),
+                "report_to_parent".to_owned(),
+            ]),
+            serde_json::json!(["report_to_parent"]),
+        ),
+    ] {
+        let mut request = child_request(&child, SubagentShape::Continuable, sleeper.clone(), "sub");
+        request.tool_filter = own;
+        let grandchild = host.spawn(request).await.expect("grandchild").session;
+        assert_eq!(filter_of(cluster.record(&grandchild).await), expected);
+    }
+}

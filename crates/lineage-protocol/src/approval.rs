@@ -119,7 +119,11 @@ mod tests {
         assert_eq!(ApprovalRequest::decode(&bytes).unwrap(), request);
         let reply = ApprovalReply::decode(br#"{"v":1,"option":null}"#).unwrap();
         assert_eq!(reply.option, None);
-        for bad in [&br#"{"v":2,"option":null}"#[..], b"not json", br#"{"v":1}"#] {
+        for bad in [
+            &br#"{"v":2,"option":null}"#[..],
+            b"not json",
+            br#"{"v":1,"option":5}"#,
+        ] {
             let e = ApprovalReply::decode(bad).unwrap_err().to_string();
             assert!(!e.contains('\n'), "{e}");
         }

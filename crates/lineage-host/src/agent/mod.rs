@@ -235,6 +235,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         shape: init.shape,
         policy_view: init.policy_view,
         preset: init.preset.clone(),
+        tool_filter: init.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         stop: stop.clone(),
     };
     if let Err(e) = shared.insert(session.clone(), handle) {

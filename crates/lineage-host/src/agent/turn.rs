@@ -242,6 +242,7 @@ impl AgentTask {
             header: self.header.clone(),
             policy_view: self.policy_view,
             preset: self.preset.clone(),
+            tool_filter: self.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         };
         let shared = self.shared.clone();
         let session = self.session.clone();
