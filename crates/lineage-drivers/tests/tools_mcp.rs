@@ -35,9 +35,21 @@ async fn connect() -> (
     TurnSlot,
     UnboundedReceiver<TurnRequest>,
 ) {
+    connect_filtered(None).await
+}
+
+/// [`connect`] for a session whose tool filter is `filter`.
+async fn connect_filtered(
+    filter: Option<Vec<String>>,
+) -> (
+    RunningService<RoleClient, Client>,
+    TurnSlot,
+    UnboundedReceiver<TurnRequest>,
+) {
     let (ctx, requests) = TurnCtx::channel();
     let slot = TurnSlot::default();
     slot.set(ctx);
+    slot.set_tool_filter(filter);
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     let tools = DelegationTools::new(sid(1), slot.clone());
     tokio::spawn(async move {
@@ -296,18 +308,8 @@ async fn t5_d3_refusals_bad_arguments_and_no_turn_are_tool_errors_in_one_line() 
 /// even when the agent calls it without having been shown it.
 #[tokio::test]
 async fn c4_a_tool_filter_narrows_the_list_and_the_node_refuses_a_filtered_call() {
-    let (ctx, mut requests) = TurnCtx::channel();
-    let slot = TurnSlot::default();
-    slot.set(ctx);
-    slot.set_tool_filter(Some(vec!["report_to_parent".into()]));
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    let tools = DelegationTools::new(sid(1), slot.clone());
-    tokio::spawn(async move {
-        if let Ok(running) = tools.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = Client.serve(client_io).await.expect("client connects");
+    let (client, _slot, mut requests) =
+        connect_filtered(Some(vec!["report_to_parent".into()])).await;
     let listed: Vec<String> = client
         .list_all_tools()
         .await
