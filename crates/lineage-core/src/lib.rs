@@ -15,6 +15,7 @@
 //! | [`deadline`] | deadlines: a timeout to an absolute deadline, the subtrees the sweeper drains | Q2 |
 //! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
+//! | [`permission`] | how a hosted agent's permission request is answered; the harness mode a policy names | C2, C4 |
 //! | [`policy`] | delegated policy snapshot and its log events | C2, C3 |
 //! | [`composition`] | the child's creation-window composition | C1 |
 //! | [`descriptor`] | `SubagentDescriptor`, `seed_descriptor_turn` | P1 |
@@ -56,6 +57,7 @@ pub mod lifecycle;
 pub mod log;
 pub mod messages;
 pub mod output;
+pub mod permission;
 pub mod policy;
 pub mod retention;
 pub mod routing;

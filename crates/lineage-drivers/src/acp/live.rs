@@ -22,6 +22,7 @@ use super::text::{agent_error, one_line, render_message, sdk_error};
 use super::PermissionPolicy;
 use crate::driver::{ActionOutcome, DriverAction, TurnAction, TurnCtx, TurnInput};
 use crate::error::DriverError;
+use lineage_core::permission::{decide, PermissionDecision};
 use lineage_core::usage::SessionUsage;
 
 /// A running agent: its process, connection and session.
@@ -297,12 +298,12 @@ async fn permission_outcome(
         PermissionPolicy::Lineage { tools, approver } => {
             let own = lineage_tool(request)
                 .is_some_and(|tool| tools.as_ref().is_some_and(|t| t.allows(tool)));
-            match (own, approver) {
-                (true, _) => true,
-                (false, None) => false,
+            match (decide(own, approver.is_some()), approver) {
+                (PermissionDecision::Allow, _) => true,
+                (PermissionDecision::Refuse, _) | (PermissionDecision::AskPerson, None) => false,
                 // A root opened through an editor: the person picks (an option the agent
                 // offered; anything else is a refusal).
-                (false, Some(approver)) => {
+                (PermissionDecision::AskPerson, Some(approver)) => {
                     let picked = ask(approver, request).await;
                     if let Some(option) = request
                         .options

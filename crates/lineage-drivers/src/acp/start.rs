@@ -230,16 +230,6 @@ fn new_session(
         .system_prompt(instructions.system_prompt())
 }
 
-/// The profile's mode key for a session's policy (C4): its sandbox mode, else `delegated` for
-/// a child, else `root`.
-pub(super) fn mode_key(composition: &DriverComposition) -> &'static str {
-    match (composition.sandbox_mode, composition.delegated) {
-        (Some(mode), _) => mode.as_str(),
-        (None, true) => "delegated",
-        (None, false) => "root",
-    }
-}
-
 /// Sets the session mode the profile names for the session's policy, when it names one: one
 /// the agent offers, or the start fails with one line listing those it offers (never a silent
 /// downgrade).
@@ -250,7 +240,7 @@ async fn set_mode(
     active: &ActiveSession<'static, Agent>,
     modes: Option<SessionModeState>,
 ) -> Result<(), String> {
-    let key = mode_key(composition);
+    let key = lineage_core::permission::mode_key(composition.sandbox_mode, composition.delegated);
     let Some(wanted) = settings.modes.get(key) else {
         return Ok(());
     };
