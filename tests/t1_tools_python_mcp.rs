@@ -105,7 +105,7 @@ fn t1_t5_the_python_mcp_sdk_calls_the_tools_over_streamable_http_with_the_grants
     let (ctx, mut requests) = TurnCtx::channel();
     let slot = TurnSlot::default();
     slot.set(ctx);
-    let grant = socket.grant(session, slot);
+    let grant = socket.grant(session, slot, true);
     let entry = grant.http().expect("the grant carries the HTTP entry");
     assert!(entry.url.starts_with("http://127.0.0.1:"), "{entry:?}");
     let answered = rt.spawn({
@@ -224,7 +224,11 @@ fn t1_t5_the_python_mcp_sdk_lists_the_tools_and_spawns_through_lineage_mcp() {
     let (ctx, mut requests) = TurnCtx::channel();
     let slot = TurnSlot::default();
     slot.set(ctx);
-    let grant = socket.grant(session, slot);
+    let grant = socket.grant(session, slot, false);
+    // V1: the python client and the `lineage mcp` it starts descend from this test.
+    grant.bind(lineage_drivers::sandbox::Confinement::Tree {
+        leader: std::process::id() as i32,
+    });
     // The turn: answers the one action the call becomes, and hands it back.
     let answered = rt.spawn({
         let child = child.clone();

@@ -20,7 +20,10 @@
 //! - A prompt with `tool: NAME {json}` lines calls those tools, in order, on the stdio MCP
 //!   server named `lineage` that its session was given ([`tools`]), and replies with one
 //!   `tool NAME: <result>` line each (instead of the echo).
+//! - A prompt with `sh: COMMAND` lines (and no `tool:` line) runs each with `/bin/sh -c` and
+//!   replies with their exit codes and output ([`shell`]): a hosted agent's shell tool.
 
+mod shell;
 mod tools;
 
 use std::collections::HashMap;
@@ -292,7 +295,9 @@ async fn main() {
                             .lines()
                             .filter(|l| {
                                 let l = l.trim_start();
-                                !l.starts_with("tool:") && !l.starts_with("tool-bench:")
+                                !l.starts_with("tool:")
+                                    && !l.starts_with("tool-bench:")
+                                    && !l.starts_with("sh:")
                             })
                             .collect::<Vec<_>>()
                             .join("\n");
@@ -305,7 +310,14 @@ async fn main() {
                                 Err(line) => line,
                             })
                         } else if directives.is_empty() {
-                            None
+                            let commands = shell::directives(&text);
+                            let servers =
+                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
+                            let mut lines = Vec::new();
+                            for command in &commands {
+                                lines.push(shell::run(command, &servers).await);
+                            }
+                            (!lines.is_empty()).then(|| lines.join("\n"))
                         } else {
                             let servers =
                                 lock(&state).servers.get(&id).cloned().unwrap_or_default();

@@ -14,6 +14,7 @@
 //! | [`script`] | the deterministic scripted driver (the script's data types are `lineage_protocol::script`) | H1 |
 //! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio (`acp/{start,live,process,text}.rs`) | H1, M4, K1 |
 //! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
+//! | [`sandbox`] | per-session sandboxes (bubblewrap: user, pid, mount namespaces) and how a session's processes are recognised ([`sandbox::Confinement`]) | V1, V2 |
 //! | [`tools`] | lineage's delegation tools as an MCP server (`rmcp`) bound to one hosted session: each call is an action of its running turn | T1–T3, T5 |
 //! | [`error`] | [`DriverError`], the crate's one error enum | |
 
@@ -23,6 +24,7 @@ pub mod acp;
 pub mod driver;
 pub mod error;
 pub mod profiles;
+pub mod sandbox;
 pub mod script;
 pub mod tools;
 

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::AgentSpec;
 use crate::error::DriverError;
+use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support};
 
 pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 
@@ -61,6 +62,19 @@ pub struct AgentProfile {
     /// `stdio` (always the bridge).
     #[serde(default = "default_tools_transport")]
     pub tools_transport: String,
+    /// Whether the agent runs in a sandbox of its own (V2, [`crate::sandbox`]): `auto` (the
+    /// default: when the node can make one), `sandbox` (always; a node that cannot refuses to
+    /// start) or `none`.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Absolute paths the sandbox shows the agent read only, besides the system's toolchain
+    /// (its installation, a settings directory).
+    #[serde(default)]
+    pub sandbox_read_only: Vec<String>,
+    /// Absolute paths the sandbox shows the agent read-write (shared by every session of the
+    /// profile: grant nothing a session must not see of another).
+    #[serde(default)]
+    pub sandbox_read_write: Vec<String>,
     /// A line for `lineage agents`.
     #[serde(default)]
     pub description: String,
@@ -92,6 +106,9 @@ impl AgentProfile {
             tools: false,
             modes: BTreeMap::new(),
             tools_transport: default_tools_transport(),
+            isolation: Isolation::Auto,
+            sandbox_read_only: Vec::new(),
+            sandbox_read_write: Vec::new(),
             description: description.to_owned(),
         }
     }
@@ -106,6 +123,10 @@ pub struct AgentProfiles {
     /// The profiles, by name.
     #[serde(flatten)]
     pub profiles: BTreeMap<String, AgentProfile>,
+    /// The bubblewrap this node makes sandboxes with, once
+    /// [`AgentProfiles::resolve_isolation`] found it can (not config).
+    #[serde(skip)]
+    pub bwrap: Option<PathBuf>,
 }
 
 impl Default for AgentProfiles {
@@ -116,6 +137,7 @@ impl Default for AgentProfiles {
                 "script".to_owned(),
                 AgentProfile::script("scripted agent: the request carries the script"),
             )]),
+            bwrap: None,
         }
     }
 }
@@ -146,6 +168,9 @@ pub struct AcpLaunch {
     pub modes: BTreeMap<String, String>,
     /// Whether the tools go over the stdio bridge even to an agent that takes HTTP.
     pub tools_stdio: bool,
+    /// The session's sandbox (V2), when it runs in one; the node adds its tools socket and
+    /// bridge.
+    pub sandbox: Option<SandboxPlan>,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).
@@ -226,6 +251,14 @@ impl AgentProfiles {
             if p.prompt_timeout_ms == 0 {
                 return Err((key("prompt_timeout_ms"), "must be above 0".into()));
             }
+            for path in p.sandbox_read_only.iter().chain(&p.sandbox_read_write) {
+                if !Path::new(path).is_absolute() {
+                    return Err((
+                        key("sandbox_read_only"),
+                        format!("{path:?} is not an absolute path; the sandbox grants absolute paths only"),
+                    ));
+                }
+            }
             if !matches!(p.tools_transport.as_str(), "auto" | "stdio") {
                 return Err((
                     key("tools_transport"),
@@ -250,6 +283,83 @@ impl AgentProfiles {
             }
         }
         Ok(())
+    }
+
+    /// Decides, once at the node's start, how the profiles' `isolation` is met with what the
+    /// node can do (`support`, [`crate::sandbox::probe`]): a profile that asks for a sandbox
+    /// the node cannot make refuses the start (the key and one line naming the missing
+    /// capability; never a silent downgrade); `auto` profiles run without one, and the
+    /// returned line says so (for the node's log). Afterwards [`AgentProfiles::admit`] sandboxes
+    /// every session it may.
+    pub fn resolve_isolation(
+        &mut self,
+        support: &Support,
+    ) -> Result<Option<String>, (String, String)> {
+        let acp = || {
+            self.profiles
+                .iter()
+                .filter(|(_, p)| p.driver == ProfileDriver::Acp)
+        };
+        match support {
+            Support::Available { bwrap } => {
+                self.bwrap = Some(bwrap.clone());
+                Ok(None)
+            }
+            Support::Missing(why) => {
+                if let Some((name, _)) = acp().find(|(_, p)| p.isolation == Isolation::Sandbox) {
+                    return Err((
+                        format!("agents.{name}.isolation"),
+                        format!("profile {name} asks for isolation = \"sandbox\" but this node cannot make one: {why}; or set isolation = \"none\" knowingly"),
+                    ));
+                }
+                self.bwrap = None;
+                let unsandboxed: Vec<&str> = acp()
+                    .filter(|(_, p)| p.isolation == Isolation::Auto)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                let raw = if self.allow_raw_commands {
+                    " (and raw commands)"
+                } else {
+                    ""
+                };
+                Ok((!unsandboxed.is_empty() || self.allow_raw_commands).then(|| {
+                    format!(
+                        "agents {}{raw} run without a sandbox, as the node's user, able to reach each other: {why}",
+                        unsandboxed.join(", ")
+                    )
+                }))
+            }
+        }
+    }
+
+    /// The sandbox of a session of `isolation` in `workdir`, when it gets one.
+    fn sandbox_of(
+        &self,
+        isolation: Isolation,
+        workdir: &Path,
+        program: &str,
+        read_only: &[String],
+        read_write: &[String],
+    ) -> Option<SandboxPlan> {
+        let bwrap = match (isolation, &self.bwrap) {
+            (Isolation::None, _) | (_, None) => return None,
+            (Isolation::Auto | Isolation::Sandbox, Some(bwrap)) => bwrap.clone(),
+        };
+        let mut granted: Vec<PathBuf> = read_only.iter().map(PathBuf::from).collect();
+        // The agent's own program directory, when the profile names it by path.
+        if let Some(dir) = Path::new(program)
+            .parent()
+            .filter(|_| Path::new(program).is_absolute())
+        {
+            granted.push(dir.to_path_buf());
+        }
+        Some(SandboxPlan {
+            bwrap,
+            workdir: workdir.to_path_buf(),
+            read_only: granted,
+            read_write: read_write.iter().map(PathBuf::from).collect(),
+            sockets: Vec::new(),
+        })
     }
 
     /// The profiles as `lineage agents` lists them, by name.
@@ -285,14 +395,21 @@ impl AgentProfiles {
                         "the ACP agent command is empty; give a program and its arguments".into(),
                     ));
                 }
+                let workdir = workdir_for("session", session, data_dir);
+                let sandbox = self.sandbox_of(Isolation::Auto, &workdir, &command[0], &[], &[]);
+                let mut env = base_env(env);
+                if sandbox.is_some() {
+                    env = sandbox_env(env, false, &workdir);
+                }
                 Ok(Admitted::Acp(AcpLaunch {
                     command: command.clone(),
-                    env: base_env(env),
-                    workdir: workdir_for("session", session, data_dir),
+                    env,
+                    workdir,
                     prompt_timeout_ms: default_prompt_timeout_ms(),
                     tools: false,
                     modes: BTreeMap::new(),
                     tools_stdio: false,
+                    sandbox,
                 }))
             }
             AgentSpec::Profile { profile } => {
@@ -314,14 +431,28 @@ impl AgentProfiles {
                         vars.extend(p.env.clone());
                         let mut command = vec![p.command.clone()];
                         command.extend(p.args.iter().cloned());
+                        let workdir = workdir_for(&p.workdir, session, data_dir);
+                        let sandbox = self.sandbox_of(
+                            p.isolation,
+                            &workdir,
+                            &p.command,
+                            &p.sandbox_read_only,
+                            &p.sandbox_read_write,
+                        );
+                        if sandbox.is_some() {
+                            vars = sandbox_env(vars, p.env.contains_key("HOME"), &workdir);
+                        }
                         Ok(Admitted::Acp(AcpLaunch {
                             command,
                             env: vars,
-                            workdir: workdir_for(&p.workdir, session, data_dir),
+                            workdir,
                             prompt_timeout_ms: p.prompt_timeout_ms,
                             tools: p.tools,
                             modes: p.modes.clone(),
-                            tools_stdio: p.tools_transport == "stdio",
+                            // A sandboxed session's tools go over the bridge, whose connection
+                            // is bound to the sandbox (V1); the HTTP endpoint cannot be.
+                            tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
+                            sandbox,
                         }))
                     }
                 }

@@ -140,14 +140,14 @@ impl DriverFactory for NodeDrivers {
             Admitted::Acp(launch) => {
                 let tools = match (launch.tools, &self.tools) {
                     (false, _) => None,
-                    (true, Some(tools)) => Some(tools.grant(session)),
+                    (true, Some(tools)) => Some(tools.grant(session, !launch.tools_stdio)),
                     (true, None) => {
                         return Err(DriverError::ToolsSocket(
                             "this node serves no tools socket, so a profile with tools = true cannot run here; check the node's data_dir".into(),
                         ))
                     }
                 };
-                let mut driver = acp_driver(launch)?;
+                let mut driver = acp_driver(launch, self.tools.as_ref())?;
                 if let Some(approvals) = &self.approvals {
                     driver = driver.with_approver(approvals.approver(session));
                 }
@@ -165,10 +165,11 @@ impl DriverFactory for NodeDrivers {
 }
 
 impl Tools {
-    /// A fresh grant for `session`: its secret in the bridge's environment.
-    fn grant(&self, session: &SessionId) -> AgentTools {
+    /// A fresh grant for `session`: its secret in the bridge's environment (and over HTTP when
+    /// `http`).
+    fn grant(&self, session: &SessionId, http: bool) -> AgentTools {
         let slot = TurnSlot::default();
-        let grant = self.socket.grant(session.clone(), slot.clone());
+        let grant = self.socket.grant(session.clone(), slot.clone(), http);
         AgentTools {
             bridge: self.bridge.clone(),
             env: grant.env(),
@@ -179,17 +180,31 @@ impl Tools {
     }
 }
 
-/// The ACP driver for a launch, its working directory created when it is the session's own.
-fn acp_driver(launch: AcpLaunch) -> Result<AcpDriver, DriverError> {
-    std::fs::create_dir_all(&launch.workdir).map_err(|e| {
+/// The ACP driver for a launch, its working directory created (mode 0700: only the node's
+/// user and the session's own sandbox enter it, V2); in its sandbox, which also shows the
+/// tools socket and the bridge when the session has tools.
+fn acp_driver(launch: AcpLaunch, tools: Option<&Tools>) -> Result<AcpDriver, DriverError> {
+    use std::os::unix::fs::PermissionsExt;
+    let created = std::fs::create_dir_all(&launch.workdir).and_then(|()| {
+        std::fs::set_permissions(&launch.workdir, std::fs::Permissions::from_mode(0o700))
+    });
+    created.map_err(|e| {
         DriverError::BadRequest(format!(
             "cannot create the agent's working directory {}: {e}; check the profile's workdir and node.data_dir",
             launch.workdir.display()
         ))
     })?;
-    Ok(AcpDriver::new(launch.command, launch.workdir)
+    let mut driver = AcpDriver::new(launch.command, launch.workdir)
         .with_env(launch.env)
         .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms))
-        .with_session_modes(launch.modes)
-        .with_tools_over_stdio(launch.tools_stdio))
+        .with_session_modes(launch.modes);
+    if let Some(mut plan) = launch.sandbox {
+        if let (true, Some(tools)) = (launch.tools, tools) {
+            plan.sockets.push(tools.socket.path().to_path_buf());
+            plan.read_only
+                .extend(tools.bridge.first().map(PathBuf::from));
+        }
+        driver = driver.with_sandbox(plan);
+    }
+    Ok(driver.with_tools_over_stdio(launch.tools_stdio))
 }

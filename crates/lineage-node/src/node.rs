@@ -26,8 +26,9 @@ use lineage_drivers::tools::socket::ToolsSocket;
 /// resumes them at once, nothing interrupted; see `lineage_host::handoff`); then it stops
 /// serving, stops what still runs without settling it (a turn that outlived the grace is
 /// closed as interrupted by its next host), and closes its registry member cleanly.
-pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
+pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let node_id = config.node_id()?;
+    resolve_isolation(&mut config)?;
     let subjects = Subjects::new(&config.cluster)?;
     std::fs::create_dir_all(&config.node.data_dir).map_err(|source| NodeError::Io {
         what: format!(
@@ -332,5 +333,34 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// V2: whether this node can make sandboxes, checked once before anything starts. A profile
+/// that asks for one on a node that cannot refuses the start; `auto` profiles run without one,
+/// said here.
+fn resolve_isolation(config: &mut NodeConfig) -> Result<(), NodeError> {
+    let agents = &mut config.agents;
+    let runs_processes = agents.allow_raw_commands
+        || agents
+            .profiles
+            .values()
+            .any(|p| p.driver == lineage_drivers::profiles::ProfileDriver::Acp);
+    if !runs_processes {
+        return Ok(());
+    }
+    let support = lineage_drivers::sandbox::probe(std::env::var("PATH").ok().as_deref());
+    match agents.resolve_isolation(&support) {
+        Ok(None) => {
+            tracing::info!(bwrap = ?agents.bwrap, "agents run in sandboxes of their own unless their profile says isolation = \"none\"");
+            Ok(())
+        }
+        Ok(Some(unsandboxed)) => {
+            tracing::warn!("{unsandboxed}");
+            Ok(())
+        }
+        Err((key, why)) => Err(NodeError::Config(format!(
+            "invalid config key {key}: {why}"
+        ))),
     }
 }

@@ -91,7 +91,8 @@ pub fn workspace_root() -> PathBuf {
 
 /// Node config profiles for the suites that run real ACP agents (issue 11): `delegator`, the ACP
 /// test agent (built next to `lineage`) with the delegation tools (stdio); `delegator-http`, the
-/// same agent declaring `mcpCapabilities.http` (so it gets the tools over HTTP); and `echo`, a
+/// same agent declaring `mcpCapabilities.http` (so it gets the tools over HTTP; `isolation =
+/// "none"`, since an HTTP request cannot be bound to a sandbox, V1); and `echo`, a
 /// script. Panics
 /// with what to build when the test agent is missing.
 pub fn delegator_profiles() -> String {
@@ -102,7 +103,7 @@ pub fn delegator_profiles() -> String {
         agent.display()
     );
     format!(
-        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{agent}\"\ntools = true\n\n[agents.delegator-http]\ndriver = \"acp\"\ncommand = \"{agent}\"\nargs = [\"--mcp-http\"]\ntools = true\n\n[agents.echo]\ndriver = \"script\"\n",
+        "[agents.delegator]\ndriver = \"acp\"\ncommand = \"{agent}\"\ntools = true\n\n[agents.delegator-http]\ndriver = \"acp\"\ncommand = \"{agent}\"\nargs = [\"--mcp-http\"]\ntools = true\nisolation = \"none\"\n\n[agents.echo]\ndriver = \"script\"\n",
         agent = agent.display()
     )
 }

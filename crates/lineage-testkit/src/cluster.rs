@@ -87,6 +87,10 @@ pub struct ClusterOptions {
     pub precreate_streams: Option<usize>,
     /// Appended to every node's config file (say `[agents.<name>]` profiles).
     pub extra_toml: String,
+    /// Runs the node processes as this uid (and the same gid) instead of the test's own user,
+    /// which must be root (V2: a cluster run by an unprivileged user). The cluster's directory
+    /// is then that user's.
+    pub run_as: Option<u32>,
 }
 
 /// A local cluster: nats-server plus N node processes, all registry voters.
@@ -105,6 +109,8 @@ pub struct Cluster {
     /// Node index -> the NATS URL(s) it is started with instead of [`Nats::node_url`] (a
     /// proxy in front of NATS, [`Cluster::route`]).
     pub routes: std::collections::BTreeMap<usize, String>,
+    /// The uid the node processes run as, when not the test's own ([`ClusterOptions::run_as`]).
+    pub run_as: Option<u32>,
 }
 
 /// The NATS side of a cluster started by [`Cluster::start_secured`].
@@ -172,6 +178,9 @@ impl Cluster {
         if let Some(replicas) = options.precreate_streams {
             precreate_streams(&nats.url_list(), &cluster, replicas);
         }
+        if let Some(uid) = options.run_as {
+            give_to(dir.path(), uid);
+        }
         let mut c = Cluster {
             nats,
             dir,
@@ -180,6 +189,7 @@ impl Cluster {
             bus: std::sync::OnceLock::new(),
             secured: None,
             routes,
+            run_as: options.run_as,
         };
         c.add_voters(n, &options.env, &options.extra_toml);
         c
@@ -218,6 +228,7 @@ impl Cluster {
                 admin_password,
             }),
             routes: Default::default(),
+            run_as: None,
         };
         c.add_voters(n, &nats_user_env("voter", &voter_password), "");
         c
@@ -275,7 +286,13 @@ impl Cluster {
         };
         std::fs::write(&config, text).expect("write node config");
         let log = self.dir.path().join(format!("{id}.log"));
-        NodeProc::new(id, config, http_port, log, env.to_vec())
+        let mut node = NodeProc::new(id, config, http_port, log, env.to_vec());
+        if let Some(uid) = self.run_as {
+            std::fs::File::create(&node.log).expect("create the node's log");
+            give_to(&node.log, uid);
+            node.uid = Some(uid);
+        }
+        node
     }
 
     /// The `voters = ...` line of node-1's config.
@@ -447,4 +464,19 @@ fn tempdir(prefix: &str) -> tempfile::TempDir {
         .prefix(prefix)
         .tempdir()
         .expect("tempdir")
+}
+
+/// Makes `path` user `uid`'s (and group `uid`'s), readable by others: the directory of a
+/// cluster whose nodes run as `uid`.
+fn give_to(path: &std::path::Path, uid: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap_or_else(|e| {
+        panic!(
+            "chown {} to {uid} (the test must run as root): {e}",
+            path.display()
+        )
+    });
+    if path.is_dir() {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
 }

@@ -21,6 +21,8 @@ pub struct NodeProc {
     pub log: PathBuf,
     /// Extra environment for the process (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub env: Vec<(String, String)>,
+    /// The uid (and gid) it runs as, when not the test's own.
+    pub uid: Option<u32>,
     child: Option<Child>,
 }
 
@@ -99,6 +101,7 @@ impl NodeProc {
             http_port,
             log,
             env,
+            uid: None,
             child: None,
         }
     }
@@ -110,7 +113,12 @@ impl NodeProc {
             .append(true)
             .open(&self.log)
             .expect("open node log");
-        let child = Command::new(lineage_bin())
+        let mut command = Command::new(lineage_bin());
+        if let Some(uid) = self.uid {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(uid);
+        }
+        let child = command
             .args(["--nats", nats_url, "node", "--config"])
             .arg(&self.config)
             .env("RUST_LOG", "info,lineage=debug,openraft=warn")
@@ -152,8 +160,19 @@ impl NodeProc {
 
     /// SIGSTOP, by pid: the process keeps its sockets (and so its NATS subscriptions) but
     /// answers nothing until [`NodeProc::cont`]. A stopped node is still SIGKILLed on drop.
+    /// Returns once every thread of the process is stopped: the signal is delivered
+    /// asynchronously, and a thread in uninterruptible sleep (an fsync, say) stops only when it
+    /// returns to user space, so until then the node may still answer a request.
     pub fn stop(&self) {
         self.signal("-STOP");
+        if let Some(pid) = self.pid() {
+            let stopped = poll(Duration::from_secs(10), || all_threads_stopped(pid));
+            assert!(
+                stopped.is_ok(),
+                "node {} (pid {pid}) did not stop within 10 s",
+                self.id
+            );
+        }
     }
 
     /// SIGCONT, by pid: a [`NodeProc::stop`]ped node runs again.
@@ -248,4 +267,19 @@ pub fn nats_user_env(user: &str, password_file: &Path) -> Vec<(String, String)> 
             password_file.display().to_string(),
         ),
     ]
+}
+
+/// True when every thread of `pid` is in the stopped state (`T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }

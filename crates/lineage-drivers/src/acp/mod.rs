@@ -133,6 +133,8 @@ struct Settings {
     tools_stdio: bool,
     /// Who a root opened through an editor asks (C4).
     approver: Option<Approver>,
+    /// The session's sandbox (V2), when it runs in one.
+    sandbox: Option<crate::sandbox::SandboxPlan>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -215,6 +217,7 @@ impl AcpDriver {
                 modes: SessionModes::new(),
                 tools_stdio: false,
                 approver: None,
+                sandbox: None,
             },
             label: "-".into(),
             live: None,
@@ -246,6 +249,14 @@ impl AcpDriver {
         self
     }
 
+    /// Runs the agent in `plan`'s sandbox (V2); its tools then go over the stdio bridge,
+    /// whose connection is bound to the sandbox.
+    pub fn with_sandbox(mut self, plan: crate::sandbox::SandboxPlan) -> Self {
+        self.settings.sandbox = Some(plan);
+        self.settings.tools_stdio = true;
+        self
+    }
+
     /// Gives the agent lineage's delegation tools: its `session/new` declares them, and a tool
     /// call acts in the turn that runs.
     pub fn with_tools(mut self, tools: AgentTools) -> Self {
@@ -268,7 +279,7 @@ impl AcpDriver {
 
     /// Gives the agent its tools over the stdio bridge (`lineage mcp`) even when it takes HTTP.
     pub fn with_tools_over_stdio(mut self, stdio: bool) -> Self {
-        self.settings.tools_stdio = stdio;
+        self.settings.tools_stdio = stdio || self.settings.sandbox.is_some();
         self
     }
 

@@ -40,7 +40,18 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         mut process,
         stdin,
         stdout,
-    } = Process::spawn(&settings.command, &cwd, settings.env.as_ref(), &session)?;
+    } = Process::spawn(
+        &settings.command,
+        &cwd,
+        settings.env.as_ref(),
+        settings.sandbox.as_ref(),
+        &session,
+    )
+    .await?;
+    // V1: the session's tools serve only its own processes (its sandbox, else its tree).
+    if let (Some(tools), Some(confinement)) = (&settings.tools, process.confinement()) {
+        tools.grant.bind(confinement);
+    }
 
     let (cx_tx, cx_rx) = tokio::sync::oneshot::channel::<ConnectionTo<Agent>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -6,8 +6,16 @@
 //! it. The agent's MCP server entry (`lineage mcp`, [`ToolsGrant::env`]) connects, sends the
 //! secret as its first line, gets [`GRANTED_LINE`] back, and from then on the connection is an
 //! MCP session of that lineage session's [`DelegationTools`]. A secret that names no live grant
-//! is answered with [`REFUSED_LINE`] and the connection closed: nothing is served (so another agent on the same node,
-//! which does not know the secret, cannot act as this session). Dropping the grant revokes it.
+//! is answered with [`REFUSED_LINE`] and the connection closed: nothing is served (so another
+//! agent on the same node, which does not know the secret, cannot act as this session).
+//! Dropping the grant revokes it.
+//!
+//! A secret alone is not enough (V1): the grant is bound to the session's processes
+//! ([`ToolsGrant::bind`], a [`Confinement`]: its sandbox, else its process tree) as soon as the
+//! agent runs, and the node asks the kernel who connected (`SO_PEERCRED`). A connection from any
+//! other process is refused with [`FOREIGN_LINE`], whatever secret it presents, and the attempt
+//! is logged with the session the intruder belongs to, when it is one of the node's; a grant
+//! not bound yet serves nobody.
 //!
 //! The same grants also open the node's streamable HTTP listener ([`super::http`], loopback
 //! only, for agents that declare `mcpCapabilities.http`): there the secret is the bearer token.
@@ -23,8 +31,12 @@ use tokio::net::{UnixListener, UnixStream};
 
 use super::{DelegationTools, TurnSlot};
 use crate::error::DriverError;
+use crate::sandbox::Confinement;
 
 pub use lineage_protocol::tools::{GRANTED_LINE, REFUSED_LINE, SECRET_ENV, SOCKET_ENV};
+
+/// The answer to a live secret presented by a process that is not its session's (V1).
+pub const FOREIGN_LINE: &str = "lineage tools: refused: this connection does not come from the session the secret names (a secret is bound to its session's own processes)";
 
 /// The longest first line read (a secret is 64 hex digits).
 const MAX_SECRET_LINE: usize = 256;
@@ -35,6 +47,8 @@ pub(super) struct Granted {
     pub(super) session: SessionId,
     pub(super) slot: TurnSlot,
     pub(super) http: Option<super::http::SessionService>,
+    /// The session's processes, once its agent runs ([`ToolsGrant::bind`]).
+    pub(super) confinement: Option<Confinement>,
 }
 
 pub(super) type Grants = Arc<Mutex<HashMap<String, Granted>>>;
@@ -105,6 +119,16 @@ impl ToolsGrant {
             (SOCKET_ENV.to_owned(), self.path.display().to_string()),
             (SECRET_ENV.to_owned(), self.secret.clone()),
         ]
+    }
+
+    /// Binds the grant to the session's processes (V1): from now on only a connection from
+    /// one of them is served.
+    pub fn bind(&self, confinement: Confinement) {
+        if let Ok(mut grants) = self.grants.lock() {
+            if let Some(granted) = grants.get_mut(&self.secret) {
+                granted.confinement = Some(confinement);
+            }
+        }
     }
 
     /// The HTTP entry of this grant, when the node serves its tools over HTTP.
@@ -184,15 +208,17 @@ impl ToolsSocket {
         self.http.as_deref()
     }
 
-    /// Grants `session` its tools, acting through whatever turn `slot` holds.
-    pub fn grant(&self, session: SessionId, slot: TurnSlot) -> ToolsGrant {
+    /// Grants `session` its tools, acting through whatever turn `slot` holds; over HTTP too
+    /// when `http` (and the node serves HTTP). A sandboxed session's grant is socket only: an
+    /// HTTP request cannot be bound to the process that sent it (V1).
+    pub fn grant(&self, session: SessionId, slot: TurnSlot, http: bool) -> ToolsGrant {
         let secret = format!(
             "{}{}",
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
-        let http = self
-            .http
+        let http_url = self.http.clone().filter(|_| http);
+        let http = http_url
             .as_ref()
             .map(|_| super::http::session_service(session.clone(), slot.clone()));
         if let Ok(mut grants) = self.grants.lock() {
@@ -202,13 +228,14 @@ impl ToolsSocket {
                     session,
                     slot,
                     http,
+                    confinement: None,
                 },
             );
         }
         ToolsGrant {
             secret,
             path: self.path.clone(),
-            http: self.http.clone(),
+            http: http_url,
             grants: self.grants.clone(),
         }
     }
@@ -219,8 +246,10 @@ fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// One connection: the secret line, then MCP as the session it names (or one line and close).
+/// One connection: the secret line, then MCP as the session it names when the peer is one of
+/// its processes (or one line and close).
 async fn serve(stream: UnixStream, grants: Grants) {
+    let peer = stream.peer_cred().ok().and_then(|c| c.pid());
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut line = String::new();
@@ -233,13 +262,31 @@ async fn serve(stream: UnixStream, grants: Grants) {
             .and_then(|g| g.get(line.trim_end()).cloned()),
         Err(_) => None,
     };
-    let Some(Granted { session, slot, .. }) = granted else {
-        let _ = write
-            .write_all(format!("{REFUSED_LINE}\n").as_bytes())
-            .await;
-        let _ = write.shutdown().await;
-        return;
+    let Some(Granted {
+        session,
+        slot,
+        confinement,
+        ..
+    }) = granted
+    else {
+        let intruder = peer.and_then(|pid| session_of(&grants, pid));
+        tracing::info!(pid = ?peer, intruder = ?intruder.as_ref().map(SessionId::as_str), "tools socket: a secret that names no hosted session: refused");
+        return refuse(&mut write, REFUSED_LINE).await;
     };
+    let bound = match (confinement, peer) {
+        (Some(confinement), Some(pid)) => confinement.holds(pid),
+        _ => false,
+    };
+    if !bound {
+        let intruder = peer.and_then(|pid| session_of(&grants, pid));
+        tracing::warn!(
+            target_session = %session,
+            pid = ?peer,
+            intruder = %intruder.as_ref().map_or("none of this node's sessions", SessionId::as_str),
+            "tools socket: the secret of a session presented by a process that is not its own: refused (V1)"
+        );
+        return refuse(&mut write, FOREIGN_LINE).await;
+    }
     if write
         .write_all(format!("{GRANTED_LINE}\n").as_bytes())
         .await
@@ -256,4 +303,24 @@ async fn serve(stream: UnixStream, grants: Grants) {
             tracing::info!(%session, error = %e, "an MCP client of the tools socket did not initialize")
         }
     }
+}
+
+/// The session whose processes include `pid`, when it is one of the node's.
+fn session_of(grants: &Grants, pid: i32) -> Option<SessionId> {
+    let bound: Vec<(SessionId, Confinement)> = grants
+        .lock()
+        .ok()?
+        .values()
+        .filter_map(|g| Some((g.session.clone(), g.confinement?)))
+        .collect();
+    bound
+        .into_iter()
+        .find(|(_, confinement)| confinement.holds(pid))
+        .map(|(session, _)| session)
+}
+
+/// Answers `line` and closes the connection.
+async fn refuse(write: &mut tokio::net::unix::OwnedWriteHalf, line: &str) {
+    let _ = write.write_all(format!("{line}\n").as_bytes()).await;
+    let _ = write.shutdown().await;
 }

@@ -1,0 +1,409 @@
+//! Per-session sandboxes (V1, V2): what keeps one hosted agent from touching another on the
+//! same node.
+//!
+//! Every agent process runs as the node's user unless something separates them, and real agents
+//! run shell commands by design (Claude Code's Bash tool, Codex's exec), so without a sandbox a
+//! prompt injection in one tree can read every other session's working directory and
+//! environment (its API keys, its tools secret), signal its processes and act as it.
+//!
+//! A sandboxed session's agent is started by bubblewrap (`bwrap`, the unprivileged sandbox
+//! Flatpak uses) in new user, pid, IPC, UTS and mount namespaces ([`SandboxPlan::args`]):
+//! - it sees only its own processes (a `/proc` of its own pid namespace), so it cannot list,
+//!   signal or ptrace another agent, nor read another's `/proc/<pid>/environ`;
+//! - its file system is the system's toolchain read only ([`SYSTEM_READ_ONLY`]: `/usr`, the
+//!   libraries, a few files of `/etc`, never the node's config or data directory), what its
+//!   profile grants (`sandbox_read_only`, `sandbox_read_write`), its own working directory
+//!   (mode 0700) read-write, a private `/tmp`, and the node's tools socket;
+//! - `no_new_privs` is set (bubblewrap always sets it), it runs in a session of its own (no
+//!   terminal to inject into), and it dies with the node (`--die-with-parent`);
+//! - its environment is exactly the profile's (the driver clears the node's).
+//!
+//! Stopping it is total: killing the sandbox's first process (pid 1 of its namespace) makes the
+//! kernel kill every process in it, whatever they did to leave a process group.
+//!
+//! [`Confinement`] is how the node recognises a session's processes afterwards: the tools
+//! socket serves a connection only when the peer (`SO_PEERCRED`) is in the sandbox of the
+//! session whose secret it presents, so a secret alone is not enough.
+//!
+//! [`probe`] says at start whether this node can make sandboxes (bubblewrap installed, user
+//! namespaces allowed); a profile with `isolation = "sandbox"` on a node that cannot refuses the
+//! node's start ([`crate::profiles::AgentProfiles::resolve_isolation`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A profile's `isolation` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// A sandbox when the node can make one, else none, said once at the node's start.
+    #[default]
+    Auto,
+    /// Always a sandbox; a node that cannot make one refuses to start.
+    Sandbox,
+    /// No sandbox: the agent runs as the node's user and can reach everything that user can
+    /// (development, or one node per agent). Its tools connections are still bound to its
+    /// process tree.
+    None,
+}
+
+impl Isolation {
+    /// The key's spelling in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Auto => "auto",
+            Isolation::Sandbox => "sandbox",
+            Isolation::None => "none",
+        }
+    }
+}
+
+/// Whether this node can make sandboxes: [`probe`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    /// It can, with this `bwrap`.
+    Available {
+        /// The bubblewrap program.
+        bwrap: PathBuf,
+    },
+    /// It cannot: one line saying which capability is missing and what to do.
+    Missing(String),
+}
+
+/// What the system lends every sandbox, read only, when it exists: the toolchain and the few
+/// files of `/etc` programs need to run and reach the network (never all of `/etc`: a node's
+/// config and NATS credentials are often there).
+pub const SYSTEM_READ_ONLY: [&str; 24] = [
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/opt",
+    "/etc/alternatives",
+    "/etc/ca-certificates",
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/localtime",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/mime.types",
+];
+
+/// Everything one session's sandbox shows its agent besides [`SYSTEM_READ_ONLY`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPlan {
+    /// The bubblewrap program.
+    pub bwrap: PathBuf,
+    /// The session's working directory: read-write, the agent starts there.
+    pub workdir: PathBuf,
+    /// Granted read only (the profile's `sandbox_read_only`, the agent's program directory,
+    /// the `lineage mcp` bridge).
+    pub read_only: Vec<PathBuf>,
+    /// Granted read-write (the profile's `sandbox_read_write`).
+    pub read_write: Vec<PathBuf>,
+    /// Unix sockets the agent may connect to (the node's tools socket), bound read only.
+    pub sockets: Vec<PathBuf>,
+}
+
+impl SandboxPlan {
+    /// bubblewrap's arguments for running `command` (program, then arguments) in this
+    /// sandbox, writing the sandbox's pids and namespaces to `info_fd` once it runs. Pure.
+    pub fn args(&self, info_fd: i32, command: &[String]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut bind = |flag: &str, path: &Path| {
+            let path = path.display().to_string();
+            args.extend([flag.to_owned(), path.clone(), path]);
+        };
+        for path in SYSTEM_READ_ONLY {
+            bind("--ro-bind-try", Path::new(path));
+        }
+        for path in &self.read_only {
+            bind("--ro-bind-try", path);
+        }
+        for path in &self.read_write {
+            bind("--bind-try", path);
+        }
+        for path in &self.sockets {
+            bind("--ro-bind-try", path);
+        }
+        bind("--bind", &self.workdir);
+        args.extend([
+            "--chdir".to_owned(),
+            self.workdir.display().to_string(),
+            "--info-fd".to_owned(),
+            info_fd.to_string(),
+            "--".to_owned(),
+        ]);
+        args.extend(command.iter().cloned());
+        args
+    }
+}
+
+/// What `bwrap --info-fd` writes once the sandbox runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct SandboxInfo {
+    /// The sandbox's first process (pid 1 inside), as the node sees its pid.
+    #[serde(rename = "child-pid")]
+    pub child_pid: i32,
+    /// The sandbox's pid namespace (the inode `/proc/<pid>/ns/pid` names).
+    #[serde(rename = "pid-namespace")]
+    pub pid_namespace: u64,
+}
+
+/// Which processes are a session's, for binding its tools connections to it (V1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confinement {
+    /// Every process in this pid namespace (a sandboxed session).
+    Sandbox(SandboxInfo),
+    /// The agent `leader` and its descendants (an unsandboxed session). Not the process
+    /// group: any process of the node's session could join that (`setpgid`).
+    Tree {
+        /// The agent's pid.
+        leader: i32,
+    },
+}
+
+impl Confinement {
+    /// Whether process `pid` (as the node sees it) is one of the session's.
+    pub fn holds(&self, pid: i32) -> bool {
+        match self {
+            Confinement::Sandbox(info) => pid_namespace(pid) == Some(info.pid_namespace),
+            Confinement::Tree { leader } => {
+                // Bounded: a process tree is not this deep, and a cycle cannot occur.
+                let mut at = pid;
+                for _ in 0..64 {
+                    let Some(stat) = ProcStat::read(at) else {
+                        return false;
+                    };
+                    if at == *leader {
+                        return true;
+                    }
+                    if stat.parent <= 1 {
+                        return false;
+                    }
+                    at = stat.parent;
+                }
+                false
+            }
+        }
+    }
+}
+
+/// The pid namespace of process `pid`, when it exists and may be read.
+pub fn pid_namespace(pid: i32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    link.to_str()?
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Every process (as the node sees its pid) in pid namespace `namespace`.
+pub fn members(namespace: u64) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| pid_namespace(*pid) == Some(namespace))
+        .collect()
+}
+
+/// The field of `/proc/<pid>/stat` the binding reads.
+struct ProcStat {
+    parent: i32,
+}
+
+impl ProcStat {
+    fn read(pid: i32) -> Option<ProcStat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name is in parentheses and may hold anything; the fields follow it.
+        let (_, rest) = stat.rsplit_once(')')?;
+        let mut fields = rest.split_whitespace();
+        let _state = fields.next()?;
+        let parent = fields.next()?.parse().ok()?;
+        Some(ProcStat { parent })
+    }
+}
+
+/// Whether this node can make sandboxes: `bwrap` on `path` (the node's `PATH`), and a trial
+/// sandbox that runs `true` (user namespaces may be off: `kernel.unprivileged_userns_clone`,
+/// AppArmor's `apparmor_restrict_unprivileged_userns`, a container's seccomp profile).
+pub fn probe(path: Option<&str>) -> Support {
+    let Some(bwrap) = find_program("bwrap", path) else {
+        return Support::Missing(
+            "bubblewrap (bwrap) is not on the node's PATH; install it (Debian/Ubuntu: apt-get install bubblewrap)".into(),
+        );
+    };
+    let plan = SandboxPlan {
+        bwrap: bwrap.clone(),
+        workdir: std::env::temp_dir(),
+        read_only: Vec::new(),
+        read_write: Vec::new(),
+        sockets: Vec::new(),
+    };
+    let mut args = plan.args(1, &["true".to_owned()]);
+    // The trial writes its info to stdout, which is discarded.
+    let out = std::process::Command::new(&bwrap)
+        .args(args.drain(..))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => Support::Available { bwrap },
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.lines().next().unwrap_or("").trim().to_owned();
+            Support::Missing(format!(
+                "{} cannot create a sandbox here ({said}); allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0; in a container, a seccomp profile that allows them)",
+                bwrap.display()
+            ))
+        }
+        Err(e) => Support::Missing(format!("cannot run {}: {e}", bwrap.display())),
+    }
+}
+
+/// `name` on `path` (colon-separated), when it is there.
+fn find_program(name: &str, path: Option<&str>) -> Option<PathBuf> {
+    path?
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The environment a sandboxed agent gets from `env` (its profile's): the same, except that a
+/// `HOME` the profile did not set itself (the node's own, from the base environment) becomes
+/// the session's working directory, since the node's home is not in the sandbox.
+pub fn sandbox_env(
+    mut env: BTreeMap<String, String>,
+    profile_sets_home: bool,
+    workdir: &Path,
+) -> BTreeMap<String, String> {
+    if !profile_sets_home {
+        env.insert("HOME".to_owned(), workdir.display().to_string());
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> SandboxPlan {
+        SandboxPlan {
+            bwrap: "/usr/bin/bwrap".into(),
+            workdir: "/data/work/s1".into(),
+            read_only: vec!["/opt/harness".into()],
+            read_write: vec!["/srv/shared".into()],
+            sockets: vec!["/data/tools/tools.sock".into()],
+        }
+    }
+
+    fn after<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn v2_the_sandbox_unshares_every_namespace_but_the_network_and_shows_only_what_is_granted() {
+        let args = plan().args(7, &["agent".into(), "--acp".into()]);
+        for flag in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--new-session",
+        ] {
+            assert!(args.iter().any(|a| a == flag), "{flag}: {args:?}");
+        }
+        // Read-write: the workdir and the profile's grant only.
+        assert_eq!(after(&args, "--bind"), ["/data/work/s1"]);
+        assert_eq!(after(&args, "--bind-try"), ["/srv/shared"]);
+        let read_only = after(&args, "--ro-bind-try");
+        assert!(read_only.contains(&"/usr") && read_only.contains(&"/opt/harness"));
+        assert!(read_only.contains(&"/data/tools/tools.sock"));
+        // Never all of /etc, never the data directory.
+        assert!(!read_only.contains(&"/etc") && !read_only.contains(&"/data"));
+        assert_eq!(after(&args, "--chdir"), ["/data/work/s1"]);
+        assert_eq!(after(&args, "--info-fd"), ["7"]);
+        let tail: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .skip_while(|a| *a != "--")
+            .collect();
+        assert_eq!(tail, ["--", "agent", "--acp"]);
+    }
+
+    #[test]
+    fn v2_home_is_the_workdir_unless_the_profile_sets_it() {
+        let env = BTreeMap::from([("HOME".to_owned(), "/root".to_owned())]);
+        let work = Path::new("/data/work/s1");
+        assert_eq!(
+            sandbox_env(env.clone(), false, work)["HOME"],
+            "/data/work/s1"
+        );
+        assert_eq!(sandbox_env(env, true, work)["HOME"], "/root");
+    }
+
+    #[test]
+    fn v1_a_tree_confinement_holds_its_leader_and_not_a_stranger() {
+        let me = std::process::id() as i32;
+        assert!(Confinement::Tree { leader: me }.holds(me));
+        // pid 1 is no descendant of this test process.
+        assert!(!Confinement::Tree { leader: me }.holds(1));
+        let info = SandboxInfo {
+            child_pid: me,
+            pid_namespace: pid_namespace(me).expect("own pid namespace"),
+        };
+        assert!(Confinement::Sandbox(info).holds(me));
+        let other = SandboxInfo {
+            pid_namespace: info.pid_namespace + 1,
+            ..info
+        };
+        assert!(!Confinement::Sandbox(other).holds(me));
+    }
+
+    #[test]
+    fn v2_find_program_looks_only_on_the_given_path() {
+        assert_eq!(find_program("sh", Some("/nonexistent")), None);
+        assert_eq!(find_program("sh", None), None);
+        assert!(find_program("sh", Some("/nonexistent:/bin:/usr/bin")).is_some());
+    }
+}

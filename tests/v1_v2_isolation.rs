@@ -1,0 +1,201 @@
+//! V1, V2 (issue 33), end to end: agents of two trees on one node cannot touch each other.
+//!
+//! The attack as it was reported: an agent of one tree scanned `/proc/*/environ` for
+//! `LINEAGE_MCP_SECRET`, found the secret of another tree's session in the environment of its
+//! `lineage mcp` bridge, and with `env LINEAGE_MCP_SECRET=... LINEAGE_MCP_SOCKET=... lineage mcp`
+//! spawned a child in the victim's tree. Here the attacker is the ACP test agent, hosted with
+//! the `delegator` profile like the victim (each in the sandbox the node gives it), running
+//! shell commands as any real agent does (`sh:` lines). The victim's secret is in the
+//! environment of a process of its session, as the bridge's is. The attacker:
+//! - scans every `/proc/<pid>/environ` it can see: it finds its own secret only;
+//! - is handed the victim's secret anyway (the test reads it as the node's user could) and runs
+//!   the bridge with it: the node refuses the connection (the peer is not in the victim's
+//!   sandbox), logs it with the attacker's session id, and nothing is spawned in the victim's
+//!   tree;
+//! - cannot list the victim's working directory, the node's data directory, signal the victim's
+//!   process or read its environment;
+//!
+//! and the victim's turn ends as it would have. Run with the nodes as root and as an
+//! unprivileged user (uid 65534).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lineage_testkit::binary::delegator_profiles;
+use lineage_testkit::cluster::ClusterOptions;
+use lineage_testkit::prelude::{id_of, Cluster, Event};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The assistant replies in a log.
+fn replies(log: &[Event]) -> Vec<String> {
+    log.iter()
+        .filter(|e| e.kind == "turn/assistant")
+        .map(|e| e.data["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A root of the `delegator` profile on node-1 with `prompt`.
+fn root(c: &Cluster, prompt: &str) -> String {
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator",
+        "--prompt",
+        prompt,
+    ]);
+    id_of(&reply["session"])
+}
+
+/// The first reply of `session` that contains `marker`.
+fn reply_with(c: &Cluster, session: &str, marker: &str) -> String {
+    let log = c.wait_log(session, T, marker, |log| {
+        replies(log).iter().any(|r| r.contains(marker))
+    });
+    replies(&log)
+        .into_iter()
+        .find(|r| r.contains(marker))
+        .expect("found")
+}
+
+/// A process (pid, environment) whose working directory is `workdir` and whose environment
+/// holds a tools secret, as the test (root) sees it from outside.
+fn process_with_secret(workdir: &Path) -> Option<(i32, Vec<(String, String)>)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).ok().as_deref() != Some(workdir) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<(String, String)> = environ
+            .split(|b| *b == 0)
+            .filter_map(|v| {
+                let (k, v) = std::str::from_utf8(v).ok()?.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect();
+        if vars.iter().any(|(k, _)| k == "LINEAGE_MCP_SECRET") {
+            return Some((pid, vars));
+        }
+    }
+    None
+}
+
+fn var<'a>(vars: &'a [(String, String)], name: &str) -> &'a str {
+    vars.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("{name} is not set"))
+}
+
+fn attack(run_as: Option<u32>) {
+    let c = Cluster::start_opts(
+        1,
+        ClusterOptions {
+            extra_toml: delegator_profiles(),
+            run_as,
+            ..Default::default()
+        },
+    );
+    let data_dir: PathBuf = c.dir.path().join("data-1");
+    // The victim: a turn whose shell command holds its session's secret for 20 s.
+    let victim = root(&c, "sh: sleep 20; echo victim-done");
+    let victim_work = data_dir.join("work").join(&victim);
+    let (victim_pid, victim_env) =
+        lineage_testkit::wait::poll(T, || process_with_secret(&victim_work))
+            .unwrap_or_else(|_| panic!("no process of the victim holds its secret\n{}", c.logs()));
+    let secret = var(&victim_env, "LINEAGE_MCP_SECRET").to_owned();
+    let socket = var(&victim_env, "LINEAGE_MCP_SOCKET").to_owned();
+    let bridge = lineage_testkit::lineage_bin();
+
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"evil","version":"1"}}}"#;
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spawn_subagent","arguments":{"profile":"echo","prompt":"INJECTED-BY-EVIL","shape":"continuable","label":"planted-by-evil"}}}"#;
+    let prompt = [
+        "sh: for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | grep '^LINEAGE_MCP_SECRET='; done; echo scan-done".to_owned(),
+        format!(
+            "sh: printf '%s\\n' '{initialize}' '{initialized}' '{call}' | env LINEAGE_MCP_SECRET={secret} LINEAGE_MCP_SOCKET={socket} {} mcp; echo bridge-done",
+            bridge.display()
+        ),
+        format!("sh: ls {}", victim_work.display()),
+        format!("sh: ls {}", data_dir.join("registry").display()),
+        format!("sh: kill -0 {victim_pid}"),
+        format!("sh: cat /proc/{victim_pid}/environ"),
+    ]
+    .join("\n");
+    let attacker = root(&c, &prompt);
+    let out = reply_with(&c, &attacker, "bridge-done");
+
+    // The scan saw the attacker's own secret at most, never the victim's.
+    assert!(out.contains("scan-done"), "{out}");
+    assert!(
+        !out.contains(&secret),
+        "the attacker read the victim's secret:\n{out}"
+    );
+    // The bridge with the victim's secret was refused: the peer is not the victim's.
+    assert!(
+        out.contains(lineage_drivers::tools::socket::FOREIGN_LINE),
+        "the bridge was not refused as foreign:\n{out}"
+    );
+    // Each of the four probes failed (exit codes after `sh exit`).
+    let exits: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("sh exit "))
+        .map(|l| l.trim_end_matches(':'))
+        .collect();
+    assert_eq!(exits.len(), 6, "{out}");
+    for (probe, exit) in [
+        "ls victim workdir",
+        "ls the registry's data",
+        "kill -0",
+        "cat environ",
+    ]
+    .iter()
+    .zip(&exits[2..])
+    {
+        assert_ne!(*exit, "0", "{probe} succeeded:\n{out}");
+    }
+
+    // Logged with both sessions.
+    let log = c.nodes[0].log_text();
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("not its own: refused"))
+        .unwrap_or_else(|| panic!("no refusal in the node's log\n{log}"));
+    assert!(
+        refusal.contains(&attacker) && refusal.contains(&victim),
+        "{refusal}"
+    );
+    assert!(!log.contains(&secret), "the node logged a secret");
+
+    // Nothing was planted; the victim's own work is unaffected.
+    let done = reply_with(&c, &victim, "victim-done");
+    assert!(done.starts_with("sh exit 0:"), "{done}");
+    let tree = c.cli_json(&["tree", &victim]);
+    assert!(
+        !tree.to_string().contains("planted-by-evil"),
+        "a child was planted in the victim's tree: {tree}"
+    );
+    let log = c.log(&victim);
+    assert!(
+        !log.iter().any(|e| e.kind == "subagent/spawned"),
+        "the victim's log has a spawn: {log:?}"
+    );
+}
+
+#[test]
+fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_as_root(
+) {
+    attack(None);
+}
+
+#[test]
+fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_unprivileged(
+) {
+    attack(Some(65534));
+}
