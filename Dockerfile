@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The lineage image: `lineage` and `lineage-acp-testagent` on PATH (/usr/local/bin), a POSIX
-# /bin/sh (the Helm chart's voter entrypoint snippet needs it), running as uid/gid 10001 (the
-# chart's podSecurityContext). Build from the repository root:
+# /bin/sh (the Helm chart's voter entrypoint snippet needs it), bubblewrap (the agent sandboxes),
+# running as uid/gid 10001 (the chart's podSecurityContext). Build from the repository root:
 #
 #   docker build -t lineage:0.1.0 .          # or: podman build -t lineage:0.1.0 .
 #
@@ -35,6 +35,16 @@ LABEL org.opencontainers.image.title="lineage" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/lineage-dev/lineage" \
       org.opencontainers.image.url="https://github.com/lineage-dev/lineage"
+# bubblewrap (`bwrap`, not setuid in Debian): the per-session agent sandboxes (profile key
+# `isolation`; the node probes it at start). It needs no capability, only a kernel and a pod that
+# allow unprivileged user namespaces (the chart's `sandbox.enabled`); where they are refused,
+# `isolation = "auto"` runs agents without a sandbox and the node's log says so. Not pinned:
+# DEBIAN_RELEASE decides the version (a pin would break the other releases and security updates).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/* \
+    && bwrap --version
 # The lineage user (10001:10001, no login shell) and the directories the chart mounts over:
 # /etc/lineage (config, NATS secrets) and /var/lib/lineage (node.data_dir).
 RUN groupadd --system --gid 10001 lineage \

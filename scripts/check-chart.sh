@@ -94,7 +94,8 @@ schema = {"cluster": None, "nats_url": None,
           "shutdown": {"grace_ms"}}
 nats_optional = {"creds", "nkey_seed_file", "user", "password", "password_file", "token", "token_file",
                  "tls_ca", "tls_cert", "tls_key"}
-profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "modes", "tools_transport", "description"}
+profile_keys = {"driver", "command", "args", "env", "pass_env", "workdir", "prompt_timeout_ms", "tools", "modes", "tools_transport",
+                "isolation", "sandbox_read_only", "sandbox_read_write", "description"}
 assert set(cfg) == set(schema), sorted(cfg)
 for table, keys in schema.items():
     if table == "nats":
@@ -182,6 +183,10 @@ if name in ("default", "five"):
         "description": "deterministic ACP test agent"}, cfg["agents"]["acp-testagent"]
     assert nats == {"tls_required": False, "stream_replicas": 1, "update_streams": False}, nats
     assert secrets_of(spec(sts)) == secrets_of(spec(dep)) == secrets_of(test["spec"]) == []
+    # sandbox.enabled is off: the pods are the hardened default (no user namespace, masked /proc).
+    for pod in (spec(sts), spec(dep)):
+        assert "hostUsers" not in pod and pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not {"procMount", "appArmorProfile"} & set(pod["containers"][0]["securityContext"])
 elif name == "minimal":
     assert n == 1 and workers == 0 and not pdbs, (n, workers, pdbs)
     assert nats["nkey_seed_file"] == "/etc/lineage/nats/nkey.seed", nats
@@ -233,6 +238,23 @@ elif name == "token":
     assert env(test["spec"])["NATS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "lineage-nats-token", "key": "token"}
     assert cfg["agents"]["allow_raw_commands"] is True
     assert set(cfg["agents"]) == {"allow_raw_commands", "script", "echo"}, sorted(cfg["agents"])
+elif name == "sandbox":
+    # sandbox.enabled: voters and workers may make bubblewrap sandboxes; the rest stays hardened.
+    for pod in (spec(sts), spec(dep)):
+        assert pod["hostUsers"] is False, pod.get("hostUsers")
+        assert pod["securityContext"]["seccompProfile"] == {"type": "Unconfined"}, pod["securityContext"]
+        assert pod["securityContext"]["runAsUser"] == 10001 and pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["containers"][0]["securityContext"] == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "procMount": "Unmasked", "appArmorProfile": {"type": "Unconfined"}}, pod["containers"][0]["securityContext"]
+    assert "hostUsers" not in test["spec"] and test["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "procMount" not in test["spec"]["containers"][0]["securityContext"]
+    a = cfg["agents"]
+    assert a["acp-testagent"]["isolation"] == "sandbox" and "sandbox_read_only" not in a["acp-testagent"], a["acp-testagent"]
+    assert a["confined"]["isolation"] == "sandbox", a["confined"]
+    assert a["confined"]["sandbox_read_only"] == ["/usr/local/lib/node_modules", "/etc/lineage-agent"], a["confined"]
+    assert a["confined"]["sandbox_read_write"] == ["/var/lib/lineage/shared-cache"], a["confined"]
+    assert a["trusted"]["isolation"] == "none" and a["trusted"]["sandbox_read_only"] == [], a["trusted"]
 else:
     raise SystemExit(f"no expectations for value set {name}: add them to scripts/check-chart.sh")
 PY
@@ -803,6 +825,17 @@ expect "minimal worker" "$tmp/minimal.worker.out" nats.nkey_seed_file '"/etc/lin
 expect "token worker" "$tmp/token.worker.out" nats.token_file '"/etc/lineage/nats/token"' "TOML file"
 expect "token worker" "$tmp/token.worker.out" agents.allow_raw_commands true "TOML file"
 echo "check-chart: ok   large: nats.creds; minimal: nats.nkey_seed_file; token: nats.token_file, allow_raw_commands"
+# The sandbox keys as the node sees them (config show: whether this host can make a sandbox is
+# the node's start-up probe, not the loader's).
+loads sandbox 3 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/sandbox-values.yaml"
+out=$tmp/sandbox.worker.out
+expect "sandbox worker" "$out" agents.acp-testagent.isolation '"sandbox"' "TOML file"
+expect "sandbox worker" "$out" agents.confined.isolation '"sandbox"' "TOML file"
+expect "sandbox worker" "$out" agents.confined.sandbox_read_only '["/usr/local/lib/node_modules", "/etc/lineage-agent"]' "TOML file"
+expect "sandbox worker" "$out" agents.confined.sandbox_read_write '["/var/lib/lineage/shared-cache"]' "TOML file"
+expect "sandbox worker" "$out" agents.trusted.isolation '"none"' "TOML file"
+expect "sandbox worker" "$out" agents.script.isolation '"auto"' "default"
+echo "check-chart: ok   sandbox: agents.<name>.isolation, sandbox_read_only, sandbox_read_write"
 # The helm test pod's flags and NATS_* variables (of every value set) are the CLI's.
 "$bin" status --help >"$tmp/status-help"
 for flag in --nats --cluster --tls-required; do

@@ -175,10 +175,13 @@ fn profiles(bins: &Path, dir: &Path, port: u16) -> String {
             (format!("{name}-stdio"), "stdio"),
         ] {
             toml.push_str(&format!(
-                "[agents.{profile}]\ndriver = \"acp\"\ncommand = \"{cmd}\"\nargs = [{args}]\ntools = true\ntools_transport = \"{transport}\"\nprompt_timeout_ms = 180000\n[agents.{profile}.env]\nHOME = \"{home}\"\n{env}[agents.{profile}.modes]\n{modes}\n",
+                "[agents.{profile}]\ndriver = \"acp\"\ncommand = \"{cmd}\"\nargs = [{args}]\ntools = true\ntools_transport = \"{transport}\"\nprompt_timeout_ms = 180000\nsandbox_read_only = [\"{install}\"]\nsandbox_read_write = [\"{home}\"]\n[agents.{profile}.env]\nHOME = \"{home}\"\n{env}[agents.{profile}.modes]\n{modes}\n",
                 cmd = bins.join(bin).display(),
                 args = args.join(", "),
                 home = home.display(),
+                // V2: each session runs in a sandbox that shows the adapters' installation
+                // read only and the profile's home read-write.
+                install = bins.parent().and_then(|p| p.parent()).expect("tools/harnesses").display(),
             ));
         }
     }

@@ -102,6 +102,16 @@ fn attack(run_as: Option<u32>) {
             ..Default::default()
         },
     );
+    if let Some(uid) = run_as {
+        let pid = c.nodes[0].pid().expect("node-1 runs");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert_eq!(
+            line.split_whitespace().nth(1),
+            Some(uid.to_string().as_str()),
+            "{line}"
+        );
+    }
     let data_dir: PathBuf = c.dir.path().join("data-1");
     // The victim: a turn whose shell command holds its session's secret for 20 s.
     let victim = root(&c, "sh: sleep 20; echo victim-done");
@@ -198,4 +208,90 @@ fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_o
 fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_unprivileged(
 ) {
     attack(Some(65534));
+}
+
+/// The processes (as the test sees them) whose working directory is `workdir`.
+fn processes_in(workdir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
+            (std::fs::read_link(e.path().join("cwd")).ok().as_deref() == Some(workdir))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn v2_a_drain_ends_every_process_of_the_sandbox_also_one_that_left_the_group() {
+    let c = Cluster::start_with_toml(1, &[], &delegator_profiles());
+    // A process that leaves the agent's process group and session (setsid), as a harness's
+    // helper or a model's `nohup ... &` does.
+    let session = root(
+        &c,
+        "sh: setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo escaped",
+    );
+    reply_with(&c, &session, "escaped");
+    let workdir = c.dir.path().join("data-1").join("work").join(&session);
+    let live = processes_in(&workdir);
+    assert!(
+        !live.is_empty(),
+        "the escaped sleep runs in {}",
+        workdir.display()
+    );
+    let (code, _, err) = c.cli(&["drain", &session]);
+    assert_eq!(code, 0, "{err}");
+    let gone = lineage_testkit::wait::poll(Duration::from_secs(10), || {
+        processes_in(&workdir).is_empty()
+    });
+    assert!(
+        gone.is_ok(),
+        "processes of the drained session still run: {:?}",
+        processes_in(&workdir)
+    );
+}
+
+#[test]
+fn v2_a_profile_that_asks_for_a_sandbox_on_a_node_that_cannot_make_one_refuses_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    let text = lineage_testkit::node::NodeConfig {
+        cluster: "e2e",
+        nats_url: "nats://127.0.0.1:1",
+        id: "node-1",
+        data_dir: &dir.path().join("data"),
+        http_port: 0,
+        role: lineage_testkit::node::Role::Voter {
+            raft_id: 1,
+            bootstrap: true,
+        },
+        voters: &lineage_testkit::node::voters_line(1),
+    }
+    .render();
+    std::fs::write(
+        &config,
+        format!("{text}\n[agents.strict]\ndriver = \"acp\"\ncommand = \"/bin/true\"\nisolation = \"sandbox\"\n"),
+    )
+    .unwrap();
+    // No bubblewrap on this PATH.
+    let out = std::process::Command::new(lineage_testkit::lineage_bin())
+        .args(["node", "--config"])
+        .arg(&config)
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("agents.strict.isolation"))
+        .unwrap_or_else(|| panic!("no line names the key:\n{err}"));
+    assert!(line.contains("bubblewrap"), "{line}");
+    assert!(
+        !dir.path().join("data").join("registry").exists(),
+        "it started: {err}"
+    );
 }

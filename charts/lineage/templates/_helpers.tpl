@@ -285,6 +285,15 @@ tools_transport = {{ $p.toolsTransport | toJson }}
 {{- end }}
 modes = {{ if $modes }}{ {{ join ", " $modes }} }{{ else }}{}{{ end }}
 {{- end }}
+{{- if hasKey $p "isolation" }}
+isolation = {{ $p.isolation | toJson }}
+{{- end }}
+{{- if hasKey $p "sandboxReadOnly" }}
+sandbox_read_only = [{{ range $i, $a := ($p.sandboxReadOnly | default list) }}{{ if $i }}, {{ end }}{{ $a | toJson }}{{ end }}]
+{{- end }}
+{{- if hasKey $p "sandboxReadWrite" }}
+sandbox_read_write = [{{ range $i, $a := ($p.sandboxReadWrite | default list) }}{{ if $i }}, {{ end }}{{ $a | toJson }}{{ end }}]
+{{- end }}
 {{- if hasKey $p "description" }}
 description = {{ $p.description | toJson }}
 {{- end }}
@@ -517,7 +526,16 @@ terminationGracePeriodSeconds: {{ include "lineage.terminationGracePeriodSeconds
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $root.Values.podSecurityContext }}
+{{- $podSecurityContext := $root.Values.podSecurityContext }}
+{{- if $root.Values.sandbox.enabled }}
+{{- /* sandbox.enabled: a user namespace of the pod's own (hostUsers: false), in which bubblewrap
+may make the agents' sandboxes (nested user, pid, mount namespaces, a fresh /proc), and
+sandbox.seccompProfile (default Unconfined: the runtime's default profile refuses unshare/clone
+with namespace flags and mount) instead of podSecurityContext's. */}}
+{{- $podSecurityContext = set (deepCopy ($podSecurityContext | default dict)) "seccompProfile" (deepCopy $root.Values.sandbox.seccompProfile) }}
+hostUsers: false
+{{- end }}
+{{- with $podSecurityContext }}
 securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -537,7 +555,22 @@ tolerations:
 {{- $c := .component }}
 image: {{ include "lineage.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-{{- with $root.Values.securityContext }}
+{{- $securityContext := $root.Values.securityContext }}
+{{- if $root.Values.sandbox.enabled }}
+{{- /* sandbox.enabled: procMount Unmasked (bubblewrap mounts a fresh procfs, which the kernel
+refuses over a masked /proc; Kubernetes allows it only with hostUsers: false) and
+sandbox.appArmorProfile (default Unconfined), merged into securityContext: non-root, read-only
+root, no privilege escalation and drop ALL stay (bubblewrap needs no capability there). A
+container-level seccompProfile (none by default) would override the pod's: it becomes
+sandbox.seccompProfile too. */}}
+{{- $securityContext = deepCopy ($securityContext | default dict) }}
+{{- $_ := set $securityContext "procMount" "Unmasked" }}
+{{- $_ := set $securityContext "appArmorProfile" (deepCopy $root.Values.sandbox.appArmorProfile) }}
+{{- if hasKey $securityContext "seccompProfile" }}
+{{- $_ := set $securityContext "seccompProfile" (deepCopy $root.Values.sandbox.seccompProfile) }}
+{{- end }}
+{{- end }}
+{{- with $securityContext }}
 securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}

@@ -287,8 +287,8 @@ const ECHO_PROFILE: &str =
     "\n[agents.echo]\ndriver = \"script\"\ndescription = \"replies with its prompt\"\n";
 
 /// The `acp-testagent` profile, `delegator` (the same agent with lineage's tools over MCP,
-/// stdio) and `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
-/// streamable HTTP), when the test agent is built next to this binary; `echo` (a scripted
+/// stdio), `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
+/// streamable HTTP, without a sandbox) and `acp-testagent-unsandboxed`, when the test agent is built next to this binary; `echo` (a scripted
 /// agent) always.
 fn testagent_profile() -> String {
     let agent = std::env::current_exe()
@@ -297,7 +297,7 @@ fn testagent_profile() -> String {
         .filter(|p| p.is_file());
     match agent {
         Some(path) => format!(
-            "\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {path:?}\ndescription = \"deterministic ACP test agent\"\n\n[agents.delegator]\ndriver = \"acp\"\ncommand = {path:?}\ntools = true\ndescription = \"the ACP test agent with lineage's tools: prompt lines `tool: NAME {{json}}` call them\"\n\n[agents.delegator-http]\ndriver = \"acp\"\ncommand = {path:?}\nargs = [\"--mcp-http\"]\ntools = true\ndescription = \"delegator, with its tools over streamable HTTP\"\n{ECHO_PROFILE}",
+            "\n[agents.acp-testagent]\ndriver = \"acp\"\ncommand = {path:?}\ndescription = \"deterministic ACP test agent\"\n\n[agents.delegator]\ndriver = \"acp\"\ncommand = {path:?}\ntools = true\ndescription = \"the ACP test agent with lineage's tools: prompt lines `tool: NAME {{json}}` call them\"\n\n[agents.delegator-http]\ndriver = \"acp\"\ncommand = {path:?}\nargs = [\"--mcp-http\"]\ntools = true\nisolation = \"none\"\ndescription = \"delegator, with its tools over streamable HTTP (no sandbox: an HTTP request cannot be bound to one)\"\n\n[agents.acp-testagent-unsandboxed]\ndriver = \"acp\"\ncommand = {path:?}\nisolation = \"none\"\ndescription = \"acp-testagent without a sandbox (lineage bench spawn compares the two)\"\n{ECHO_PROFILE}",
             path = path.display().to_string()
         ),
         None => ECHO_PROFILE.to_owned(),

@@ -140,7 +140,14 @@ impl Process {
         };
         if let Some(info) = info {
             match info.read().await {
-                Ok(sandbox) => process.sandbox = Some(sandbox),
+                Ok(sandbox) => {
+                    tracing::debug!(
+                        session = %session,
+                        pid_namespace = sandbox.pid_namespace,
+                        "ACP agent started in its sandbox"
+                    );
+                    process.sandbox = Some(sandbox);
+                }
                 Err(why) => {
                     let detail = process.exit_detail().await;
                     return Err(agent_error(

@@ -1,5 +1,6 @@
 //! `lineage bench spawn`: a parent awaiting a one-shot child on another node, 1 and 64
-//! parents, and the cost of nats-server's `sync_interval: always`.
+//! parents; the same with the child an ACP test agent process, in its sandbox and without one
+//! (V2: what the sandbox costs a spawn); and the cost of nats-server's `sync_interval: always`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,75 @@ pub(super) async fn spawn(b: &Bench) -> Result<(), ControlError> {
         let samples = spawn_phase(b, parents, ops).await?;
         b.report(name, &samples);
     }
+    sandbox_cost(b).await?;
     sync_cost(b).await
+}
+
+/// The ACP test agent's profiles in `lineage dev`'s config: in its sandbox (`auto` where the
+/// node can make one), and without.
+const ACP_PROFILES: [(&str, &str); 2] = [
+    ("sandboxed", "acp-testagent"),
+    ("unsandboxed", "acp-testagent-unsandboxed"),
+];
+
+/// One-shot ACP test agent children (a process each: started, `initialize`, `session/new`,
+/// one prompt, stopped) of one parent, sequential, alternating between the two profiles so
+/// both see the same machine; prints both and what the sandbox adds at p50 and p99.
+async fn sandbox_cost(b: &Bench) -> Result<(), ControlError> {
+    let (pn, cn) = (b.node(0).clone(), b.node(1).clone());
+    let offer = b.ctl.control.on(&cn).agents().await?;
+    if !ACP_PROFILES
+        .iter()
+        .all(|(_, p)| offer.profiles.iter().any(|o| o.name == *p))
+    {
+        println!("sandbox cost: skipped ({cn} offers no acp-testagent and acp-testagent-unsandboxed profiles: build lineage-acp-testagent next to lineage)");
+        return Ok(());
+    }
+    let parent = b.root(&pn).await?;
+    let ops = scaled(100).max(2);
+    let mut samples: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let started = Instant::now();
+    // Warm-up: one of each; then alternate.
+    for i in 0..(ops + 1) * 2 {
+        let which = i % 2;
+        let mut request = spawn_request(
+            Some(&parent),
+            Some(SubagentShape::OneShot),
+            Script::done(),
+            &cn,
+        );
+        request.agent = lineage_protocol::agent::AgentSpec::Profile {
+            profile: ACP_PROFILES[which].1.to_owned(),
+        };
+        let sent = Instant::now();
+        let reply = b.ctl.spawn(&pn, &request).await?;
+        let took = sent.elapsed();
+        match reply.result {
+            Some(r) if r.stop_reason == StopReason::Completed => {}
+            other => {
+                return Err(internal(format!(
+                    "one-shot {} child {} did not complete: {other:?}",
+                    ACP_PROFILES[which].0, reply.session
+                )))
+            }
+        }
+        if i >= 2 {
+            samples[which].push(took);
+        }
+    }
+    let wall = started.elapsed() / 2;
+    let [sandboxed, unsandboxed] = samples.map(|latencies| Samples { latencies, wall });
+    b.report("spawn one-shot ACP test agent, sandboxed", &sandboxed);
+    b.report("spawn one-shot ACP test agent, unsandboxed", &unsandboxed);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "the sandbox adds to a spawn of an ACP agent: p50 {:+.3} ms ({:.3} vs {:.3} ms), p99 {:+.3} ms (aim: p50 under +1 ms)",
+        ms(sandboxed.p50()) - ms(unsandboxed.p50()),
+        ms(sandboxed.p50()),
+        ms(unsandboxed.p50()),
+        ms(sandboxed.p99()) - ms(unsandboxed.p99()),
+    );
+    Ok(())
 }
 
 /// The two spawn workloads: name, parents (= concurrent workers), spawns.
