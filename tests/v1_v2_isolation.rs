@@ -93,11 +93,29 @@ fn var<'a>(vars: &'a [(String, String)], name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{name} is not set"))
 }
 
-fn attack(run_as: Option<u32>) {
+/// The uids of `agents.sandbox_uids` in the root-with-uids variant.
+const UIDS: std::ops::RangeInclusive<u32> = 200_000..=200_099;
+
+/// The uid process `pid` runs as.
+fn uid_of(pid: i32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn attack(run_as: Option<u32>, sandbox_uids: bool) {
+    let uids = match sandbox_uids {
+        true => format!(
+            "[agents]\nsandbox_uids = \"{}-{}\"\n",
+            UIDS.start(),
+            UIDS.end()
+        ),
+        false => String::new(),
+    };
     let c = Cluster::start_opts(
         1,
         ClusterOptions {
-            extra_toml: delegator_profiles(),
+            extra_toml: format!("{uids}{}", delegator_profiles()),
             run_as,
             ..Default::default()
         },
@@ -136,6 +154,7 @@ fn attack(run_as: Option<u32>) {
         format!("sh: ls {}", data_dir.join("registry").display()),
         format!("sh: kill -0 {victim_pid}"),
         format!("sh: cat /proc/{victim_pid}/environ"),
+        "sh: id -u".to_owned(),
     ]
     .join("\n");
     let attacker = root(&c, &prompt);
@@ -158,7 +177,7 @@ fn attack(run_as: Option<u32>) {
         .filter_map(|l| l.strip_prefix("sh exit "))
         .map(|l| l.trim_end_matches(':'))
         .collect();
-    assert_eq!(exits.len(), 6, "{out}");
+    assert_eq!(exits.len(), 7, "{out}");
     for (probe, exit) in [
         "ls victim workdir",
         "ls the registry's data",
@@ -169,6 +188,28 @@ fn attack(run_as: Option<u32>) {
     .zip(&exits[2..])
     {
         assert_ne!(*exit, "0", "{probe} succeeded:\n{out}");
+    }
+
+    // With agents.sandbox_uids, each session's sandbox runs as a uid of its own, outside its
+    // namespaces too.
+    let attacker_uid: u32 = out
+        .split("sh exit 0:\n")
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no uid in {out}"));
+    let victim_uid = uid_of(victim_pid);
+    if sandbox_uids {
+        assert!(UIDS.contains(&victim_uid), "victim runs as {victim_uid}");
+        assert!(
+            UIDS.contains(&attacker_uid),
+            "attacker runs as {attacker_uid}"
+        );
+        assert_ne!(victim_uid, attacker_uid);
+        let workdir = std::fs::metadata(&victim_work).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((workdir.uid(), workdir.mode() & 0o777), (victim_uid, 0o700));
+    } else {
+        assert_eq!(victim_uid, run_as.unwrap_or(0), "the node's own user");
     }
 
     // Logged with both sessions.
@@ -201,13 +242,19 @@ fn attack(run_as: Option<u32>) {
 #[test]
 fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_as_root(
 ) {
-    attack(None);
+    attack(None, false);
+}
+
+#[test]
+fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_as_root_with_a_uid_per_session(
+) {
+    attack(None, true);
 }
 
 #[test]
 fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_or_environment_unprivileged(
 ) {
-    attack(Some(65534));
+    attack(Some(65534), false);
 }
 
 /// The processes (as the test sees them) whose working directory is `workdir`.

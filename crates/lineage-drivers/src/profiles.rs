@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::AgentSpec;
 use crate::error::DriverError;
-use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support};
+use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support, UidRange};
 
 pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 
@@ -120,6 +120,10 @@ pub struct AgentProfiles {
     /// Accept raw ACP command lines from requests (development only).
     #[serde(default)]
     pub allow_raw_commands: bool,
+    /// The uids (`"FIRST-LAST"`) a node that may switch uids (root) runs its sandboxes as, one
+    /// per live session (V2). Unset: sandboxes run as the node's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_uids: Option<UidRange>,
     /// The profiles, by name.
     #[serde(flatten)]
     pub profiles: BTreeMap<String, AgentProfile>,
@@ -138,6 +142,7 @@ impl Default for AgentProfiles {
                 AgentProfile::script("scripted agent: the request carries the script"),
             )]),
             bwrap: None,
+            sandbox_uids: None,
         }
     }
 }
@@ -289,12 +294,33 @@ impl AgentProfiles {
     /// node can do (`support`, [`crate::sandbox::probe`]): a profile that asks for a sandbox
     /// the node cannot make refuses the start (the key and one line naming the missing
     /// capability; never a silent downgrade); `auto` profiles run without one, and the
-    /// returned line says so (for the node's log). Afterwards [`AgentProfiles::admit`] sandboxes
-    /// every session it may.
+    /// returned line says so (for the node's log). `agents.sandbox_uids` needs a node that may
+    /// switch uids (`euid` 0); a root node without it is told that its sandboxes run as root
+    /// outside their namespaces. Afterwards [`AgentProfiles::admit`] sandboxes every session it
+    /// may.
     pub fn resolve_isolation(
         &mut self,
         support: &Support,
-    ) -> Result<Option<String>, (String, String)> {
+        euid: u32,
+    ) -> Result<Vec<String>, (String, String)> {
+        if let (Some(range), true) = (self.sandbox_uids, euid != 0) {
+            return Err((
+                "agents.sandbox_uids".into(),
+                format!(
+                    "{} needs a node that may switch uids (root); this node runs as uid {euid}: remove the key, or run the node as root",
+                    String::from(range)
+                ),
+            ));
+        }
+        let said = self.resolve_support(support)?;
+        let mut lines: Vec<String> = said.into_iter().collect();
+        if euid == 0 && self.sandbox_uids.is_none() && self.bwrap.is_some() {
+            lines.push("the node runs as root and agents.sandbox_uids is not set: its sandboxes run as root outside their namespaces (they still see only their own processes and files); set agents.sandbox_uids = \"FIRST-LAST\" to give each session a uid of its own".into());
+        }
+        Ok(lines)
+    }
+
+    fn resolve_support(&mut self, support: &Support) -> Result<Option<String>, (String, String)> {
         let acp = || {
             self.profiles
                 .iter()
@@ -359,6 +385,7 @@ impl AgentProfiles {
             read_only: granted,
             read_write: read_write.iter().map(PathBuf::from).collect(),
             sockets: Vec::new(),
+            uid: None,
         })
     }
 
@@ -678,6 +705,62 @@ mod tests {
         let mut p = AgentProfiles::default();
         p.profiles.insert("bad name".into(), acp("/bin/a"));
         assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn v2_isolation_is_resolved_once_never_silently_downgraded() {
+        let missing = Support::Missing("bubblewrap (bwrap) is not on the node's PATH".into());
+        let available = Support::Available {
+            bwrap: "/usr/bin/bwrap".into(),
+        };
+        // sandbox on a node that cannot: the start is refused, naming the key and the reason.
+        let mut p = profiles();
+        p.profiles.get_mut("agent").unwrap().isolation = Isolation::Sandbox;
+        let (key, why) = p.resolve_isolation(&missing, 1000).unwrap_err();
+        assert_eq!(key, "agents.agent.isolation");
+        assert!(why.contains("bubblewrap") && !why.contains('\n'), "{why}");
+        // auto on a node that cannot: runs without, and says so.
+        let mut p = profiles();
+        let said = p.resolve_isolation(&missing, 1000).unwrap();
+        assert!(
+            said[0].contains("agents agent") && said[0].contains("without a sandbox"),
+            "{said:?}"
+        );
+        let session = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap();
+        let spec = AgentSpec::Profile {
+            profile: "agent".into(),
+        };
+        let Ok(Admitted::Acp(launch)) = p.admit(&spec, Some(&session), Path::new("/d"), &env)
+        else {
+            panic!("not acp")
+        };
+        assert_eq!(launch.sandbox, None);
+        // auto on a node that can: a sandbox, its tools over the bridge, HOME its workdir.
+        let mut p = profiles();
+        assert!(p.resolve_isolation(&available, 1000).unwrap().is_empty());
+        let Ok(Admitted::Acp(launch)) = p.admit(&spec, Some(&session), Path::new("/d"), &env)
+        else {
+            panic!("not acp")
+        };
+        let plan = launch.sandbox.expect("sandboxed");
+        assert_eq!(plan.workdir, launch.workdir);
+        assert!(
+            plan.read_only.contains(&PathBuf::from("/usr/bin")),
+            "the command's directory"
+        );
+        assert!(launch.tools_stdio);
+        assert_eq!(launch.env["HOME"], launch.workdir.display().to_string());
+        // sandbox_uids: only on a node that may switch uids; a root node without is told.
+        let mut p = profiles();
+        p.sandbox_uids = Some(UidRange {
+            first: 200000,
+            last: 200009,
+        });
+        let (key, _) = p.resolve_isolation(&available, 1000).unwrap_err();
+        assert_eq!(key, "agents.sandbox_uids");
+        assert!(p.resolve_isolation(&available, 0).unwrap().is_empty());
+        let said = profiles().resolve_isolation(&available, 0).unwrap();
+        assert!(said[0].contains("agents.sandbox_uids"), "{said:?}");
     }
 
     #[test]

@@ -29,8 +29,9 @@
 //! namespaces allowed); a profile with `isolation = "sandbox"` on a node that cannot refuses the
 //! node's start ([`crate::profiles::AgentProfiles::resolve_isolation`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +117,9 @@ pub struct SandboxPlan {
     pub read_write: Vec<PathBuf>,
     /// Unix sockets the agent may connect to (the node's tools socket), bound read only.
     pub sockets: Vec<PathBuf>,
+    /// The uid (and gid) the sandbox runs as outside its namespaces, on a node that may switch
+    /// uids and has `agents.sandbox_uids` (else the node's own).
+    pub uid: Option<u32>,
 }
 
 impl SandboxPlan {
@@ -272,6 +276,7 @@ pub fn probe(path: Option<&str>) -> Support {
         read_only: Vec::new(),
         read_write: Vec::new(),
         sockets: Vec::new(),
+        uid: None,
     };
     let mut args = plan.args(1, &["true".to_owned()]);
     // The trial writes its info to stdout, which is discarded.
@@ -319,6 +324,121 @@ pub fn sandbox_env(
     env
 }
 
+/// `agents.sandbox_uids`: the uids a node that may switch uids (root) gives its sandboxes, one
+/// per live session, so that outside their namespaces too no two agents share a user (V2).
+/// Written `"FIRST-LAST"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct UidRange {
+    /// The first uid.
+    pub first: u32,
+    /// The last uid (included).
+    pub last: u32,
+}
+
+impl TryFrom<String> for UidRange {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        let bad = || {
+            format!(
+                "{text:?} is not a uid range: write \"FIRST-LAST\" above 0, e.g. \"200000-200999\""
+            )
+        };
+        let (first, last) = text.split_once('-').ok_or_else(bad)?;
+        let first: u32 = first.trim().parse().map_err(|_| bad())?;
+        let last: u32 = last.trim().parse().map_err(|_| bad())?;
+        if first == 0 || last < first || last == u32::MAX {
+            return Err(bad());
+        }
+        Ok(UidRange { first, last })
+    }
+}
+
+impl From<UidRange> for String {
+    fn from(range: UidRange) -> String {
+        format!("{}-{}", range.first, range.last)
+    }
+}
+
+/// The uids of [`UidRange`] and which are in use. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct UidPool {
+    range: UidRange,
+    used: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+/// One uid of a [`UidPool`], given back when dropped.
+#[derive(Debug)]
+pub struct UidLease {
+    /// The uid.
+    pub uid: u32,
+    used: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+impl UidPool {
+    /// A pool of `range`, all free.
+    pub fn new(range: UidRange) -> Self {
+        UidPool {
+            range,
+            used: Arc::default(),
+        }
+    }
+
+    /// A free uid, preferring `hint`'s slot (the same session gets the same uid again when
+    /// it is free); `None` when every uid is in use.
+    pub fn take(&self, hint: u64) -> Option<UidLease> {
+        let mut used = self.used.lock().ok()?;
+        let count = u64::from(self.range.last - self.range.first) + 1;
+        let start = hint % count;
+        // Bounded: at most `count` probes.
+        let uid = (0..count)
+            .map(|i| self.range.first + ((start + i) % count) as u32)
+            .find(|uid| !used.contains(uid))?;
+        used.insert(uid);
+        Some(UidLease {
+            uid,
+            used: self.used.clone(),
+        })
+    }
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        if let Ok(mut used) = self.used.lock() {
+            used.remove(&self.uid);
+        }
+    }
+}
+
+/// The node's effective uid (0: it may switch uids).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Makes `path` and everything below it user `uid`'s (and group `uid`'s), not following
+/// symbolic links: a session's working directory handed to the uid its sandbox runs as.
+pub fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid)?;
+        }
+    }
+    Ok(())
+}
+
+/// The first directory above `path` (itself included) that other users cannot search, when
+/// there is one: a sandbox running as another uid could not reach `path` through it.
+pub fn unsearchable_above(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+        .map(Path::to_path_buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +450,7 @@ mod tests {
             read_only: vec!["/opt/harness".into()],
             read_write: vec!["/srv/shared".into()],
             sockets: vec!["/data/tools/tools.sock".into()],
+            uid: None,
         }
     }
 
@@ -398,6 +519,36 @@ mod tests {
             ..info
         };
         assert!(!Confinement::Sandbox(other).holds(me));
+    }
+
+    #[test]
+    fn v2_uid_ranges_parse_and_refuse_root_and_nonsense() {
+        let range = UidRange::try_from("200000-200002".to_owned()).unwrap();
+        assert_eq!((range.first, range.last), (200000, 200002));
+        assert_eq!(String::from(range), "200000-200002");
+        for bad in ["0-10", "10-5", "abc", "5", "-5", "1-4294967295"] {
+            let err = UidRange::try_from(bad.to_owned()).unwrap_err();
+            assert!(err.contains("FIRST-LAST"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn v2_a_uid_pool_gives_each_live_session_its_own_uid_and_takes_them_back() {
+        let pool = UidPool::new(UidRange {
+            first: 10,
+            last: 11,
+        });
+        let a = pool.take(7).unwrap();
+        let b = pool.take(7).unwrap();
+        assert_ne!(a.uid, b.uid);
+        assert!(pool.take(0).is_none(), "two uids, two live sessions");
+        let uid = a.uid;
+        drop(a);
+        assert_eq!(
+            pool.take(7).map(|l| l.uid),
+            Some(uid),
+            "the same slot again"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use lineage_core::ids::SessionId;
 use lineage_drivers::acp::{AcpDriver, AgentTools, Approver};
 use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory};
 use lineage_drivers::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
+use lineage_drivers::sandbox::UidPool;
 use lineage_drivers::script::ScriptDriver;
 use lineage_drivers::tools::socket::ToolsSocket;
 use lineage_drivers::tools::TurnSlot;
@@ -24,6 +25,8 @@ pub struct NodeDrivers {
     profiles: AgentProfiles,
     tools: Option<Tools>,
     approvals: Option<Approvals>,
+    /// The uids sandboxes run as (`agents.sandbox_uids`, a root node).
+    uids: Option<UidPool>,
 }
 
 /// How long a root's permission request waits for the person behind its editor before it is
@@ -98,11 +101,13 @@ struct Tools {
 impl NodeDrivers {
     /// Agents run under `data_dir` (as each profile's `workdir` says) with `profiles`.
     pub fn new(data_dir: PathBuf, profiles: AgentProfiles) -> Self {
+        let uids = profiles.sandbox_uids.map(UidPool::new);
         NodeDrivers {
             data_dir,
             profiles,
             tools: None,
             approvals: None,
+            uids,
         }
     }
 
@@ -147,7 +152,8 @@ impl DriverFactory for NodeDrivers {
                         ))
                     }
                 };
-                let mut driver = acp_driver(launch, self.tools.as_ref())?;
+                let mut driver =
+                    acp_driver(launch, self.tools.as_ref(), self.uids.as_ref(), session)?;
                 if let Some(approvals) = &self.approvals {
                     driver = driver.with_approver(approvals.approver(session));
                 }
@@ -183,7 +189,12 @@ impl Tools {
 /// The ACP driver for a launch, its working directory created (mode 0700: only the node's
 /// user and the session's own sandbox enter it, V2); in its sandbox, which also shows the
 /// tools socket and the bridge when the session has tools.
-fn acp_driver(launch: AcpLaunch, tools: Option<&Tools>) -> Result<AcpDriver, DriverError> {
+fn acp_driver(
+    launch: AcpLaunch,
+    tools: Option<&Tools>,
+    uids: Option<&UidPool>,
+    session: &SessionId,
+) -> Result<AcpDriver, DriverError> {
     use std::os::unix::fs::PermissionsExt;
     let created = std::fs::create_dir_all(&launch.workdir).and_then(|()| {
         std::fs::set_permissions(&launch.workdir, std::fs::Permissions::from_mode(0o700))
@@ -203,6 +214,26 @@ fn acp_driver(launch: AcpLaunch, tools: Option<&Tools>) -> Result<AcpDriver, Dri
             plan.sockets.push(tools.socket.path().to_path_buf());
             plan.read_only
                 .extend(tools.bridge.first().map(PathBuf::from));
+        }
+        if let Some(uids) = uids {
+            // A uid of its own outside the namespaces too, the same one again when free.
+            let hint = session
+                .as_str()
+                .bytes()
+                .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+            let lease = uids.take(hint).ok_or_else(|| DriverError::Agent {
+                session: session.to_string(),
+                reason: "no sandbox uid is free: every uid of agents.sandbox_uids runs a live session; widen the range".into(),
+            })?;
+            lineage_drivers::sandbox::chown_tree(&plan.workdir, lease.uid).map_err(|e| {
+                DriverError::BadRequest(format!(
+                    "cannot give the working directory {} to the sandbox's uid {}: {e}",
+                    plan.workdir.display(),
+                    lease.uid
+                ))
+            })?;
+            plan.uid = Some(lease.uid);
+            driver = driver.with_uid_lease(lease);
         }
         driver = driver.with_sandbox(plan);
     }

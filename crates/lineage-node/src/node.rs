@@ -37,6 +37,9 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
         ),
         source,
     })?;
+    if config.agents.sandbox_uids.is_some() {
+        open_data_dir_to_sandbox_users(&config.node.data_dir)?;
+    }
     let how = config.nats_connect(&format!("lineage-node-{node_id}"))?;
     let nats = lineage_bus::connect_with(&how).await?;
     tracing::info!(
@@ -109,11 +112,17 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
     // C4: a root opened through an editor asks that editor's person (the front door).
     let drivers = NodeDrivers::new(PathBuf::from(&config.node.data_dir), config.agents.clone())
         .with_approvals(nats.clone(), subjects.clone());
+    let sandbox_uids = config.agents.sandbox_uids.is_some();
     // Agents that declare `mcpCapabilities.http` get the loopback listener of `[tools]` instead.
     let (drivers, _tools_serving, _tools_http) = match ToolsSocket::bind(
         &PathBuf::from(&config.node.data_dir).join("tools"),
     ) {
         Ok((mut socket, serving)) => {
+            if sandbox_uids {
+                socket
+                    .open_to_other_users()
+                    .map_err(|e| NodeError::Config(e.to_string()))?;
+            }
             let http = match config.tools.listen() {
                 None => None,
                 Some(Ok(addr)) => match socket.serve_http(addr) {
@@ -350,17 +359,46 @@ fn resolve_isolation(config: &mut NodeConfig) -> Result<(), NodeError> {
         return Ok(());
     }
     let support = lineage_drivers::sandbox::probe(std::env::var("PATH").ok().as_deref());
-    match agents.resolve_isolation(&support) {
-        Ok(None) => {
-            tracing::info!(bwrap = ?agents.bwrap, "agents run in sandboxes of their own unless their profile says isolation = \"none\"");
-            Ok(())
-        }
-        Ok(Some(unsandboxed)) => {
-            tracing::warn!("{unsandboxed}");
-            Ok(())
-        }
-        Err((key, why)) => Err(NodeError::Config(format!(
-            "invalid config key {key}: {why}"
-        ))),
+    let euid = lineage_drivers::sandbox::effective_uid();
+    let said = agents
+        .resolve_isolation(&support, euid)
+        .map_err(|(key, why)| NodeError::Config(format!("invalid config key {key}: {why}")))?;
+    if agents.bwrap.is_some() {
+        tracing::info!(bwrap = ?agents.bwrap, uids = ?agents.sandbox_uids.map(String::from), "agents run in sandboxes of their own unless their profile says isolation = \"none\"");
     }
+    for line in said {
+        tracing::warn!("{line}");
+    }
+    Ok(())
+}
+
+/// V2, a root node with `agents.sandbox_uids`: the sandboxes' users must reach their working
+/// directories (under `data_dir/work`, searchable but not listable by others) and the tools
+/// socket, and every directory above the data directory must let them through.
+fn open_data_dir_to_sandbox_users(data_dir: &std::path::Path) -> Result<(), NodeError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(blocked) = data_dir
+        .parent()
+        .and_then(lineage_drivers::sandbox::unsearchable_above)
+    {
+        return Err(NodeError::Config(format!(
+            "invalid config key agents.sandbox_uids: the sandboxes' users cannot reach node.data_dir {} through {} (no search permission for others); chmod o+x it, or move the data_dir",
+            data_dir.display(),
+            blocked.display()
+        )));
+    }
+    let work = data_dir.join("work");
+    let opened = std::fs::create_dir_all(&work).and_then(|()| {
+        for dir in [data_dir, work.as_path()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+        }
+        Ok(())
+    });
+    opened.map_err(|source| NodeError::Io {
+        what: format!(
+            "cannot make {} searchable for the sandboxes' users",
+            work.display()
+        ),
+        source,
+    })
 }

@@ -460,10 +460,15 @@ fn owned(env: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 fn tempdir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()
-        .expect("tempdir")
+        .expect("tempdir");
+    // Searchable (not listable) by other users: a node whose sandboxes run as uids of their
+    // own (agents.sandbox_uids) needs its data_dir reachable by them.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    dir
 }
 
 /// Makes `path` user `uid`'s (and group `uid`'s), readable by others: the directory of a

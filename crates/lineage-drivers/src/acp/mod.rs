@@ -135,6 +135,8 @@ struct Settings {
     approver: Option<Approver>,
     /// The session's sandbox (V2), when it runs in one.
     sandbox: Option<crate::sandbox::SandboxPlan>,
+    /// The uid its sandbox runs as, held as long as the driver.
+    uid_lease: Option<std::sync::Arc<crate::sandbox::UidLease>>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -218,6 +220,7 @@ impl AcpDriver {
                 tools_stdio: false,
                 approver: None,
                 sandbox: None,
+                uid_lease: None,
             },
             label: "-".into(),
             live: None,
@@ -254,6 +257,12 @@ impl AcpDriver {
     pub fn with_sandbox(mut self, plan: crate::sandbox::SandboxPlan) -> Self {
         self.settings.sandbox = Some(plan);
         self.settings.tools_stdio = true;
+        self
+    }
+
+    /// Holds `lease` (the uid of its sandbox) as long as the driver lives.
+    pub fn with_uid_lease(mut self, lease: crate::sandbox::UidLease) -> Self {
+        self.settings.uid_lease = Some(std::sync::Arc::new(lease));
         self
     }
 

@@ -80,6 +80,10 @@ impl Process {
             (Some(plan), Some(info)) => {
                 let mut cmd = Command::new(&plan.bwrap);
                 cmd.args(plan.args(info.write, command));
+                if let Some(uid) = plan.uid {
+                    // The sandbox's own user outside its namespaces (V2, a root node).
+                    cmd.uid(uid).gid(uid);
+                }
                 let write = info.write;
                 // SAFETY: between fork and exec only fcntl(2) runs, on a descriptor this
                 // process owns: the pipe's write end stays open in bubblewrap (and only there).

@@ -186,6 +186,22 @@ impl ToolsSocket {
         Ok((socket, task))
     }
 
+    /// Lets other users connect (directory 0711, socket 0666): on a node whose sandboxes run
+    /// as uids of their own (V2). A connection is still served only to the processes of the
+    /// session whose secret it presents ([`ToolsGrant::bind`]).
+    pub fn open_to_other_users(&self) -> Result<(), DriverError> {
+        let fail = |e: std::io::Error| {
+            DriverError::ToolsSocket(format!(
+                "cannot open {} to the sandboxes' users: {e}",
+                self.path.display()
+            ))
+        };
+        if let Some(dir) = self.path.parent() {
+            restrict(dir, 0o711).map_err(fail)?;
+        }
+        restrict(&self.path, 0o666).map_err(fail)
+    }
+
     /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
