@@ -135,7 +135,10 @@ fn attack(run_as: Option<u32>, sandbox_uids: bool) {
     let victim = root(&c, "sh: sleep 20; echo victim-done");
     let victim_work = data_dir.join("work").join(&victim);
     let (victim_pid, victim_env) =
-        lineage_testkit::wait::poll(T, || process_with_secret(&victim_work))
+        // The session's working directory may be a link to the warm sandbox's it took over.
+        lineage_testkit::wait::poll(T, || {
+            process_with_secret(&std::fs::canonicalize(&victim_work).ok()?)
+        })
             .unwrap_or_else(|_| panic!("no process of the victim holds its secret\n{}", c.logs()));
     let secret = var(&victim_env, "LINEAGE_MCP_SECRET").to_owned();
     let socket = var(&victim_env, "LINEAGE_MCP_SOCKET").to_owned();
@@ -150,7 +153,10 @@ fn attack(run_as: Option<u32>, sandbox_uids: bool) {
             "sh: printf '%s\\n' '{initialize}' '{initialized}' '{call}' | env LINEAGE_MCP_SECRET={secret} LINEAGE_MCP_SOCKET={socket} {} mcp; echo bridge-done",
             bridge.display()
         ),
-        format!("sh: ls {}", victim_work.display()),
+        format!(
+            "sh: ls {}",
+            std::fs::canonicalize(&victim_work).unwrap().display()
+        ),
         format!("sh: ls {}", data_dir.join("registry").display()),
         format!("sh: kill -0 {victim_pid}"),
         format!("sh: cat /proc/{victim_pid}/environ"),
@@ -282,7 +288,8 @@ fn v2_a_drain_ends_every_process_of_the_sandbox_also_one_that_left_the_group() {
         "sh: setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo escaped",
     );
     reply_with(&c, &session, "escaped");
-    let workdir = c.dir.path().join("data-1").join("work").join(&session);
+    let workdir = std::fs::canonicalize(c.dir.path().join("data-1").join("work").join(&session))
+        .expect("the session's working directory");
     let live = processes_in(&workdir);
     assert!(
         !live.is_empty(),
@@ -341,4 +348,42 @@ fn v2_a_profile_that_asks_for_a_sandbox_on_a_node_that_cannot_make_one_refuses_t
         !dir.path().join("data").join("registry").exists(),
         "it started: {err}"
     );
+}
+
+#[test]
+fn v2_bad_isolation_keys_are_refused_at_load_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "cluster = \"e2e\"\nnats_url = \"nats://127.0.0.1:1\"\n[node]\nid = \"node-1\"\ndata_dir = {:?}\n",
+        dir.path().join("data").display().to_string()
+    );
+    let cases = [
+        (
+            "[agents.x]\ndriver = \"acp\"\ncommand = \"/bin/true\"\nisolation = \"maybe\"\n",
+            "`auto`, `sandbox`, `none`",
+        ),
+        ("[agents]\nsandbox_uids = \"abc\"\n", "agents.sandbox_uids"),
+        ("[agents]\nsandbox_uids = \"0-10\"\n", "FIRST-LAST"),
+        (
+            "[agents.x]\ndriver = \"acp\"\ncommand = \"/bin/true\"\nsandbox_read_only = [\"rel\"]\n",
+            "agents.x.sandbox_read_only",
+        ),
+    ];
+    for (toml, says) in cases {
+        let config = dir.path().join("node.toml");
+        std::fs::write(&config, format!("{base}{toml}")).unwrap();
+        let out = std::process::Command::new(lineage_testkit::lineage_bin())
+            .args(["node", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{toml}: {err}");
+        assert!(err.contains(says), "{toml}: {err}");
+        assert!(
+            !dir.path().join("data").exists(),
+            "{toml}: something was created"
+        );
+    }
 }

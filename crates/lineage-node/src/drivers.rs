@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lineage_core::ids::SessionId;
+use lineage_drivers::acp::WarmPool;
 use lineage_drivers::acp::{AcpDriver, AgentTools, Approver};
 use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory};
 use lineage_drivers::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
@@ -21,12 +22,14 @@ use lineage_protocol::approval::{ApprovalReply, ApprovalRequest, APPROVAL_VERSIO
 /// Builds a driver for the agent specs this node's profiles admit.
 #[derive(Debug, Clone)]
 pub struct NodeDrivers {
-    data_dir: PathBuf,
-    profiles: AgentProfiles,
-    tools: Option<Tools>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) profiles: AgentProfiles,
+    pub(crate) tools: Option<Tools>,
     approvals: Option<Approvals>,
     /// The uids sandboxes run as (`agents.sandbox_uids`, a root node).
-    uids: Option<UidPool>,
+    pub(crate) uids: Option<UidPool>,
+    /// Sandboxes made ahead, one per sandboxed profile (V2, [`crate::warm`]).
+    pub(crate) warm: WarmPool,
 }
 
 /// How long a root's permission request waits for the person behind its editor before it is
@@ -93,9 +96,9 @@ impl Approvals {
 
 /// Where hosted agents get their tools: the node's socket and the bridge they start.
 #[derive(Debug, Clone)]
-struct Tools {
-    socket: ToolsSocket,
-    bridge: Vec<String>,
+pub(crate) struct Tools {
+    pub(crate) socket: ToolsSocket,
+    pub(crate) bridge: Vec<String>,
 }
 
 impl NodeDrivers {
@@ -108,6 +111,7 @@ impl NodeDrivers {
             tools: None,
             approvals: None,
             uids,
+            warm: WarmPool::default(),
         }
     }
 
@@ -142,7 +146,7 @@ impl DriverFactory for NodeDrivers {
             .admit(spec, Some(session), &self.data_dir, &env)?
         {
             Admitted::Script(script) => Ok(Box::new(ScriptDriver::new(script))),
-            Admitted::Acp(launch) => {
+            Admitted::Acp(mut launch) => {
                 let tools = match (launch.tools, &self.tools) {
                     (false, _) => None,
                     (true, Some(tools)) => Some(tools.grant(session, !launch.tools_stdio)),
@@ -152,8 +156,11 @@ impl DriverFactory for NodeDrivers {
                         ))
                     }
                 };
-                let mut driver =
-                    acp_driver(launch, self.tools.as_ref(), self.uids.as_ref(), session)?;
+                let warm = self.claim_warm(spec, session, &mut launch);
+                let mut driver = match warm {
+                    Some(warm) => warmed_driver(launch, warm),
+                    None => acp_driver(launch, self.tools.as_ref(), self.uids.as_ref(), session)?,
+                };
                 if let Some(approvals) = &self.approvals {
                     driver = driver.with_approver(approvals.approver(session));
                 }
@@ -205,16 +212,20 @@ fn acp_driver(
             launch.workdir.display()
         ))
     })?;
-    let mut driver = AcpDriver::new(launch.command, launch.workdir)
-        .with_env(launch.env)
-        .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms))
-        .with_session_modes(launch.modes);
-    if let Some(mut plan) = launch.sandbox {
-        if let (true, Some(tools)) = (launch.tools, tools) {
-            plan.sockets.push(tools.socket.path().to_path_buf());
-            plan.read_only
-                .extend(tools.bridge.first().map(PathBuf::from));
+    let mut launch = launch;
+    if launch.sandbox.is_some() {
+        // A session that started in a warm sandbox has its workdir there (a link): the
+        // sandbox shows the directory itself, at the same path as the first time.
+        if let Ok(real) = std::fs::canonicalize(&launch.workdir) {
+            relocate(&mut launch, real);
         }
+    }
+    let mut driver = AcpDriver::new(launch.command.clone(), launch.workdir.clone())
+        .with_env(launch.env.clone())
+        .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms))
+        .with_session_modes(launch.modes.clone());
+    if let Some(mut plan) = launch.sandbox.take() {
+        finish_plan(&mut plan, launch.tools, tools);
         if let Some(uids) = uids {
             // A uid of its own outside the namespaces too, the same one again when free.
             let hint = session
@@ -238,4 +249,48 @@ fn acp_driver(
         driver = driver.with_sandbox(plan);
     }
     Ok(driver.with_tools_over_stdio(launch.tools_stdio))
+}
+
+/// What every sandbox of the node shows besides the profile's: the tools socket and the
+/// bridge (`lineage`, which is also a warm sandbox's first program) when the session has tools.
+pub(crate) fn finish_plan(
+    plan: &mut lineage_drivers::sandbox::SandboxPlan,
+    with_tools: bool,
+    tools: Option<&Tools>,
+) {
+    if let (true, Some(tools)) = (with_tools, tools) {
+        plan.sockets.push(tools.socket.path().to_path_buf());
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        plan.read_only.push(exe);
+    }
+}
+
+/// Moves a launch to working directory `to`: its sandbox's, and `HOME` when it was the old one.
+pub(crate) fn relocate(launch: &mut AcpLaunch, to: PathBuf) {
+    let old = launch.workdir.display().to_string();
+    if launch.env.get("HOME") == Some(&old) {
+        launch
+            .env
+            .insert("HOME".to_owned(), to.display().to_string());
+    }
+    if let Some(plan) = launch.sandbox.as_mut() {
+        plan.workdir = to.clone();
+    }
+    launch.workdir = to;
+}
+
+/// The driver of a launch that takes over a warm sandbox (its workdir is the sandbox's).
+fn warmed_driver(launch: AcpLaunch, warm: lineage_drivers::acp::WarmSandbox) -> AcpDriver {
+    let mut driver = AcpDriver::new(launch.command, launch.workdir)
+        .with_env(launch.env)
+        .with_prompt_timeout(Duration::from_millis(launch.prompt_timeout_ms))
+        .with_session_modes(launch.modes);
+    if let Some(plan) = launch.sandbox {
+        // A later start of the agent (a restart) makes a sandbox of its own like this one.
+        driver = driver.with_sandbox(plan);
+    }
+    driver
+        .with_warm_sandbox(warm)
+        .with_tools_over_stdio(launch.tools_stdio)
 }

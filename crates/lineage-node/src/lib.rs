@@ -5,6 +5,7 @@
 //! | [`config`] | figment config: defaults, TOML, `LINEAGE_` env, flags; validation | O1, D4 |
 //! | [`node`] | [`node::run`]: NATS, registry member or client, host and service, probes | G1, H1, O2 |
 //! | [`drivers`] | the drivers this node runs: script and ACP | H1 |
+//! | [`warm`] | sandboxes made ahead for sandboxed profiles' spawns | V2 |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` | O2 |
 //! | [`metrics`] | the Prometheus text of `/metrics` | O2 |
 //! | [`otlp`] | OTLP/HTTP JSON trace export as a `tracing` layer | O2 |
@@ -19,5 +20,6 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod otlp;
+pub mod warm;
 
 pub use error::NodeError;

@@ -163,7 +163,11 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
             nats.clone(),
             Arc::new(registry.clone()),
             Arc::new(SystemClock),
-            Arc::new(drivers),
+            Arc::new({
+                // V2: a sandbox ready ahead for each sandboxed profile's next spawn.
+                drivers.start_warming();
+                drivers
+            }),
         ),
         CancellationToken::new(),
     )

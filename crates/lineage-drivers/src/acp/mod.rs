@@ -44,6 +44,9 @@ mod live;
 mod process;
 mod start;
 mod text;
+mod warm;
+
+pub use warm::{WarmPool, WarmSandbox};
 
 use live::Live;
 use text::{agent_error, one_line, sdk_error};
@@ -137,6 +140,8 @@ struct Settings {
     sandbox: Option<crate::sandbox::SandboxPlan>,
     /// The uid its sandbox runs as, held as long as the driver.
     uid_lease: Option<std::sync::Arc<crate::sandbox::UidLease>>,
+    /// A sandbox made ahead for this session, taken by its first start.
+    warm: Option<std::sync::Arc<std::sync::Mutex<Option<WarmSandbox>>>>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -221,6 +226,7 @@ impl AcpDriver {
                 approver: None,
                 sandbox: None,
                 uid_lease: None,
+                warm: None,
             },
             label: "-".into(),
             live: None,
@@ -257,6 +263,14 @@ impl AcpDriver {
     pub fn with_sandbox(mut self, plan: crate::sandbox::SandboxPlan) -> Self {
         self.settings.sandbox = Some(plan);
         self.settings.tools_stdio = true;
+        self
+    }
+
+    /// Starts the agent in `warm`, a sandbox made ahead (V2), instead of making one; the
+    /// driver's working directory must be `warm`'s. A later start (a restart of the agent)
+    /// makes its own.
+    pub fn with_warm_sandbox(mut self, warm: WarmSandbox) -> Self {
+        self.settings.warm = Some(std::sync::Arc::new(std::sync::Mutex::new(Some(warm))));
         self
     }
 

@@ -41,6 +41,8 @@ pub(super) struct Process {
     group: Option<i32>,
     /// Its sandbox, when it runs in one.
     sandbox: Option<SandboxInfo>,
+    /// The uid its sandbox runs as, held as long as the process (a warm sandbox's).
+    lease: Option<crate::sandbox::UidLease>,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -140,6 +142,7 @@ impl Process {
             child,
             group,
             sandbox: None,
+            lease: None,
             stderr: tail,
         };
         if let Some(info) = info {
@@ -167,6 +170,16 @@ impl Process {
             stdin,
             stdout,
         })
+    }
+
+    /// Holds `lease` (its sandbox's uid) as long as the process.
+    pub(super) fn hold(&mut self, lease: Option<crate::sandbox::UidLease>) {
+        self.lease = lease;
+    }
+
+    /// Whether the first program still runs.
+    pub(super) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Which processes are this agent's, for binding its tools connections (V1): its sandbox,

@@ -40,14 +40,7 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         mut process,
         stdin,
         stdout,
-    } = Process::spawn(
-        &settings.command,
-        &cwd,
-        settings.env.as_ref(),
-        settings.sandbox.as_ref(),
-        &session,
-    )
-    .await?;
+    } = spawn(settings, &cwd, &session).await?;
     // V1: the session's tools serve only its own processes (its sandbox, else its tree).
     if let (Some(tools), Some(confinement)) = (&settings.tools, process.confinement()) {
         tools.grant.bind(confinement);
@@ -289,6 +282,38 @@ async fn set_mode(
             settings.init_timeout.as_millis()
         )),
     }
+}
+
+/// The agent's process: in the warm sandbox made for it when there is one (V2), else started
+/// here (in a sandbox of its own when the profile has one).
+async fn spawn(
+    settings: &Settings,
+    cwd: &std::path::Path,
+    session: &str,
+) -> Result<Spawned, DriverError> {
+    let warm = settings
+        .warm
+        .as_ref()
+        .and_then(|w| w.lock().ok().and_then(|mut w| w.take()));
+    if let Some(warm) = warm {
+        match warm
+            .launch(&settings.command, settings.env.as_ref(), cwd)
+            .await
+        {
+            Ok(spawned) => return Ok(spawned),
+            Err(why) => {
+                tracing::info!(session = %session, why = %why, "the warm sandbox failed; making one");
+            }
+        }
+    }
+    Process::spawn(
+        &settings.command,
+        cwd,
+        settings.env.as_ref(),
+        settings.sandbox.as_ref(),
+        session,
+    )
+    .await
 }
 
 /// lineage's tools as one MCP server entry: over HTTP to an agent that declared it (when the
