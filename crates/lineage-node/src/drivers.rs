@@ -28,7 +28,7 @@ pub struct NodeDrivers {
     approvals: Option<Approvals>,
     /// The uids sandboxes run as (`agents.sandbox_uids`, a root node).
     pub(crate) uids: Option<UidPool>,
-    /// Sandboxes made ahead, one per sandboxed profile (V2, [`crate::warm`]).
+    /// Sandboxes made ahead, two per sandboxed profile (V2, [`crate::warm`]).
     pub(crate) warm: WarmPool,
 }
 

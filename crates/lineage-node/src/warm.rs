@@ -1,4 +1,4 @@
-//! Warm sandboxes (V2): the node keeps one sandbox made ahead for each sandboxed profile whose
+//! Warm sandboxes (V2): the node keeps two sandboxes made ahead for each sandboxed profile whose
 //! sessions work in a directory of their own, so that a spawn does not wait for bubblewrap
 //! (`lineage_drivers::acp::warm`). A new session of the profile takes it over: its working
 //! directory `<data_dir>/work/<session>` becomes a link to the sandbox's fresh directory
@@ -16,6 +16,14 @@ use lineage_drivers::sandbox::Isolation;
 
 use crate::drivers::{finish_plan, relocate, NodeDrivers};
 
+/// How many sandboxes wait for each profile: with two, a session that takes one finds the
+/// other ready while the node makes the next (which competes for the CPU for a few
+/// milliseconds with the agents starting meanwhile).
+const WARM_PER_PROFILE: usize = 2;
+
+/// How long after a session took a warm sandbox of its profile the node makes the next.
+const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The prefix of a warm sandbox's directory under `<data_dir>/work`.
 const SPARE_PREFIX: &str = ".spare-";
 
@@ -25,19 +33,26 @@ impl NodeDrivers {
     pub fn start_warming(&self) {
         let work = self.data_dir.join("work");
         if let Ok(entries) = std::fs::read_dir(&work) {
-            for entry in entries.flatten() {
-                if entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(SPARE_PREFIX)
-                {
-                    // Only an empty one goes: a taken one holds its session's files.
+            let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+            // A sandbox a session took over is its working directory (linked from its name),
+            // empty or not; only the others go.
+            let taken: std::collections::HashSet<std::ffi::OsString> = entries
+                .iter()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(PathBuf::into_os_string)
+                .collect();
+            for entry in &entries {
+                let name = entry.file_name();
+                if name.to_string_lossy().starts_with(SPARE_PREFIX) && !taken.contains(&name) {
+                    // Only an empty one goes, whatever happened.
                     let _ = std::fs::remove_dir(entry.path());
                 }
             }
         }
         for profile in self.warmed_profiles() {
-            self.warm_up(profile);
+            for _ in 0..WARM_PER_PROFILE {
+                self.warm_up(profile.clone(), std::time::Duration::ZERO);
+            }
         }
     }
 
@@ -90,17 +105,20 @@ impl NodeDrivers {
         if let Some(plan) = launch.sandbox.as_mut() {
             finish_plan(plan, launch.tools, self.tools.as_ref());
         }
-        self.warm_up(profile.clone());
+        tracing::debug!(%session, %profile, "the session takes a warm sandbox over");
+        // The next one a little later, once the agent that starts now had the CPU.
+        self.warm_up(profile.clone(), REFILL_AFTER);
         Some(warm)
     }
 
-    /// Makes one warm sandbox of `profile`, in the background.
-    fn warm_up(&self, profile: String) {
+    /// Makes one warm sandbox of `profile` after `delay`, in the background.
+    fn warm_up(&self, profile: String, delay: std::time::Duration) {
         let drivers = self.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
+            tokio::time::sleep(delay).await;
             match drivers.make_warm(&profile).await {
                 Ok(warm) => drivers.warm.put(&profile, warm),
                 Err(why) => {

@@ -7,7 +7,7 @@
 //! (the node links `<data_dir>/work/<session>` to it). [`WarmSandbox::launch`] writes the
 //! launch line ([`lineage_protocol::sandbox::SandboxLaunch`]: the profile's command,
 //! environment and directory) and `sandbox-exec` becomes the agent, on the same stdio. The
-//! node keeps one per sandboxed profile in a [`WarmPool`] and makes the next one when a
+//! node keeps two per sandboxed profile in a [`WarmPool`] and makes the next one when a
 //! session takes it.
 
 use std::collections::{BTreeMap, HashMap};
