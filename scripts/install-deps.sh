@@ -103,6 +103,15 @@ if ! have jq; then
   fi
   have jq || echo "install-deps: jq not installed (install it with your package manager); the README test (o1_readme_verbatim) will fail" >&2
 fi
+# Per-session agent sandboxes (issue 33, V1, V2): bubblewrap. Without it nodes run agents
+# unsandboxed (and say so), and tests/v1_v2_isolation.rs fails with what to install.
+if ! have bwrap; then
+  if have apt-get && [ "$(id -u)" = 0 ]; then
+    echo "install-deps: installing bubblewrap (apt-get install bubblewrap)"
+    { apt-get update -qq && apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 || true
+  fi
+  have bwrap || echo "install-deps: bubblewrap not installed (install it with your package manager); agents run unsandboxed and tests/v1_v2_isolation.rs will fail" >&2
+fi
 if ! have helm && have go; then
   echo "install-deps: installing helm v3.22.0 (go install helm.sh/helm/v3/cmd/helm@v3.22.0)"
   go install helm.sh/helm/v3/cmd/helm@v3.22.0 \

@@ -35,6 +35,15 @@ fn replies(log: &[Event]) -> Vec<String> {
         .collect()
 }
 
+/// Panics with what to install when this machine cannot make sandboxes.
+fn sandboxes_here() {
+    if let lineage_drivers::sandbox::Support::Missing(why) =
+        lineage_drivers::sandbox::probe(std::env::var("PATH").ok().as_deref())
+    {
+        panic!("this machine cannot make agent sandboxes: {why} (scripts/install-deps.sh installs bubblewrap)");
+    }
+}
+
 /// A root of the `delegator` profile on node-1 with `prompt`.
 fn root(c: &Cluster, prompt: &str) -> String {
     let reply = c.spawn(&[
@@ -104,6 +113,7 @@ fn uid_of(pid: i32) -> u32 {
 }
 
 fn attack(run_as: Option<u32>, sandbox_uids: bool) {
+    sandboxes_here();
     let uids = match sandbox_uids {
         true => format!(
             "[agents]\nsandbox_uids = \"{}-{}\"\n",
@@ -280,6 +290,7 @@ fn processes_in(workdir: &Path) -> Vec<i32> {
 
 #[test]
 fn v2_a_drain_ends_every_process_of_the_sandbox_also_one_that_left_the_group() {
+    sandboxes_here();
     let c = Cluster::start_with_toml(1, &[], &delegator_profiles());
     // A process that leaves the agent's process group and session (setsid), as a harness's
     // helper or a model's `nohup ... &` does.
