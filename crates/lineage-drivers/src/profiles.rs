@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::AgentSpec;
 use crate::error::DriverError;
-use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support, UidRange};
+use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support, SystemPath, UidRange};
 
 pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 
@@ -131,6 +131,9 @@ pub struct AgentProfiles {
     /// [`AgentProfiles::resolve_isolation`] found it can (not config).
     #[serde(skip)]
     pub bwrap: Option<PathBuf>,
+    /// The system's paths as this node shows them in a sandbox (not config).
+    #[serde(skip)]
+    pub system: Vec<SystemPath>,
 }
 
 impl Default for AgentProfiles {
@@ -142,6 +145,7 @@ impl Default for AgentProfiles {
                 AgentProfile::script("scripted agent: the request carries the script"),
             )]),
             bwrap: None,
+            system: Vec::new(),
             sandbox_uids: None,
         }
     }
@@ -327,8 +331,9 @@ impl AgentProfiles {
                 .filter(|(_, p)| p.driver == ProfileDriver::Acp)
         };
         match support {
-            Support::Available { bwrap } => {
+            Support::Available { bwrap, system } => {
                 self.bwrap = Some(bwrap.clone());
+                self.system = system.clone();
                 Ok(None)
             }
             Support::Missing(why) => {
@@ -386,6 +391,7 @@ impl AgentProfiles {
             read_write: read_write.iter().map(PathBuf::from).collect(),
             sockets: Vec::new(),
             uid: None,
+            system: self.system.clone(),
         })
     }
 
@@ -712,6 +718,7 @@ mod tests {
         let missing = Support::Missing("bubblewrap (bwrap) is not on the node's PATH".into());
         let available = Support::Available {
             bwrap: "/usr/bin/bwrap".into(),
+            system: Vec::new(),
         };
         // sandbox on a node that cannot: the start is refused, naming the key and the reason.
         let mut p = profiles();

@@ -68,6 +68,8 @@ pub enum Support {
     Available {
         /// The bubblewrap program.
         bwrap: PathBuf,
+        /// What of [`SYSTEM_READ_ONLY`] this machine has ([`system_view`]).
+        system: Vec<SystemPath>,
     },
     /// It cannot: one line saying which capability is missing and what to do.
     Missing(String),
@@ -103,6 +105,46 @@ pub const SYSTEM_READ_ONLY: [&str; 24] = [
     "/etc/mime.types",
 ];
 
+/// How a sandbox shows one path of [`SYSTEM_READ_ONLY`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemPath {
+    /// Bound read only (a symbolic link is bound as what it points to).
+    ReadOnly(PathBuf),
+    /// A top-level link into `/usr` (a merged `/usr`'s `/bin`, `/lib`, ...): made as the same
+    /// link, which costs no mount.
+    Link {
+        /// The link (`/bin`).
+        path: PathBuf,
+        /// Where it points (`usr/bin`).
+        target: PathBuf,
+    },
+}
+
+/// What of [`SYSTEM_READ_ONLY`] this machine has, and how to show each: read once at the
+/// node's start, so that a sandbox is made with one mount per path that exists (each mount is
+/// part of the milliseconds making a sandbox takes).
+pub fn system_view() -> Vec<SystemPath> {
+    SYSTEM_READ_ONLY
+        .iter()
+        .map(Path::new)
+        .filter_map(|path| {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            if meta.file_type().is_symlink() && path.parent() == Some(Path::new("/")) {
+                let target = std::fs::read_link(path).ok()?;
+                if target.starts_with("usr") {
+                    return Some(SystemPath::Link {
+                        path: path.to_path_buf(),
+                        target,
+                    });
+                }
+            }
+            std::fs::metadata(path)
+                .is_ok()
+                .then(|| SystemPath::ReadOnly(path.to_path_buf()))
+        })
+        .collect()
+}
+
 /// Everything one session's sandbox shows its agent besides [`SYSTEM_READ_ONLY`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPlan {
@@ -120,6 +162,9 @@ pub struct SandboxPlan {
     /// The uid (and gid) the sandbox runs as outside its namespaces, on a node that may switch
     /// uids and has `agents.sandbox_uids` (else the node's own).
     pub uid: Option<u32>,
+    /// The system's paths as this machine has them ([`system_view`]); empty: every path of
+    /// [`SYSTEM_READ_ONLY`], bound when it exists.
+    pub system: Vec<SystemPath>,
 }
 
 impl SandboxPlan {
@@ -143,23 +188,35 @@ impl SandboxPlan {
         ]
         .map(str::to_owned)
         .to_vec();
-        let mut bind = |flag: &str, path: &Path| {
+        let bind = |args: &mut Vec<String>, flag: &str, path: &Path| {
             let path = path.display().to_string();
             args.extend([flag.to_owned(), path.clone(), path]);
         };
-        for path in SYSTEM_READ_ONLY {
-            bind("--ro-bind-try", Path::new(path));
+        if self.system.is_empty() {
+            for path in SYSTEM_READ_ONLY {
+                bind(&mut args, "--ro-bind-try", Path::new(path));
+            }
+        }
+        for system in &self.system {
+            match system {
+                SystemPath::ReadOnly(path) => bind(&mut args, "--ro-bind-try", path),
+                SystemPath::Link { path, target } => args.extend([
+                    "--symlink".to_owned(),
+                    target.display().to_string(),
+                    path.display().to_string(),
+                ]),
+            }
         }
         for path in &self.read_only {
-            bind("--ro-bind-try", path);
+            bind(&mut args, "--ro-bind-try", path);
         }
         for path in &self.read_write {
-            bind("--bind-try", path);
+            bind(&mut args, "--bind-try", path);
         }
         for path in &self.sockets {
-            bind("--ro-bind-try", path);
+            bind(&mut args, "--ro-bind-try", path);
         }
-        bind("--bind", &self.workdir);
+        bind(&mut args, "--bind", &self.workdir);
         args.extend([
             "--chdir".to_owned(),
             self.workdir.display().to_string(),
@@ -277,6 +334,7 @@ pub fn probe(path: Option<&str>) -> Support {
         read_write: Vec::new(),
         sockets: Vec::new(),
         uid: None,
+        system: system_view(),
     };
     let mut args = plan.args(1, &["true".to_owned()]);
     // The trial writes its info to stdout, which is discarded.
@@ -288,7 +346,10 @@ pub fn probe(path: Option<&str>) -> Support {
         .stdout(std::process::Stdio::null())
         .output();
     match out {
-        Ok(out) if out.status.success() => Support::Available { bwrap },
+        Ok(out) if out.status.success() => Support::Available {
+            bwrap,
+            system: plan.system,
+        },
         Ok(out) => {
             let said = String::from_utf8_lossy(&out.stderr);
             let said = said.lines().next().unwrap_or("").trim().to_owned();
@@ -451,6 +512,7 @@ mod tests {
             read_write: vec!["/srv/shared".into()],
             sockets: vec!["/data/tools/tools.sock".into()],
             uid: None,
+            system: Vec::new(),
         }
     }
 
@@ -490,6 +552,34 @@ mod tests {
             .skip_while(|a| *a != "--")
             .collect();
         assert_eq!(tail, ["--", "agent", "--acp"]);
+    }
+
+    #[test]
+    fn v2_a_merged_usr_is_shown_with_links_and_only_existing_paths_are_bound() {
+        let plan = SandboxPlan {
+            system: vec![
+                SystemPath::ReadOnly("/usr".into()),
+                SystemPath::Link {
+                    path: "/bin".into(),
+                    target: "usr/bin".into(),
+                },
+            ],
+            ..plan()
+        };
+        let args = plan.args(3, &["a".into()]);
+        assert_eq!(after(&args, "--symlink"), ["usr/bin"]);
+        let read_only = after(&args, "--ro-bind-try");
+        assert!(
+            read_only.contains(&"/usr") && !read_only.contains(&"/lib64"),
+            "{args:?}"
+        );
+        // This machine: every path named exists or is a link into /usr.
+        for path in system_view() {
+            match path {
+                SystemPath::ReadOnly(p) => assert!(p.exists(), "{}", p.display()),
+                SystemPath::Link { target, .. } => assert!(target.starts_with("usr")),
+            }
+        }
     }
 
     #[test]
