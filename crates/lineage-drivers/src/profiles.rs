@@ -156,8 +156,8 @@ impl Default for AgentProfiles {
 pub enum Admitted {
     /// The scripted agent with this script.
     Script(crate::script::Script),
-    /// An ACP subprocess.
-    Acp(AcpLaunch),
+    /// An ACP subprocess (boxed: a launch is much larger than a script).
+    Acp(Box<AcpLaunch>),
 }
 
 /// Exactly what to run for an ACP agent.
@@ -434,7 +434,7 @@ impl AgentProfiles {
                 if sandbox.is_some() {
                     env = sandbox_env(env, false, &workdir);
                 }
-                Ok(Admitted::Acp(AcpLaunch {
+                Ok(Admitted::Acp(Box::new(AcpLaunch {
                     command: command.clone(),
                     env,
                     workdir,
@@ -443,7 +443,7 @@ impl AgentProfiles {
                     modes: BTreeMap::new(),
                     tools_stdio: false,
                     sandbox,
-                }))
+                })))
             }
             AgentSpec::Profile { profile } => {
                 check_offer(&offer_of(self), spec)?;
@@ -475,7 +475,7 @@ impl AgentProfiles {
                         if sandbox.is_some() {
                             vars = sandbox_env(vars, p.env.contains_key("HOME"), &workdir);
                         }
-                        Ok(Admitted::Acp(AcpLaunch {
+                        Ok(Admitted::Acp(Box::new(AcpLaunch {
                             command,
                             env: vars,
                             workdir,
@@ -486,7 +486,7 @@ impl AgentProfiles {
                             // is bound to the sandbox (V1); the HTTP endpoint cannot be.
                             tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
                             sandbox,
-                        }))
+                        })))
                     }
                 }
             }

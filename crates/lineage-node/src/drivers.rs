@@ -158,8 +158,8 @@ impl DriverFactory for NodeDrivers {
                 };
                 let warm = self.claim_warm(spec, session, &mut launch);
                 let mut driver = match warm {
-                    Some(warm) => warmed_driver(launch, warm),
-                    None => acp_driver(launch, self.tools.as_ref(), self.uids.as_ref(), session)?,
+                    Some(warm) => warmed_driver(*launch, warm),
+                    None => acp_driver(*launch, self.tools.as_ref(), self.uids.as_ref(), session)?,
                 };
                 if let Some(approvals) = &self.approvals {
                     driver = driver.with_approver(approvals.approver(session));

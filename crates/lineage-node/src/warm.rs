@@ -134,7 +134,7 @@ impl NodeDrivers {
             profile: profile.to_owned(),
         };
         let launch = match self.profiles.admit(&spec, None, &self.data_dir, &env) {
-            Ok(Admitted::Acp(launch)) => launch,
+            Ok(Admitted::Acp(launch)) => *launch,
             Ok(Admitted::Script(_)) => return Err("a script profile runs no process".into()),
             Err(e) => return Err(e.to_string()),
         };
