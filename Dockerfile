@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The lineage image: `lineage` and `lineage-acp-testagent` on PATH (/usr/local/bin), a POSIX
+# The lineage image: `lineage`, `lineage-sandbox-exec` and `lineage-acp-testagent` on PATH
 # /bin/sh (the Helm chart's voter entrypoint snippet needs it), bubblewrap (the agent sandboxes),
 # running as uid/gid 10001 (the chart's podSecurityContext). Build from the repository root:
 #
@@ -55,6 +55,8 @@ RUN groupadd --system --gid 10001 lineage \
 # CA bundle for `tls://` NATS URLs verified against public CAs (rustls reads the system store).
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /src/target/release/lineage /usr/local/bin/lineage
+# A warm agent sandbox's first program; a node looks for it beside `lineage`.
+COPY --from=build /src/target/release/lineage-sandbox-exec /usr/local/bin/lineage-sandbox-exec
 COPY --from=build /src/target/release/lineage-acp-testagent /usr/local/bin/lineage-acp-testagent
 USER 10001:10001
 WORKDIR /var/lib/lineage

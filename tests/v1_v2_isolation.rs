@@ -141,9 +141,19 @@ fn attack(run_as: Option<u32>, sandbox_uids: bool) {
         );
     }
     let data_dir: PathBuf = c.dir.path().join("data-1");
+    // The node keeps two warm sandboxes of the profile, each waiting in lineage-sandbox-exec.
+    lineage_testkit::wait::poll(T, || (waiting_sandboxes(&data_dir) >= 2).then_some(()))
+        .unwrap_or_else(|_| panic!("no two warm sandboxes wait\n{}", c.logs()));
     // The victim: a turn whose shell command holds its session's secret for 20 s.
     let victim = root(&c, "sh: sleep 20; echo victim-done");
     let victim_work = data_dir.join("work").join(&victim);
+    // It took one over: its working directory is a link to the sandbox's.
+    let taken = std::fs::read_link(&victim_work).unwrap_or_default();
+    assert!(
+        taken.to_string_lossy().starts_with(".spare-"),
+        "the victim made its own sandbox although two waited ({taken:?})\n{}",
+        c.logs()
+    );
     let (victim_pid, victim_env) =
         // The session's working directory may be a link to the warm sandbox's it took over.
         lineage_testkit::wait::poll(T, || {
@@ -274,6 +284,25 @@ fn v1_v2_an_agent_cannot_use_another_trees_secret_or_touch_its_files_processes_o
 }
 
 /// The processes (as the test sees them) whose working directory is `workdir`.
+/// How many warm sandboxes of the node with `data_dir` wait: processes running
+/// `lineage-sandbox-exec` in a directory under its `work`.
+fn waiting_sandboxes(data_dir: &Path) -> usize {
+    let work = data_dir.join("work");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .ok()
+                .and_then(|c| c.split(|b| *b == 0).next().map(<[u8]>::to_vec))
+                .is_some_and(|arg0| arg0.ends_with(b"/lineage-sandbox-exec"))
+                && std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&work))
+        })
+        .count()
+}
+
 fn processes_in(workdir: &Path) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();

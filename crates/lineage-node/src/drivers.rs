@@ -252,7 +252,7 @@ fn acp_driver(
 }
 
 /// What every sandbox of the node shows besides the profile's: the tools socket and the
-/// bridge (`lineage`, which is also a warm sandbox's first program) when the session has tools.
+/// bridge (`lineage mcp`) when the session has tools.
 pub(crate) fn finish_plan(
     plan: &mut lineage_drivers::sandbox::SandboxPlan,
     with_tools: bool,

@@ -24,6 +24,9 @@ const WARM_PER_PROFILE: usize = 2;
 /// How long after a session took a warm sandbox of its profile the node makes the next.
 const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// The program a warm sandbox waits in (`crates/lineage/src/bin/lineage-sandbox-exec.rs`).
+const WAITER: &str = "lineage-sandbox-exec";
+
 /// The prefix of a warm sandbox's directory under `<data_dir>/work`.
 const SPARE_PREFIX: &str = ".spare-";
 
@@ -170,16 +173,26 @@ impl NodeDrivers {
             }
             None => None,
         };
-        let waiter = vec![
-            std::env::current_exe()
-                .map_err(|e| format!("cannot name this program: {e}"))?
-                .display()
-                .to_string(),
-            "sandbox-exec".to_owned(),
-        ];
+        let waiter = sandbox_waiter()?;
+        plan.read_only.push(waiter.clone());
+        let waiter = vec![waiter.display().to_string()];
         WarmSandbox::start(&plan, &waiter, lease, &format!("warm:{profile}"))
             .await
             .map_err(|e| e.to_string())
+    }
+}
+
+/// A warm sandbox's first program: `lineage-sandbox-exec`, beside this node's `lineage`.
+fn sandbox_waiter() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot name this program: {e}"))?;
+    let waiter = exe.with_file_name(WAITER);
+    if waiter.is_file() {
+        Ok(waiter)
+    } else {
+        Err(format!(
+            "{WAITER} is not beside {} (build it with `cargo build -p lineage --bins`, or install both)",
+            exe.display()
+        ))
     }
 }
 

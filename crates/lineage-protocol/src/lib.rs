@@ -12,7 +12,7 @@
 //! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
 //! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`]; its JSON Schema | H1 |
 //! | [`schema`] | the JSON Schemas of every op's request and reply (endpoint metadata) | N3, O3 |
-//! | [`sandbox`] | the launch line a node writes to its warm sandbox's `lineage sandbox-exec` | V2 |
+//! | [`sandbox`] | the launch line a node writes to its warm sandbox's `lineage-sandbox-exec` | V2 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
 //! | [`approval`] | a hosted root's permission request asked through the front door, and the answer | C2, C4 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |

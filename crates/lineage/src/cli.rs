@@ -144,10 +144,6 @@ pub enum Verb {
     /// its hosting node gives it (LINEAGE_MCP_SOCKET, LINEAGE_MCP_SECRET); not for people.
     #[command(after_help = "Example (what a hosted agent's MCP entry runs):\n  lineage mcp")]
     Mcp,
-    /// The first program of a warm agent sandbox: reads one launch line from stdin and becomes
-    /// the agent. Started by a hosting node inside a sandbox it made; not for people.
-    #[command(hide = true)]
-    SandboxExec,
     /// An ACP agent on stdio for an editor: each ACP session is a top-level lineage session of
     /// the profile, hosted in the cluster; descendants show as subagent sessions.
     ///

@@ -42,10 +42,6 @@ fn main() {
     let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli.global.from_env = cli::flags_from_env(&matches);
     quiet_on_closed_pipe(&cli.verb);
-    if let cli::Verb::SandboxExec = cli.verb {
-        // Before any runtime: it only reads a line and execs.
-        std::process::exit(cmd::sandbox_exec::run());
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -72,7 +68,6 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         | Verb::Dev { .. }
         | Verb::Acp(_)
         | Verb::Mcp
-        | Verb::SandboxExec
         | Verb::Bench { .. }
         | Verb::Chaos(_) => true,
         Verb::Spawn(_)

@@ -2,11 +2,11 @@
 //! not wait for bubblewrap to build it (user and pid namespaces, a mount namespace with a few
 //! dozen bind mounts: some milliseconds, which would otherwise be on every ACP spawn's path).
 //!
-//! A [`WarmSandbox`] is a sandbox whose program is the node's `lineage sandbox-exec`, waiting
+//! A [`WarmSandbox`] is a sandbox whose program is the node's `lineage-sandbox-exec`, waiting
 //! on its stdin; its working directory is a fresh, empty directory the session takes over
 //! (the node links `<data_dir>/work/<session>` to it). [`WarmSandbox::launch`] writes the
 //! launch line ([`lineage_protocol::sandbox::SandboxLaunch`]: the profile's command,
-//! environment and directory) and `sandbox-exec` becomes the agent, on the same stdio. The
+//! environment and directory) and the waiter becomes the agent, on the same stdio. The
 //! node keeps two per sandboxed profile in a [`WarmPool`] and makes the next one when a
 //! session takes it.
 
@@ -36,8 +36,8 @@ impl std::fmt::Debug for WarmSandbox {
 }
 
 impl WarmSandbox {
-    /// Starts `plan`'s sandbox with `waiter` (program, then arguments: `lineage
-    /// sandbox-exec`) as its program, holding `lease` (its uid) as long as it lives.
+    /// Starts `plan`'s sandbox with `waiter` (program, then arguments: the node's
+    /// `lineage-sandbox-exec`) as its program, holding `lease` (its uid) as long as it lives.
     pub async fn start(
         plan: &SandboxPlan,
         waiter: &[String],

@@ -16,7 +16,6 @@
 //! | [`status`] | `lineage status` |
 //! | [`agents`] | `lineage agents` |
 //! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
-//! | [`sandbox_exec`] | `lineage sandbox-exec` (hidden): a warm sandbox's first program, which becomes the agent |
 //! | [`config`] | `lineage config show` |
 //! | [`script`] | `lineage script schema` / `check`: the scripted agent's language |
 
@@ -27,7 +26,6 @@ pub mod interrupt;
 pub mod ls;
 pub mod mcp;
 pub mod node;
-pub mod sandbox_exec;
 pub mod script;
 pub mod send;
 pub mod spawn;
@@ -74,7 +72,6 @@ pub async fn run(cli: Cli) -> i32 {
         | Verb::Bench { .. }
         | Verb::Chaos(_)
         | Verb::Mcp
-        | Verb::SandboxExec
         | Verb::Acp(_) => None,
     };
     let outcome = match command {
@@ -146,7 +143,6 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Status => status::run(g).await,
         Verb::Agents => agents::run(g).await,
         Verb::Mcp => mcp::run().await,
-        Verb::SandboxExec => std::process::exit(sandbox_exec::run()),
         Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),

@@ -1,16 +1,24 @@
-//! `lineage sandbox-exec` (V2): the first program of a warm sandbox. It reads one launch line
+//! `lineage-sandbox-exec` (V2): the first program of a warm sandbox. It reads one launch line
 //! ([`SandboxLaunch`], JSON) from its stdin, unbuffered so that nothing after the line is taken
 //! from the agent, then replaces itself with the agent (`execve`) in the given directory with
-//! exactly the given environment. Started by a hosting node inside a sandbox it made; not for
-//! people.
+//! exactly the given environment. Started by a hosting node inside a sandbox it made (the node
+//! looks for it beside its own `lineage`); not for people.
+//!
+//! A program of its own, not a verb of `lineage`: a node makes one per warm sandbox, and this
+//! small binary starts in about a third of the CPU time (`lineage`'s start is mostly the
+//! relocation of its 50 MB; see benches/README.md, "The sandbox's cost").
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 
 use lineage_protocol::sandbox::{SandboxLaunch, MAX_LAUNCH_LINE};
 
+fn main() {
+    std::process::exit(run());
+}
+
 /// Reads the launch line and execs it; returns only on failure (exit code 127).
-pub(crate) fn run() -> i32 {
+fn run() -> i32 {
     let line = match read_line() {
         Ok(line) => line,
         Err(why) => return fail(&why),
@@ -75,6 +83,6 @@ fn read_line() -> Result<Vec<u8>, String> {
 }
 
 fn fail(why: &str) -> i32 {
-    eprintln!("error: lineage sandbox-exec: {why}");
+    eprintln!("error: lineage-sandbox-exec: {why}");
     127
 }
