@@ -87,5 +87,5 @@ for p in restate-server etcd temporal peers-load; do
 done
 [ "${1:-}" = "--install-only" ] && exit 0
 
-cargo build --release -p lineage
+cargo build --release -p lineage -p lineage-lab
 exec "${CARGO_TARGET_DIR:-$ROOT/target}/release/lineage" bench peers

@@ -17,6 +17,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn lineage() -> Command {
+    lineage_testkit::lab_bin();
     let mut cmd = Command::new(lineage_testkit::lineage_bin());
     // The bench must start its own server, not reach for one named in the environment.
     cmd.env_remove("NATS_URL")

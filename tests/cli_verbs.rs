@@ -117,6 +117,8 @@ fn o1_config_show_prints_values_with_sources_and_refuses_bad_config() {
 
 #[test]
 fn o3_every_verb_has_help_with_an_example() {
+    // `bench --help` is the lab's (`lineage bench` runs `lineage-lab bench`).
+    lineage_testkit::lab_bin();
     for verb in [
         "node",
         "dev",

@@ -5,7 +5,7 @@
 //! (register roots and children, dispose, close admission, linearizable reads on shared trees)
 //! goes to Porcupine (`tools/porcupine`, `github.com/anishathalye/porcupine`, with a model of
 //! the registry's rules; its own tests run first), and every other check of `lineage chaos`
-//! holds too. The workload and the checker live in `crates/lineage/src/chaos/registry.rs`.
+//! holds too. The workload and the checker live in `crates/lineage-lab/src/chaos/registry.rs`.
 //!
 //! `LINEAGE_CHAOS_SEED` (default 12) repeats a run; the history is kept in the system temp dir
 //! (`lineage-chaos-<seed>-history.json`) for `go run ./tools/porcupine <file>`.

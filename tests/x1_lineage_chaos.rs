@@ -5,7 +5,7 @@
 //! history Porcupine checks, and injects every fault kind at least once: SIGKILL and SIGSTOP of
 //! the registry leader, a follower, a worker and a nats-server; latency, slicing, a byte limit
 //! per connection, a blackhole, resets and a cut on one node's links. It exits 0 only when
-//! every check passed (see `crates/lineage/src/chaos/checks.rs`); its JSON report is checked
+//! every check passed (see `crates/lineage-lab/src/chaos/checks.rs`); its JSON report is checked
 //! here for what a run must have done. Bad arguments get one line and exit 2.
 //!
 //! `LINEAGE_CHAOS_SEED` (default 12) picks the seed; `lineage chaos --duration 30m` runs long.
@@ -16,7 +16,7 @@ use lineage_testkit::cli::lineage_chaos;
 use lineage_testkit::lineage_bin;
 use lineage_testkit::seeded::from_env;
 
-/// The fault kinds `lineage chaos` knows (crates/lineage/src/chaos/faults.rs).
+/// The fault kinds `lineage chaos` knows (crates/lineage-lab/src/chaos/faults.rs).
 const KINDS: usize = 14;
 
 #[test]

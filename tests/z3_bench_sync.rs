@@ -7,6 +7,7 @@ use std::process::Command;
 
 #[test]
 fn z3_bench_spawn_states_its_sync_interval_and_the_cost_of_always() {
+    lineage_testkit::lab_bin();
     let out = Command::new(lineage_testkit::lineage_bin())
         .env_remove("NATS_URL")
         .env_remove("LINEAGE_CLUSTER")

@@ -12,8 +12,9 @@
 //! | [`output`] | a turn's output as it comes, on core NATS (`session.<id>.output`) | F1 |
 //! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
 //! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`], [`ports::TurnOutputs`] | issue 10 |
-//! | [`memory`] | in-memory twins of the ports (same semantics, no nats-server) | issue 10 |
-//! | [`conformance`] | one suite both the NATS ports and the twins pass | issue 10 |
+//! | [`memory`] | in-memory twins of the ports (same semantics, no nats-server); feature `twins` | issue 10 |
+//! | [`conformance`] | one suite both the NATS ports and the twins pass; feature `twins` | issue 10 |
+//! | [`local_server`] | [`local_server::NatsServer`]: a local `nats-server` process (`lineage dev`, the suites) | |
 //! | [`control`] | the control request helper over NATS; envelope and codes re-exported from `lineage_protocol` | N3 |
 //! | [`transport`] | [`transport::NatsControl`]: the control transport on NATS (the `lineage` micro service, node-to-node requests, drain progress) | N3, R2 |
 //! | [`service`] | replies of the micro services: error replies with `Nats-Service-Error(-Code)` headers and their JSON body, counted in `$SRV.STATS` | O3, N3 |
@@ -27,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod client;
+#[cfg(feature = "twins")]
 pub mod conformance;
 pub mod connect;
 pub mod control;
@@ -34,6 +36,8 @@ pub mod error;
 pub mod events;
 pub mod inbox;
 pub mod lifecycle;
+pub mod local_server;
+#[cfg(feature = "twins")]
 pub mod memory;
 pub mod output;
 pub mod ports;

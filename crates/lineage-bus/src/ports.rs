@@ -1,14 +1,14 @@
 //! The bus as narrow, object-safe ports (issue 10): what the host needs from the session event
 //! log, the parent inbox and the lifecycle events, and nothing more.
 //!
-//! Each port has two implementations that pass the same [`crate::conformance`] suite:
+//! Each port has two implementations that pass the same `conformance` suite (feature `twins`):
 //!
-//! | port | NATS (JetStream / core NATS) | in memory ([`crate::memory`]) |
+//! | port | NATS (JetStream / core NATS) | in memory (`memory`, feature `twins`) |
 //! |---|---|---|
-//! | [`EventLog`] | [`crate::events::EventLogStore`] | [`crate::memory::MemoryEventLog`] |
-//! | [`Inbox`] | [`crate::inbox::ParentInbox`] | [`crate::memory::MemoryInbox`] |
-//! | [`Lifecycle`] | [`crate::lifecycle::NatsLifecycle`] | [`crate::memory::MemoryLifecycle`] |
-//! | [`ControlTransport`] | [`crate::transport::NatsControl`] (the NATS micro service) | [`crate::memory::MemoryControl`] |
+//! | [`EventLog`] | [`crate::events::EventLogStore`] | `memory::MemoryEventLog` |
+//! | [`Inbox`] | [`crate::inbox::ParentInbox`] | `memory::MemoryInbox` |
+//! | [`Lifecycle`] | [`crate::lifecycle::NatsLifecycle`] | `memory::MemoryLifecycle` |
+//! | [`ControlTransport`] | [`crate::transport::NatsControl`] (the NATS micro service) | `memory::MemoryControl` |
 //!
 //! Async methods return [`BoxFuture`] (the same shape as the host's), so the host keeps
 //! `Arc<dyn EventLog>` and friends and never names a NATS type.
@@ -32,7 +32,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The session event log (L3, P1, K1): one append-only log per session, fenced by an
 /// expected-last cursor.
 ///
-/// Contract (checked by [`crate::conformance`]):
+/// Contract (checked by the `conformance` suite, feature `twins`):
 /// - [`EventLog::append_all`] stores its events as one unit: all of them or none; it returns the
 ///   cursor to append after them.
 /// - With `expected`, an append is refused with [`BusError::LogConflict`] when the log moved
@@ -74,7 +74,7 @@ pub trait EventLog: Send + Sync + 'static {
 
 /// The parent inbox (M1, M2, N2): reports and settlement notices a parent must not lose.
 ///
-/// Contract (checked by [`crate::conformance`]):
+/// Contract (checked by the `conformance` suite, feature `twins`):
 /// - A publish is deduplicated by [`InboxMessage::dedup_id`] within
 ///   [`crate::inbox::DUPLICATE_WINDOW`]: a second copy reports `duplicate` and is not delivered.
 /// - Each parent has one durable consumer ([`Inbox::consumer`] opens it or re-opens it, from any
@@ -133,7 +133,7 @@ pub trait Acknowledge: Send + Sync {
 /// `subagent/start` and `subagent/end` (E1, E2): at most once, to whoever listens on the
 /// parent when the event is published.
 ///
-/// Contract (checked by [`crate::conformance`]): a watch on a parent sees its direct children's
+/// Contract (checked by the `conformance` suite, feature `twins`): a watch on a parent sees its direct children's
 /// events published after the watch opened, in publish order, and nothing of other parents.
 pub trait Lifecycle: Send + Sync + 'static {
     /// Publishes an event on its parent's start or end subject, with the current trace context
@@ -156,7 +156,7 @@ pub trait LifecycleFeed: Send {
 /// A turn's output as it comes (F1): `turn-start`, `chunk`s, `turn-end` of each session's
 /// turns, at most once, to whoever watches when it is published.
 ///
-/// Contract (checked by [`crate::conformance`]): a watch on a session sees that session's
+/// Contract (checked by the `conformance` suite, feature `twins`): a watch on a session sees that session's
 /// output published after the watch opened, in publish order, and nothing of other sessions; a
 /// watch on every session (`None`) sees all of it.
 pub trait TurnOutputs: Send + Sync + 'static {
@@ -225,7 +225,7 @@ impl std::fmt::Debug for IncomingCall {
 /// The control transport (N3, R2): node-to-node requests (forwarding, placement, drain
 /// fan-out), the serving side of one node, and drain progress messages.
 ///
-/// Contract (checked by [`crate::conformance`]):
+/// Contract (checked by the `conformance` suite, feature `twins`):
 /// - A call to [`ControlTarget::Node`] reaches that node's endpoints, with its op, body, hop
 ///   and trace unchanged, and returns the bytes the node answered.
 /// - A call to [`ControlTarget::Any`] is served by exactly one serving node.
@@ -332,8 +332,9 @@ impl BusPorts {
         })
     }
 
-    /// The in-memory twins of one [`crate::memory::MemoryBus`] (every handle made from it sees
-    /// the same logs, inboxes and lifecycle feed).
+    /// The in-memory twins of one `memory::MemoryBus` (every handle made from it sees
+    /// the same logs, inboxes and lifecycle feed). Feature `twins`.
+    #[cfg(feature = "twins")]
     pub fn memory(bus: &crate::memory::MemoryBus) -> Self {
         BusPorts {
             events: std::sync::Arc::new(bus.events()),

@@ -95,7 +95,7 @@ impl HostConfig {
 }
 
 /// What a host talks to. [`HostDeps::nats`] for a node on NATS; [`HostDeps::with_ports`] for a
-/// host on other ports (the in-memory twins of [`lineage_bus::memory`]) and no NATS at all.
+/// host on other ports (the in-memory twins of `lineage_bus::memory`, feature `twins`) and no NATS at all.
 #[derive(Clone)]
 pub struct HostDeps {
     /// The NATS connection the ports are opened on when `ports` is `None`.
@@ -130,7 +130,7 @@ impl HostDeps {
         }
     }
 
-    /// A host on the given ports and no NATS (e.g. [`BusPorts::memory`]): it hosts agents,
+    /// A host on the given ports and no NATS (e.g. `BusPorts::memory`, feature `twins`): it hosts agents,
     /// but cannot reach another node (such a request is refused as unavailable).
     pub fn with_ports(
         ports: BusPorts,

@@ -1,5 +1,6 @@
 //! [`lineage_bin`]: where the `lineage` binary under test is, for suites outside the `lineage`
-//! package (which cannot use `env!("CARGO_BIN_EXE_lineage")`).
+//! package (which cannot use `env!("CARGO_BIN_EXE_lineage")`); [`lab_bin`]: the lab,
+//! `lineage-lab`, which `lineage bench` and `lineage chaos` run (it must be beside it).
 //!
 //! `$LINEAGE_BIN` when set (taken as is); otherwise `target/<profile>/lineage`, found from the
 //! running test executable (`target/<profile>/deps/<test>-<hash>`). Cargo does not build another
@@ -12,8 +13,7 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// What to run when the binary is missing or stale.
-const BUILD_IT: &str =
-    "run `cargo build -p lineage --bins` first (scripts/test.sh does), or set LINEAGE_BIN";
+const BUILD_IT: &str = "run `cargo build -p lineage -p lineage-lab --bins` first (scripts/test.sh does), or set LINEAGE_BIN";
 
 /// The `lineage` binary under test (checked once per test process).
 pub fn lineage_bin() -> PathBuf {
@@ -22,6 +22,19 @@ pub fn lineage_bin() -> PathBuf {
 
 /// The binary [`lineage_bin`] found or was given.
 static BIN: OnceLock<PathBuf> = OnceLock::new();
+
+/// The lab, `lineage-lab`, beside [`lineage_bin`] (checked once per test process: missing or
+/// older than its sources panics with what to run). The suites of `lineage bench` and
+/// `lineage chaos` call it first, since those verbs run it.
+pub fn lab_bin() -> PathBuf {
+    static LAB: OnceLock<PathBuf> = OnceLock::new();
+    LAB.get_or_init(|| {
+        let lab = lineage_bin().with_file_name("lineage-lab");
+        checked(&lab);
+        lab
+    })
+    .clone()
+}
 
 /// Makes [`lineage_bin`] answer `path` in this process (a harness run by the `lineage` binary
 /// itself, `lineage chaos`, gives its own executable). False when [`lineage_bin`] was already
@@ -41,18 +54,24 @@ fn find() -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("a test executable under target/<profile>/deps");
     let bin = profile_dir.join("lineage");
-    let built = match std::fs::metadata(&bin).and_then(|m| m.modified()) {
+    checked(&bin);
+    bin
+}
+
+/// Panics when the binary at `bin` is missing or older than a source its dep-info
+/// (`<bin>.d`, beside it) lists.
+fn checked(bin: &Path) {
+    let built = match std::fs::metadata(bin).and_then(|m| m.modified()) {
         Ok(built) => built,
-        Err(_) => panic!("the lineage binary is not at {}; {BUILD_IT}", bin.display()),
+        Err(_) => panic!("no binary at {}; {BUILD_IT}", bin.display()),
     };
-    if let Some(newer) = newer_source(&profile_dir.join("lineage.d"), built) {
+    if let Some(newer) = newer_source(&bin.with_extension("d"), built) {
         panic!(
-            "the lineage binary at {} is older than its source {}; {BUILD_IT}",
+            "the binary at {} is older than its source {}; {BUILD_IT}",
             bin.display(),
             newer.display()
         );
     }
-    bin
 }
 
 /// A source of the binary modified after `built`: the files cargo's dep-info `depinfo`

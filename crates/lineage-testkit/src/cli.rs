@@ -147,6 +147,7 @@ pub fn lineage_chaos(args: &[&str]) -> Option<ChaosRun> {
         );
         return None;
     }
+    crate::binary::lab_bin();
     let out = Command::new(lineage_bin())
         .args(["--json", "chaos"])
         .args(args)

@@ -9,7 +9,8 @@
 //! - [`wait`]: [`wait_for`] and its async twin [`wait_for_async`], the one way a test waits
 //!   (what was awaited, how long, the last observation); [`poll`] without the panic.
 //! - [`binary`]: [`lineage_bin`], the `lineage` binary under test (`$LINEAGE_BIN`, else next to
-//!   the test executable; missing or stale panics with what to run).
+//!   the test executable; missing or stale panics with what to run), and [`lab_bin`], the lab
+//!   beside it (`lineage bench`, `lineage chaos`).
 //! - [`node`]: [`NodeProc`], one `lineage node` process, and its config text.
 //! - [`cluster`]: [`Cluster`], a nats-server (or [`NatsCluster`]) and N node processes, plain
 //!   or secured with the shipped NATS users; [`cli`]: the CLI against it (and
@@ -40,7 +41,7 @@ pub mod toxiproxy;
 pub mod user_conn;
 pub mod wait;
 
-pub use binary::{delegator_profiles, lineage_bin, workspace_root};
+pub use binary::{delegator_profiles, lab_bin, lineage_bin, workspace_root};
 pub use cluster::Cluster;
 pub use nats::{free_port, greeting, http_get, nats_server_binary, NatsOptions, NatsServer};
 pub use nats_cluster::NatsCluster;

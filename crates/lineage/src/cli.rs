@@ -162,16 +162,29 @@ pub enum Verb {
     /// The scripted agent's language: its JSON Schema, or check a script.
     #[command(subcommand)]
     Script(crate::cmd::script::ScriptVerb),
-    /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline).
-    #[command(after_help = "Example:\n  lineage bench registry")]
+    /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline): runs the lab
+    /// program, `lineage-lab bench` (built with `cargo build --release -p lineage-lab`).
+    #[command(
+        disable_help_flag = true,
+        after_help = "Example:\n  lineage bench registry\n  lineage bench --help   (the lab's own help)"
+    )]
     Bench {
-        /// Scenario.
-        scenario: String,
+        /// The scenario and its flags, as `lineage-lab bench` takes them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Fault harness: a cluster of its own under a seeded workload and fault schedule,
-    /// checked (Porcupine and invariants); exits non-zero on a violation.
-    #[command(after_help = "Example:\n  lineage chaos --seed 12 --duration 30m")]
-    Chaos(crate::chaos::ChaosArgs),
+    /// checked (Porcupine and invariants); exits non-zero on a violation. Runs the lab
+    /// program, `lineage-lab chaos`.
+    #[command(
+        disable_help_flag = true,
+        after_help = "Example:\n  lineage chaos --seed 12 --duration 30m\n  lineage chaos --help   (the lab's own help)"
+    )]
+    Chaos {
+        /// The harness's flags, as `lineage-lab chaos` takes them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// `config` subcommands.

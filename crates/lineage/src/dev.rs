@@ -28,7 +28,7 @@ pub struct DevNode {
 impl DevNode {
     /// Starts (or restarts) the process.
     pub fn start(&mut self, nats_url: &str) -> Result<(), ControlError> {
-        let exe = std::env::current_exe().map_err(|e| {
+        let exe = lineage_program().map_err(|e| {
             ControlError::new(ErrorCode::Internal, format!("cannot find own binary: {e}"))
         })?;
         let log = std::fs::OpenOptions::new()
@@ -96,10 +96,21 @@ impl Drop for DevNode {
     }
 }
 
+/// The `lineage` program a local cluster's nodes run: this program, or the `lineage` beside it
+/// when this is another (the lab, `lineage-lab`, starts clusters of `lineage` nodes).
+pub fn lineage_program() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let beside = exe.with_file_name("lineage");
+    if exe.file_name() != beside.file_name() && beside.is_file() {
+        return Ok(beside);
+    }
+    Ok(exe)
+}
+
 /// A running local cluster.
 pub struct DevCluster {
     /// The NATS server.
-    pub nats: lineage_testkit::NatsServer,
+    pub nats: lineage_bus::local_server::NatsServer,
     /// The nodes.
     pub nodes: Vec<DevNode>,
     /// The working directory.
@@ -134,9 +145,8 @@ impl DevCluster {
             .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
         let port = match nats_port {
             Some(p) => p,
-            None => {
-                lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?
-            }
+            None => lineage_bus::local_server::free_port()
+                .map_err(|e| usage(format!("no free port: {e}")))?,
         };
         // nats-server's store lives with the nodes' data, under the cluster's directory; kept
         // after exit when that directory is the user's (`--dir`), like the nodes' data and logs.
@@ -150,7 +160,7 @@ impl DevCluster {
                     dir.display()
                 ))
             })?;
-        let nats = lineage_testkit::NatsServer::start_on(port, store).map_err(|e| {
+        let nats = lineage_bus::local_server::NatsServer::start_on(port, store).map_err(|e| {
             ControlError::new(
                 ErrorCode::Unavailable,
                 format!("cannot start nats-server: {e}; run scripts/install-deps.sh"),
@@ -159,8 +169,8 @@ impl DevCluster {
         let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
         let mut nodes = Vec::new();
         for i in 1..=n {
-            let http_port =
-                lineage_testkit::free_port().map_err(|e| usage(format!("no free port: {e}")))?;
+            let http_port = lineage_bus::local_server::free_port()
+                .map_err(|e| usage(format!("no free port: {e}")))?;
             let config = dir.join(format!("node-{i}.toml"));
             let text = format!(
                 "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
@@ -291,7 +301,7 @@ const ECHO_PROFILE: &str =
 /// streamable HTTP, without a sandbox) and `acp-testagent-unsandboxed`, when the test agent is built next to this binary; `echo` (a scripted
 /// agent) always.
 fn testagent_profile() -> String {
-    let agent = std::env::current_exe()
+    let agent = lineage_program()
         .ok()
         .map(|exe| exe.with_file_name("lineage-acp-testagent"))
         .filter(|p| p.is_file());

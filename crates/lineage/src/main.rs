@@ -1,33 +1,9 @@
-//! The `lineage` command line.
-//!
-//! | module | what |
-//! |---|---|
-//! | [`cli`] | clap definitions: global flags and verbs, each `--help` with an example |
-//! | [`cmd`] | one module per verb (its clap args and `run`), over `ControlClient`; dispatch and shared helpers |
-//! | [`nats_auth`] | NATS credentials and TLS from flags, `NATS_*` env and natscli contexts |
-//! | [`dev`] | `lineage dev`: a local cluster of real processes |
-//! | [`demo`] | the demo workload `lineage dev` runs |
-//! | [`bench`](mod@bench) | `lineage bench`: statistics, baseline, workers |
-//! | [`chaos`] | `lineage chaos`: the fault harness (issue 12) |
-//! | [`scenarios`] | the benchmark scenarios |
-//! | [`telemetry`] | logging setup |
-//! | [`output`] | human and `--json` output, one-line errors, exit codes |
-//! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
-
-mod acp;
-mod bench;
-mod chaos;
-mod cli;
-mod cmd;
-mod demo;
-mod dev;
-mod nats_auth;
-mod output;
-mod progress;
-mod scenarios;
-mod telemetry;
+//! The `lineage` binary: parses the command line and runs the verb (the verbs live in the
+//! `lineage` library, `lib.rs`).
 
 use clap::{CommandFactory, FromArgMatches};
+use lineage::cli;
+use lineage::cmd;
 
 /// The global allocator: mimalloc, which hands freed pages back to the system and keeps a
 /// registry member's heap close to what its state holds (issue 13; glibc's malloc kept the
@@ -42,6 +18,10 @@ fn main() {
     let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli.global.from_env = cli::flags_from_env(&matches);
     quiet_on_closed_pipe(&cli.verb);
+    if let cli::Verb::Bench { .. } | cli::Verb::Chaos { .. } = cli.verb {
+        // The lab is a program of its own; it takes this command line as is.
+        std::process::exit(lineage::lab::forward());
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -69,7 +49,7 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         | Verb::Acp(_)
         | Verb::Mcp
         | Verb::Bench { .. }
-        | Verb::Chaos(_) => true,
+        | Verb::Chaos { .. } => true,
         Verb::Spawn(_)
         | Verb::Send(_)
         | Verb::Interrupt(_)

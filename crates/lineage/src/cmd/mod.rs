@@ -70,7 +70,7 @@ pub async fn run(cli: Cli) -> i32 {
         | Verb::Config(_)
         | Verb::Script(_)
         | Verb::Bench { .. }
-        | Verb::Chaos(_)
+        | Verb::Chaos { .. }
         | Verb::Mcp
         | Verb::Acp(_) => None,
     };
@@ -146,18 +146,20 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
-        Verb::Bench { scenario } => crate::bench::bench(g, &scenario).await,
-        Verb::Chaos(args) => crate::chaos::chaos(g, args).await,
+        // `main` hands these to the lab program before the runtime starts.
+        Verb::Bench { .. } | Verb::Chaos { .. } => std::process::exit(crate::lab::forward()),
     }
 }
 
-pub(crate) fn cluster(g: &Global) -> String {
+/// The cluster name: `--cluster`, else [`DEFAULT_CLUSTER`].
+pub fn cluster(g: &Global) -> String {
     g.cluster
         .clone()
         .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned())
 }
 
-pub(crate) fn subjects(g: &Global) -> Result<Subjects, ControlError> {
+/// The subjects of the cluster `--cluster` names; a bad name is a usage error.
+pub fn subjects(g: &Global) -> Result<Subjects, ControlError> {
     Subjects::new(&cluster(g)).map_err(|e| usage(e.to_string()))
 }
 
@@ -191,7 +193,8 @@ pub(crate) fn registry_error(e: RegistryError) -> ControlError {
     ControlError::new(code, text)
 }
 
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use lineage_bus::control::{ControlError, ErrorCode};
 
-use crate::cli::Global;
-use crate::output::usage;
+use lineage::cli::Global;
+use lineage::output::usage;
 
 /// Latency samples and the wall time they took.
 #[derive(Default)]
@@ -72,7 +72,7 @@ pub async fn nats_round_trips(
     client: &async_nats::Client,
     n: usize,
 ) -> Result<Samples, ControlError> {
-    let subject = format!("lineage.bench.echo.{}", crate::cmd::now_ms());
+    let subject = format!("lineage.bench.echo.{}", lineage::cmd::now_ms());
     let mut sub = client
         .subscribe(subject.clone())
         .await

@@ -24,7 +24,7 @@ use lineage_registry::bench::RegisterBench;
 
 use super::{scaled, spawn_phase, Bench};
 use crate::bench::Samples;
-use crate::cli::Global;
+use lineage::cli::Global;
 use procs::Install;
 
 /// What a row measures.
@@ -94,7 +94,7 @@ const WRITES: [(usize, usize); 2] = [(1, 800), (64, 6400)];
 /// `lineage bench peers`.
 pub(super) async fn peers(g: &Global) -> Result<(), ControlError> {
     if g.nats.is_some() {
-        return Err(crate::output::usage(
+        return Err(lineage::output::usage(
             "`lineage bench peers` compares systems on one machine, each alone: it runs only on a cluster of its own; drop --nats (and NATS_URL)",
         ));
     }
@@ -168,7 +168,7 @@ async fn lineage(g: &Global, b: &Bench, rows: &mut Vec<Row>) {
         ));
     }
     if let Ok(work) = &work {
-        let cluster = crate::cmd::cluster(g);
+        let cluster = lineage::cmd::cluster(g);
         if let Err(e) = anatomy::registry_write(b, work, &cluster, scaled(200)).await {
             println!("registry write, where the time goes: not measured: {e}");
         }

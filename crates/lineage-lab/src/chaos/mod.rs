@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use lineage_bus::control::{ControlError, ErrorCode};
 
-use crate::cli::Global;
-use crate::output::usage;
+use lineage::cli::Global;
+use lineage::output::usage;
 
 /// `lineage chaos` arguments.
 #[derive(Debug, Args)]
@@ -102,8 +102,8 @@ pub async fn chaos(g: &Global, args: ChaosArgs) -> Result<(), ControlError> {
             )));
         }
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| internal(format!("cannot find this lineage binary: {e}")))?;
+    let exe = lineage::dev::lineage_program()
+        .map_err(|e| internal(format!("cannot find the lineage binary: {e}")))?;
     lineage_testkit::binary::set_lineage_bin(exe);
     let json = g.json;
     let run = std::thread::spawn(move || {

@@ -210,7 +210,7 @@ pub(super) async fn register_level(
             registry
                 .register_session(
                     request,
-                    crate::cmd::now_ms(),
+                    lineage::cmd::now_ms(),
                     header,
                     NewSession {
                         descriptor,

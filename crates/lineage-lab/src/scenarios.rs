@@ -53,8 +53,8 @@ use lineage_registry::bench::RegisterBench;
 use lineage_registry::{Consistency, RegistryClient};
 
 use crate::bench::{nats_round_trips, report, Samples};
-use crate::cli::Global;
-use crate::dev::DevCluster;
+use lineage::cli::Global;
+use lineage::dev::DevCluster;
 
 /// Every scenario, in the order `all` runs them.
 const SCENARIOS: [&str; 7] = [
@@ -113,7 +113,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "drain" => drain(&bench).await,
         "tools" => tools::tools(&bench).await,
         "scale" => scale::scale(&bench).await,
-        other => Err(crate::output::usage(format!(
+        other => Err(lineage::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),
     };
@@ -284,8 +284,8 @@ struct Bench {
 
 impl Bench {
     async fn setup(g: &Global, with_nodes: bool) -> Result<Bench, ControlError> {
-        let cluster_name = crate::cmd::cluster(g);
-        let subjects = crate::cmd::subjects(g)?;
+        let cluster_name = lineage::cmd::cluster(g);
+        let subjects = lineage::cmd::subjects(g)?;
         let temp = || {
             tempfile::Builder::new()
                 .prefix("lineage-bench-")
@@ -302,7 +302,10 @@ impl Bench {
             } else {
                 "a release build"
             };
-            println!("starting nats-server and 3 lineage nodes (this binary, {build}) ...");
+            let program = lineage::dev::lineage_program()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "lineage".to_owned());
+            println!("starting nats-server and 3 lineage nodes ({program}, {build}) ...");
             let cluster = DevCluster::start(3, None, None, &cluster_name).await?;
             let client = connect(&cluster.nats.url()).await?;
             let dir = cluster.dir.clone();
@@ -342,7 +345,7 @@ impl Bench {
                 .map(|n| NodeId::parse(&n.id).map_err(|e| internal(e.to_string())))
                 .collect::<Result<_, _>>()?
         } else {
-            let now = crate::cmd::now_ms();
+            let now = lineage::cmd::now_ms();
             let mut live: Vec<NodeId> = registry
                 .nodes(Consistency::Linearizable)
                 .await

@@ -216,7 +216,7 @@ async fn register(
         let outcome = registry
             .register_session(
                 request.clone(),
-                crate::cmd::now_ms(),
+                lineage::cmd::now_ms(),
                 header.clone(),
                 NewSession {
                     descriptor: descriptor.clone(),
@@ -399,7 +399,7 @@ async fn http_ports(b: &Bench) -> Vec<(String, u16)> {
 /// when it does not answer.
 async fn scrape(port: u16) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    let Some((200, text)) = crate::dev::http_get(port, "/metrics").await else {
+    let Some((200, text)) = lineage::dev::http_get(port, "/metrics").await else {
         return out;
     };
     for line in text.lines().filter(|l| l.starts_with("lineage_")) {
