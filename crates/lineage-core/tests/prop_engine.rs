@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::engine::restore::fold;
 use lineage_core::engine::{
-    AgentEngine, Answer, Arrival, EngineCommand, EngineEvent, EngineInit, TurnOutcome, WaitMode,
+    AgentEngine, Answer, Arrival, Barrier, EngineCommand, EngineEvent, EngineInit, TurnOutcome,
+    WaitMode,
 };
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::journal::{JournalEvent, TurnMessage};
@@ -91,6 +92,17 @@ impl Model {
     fn run(&mut self, engine: &AgentEngine, event: &EngineEvent, cmds: &[EngineCommand]) {
         let releasing = matches!(event, EngineEvent::Release(_));
         for cmd in cmds {
+            // The barrier the real executor enforces agrees with this model: what a command
+            // waits for is durable here by the time it comes (the engine asked in order).
+            match cmd.barrier() {
+                Barrier::None => {}
+                Barrier::DurableThrough(seq) => {
+                    assert!(seq <= self.durable, "{cmd:?} before seq {seq} is durable")
+                }
+                Barrier::WrittenWith(seq) => {
+                    assert_eq!(seq, self.staged, "{cmd:?} does not write what is staged")
+                }
+            }
             match cmd {
                 EngineCommand::Stage { seq, event } => {
                     assert_eq!(*seq, self.staged + 1, "seqs are contiguous");

@@ -3,7 +3,8 @@
 //! A message is accepted whether or not a turn runs: it is logged as `inbox/accepted`, made
 //! durable, answered at once, and queued for the next turn (a waking one wakes an idle agent).
 //! A dedup id seen before (an inbox redelivery, a retried followup) is answered `Duplicate` and
-//! adds nothing. A settled agent answers `NotLive`: the sender resumes the session.
+//! adds nothing; the answer waits until the log is durable through what is staged (the
+//! original may still be staged in a one-shot run). A settled agent answers `NotLive`: the sender resumes the session.
 
 use crate::activation::{ActivationEvent, ActivationState};
 use crate::ids::SessionId;
@@ -33,7 +34,14 @@ impl AgentEngine {
             request_id,
         };
         if record.once_keys().any(|k| self.accepted.contains(&k)) {
-            out.push(self.answer(reply, Answer::Duplicate));
+            // Acknowledged only once the original is durable too (a one-shot run may hold it
+            // staged): whoever retried must be able to rely on it.
+            let after_seq = self.flush(out);
+            out.push(EngineCommand::Answer {
+                reply,
+                answer: Answer::Duplicate,
+                after_seq,
+            });
             return;
         }
         if let Some(act) = &self.activation {

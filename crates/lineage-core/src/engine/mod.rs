@@ -9,9 +9,10 @@
 //! Durability is data. The engine tracks the log sequence numbers it stages
 //! ([`EngineCommand::Stage`]) and says when they must be durable: a [`EngineCommand::Flush`]
 //! makes everything staged so far durable (one append), and every command that lets the world
-//! see an effect comes after the flush it depends on and names it (`after_seq`), so an executor
-//! can check it: an answer that a message is accepted, a report publish, a child's birth
-//! ([`EngineCommand::BeforeBirth`]), the settlement commit. The settlement notice is published
+//! see an effect comes after the flush it depends on and names it (`after_seq`, read as a
+//! [`Barrier`] by [`EngineCommand::barrier`]), so an executor checks it: an answer that a
+//! message is accepted (or a duplicate: once the original is durable too), a report publish,
+//! a child's birth ([`EngineCommand::BeforeBirth`]), the settlement commit. The settlement notice is published
 //! only after [`EngineCommand::CommitSettlement`]; if the commit fails, the executor drops the
 //! commands after it (the agent stops, resumable, and nobody was told).
 //!
@@ -345,6 +346,55 @@ pub enum EngineCommand {
     },
     /// The agent is done: release the handle, stop the task.
     Leave,
+}
+
+/// What must hold before a command runs: its durability condition, as data (openraft's
+/// `Respond { when }`, raft-rs's `persisted_messages`). The executor checks it for every
+/// command ([`EngineCommand::barrier`]) and holds a command whose barrier is not durable (it
+/// writes what is staged first, and does not run the command if that fails); it does not rely
+/// on the order of the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Barrier {
+    /// Runs at once (local bookkeeping, or it comes after a commit that has the say).
+    None,
+    /// Runs only once the log is durable through this seq (0: depends on nothing).
+    DurableThrough(u64),
+    /// Writes the log through this seq itself, alongside its own write (a one-shot dispose):
+    /// nothing needs to be durable before it, everything after it waits for both.
+    WrittenWith(u64),
+}
+
+impl EngineCommand {
+    /// This command's durability condition.
+    pub fn barrier(&self) -> Barrier {
+        match self {
+            EngineCommand::Answer { after_seq, .. }
+            | EngineCommand::RunTurn { after_seq, .. }
+            | EngineCommand::PublishReport { after_seq, .. }
+            | EngineCommand::BeforeBirth { after_seq }
+            | EngineCommand::HandOff { after_seq, .. } => Barrier::DurableThrough(*after_seq),
+            EngineCommand::CommitSettlement {
+                with_log: true,
+                after_seq,
+                ..
+            } => Barrier::WrittenWith(*after_seq),
+            EngineCommand::CommitSettlement {
+                with_log: false,
+                after_seq,
+                ..
+            } => Barrier::DurableThrough(*after_seq),
+            EngineCommand::Stage { .. }
+            | EngineCommand::StageDescriptor { .. }
+            | EngineCommand::Flush
+            | EngineCommand::TakeTurn
+            | EngineCommand::CancelTurn
+            | EngineCommand::RecordState(_)
+            | EngineCommand::PublishEnd { .. }
+            | EngineCommand::PublishNotice(_)
+            | EngineCommand::ReturnResult { .. }
+            | EngineCommand::Leave => Barrier::None,
+        }
+    }
 }
 
 /// Everything the engine needs to start (at birth or on resume): see [`restore::fold`] for

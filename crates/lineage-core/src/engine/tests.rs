@@ -73,6 +73,85 @@ fn m3_a_message_is_logged_and_durable_before_its_answer_and_a_retry_is_a_duplica
     ));
     let again = e.handle(user("hi", Some("r1")), 11);
     assert_eq!(kinds(&again), ["answer Duplicate"]);
+    assert_eq!(again[0].barrier(), Barrier::DurableThrough(4));
+}
+
+#[test]
+fn m3_a_duplicate_is_answered_only_once_what_is_staged_is_durable() {
+    // A one-shot run stages its turn's events without a flush; a retry of the message that
+    // started it is acknowledged only after they are written.
+    let mut e = engine(Some(SubagentShape::OneShot));
+    e.handle(user("hi", Some("r1")), 1);
+    let begin = e.handle(EngineEvent::BeginTurn, 2);
+    assert!(!kinds(&begin).contains(&"Flush".to_owned()), "{begin:?}");
+    let again = e.handle(user("hi", Some("r1")), 3);
+    assert_eq!(kinds(&again), ["Flush", "answer Duplicate"]);
+    let staged = e.next_seq - 1;
+    assert_eq!(again[1].barrier(), Barrier::DurableThrough(staged));
+}
+
+#[test]
+fn every_command_names_its_barrier() {
+    let report = SubagentReport {
+        sender_session_id: sid(2),
+        parent_session_id: sid(1),
+        seq: 1,
+        content: "r".into(),
+        delivery: Delivery::Wakeup,
+        at_ms: 0,
+    };
+    let cases = [
+        (EngineCommand::Flush, Barrier::None),
+        (EngineCommand::TakeTurn, Barrier::None),
+        (EngineCommand::Leave, Barrier::None),
+        (
+            EngineCommand::Answer {
+                reply: 1,
+                answer: Answer::Done,
+                after_seq: 5,
+            },
+            Barrier::DurableThrough(5),
+        ),
+        (
+            EngineCommand::PublishReport {
+                report,
+                after_seq: 6,
+            },
+            Barrier::DurableThrough(6),
+        ),
+        (
+            EngineCommand::BeforeBirth { after_seq: 7 },
+            Barrier::DurableThrough(7),
+        ),
+        (
+            EngineCommand::CommitSettlement {
+                dispose: false,
+                with_log: false,
+                stop_reason: StopReason::Completed,
+                after_seq: 8,
+            },
+            Barrier::DurableThrough(8),
+        ),
+        (
+            EngineCommand::CommitSettlement {
+                dispose: true,
+                with_log: true,
+                stop_reason: StopReason::Completed,
+                after_seq: 9,
+            },
+            Barrier::WrittenWith(9),
+        ),
+        (
+            EngineCommand::HandOff {
+                pending_work: false,
+                after_seq: 10,
+            },
+            Barrier::DurableThrough(10),
+        ),
+    ];
+    for (command, barrier) in cases {
+        assert_eq!(command.barrier(), barrier, "{command:?}");
+    }
 }
 
 #[test]

@@ -1,16 +1,19 @@
 //! Executing the engine's commands, in order (the shell of `lineage_core::engine`).
 //!
-//! Durability conditions are checked, not assumed: an answer, a report, a birth or the
-//! settlement commit that depends on log seq N runs only once the log is durable through N
-//! (the executor flushes first if it is not, and does not run the command if that fails);
-//! a dispose that carries its log (`with_log`) is written together with it, and nothing after
-//! it runs unless both succeeded. A
-//! failed flush answers whoever waits with the error, fails the turn it was to start, refuses
-//! the birth it was to allow, and stops the agent before a settlement commit: never notify
-//! before the commit.
+//! Durability conditions are checked, not assumed: before each command the executor reads its
+//! barrier ([`EngineCommand::barrier`]). An answer, a report, a birth, a turn's start, a
+//! hand-off or the settlement commit that depends on log seq N runs only once the log is
+//! durable through N ([`AgentTask::durable_seq`]): when it is not (a flush the engine asked
+//! for failed, or none was asked for), the executor writes what is staged first and does not
+//! run the command if that fails. A dispose that carries its log (`with_log`) is written
+//! together with it, and nothing after it runs unless both succeeded. A failed flush answers
+//! whoever waits with the error, fails the turn it was to start, refuses the birth it was to
+//! allow, and stops the agent before a settlement commit: never notify before the commit.
 
 use lineage_core::descriptor::append_descriptor_at_first_pre_step;
-use lineage_core::engine::{Answer, EngineCommand, EngineEvent, RecordedState, TurnOutcome};
+use lineage_core::engine::{
+    Answer, Barrier, EngineCommand, EngineEvent, RecordedState, TurnOutcome,
+};
 use lineage_core::messages::{InboxMessage, LifecycleEvent, StopReason};
 use lineage_registry::types::{Command, RegistryRefusal, SessionState};
 
@@ -61,6 +64,20 @@ impl AgentTask {
         let mut failed: Option<String> = None;
         let mut follow = Vec::new();
         for command in commands {
+            // The command's barrier: `Err` when what it depends on cannot be made durable.
+            let gate: Result<(), String> = match command.barrier() {
+                Barrier::None => Ok(()),
+                Barrier::DurableThrough(seq) => {
+                    let gate = self.durable_through(seq, failed.as_deref()).await;
+                    if let (Err(e), None) = (&gate, &failed) {
+                        // A write this barrier made failed: nothing after it that depends on
+                        // the log runs either, as after a failed `Flush`.
+                        failed = Some(e.clone());
+                    }
+                    gate
+                }
+                Barrier::WrittenWith(_) => failed.clone().map_or(Ok(()), Err),
+            };
             match command {
                 EngineCommand::Stage { seq, event } => {
                     if let lineage_core::journal::JournalEvent::Accepted(a) = &event {
@@ -93,7 +110,7 @@ impl AgentTask {
                     }
                 }
                 EngineCommand::Answer { reply, answer, .. } => {
-                    self.answer(reply, answer, failed.as_deref()).await
+                    self.answer(reply, answer, gate.err())
                 }
                 EngineCommand::TakeTurn => self.want_turn = true,
                 EngineCommand::RunTurn {
@@ -101,9 +118,9 @@ impl AgentTask {
                     messages,
                     request_ids,
                     ..
-                } => match &failed {
-                    None => left.run = Some((index, messages, request_ids)),
-                    Some(e) => follow.push(EngineEvent::TurnEnded(TurnOutcome::Failed(e.clone()))),
+                } => match gate {
+                    Ok(()) => left.run = Some((index, messages, request_ids)),
+                    Err(e) => follow.push(EngineEvent::TurnEnded(TurnOutcome::Failed(e))),
                 },
                 EngineCommand::CancelTurn => self.cancel_turn(),
                 EngineCommand::RecordState(state) => {
@@ -120,7 +137,7 @@ impl AgentTask {
                     }
                 }
                 EngineCommand::PublishReport { report, .. } => {
-                    if failed.is_none()
+                    if gate.is_ok()
                         && publish_with_retry(
                             &self.shared,
                             &self.session,
@@ -131,12 +148,12 @@ impl AgentTask {
                         self.shared.metrics.reported();
                     }
                 }
-                EngineCommand::BeforeBirth { .. } => match &failed {
-                    None => {
+                EngineCommand::BeforeBirth { .. } => match gate {
+                    Ok(()) => {
                         self.open_inbox();
                         left.birth = Some(Ok(()));
                     }
-                    Some(e) => left.birth = Some(Err(e.clone())),
+                    Err(e) => left.birth = Some(Err(e)),
                 },
                 EngineCommand::CommitSettlement {
                     dispose,
@@ -144,9 +161,9 @@ impl AgentTask {
                     stop_reason,
                     ..
                 } => {
-                    let committed = match &failed {
-                        None => self.commit(dispose, with_log, stop_reason).await,
-                        Some(e) => Err(HostError::Unavailable(e.clone())),
+                    let committed = match gate {
+                        Ok(()) => self.commit(dispose, with_log, stop_reason).await,
+                        Err(e) => Err(HostError::Unavailable(e)),
                     };
                     if let Err(e) = committed {
                         // Never notify before the commit: stop here, resumable later.
@@ -170,7 +187,7 @@ impl AgentTask {
                 EngineCommand::HandOff { pending_work, .. } => {
                     // Released only when everything is durable (else it stays placed here,
                     // and its next host resumes it as cut short).
-                    if failed.is_none() {
+                    if gate.is_ok() {
                         self.handed_off = Some(pending_work);
                     }
                 }
@@ -185,18 +202,37 @@ impl AgentTask {
         left
     }
 
-    /// Sends an engine answer to whoever waits; after a failed flush, the failure instead.
-    async fn answer(&mut self, reply: u64, answer: Answer, failed: Option<&str>) {
+    /// The log's last seq that is durable: everything but the `unflushed` staged events.
+    pub(crate) fn durable_seq(&self) -> u64 {
+        self.log.last_seq().saturating_sub(self.unflushed as u64)
+    }
+
+    /// Holds a command until the log is durable through `seq`: `Ok` at once when it is,
+    /// else after writing what is staged; `Err` when an earlier flush of this list failed
+    /// (`failed`), the write fails, or `seq` was never staged (an engine bug, refused rather
+    /// than run).
+    async fn durable_through(&mut self, seq: u64, failed: Option<&str>) -> Result<(), String> {
+        if let Some(e) = failed {
+            return Err(e.to_owned());
+        }
+        if self.durable_seq() >= seq {
+            return Ok(());
+        }
+        if self.log.last_seq() < seq {
+            tracing::error!(session = %self.session, seq, last = self.log.last_seq(), "the engine named a barrier past the log's end");
+            return Err(format!(
+                "internal: a command waits for log seq {seq}, past the log's end ({})",
+                self.log.last_seq()
+            ));
+        }
+        self.flush().await.map_err(|e| e.to_string())
+    }
+
+    /// Sends an engine answer to whoever waits; when its barrier failed, the failure instead.
+    fn answer(&mut self, reply: u64, answer: Answer, failed: Option<String>) {
         let Some(pending) = self.pending.remove(&reply) else {
             return;
         };
-        // A duplicate is acknowledged only once the original is durable too.
-        let mut failed = failed.map(str::to_owned);
-        if failed.is_none() && self.unflushed > 0 && matches!(answer, Answer::Duplicate) {
-            if let Err(e) = self.flush().await {
-                failed = Some(e.to_string());
-            }
-        }
         match pending {
             Pending::Deliver {
                 reply,
