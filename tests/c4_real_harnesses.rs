@@ -38,11 +38,9 @@ const HARNESSES: [(&str, &str, &[&str]); 3] = [
 /// The delegation statement's opening words (C1), as the child's model must see them.
 const STATEMENT: &str = "You are a delegated subagent";
 
+/// The repository (the e2e suites' package is its root).
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
 /// The harnesses' bin directory; `None` (with one line) when npm is missing here.
