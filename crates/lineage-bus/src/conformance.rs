@@ -49,10 +49,7 @@ pub trait Backend: Send + Sync {
     fn ack_wait(&self) -> Duration;
 }
 
-/// A session id numbered `n`.
-pub fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).expect("a valid session id")
-}
+pub use lineage_core::ids::sid;
 
 /// Event `seq` of a log.
 pub fn event(seq: u64) -> SessionEvent {

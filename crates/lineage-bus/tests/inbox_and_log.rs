@@ -5,14 +5,11 @@ use std::time::Duration;
 use lineage_bus::events::{EventLogStore, LogCursor};
 use lineage_bus::inbox::ParentInbox;
 use lineage_bus::{BusError, Subjects};
-use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::{Delivery, InboxMessage, StopReason, SubagentReport, SubagentSettled};
 use lineage_testkit::NatsServer;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn report(seq: u64, content: &str) -> InboxMessage {
     InboxMessage::Report(SubagentReport {

@@ -9,12 +9,9 @@ use lineage_bus::events::EventLogStore;
 use lineage_bus::inbox::ParentInbox;
 use lineage_bus::streams::MAX_CONSUMERS;
 use lineage_bus::Subjects;
-use lineage_core::ids::SessionId;
 use lineage_testkit::NatsServer;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 async fn max_consumers(js: &jetstream::Context, name: &str) -> i32 {
     js.get_stream(name)

@@ -16,9 +16,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
 use lineage_testkit::NatsServer;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn report(parent: &SessionId, seq: u64) -> InboxMessage {
     InboxMessage::Report(SubagentReport {

@@ -8,7 +8,6 @@ use async_nats::jetstream;
 use lineage_bus::events::EventLogStore;
 use lineage_bus::inbox::ParentInbox;
 use lineage_bus::{BusError, StreamOptions, Subjects};
-use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::{Delivery, InboxMessage, SubagentReport};
 use lineage_testkit::NatsCluster;
@@ -27,9 +26,7 @@ fn subjects() -> Subjects {
     Subjects::new("z3").unwrap()
 }
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn event(seq: u64) -> SessionEvent {
     SessionEvent {

@@ -392,9 +392,7 @@ mod tests {
     use ActivationAction as A;
     use ActivationEvent as E;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn settle_actions(stop_reason: Option<&str>) -> Vec<ActivationAction> {
         vec![

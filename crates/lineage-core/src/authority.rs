@@ -225,9 +225,7 @@ impl Ancestry for LocalAncestry {
 mod tests {
     use super::*;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     /// 1 -> 2 -> {3, 4}; 3 -> 5.
     fn family() -> LocalAncestry {

@@ -102,9 +102,7 @@ mod tests {
     use super::*;
     use crate::usage::SessionUsage;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn total(tokens: u64, usd_micros: u64) -> UsageTotal {
         let mut t = UsageTotal::default();

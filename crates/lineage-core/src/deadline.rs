@@ -66,9 +66,7 @@ pub fn deadline_drain_roots(overdue: &[OverdueSession], now_ms: u64) -> Vec<Sess
 mod tests {
     use super::*;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn overdue(n: u32, parent: Option<u32>, at: u64) -> OverdueSession {
         OverdueSession {

@@ -357,9 +357,7 @@ pub fn verify_child_first(
 mod tests {
     use super::*;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn node(n: u32) -> NodeId {
         NodeId::parse(&format!("node-{n}")).unwrap()

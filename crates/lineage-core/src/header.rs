@@ -371,9 +371,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn root() -> SessionHeader {
         SessionHeader::top_level(sid(1), Some("/work".into()), None)

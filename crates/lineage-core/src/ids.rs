@@ -229,6 +229,16 @@ token_id!(
     false
 );
 
+/// A deterministic session id for tests and fixtures (feature `test-ids`, which only
+/// dev-dependencies turn on): `sid(7)` is `01936c1e-7a3b-7cde-8f00-000000000007` in every run.
+#[cfg(any(test, feature = "test-ids"))]
+pub fn sid(n: u32) -> SessionId {
+    match SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")) {
+        Ok(id) => id,
+        Err(e) => unreachable!("a numbered id is a valid UUID: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

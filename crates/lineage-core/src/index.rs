@@ -78,9 +78,7 @@ pub fn index_subagent_descendants(
 mod tests {
     use super::*;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn summary(id: u32, parent: Option<u32>, subagent: bool, running: bool) -> SessionSummary {
         SessionSummary {

@@ -239,9 +239,7 @@ pub fn never_started_summary(label: &str, within_ms: u64) -> String {
 mod tests {
     use super::*;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn descriptor(mode: SubagentShape, label: Option<&str>) -> SubagentDescriptor {
         SubagentDescriptor {

@@ -4,14 +4,12 @@
 //! event. Logs written by older nodes stay readable.
 
 use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::{NodeId, RunId, SessionId};
+use lineage_core::ids::{NodeId, RunId};
 use lineage_core::journal::{Accepted, JournalEvent, TurnMessage};
 use lineage_core::messages::{Delivery, StopReason};
 use serde_json::json;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn check(event: JournalEvent, kind: &str, old: serde_json::Value) {
     let (k, data) = event.to_parts();

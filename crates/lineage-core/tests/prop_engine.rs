@@ -20,9 +20,7 @@ use lineage_core::journal::{JournalEvent, TurnMessage};
 use lineage_core::messages::{Delivery, StopReason};
 use proptest::prelude::*;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 /// One generated step.
 #[derive(Debug, Clone)]

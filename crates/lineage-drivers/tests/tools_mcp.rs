@@ -5,7 +5,6 @@
 //! of these actions is tested in `lineage-host/tests/turn_actions.rs`.
 
 use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::SessionId;
 use lineage_core::journal::TurnMessage;
 use lineage_drivers::driver::{ActionOutcome, AgentSpec, TurnAction, TurnCtx, TurnRequest};
 use lineage_drivers::tools::{DelegationTools, TurnSlot};
@@ -16,9 +15,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 #[derive(Debug, Clone, Default)]
 struct Client;

@@ -127,9 +127,7 @@ mod tests {
     use super::*;
     use lineage_core::header::{child_session_meta, SessionHeader};
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use lineage_core::ids::sid;
 
     #[test]
     fn m2_only_hosted_continuable_children_may_hold_an_unsent_outbox() {

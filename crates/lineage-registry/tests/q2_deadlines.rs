@@ -8,9 +8,7 @@ use lineage_core::header::{child_session_meta, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
 use lineage_registry::{Command, CommandResponse, RegistryRefusal, RegistryState};
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn register(n: u32, header: SessionHeader) -> Command {
     Command::RegisterSession {

@@ -11,9 +11,7 @@ use lineage_registry::listing::{ListCursor, ListFilter, LIST_SCAN_MAX};
 use lineage_registry::{Command, CommandResponse, RegistryState, SessionRecord, SessionState};
 use serde_json::json;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn node(n: u32) -> NodeId {
     NodeId::parse(&format!("node-{n}")).unwrap()

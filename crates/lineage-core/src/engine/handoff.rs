@@ -58,13 +58,11 @@ mod tests {
     use crate::engine::{
         AgentEngine, Answer, Arrival, EngineCommand, EngineEvent, EngineInit, TurnOutcome,
     };
-    use crate::ids::SessionId;
+
     use crate::journal::{JournalEvent, TurnMessage};
     use crate::messages::StopReason;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use crate::ids::sid;
 
     fn engine(shape: Option<SubagentShape>) -> AgentEngine {
         let init = EngineInit {

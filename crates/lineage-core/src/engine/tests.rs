@@ -6,9 +6,7 @@ use crate::journal::TurnMessage;
 use crate::log::SessionEvent;
 use crate::messages::InboxMessage;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use crate::ids::sid;
 
 fn engine(shape: Option<SubagentShape>) -> AgentEngine {
     let init = EngineInit {

@@ -63,14 +63,12 @@ impl RegistryState {
 #[cfg(test)]
 mod tests {
     use lineage_core::header::SessionHeader;
-    use lineage_core::ids::{NodeId, RequestId, SessionId};
+    use lineage_core::ids::{NodeId, RequestId};
 
     use crate::state::RegistryState;
     use crate::types::{Command, CommandResponse, Placement, RegistryRefusal, SessionState};
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use lineage_core::ids::sid;
 
     fn rid(s: &str) -> RequestId {
         RequestId::parse(s).unwrap()

@@ -58,9 +58,7 @@ mod tests {
     use crate::state::RegistryState;
     use crate::types::{Command, CommandResponse};
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).expect("id")
-    }
+    use lineage_core::ids::sid;
 
     /// The same text, not only an equal one.
     fn same(a: &SessionId, b: &SessionId) -> bool {

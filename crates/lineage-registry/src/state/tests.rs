@@ -5,9 +5,7 @@ use lineage_core::header::child_session_meta;
 
 mod results;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 fn rid(s: &str) -> RequestId {
     RequestId::parse(s).unwrap()
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lineage_core::header::{child_session_meta, SessionHeader};
-use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::ids::{NodeId, RequestId};
 use lineage_registry::{RegistryNode, RegistryNodeConfig};
 #[allow(unused_imports)]
 pub use lineage_testkit::wait_for_async;
@@ -14,9 +14,7 @@ use lineage_testkit::NatsServer;
 
 pub const CLUSTER: &str = "test";
 
-pub fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+pub use lineage_core::ids::sid;
 pub fn rid(s: impl AsRef<str>) -> RequestId {
     RequestId::parse(s.as_ref()).unwrap()
 }

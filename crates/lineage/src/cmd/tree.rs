@@ -244,9 +244,7 @@ mod tests {
     use lineage_core::lifecycle::SessionState;
     use lineage_core::usage::SessionUsage;
 
-    fn sid(n: u32) -> SessionId {
-        SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-    }
+    use lineage_core::ids::sid;
 
     fn record(header: SessionHeader, usage: Option<(u64, u64)>) -> SessionRecord {
         SessionRecord {

@@ -2,9 +2,7 @@
 
 use super::*;
 
-fn sid(n: u32) -> SessionId {
-    SessionId::parse(&format!("01936c1e-7a3b-7cde-8f00-{n:012}")).unwrap()
-}
+use lineage_core::ids::sid;
 
 fn start(parent: u32, child: u32, label: Option<&str>) -> Observed {
     Observed::Start {
