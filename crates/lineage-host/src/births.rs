@@ -39,9 +39,9 @@ use lineage_registry::state::OVERDUE_BIRTHS_PAGE;
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionRecord};
 
 use crate::error::HostError;
-use crate::host::Shared;
-use crate::readopt::is_sweeper;
+use crate::lease::is_sweeper;
 use crate::settle::publish_with_retry;
+use crate::shared::Shared;
 
 /// What one birth sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,7 +69,7 @@ impl Shared {
     /// One birth sweep (see the module documentation); nothing unless this node is the
     /// sweeper.
     pub(crate) async fn sweep_births(self: &Arc<Self>) -> Result<BirthSweepReport, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let mut report = BirthSweepReport::default();
         let now = self.now();
         let nodes = self.registry.nodes().await?;
@@ -170,7 +170,7 @@ impl Shared {
     async fn tell_parent(&self, expiry: BirthExpiry) {
         let session = expiry.session;
         if let Some(end) = expiry.end {
-            if let Err(e) = self.lifecycle.publish(&LifecycleEvent::End(end)).await {
+            if let Err(e) = self.bus.lifecycle.publish(&LifecycleEvent::End(end)).await {
                 tracing::warn!(%session, error = %e, "cannot publish subagent/end");
             }
         }

@@ -18,14 +18,14 @@ use lineage_registry::state::SPENT_BUDGETS_PAGE;
 
 use crate::deadlines::DeadlineSweepReport;
 use crate::error::HostError;
-use crate::host::Shared;
-use crate::readopt::is_sweeper;
+use crate::lease::is_sweeper;
+use crate::shared::Shared;
 
 impl Shared {
     /// One budget sweep (see the module documentation); nothing unless this node is the
     /// sweeper. The report lists the holders drained.
     pub(crate) async fn sweep_budgets(self: &Arc<Self>) -> Result<DeadlineSweepReport, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let now = self.now();
         let nodes = self.registry.nodes().await?;
         if !is_sweeper(&nodes, &self.cfg.node, now) {

@@ -26,8 +26,8 @@ use lineage_registry::state::OVERDUE_DEADLINES_PAGE;
 use lineage_registry::types::SessionRecord;
 
 use crate::error::HostError;
-use crate::host::Shared;
-use crate::readopt::is_sweeper;
+use crate::lease::is_sweeper;
+use crate::shared::Shared;
 
 /// How often the sweeper looks for overdue deadlines (at most; a shorter lease is used instead).
 pub const DEADLINE_SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -56,7 +56,7 @@ impl Shared {
     pub(crate) async fn sweep_deadlines(
         self: &Arc<Self>,
     ) -> Result<DeadlineSweepReport, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let now = self.now();
         let nodes = self.registry.nodes().await?;
         if !is_sweeper(&nodes, &self.cfg.node, now) {

@@ -39,13 +39,14 @@ use lineage_core::ids::{DrainId, NodeId, SessionId};
 use lineage_core::messages::StopReason;
 use lineage_registry::types::{Command, CommandResponse, SessionState};
 
-use crate::agent::AgentCmd;
+use crate::agent::cmd::AgentCmd;
 use crate::control::{
     ops, Disposal, DisposalKind, DrainProgress, DrainReport, StopReply, StopRequest, WaveSummary,
     DRAIN_REPORT_CAP,
 };
 use crate::error::HostError;
-use crate::host::{Host, Shared};
+use crate::host::Host;
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 /// Registry disposals a drain keeps in flight within one wave.
@@ -108,7 +109,7 @@ impl Shared {
             ));
         }
         let progress = progress.map(|drain| Progress {
-            control: self.control.clone(),
+            control: self.bus.control.clone(),
             drain,
         });
         let mut report = DrainReport::default();
@@ -163,8 +164,11 @@ impl Shared {
                     (Some(_), false) | (None, _) => None,
                 };
                 // A settled session may still be live here for a moment: release it too.
-                let node =
-                    node.or_else(|| self.is_live(record.id()).then(|| self.cfg.node.clone()));
+                let node = node.or_else(|| {
+                    self.live
+                        .is_live(record.id())
+                        .then(|| self.cfg.node.clone())
+                });
                 sessions.push(DrainSession {
                     id: record.id().clone(),
                     parent: record.header.parent_session().cloned(),
@@ -213,7 +217,7 @@ impl Shared {
                 reason,
             )
             .await;
-        if let Err(e) = self.inbox.delete_consumers(&disposed).await {
+        if let Err(e) = self.bus.inbox.delete_consumers(&disposed).await {
             report
                 .warnings
                 .push(format!("deleting inbox consumers failed: {e}"));
@@ -411,7 +415,7 @@ impl Shared {
                 Ok(()) => {
                     // Wait until the task has left the table.
                     for _ in 0..200 {
-                        if !self.is_live(&id) {
+                        if !self.live.is_live(&id) {
                             break;
                         }
                         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -433,15 +437,15 @@ impl Shared {
         make: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> AgentCmd,
     ) -> Result<(), HostError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send(id, make(tx))?;
-        if let Some(handle) = self.handle(id) {
+        self.live.send(id, make(tx))?;
+        if let Some(handle) = self.live.handle(id) {
             if let Ok(slot) = handle.turn.lock() {
                 if let Some(token) = slot.as_ref() {
                     token.cancel();
                 }
             }
         }
-        rx.await.map_err(|_| self.not_live(id))
+        rx.await.map_err(|_| self.live.not_live(id))
     }
 }
 

@@ -36,7 +36,7 @@ use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::lease::{fence_after_ms, holds_lease, lapsed, lease_margin_ms, renewed_too_late};
 use lineage_registry::types::{SessionRecord, SessionState};
 
-use crate::host::Shared;
+use crate::shared::Shared;
 
 /// Up to this many live agents, a placement check reads each one's record; past it, the
 /// node's placements in one walk ([`Shared::fence_moved`]).
@@ -74,7 +74,7 @@ impl Shared {
     /// lease may have lapsed before it: renewals a whole lease (or request timeout) apart
     /// ([`lapsed`](lineage_core::lease::lapsed)), or this one back only after the lease held ran out ([`renewed_too_late`](lineage_core::lease::renewed_too_late)).
     pub(crate) fn renewal_lapsed(&self, at_ms: u64, done_ms: u64) -> bool {
-        let held = self.lease_until_ms.load(Ordering::SeqCst);
+        let held = self.lease.lease_until_ms.load(Ordering::SeqCst);
         let apart = self.renewed(at_ms);
         apart || renewed_too_late(held, done_ms)
     }
@@ -84,26 +84,28 @@ impl Shared {
     fn renewed(&self, now_ms: u64) -> bool {
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let after_ms = fence_after_ms(ms(self.cfg.lease), ms(self.cfg.request_timeout));
-        let previous = self.last_renewal_ms.swap(now_ms, Ordering::SeqCst);
+        let previous = self.lease.last_renewal_ms.swap(now_ms, Ordering::SeqCst);
         lapsed(previous, now_ms, after_ms)
     }
 
     /// Records that the lease holds until `until_ms` (a renewal written at `until_ms - lease`,
     /// with nothing left to check); it never moves back.
     pub(crate) fn hold_lease_until(&self, until_ms: u64) {
-        self.lease_until_ms.fetch_max(until_ms, Ordering::SeqCst);
+        self.lease
+            .lease_until_ms
+            .fetch_max(until_ms, Ordering::SeqCst);
     }
 
     /// Makes the next renewal count as a lapse (the placements could not all be checked).
     pub(crate) fn check_again_at_next_renewal(&self) {
-        self.last_renewal_ms.store(1, Ordering::SeqCst);
+        self.lease.last_renewal_ms.store(1, Ordering::SeqCst);
     }
 
     /// True while this node surely holds its lease ([`holds_lease`](lineage_core::lease::holds_lease)).
     pub(crate) fn lease_held(&self) -> bool {
         let lease_ms = u64::try_from(self.cfg.lease.as_millis()).unwrap_or(u64::MAX);
         holds_lease(
-            self.lease_until_ms.load(Ordering::SeqCst),
+            self.lease.lease_until_ms.load(Ordering::SeqCst),
             self.now(),
             lease_margin_ms(lease_ms),
         )
@@ -151,6 +153,7 @@ impl Shared {
     /// stop.
     pub(crate) async fn fence_moved(self: &Arc<Self>) -> (Vec<SessionId>, bool) {
         let live: Vec<(SessionId, CancellationToken)> = self
+            .live
             .agents
             .lock()
             .map(|agents| {

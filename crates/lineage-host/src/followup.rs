@@ -15,12 +15,14 @@ use std::sync::Arc;
 use lineage_core::descriptor::SubagentShape;
 use lineage_registry::types::SessionState;
 
-use crate::agent::{AgentCmd, Delivered, Incoming};
+use crate::agent::cmd::AgentCmd;
+use crate::agent::mail::{Delivered, Incoming};
 use crate::control::{FollowupOutcome, FollowupReply, FollowupRequest, Hop, ResumeOutcome};
 use crate::error::HostError;
 use crate::fence::LeaseWait;
-use crate::host::{Host, Shared};
+use crate::host::Host;
 use crate::resume::Resumption;
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 impl Shared {
@@ -28,15 +30,16 @@ impl Shared {
         self: &Arc<Self>,
         request: &FollowupRequest,
     ) -> Result<Delivered, HostError> {
-        self.ask(&request.session, |reply| AgentCmd::Deliver {
-            incoming: Incoming::User {
-                content: request.content.clone(),
-                request_id: request.request_id.clone(),
-            },
-            reply,
-            trace: lineage_bus::trace::current(),
-        })
-        .await?
+        self.live
+            .ask(&request.session, |reply| AgentCmd::Deliver {
+                incoming: Incoming::User {
+                    content: request.content.clone(),
+                    request_id: request.request_id.clone(),
+                },
+                reply,
+                trace: lineage_bus::trace::current(),
+            })
+            .await?
     }
 
     pub(crate) async fn followup(
@@ -44,9 +47,9 @@ impl Shared {
         request: FollowupRequest,
         hop: Hop,
     ) -> Result<FollowupReply, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let session = request.session.clone();
-        if let Some(handle) = self.handle(&session) {
+        if let Some(handle) = self.live.handle(&session) {
             if handle.shape == Some(SubagentShape::OneShot) {
                 return Err(one_shot(&session));
             }
@@ -157,7 +160,7 @@ impl Shared {
                     });
                 }
                 Err(HostError::NotLive { .. }) if tokio::time::Instant::now() < deadline => {
-                    while self.is_live(&session) && tokio::time::Instant::now() < deadline {
+                    while self.live.is_live(&session) && tokio::time::Instant::now() < deadline {
                         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     }
                 }

@@ -36,7 +36,7 @@ use lineage_bus::control::{decode_reply, encode_request, ControlError, Hop};
 use lineage_bus::ports::{ControlCall, ControlTarget};
 use lineage_core::ids::{NodeId, SessionId};
 
-use crate::agent::{AgentCmd, HandedOff};
+use crate::agent::cmd::{AgentCmd, HandedOff};
 use crate::control::{ops, ResumeReply, ResumeRequest};
 use crate::host::Host;
 
@@ -72,10 +72,10 @@ impl Host {
     /// stops whatever is still live (a turn that outlived the grace).
     pub async fn wind_down(&self, grace: Duration) -> WindDownReport {
         let shared = &self.shared;
-        shared.winding.cancel();
+        shared.lifetime.winding.cancel();
         let started = tokio::time::Instant::now();
         for session in self.live_sessions() {
-            let _ = shared.send(&session, AgentCmd::Quiesce);
+            let _ = shared.live.send(&session, AgentCmd::Quiesce);
         }
         let deadline = started + grace;
         while self.turns_running() && tokio::time::Instant::now() < deadline {
@@ -85,11 +85,12 @@ impl Host {
             waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             ..WindDownReport::default()
         };
-        shared.handing_off.store(true, Ordering::SeqCst);
+        shared.lifetime.handing_off.store(true, Ordering::SeqCst);
         let mut waiting = Vec::new();
         let outcomes = stream::iter(self.live_sessions())
             .map(|session| async move {
                 let outcome = shared
+                    .live
                     .ask(&session, AgentCmd::HandOff)
                     .await
                     .unwrap_or(HandedOff::Gone);
@@ -129,6 +130,7 @@ impl Host {
     /// The sessions live here now.
     fn live_sessions(&self) -> Vec<SessionId> {
         self.shared
+            .live
             .agents
             .lock()
             .map(|agents| agents.keys().cloned().collect())
@@ -138,6 +140,7 @@ impl Host {
     /// Whether any live agent is in a turn.
     fn turns_running(&self) -> bool {
         self.shared
+            .live
             .agents
             .lock()
             .map(|agents| {
@@ -166,6 +169,7 @@ impl Host {
                     trace: lineage_bus::trace::current(),
                 };
                 let reply = shared
+                    .bus
                     .control
                     .request(&ControlTarget::Any, call, shared.cfg.request_timeout)
                     .await

@@ -15,7 +15,8 @@ use lineage_core::ids::SessionId;
 
 use crate::control::{Hop, InterruptOutcome, InterruptReply, InterruptRequest};
 use crate::error::HostError;
-use crate::host::{Host, Shared};
+use crate::host::Host;
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 /// Ancestry facts fetched from the registry for one check.
@@ -51,6 +52,7 @@ impl Shared {
         let mut known = Known::default();
         if let InterruptAuthority::Ancestor { session } = &request.authority {
             let local = self
+                .live
                 .ancestry
                 .lock()
                 .map(|a| a.is_ancestor(session, &target))
@@ -83,7 +85,7 @@ impl Shared {
             &request.authority,
             &known,
         )?;
-        if let Some(handle) = self.handle(&target) {
+        if let Some(handle) = self.live.handle(&target) {
             let cancelled = handle
                 .turn
                 .lock()

@@ -12,7 +12,12 @@
 //! | (drivers) | the driver trait, the script and ACP drivers and agent profiles are `lineage_drivers`; [`DriverFactory`] and [`ScriptDrivers`] are re-exported for [`HostDeps`] | H1, T4 |
 //! | [`registry`] | [`RegistryPort`], the narrow registry trait; [`MemoryRegistry`]; the `RegistryClient` impl | G1, K1, R3 |
 //! | [`clock`] | injected time ([`Clock`]) and id minting | |
-//! | [`host`] | [`Host`]: live agents of one node, node lease | R1–R3 |
+//! | `config` | [`HostConfig`] and [`HostDeps`] (re-exported by [`host`]) | |
+//! | [`host`] | [`Host`]: live agents of one node, node lease; [`HostConfig`], [`HostDeps`] | R1–R3 |
+//! | `shared` | `Shared`: the host's state in named parts (config, bus ports, registry, live agents, lifetime, lease), and its registry writes | |
+//! | `lease` | `LeaseMarks`: the node lease as this node last saw it | K1, R1 |
+//! | `live` | `Live`: the live agents, births and resumes under way, local ancestry | R3, M4 |
+//! | `lifetime` | `Lifetime`: background tasks, shutdown, graceful wind-down and hand-off | K1, X1 |
 //! | `agent` | one live agent: a task executing `lineage_core::engine` commands; turns beside the mailbox | X2, M3 |
 //! | [`spawn`] | birth: depth, policy snapshot, header, register, creation window, start event | S1–S3, D2–D4, L1, C1–C3, P1, E1 |
 //! | [`start`] | the hosting node's half of a birth: creation window, confirm, launch | S1, P1, C1, C3, E1 |
@@ -43,6 +48,7 @@ mod agent;
 pub mod births;
 pub mod budgets;
 pub mod clock;
+mod config;
 pub mod control;
 pub mod deadlines;
 pub mod drain;
@@ -52,6 +58,9 @@ pub mod followup;
 pub mod handoff;
 pub mod host;
 pub mod interrupt;
+mod lease;
+mod lifetime;
+mod live;
 pub mod outbox;
 pub mod readopt;
 pub mod registry;
@@ -61,6 +70,7 @@ pub mod retention;
 mod routing;
 pub mod service;
 pub mod settle;
+mod shared;
 pub mod spawn;
 pub mod start;
 mod sweeps;

@@ -21,8 +21,8 @@ use lineage_core::log::SessionLog;
 use lineage_registry::types::{SessionRecord, SessionState};
 
 use crate::error::HostError;
-use crate::host::Shared;
 use crate::settle::publish_with_retry;
+use crate::shared::Shared;
 
 /// True when `record` may have an outbox its node never finished sending: a continuable child
 /// that was hosted (`running`, `waiting` or `settled`). Pure.
@@ -39,7 +39,7 @@ impl Shared {
     /// node (see the module documentation).
     pub(crate) fn resend_outboxes(self: &Arc<Self>, placed: &[SessionRecord]) {
         let children: Vec<SessionRecord> = {
-            let mut resent = self.resent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut resent = self.live.resent.lock().unwrap_or_else(|e| e.into_inner());
             placed
                 .iter()
                 .filter(|r| may_hold_unsent_outbox(r))
@@ -91,7 +91,8 @@ impl Shared {
                 "outboxes of adopted sessions sent again"
             );
         });
-        self.tasks
+        self.lifetime
+            .tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(task);
@@ -104,7 +105,7 @@ impl Shared {
         parent: &SessionId,
     ) -> Result<usize, HostError> {
         let session = child.header.id().clone();
-        let (events, _) = self.events.read(&session).await?;
+        let (events, _) = self.bus.events.read(&session).await?;
         let log = SessionLog::from_events(
             session.clone(),
             events,

@@ -43,9 +43,10 @@ use std::sync::Arc;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_registry::types::{NodeRecord, SessionRecord, SessionState};
 
-use crate::agent::AgentCmd;
+use crate::agent::cmd::AgentCmd;
 use crate::error::HostError;
-use crate::host::{Host, Shared};
+use crate::host::Host;
+use crate::shared::Shared;
 
 /// What a re-adoption did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,7 +60,7 @@ pub struct ReadoptReport {
 
 impl Shared {
     pub(crate) async fn readopt(self: &Arc<Self>) -> Result<ReadoptReport, HostError> {
-        self.check_resumable()?;
+        self.lifetime.check_resumable()?;
         self.adopt_from(self.cfg.node.clone()).await
     }
 
@@ -68,7 +69,7 @@ impl Shared {
         self: &Arc<Self>,
         after: std::time::Duration,
     ) -> Result<ReadoptReport, HostError> {
-        self.check_resumable()?;
+        self.lifetime.check_resumable()?;
         let nodes = self.registry.nodes().await?;
         let grace = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
         let mut report = ReadoptReport::default();
@@ -88,7 +89,7 @@ impl Shared {
             .sessions_on_node(node)
             .await?
             .into_iter()
-            .filter(|r| !self.is_live(r.header.id()))
+            .filter(|r| !self.live.is_live(r.header.id()))
             .collect();
         // Reports and notices the node logged and may not have published (issue 12): sent
         // again from the logs, in the background ([`crate::outbox`]).
@@ -120,7 +121,7 @@ impl Shared {
             }
         }
         for session in cut_short.iter().rev() {
-            let _ = self.send(session, AgentCmd::Recover);
+            let _ = self.live.send(session, AgentCmd::Recover);
         }
         Ok(report)
     }
@@ -148,18 +149,7 @@ pub fn orphaned_one_shot(record: &SessionRecord) -> bool {
     hosted && record.is_one_shot()
 }
 
-/// True when `me` is the cluster's sweeper at `now_ms`: the smallest id among the nodes whose
-/// lease is current (`me` counted as current). Pure. The takeover sweep and the birth sweep
-/// run there.
-pub fn is_sweeper(nodes: &[NodeRecord], me: &NodeId, now_ms: u64) -> bool {
-    let sweeper = nodes
-        .iter()
-        .filter(|n| n.lease_expires_at_ms > now_ms || &n.node == me)
-        .map(|n| &n.node)
-        .chain(std::iter::once(me))
-        .min();
-    sweeper == Some(me)
-}
+pub use crate::lease::is_sweeper;
 
 /// The nodes whose sessions `me` takes over at `now_ms`: none unless `me` is the sweeper
 /// ([`is_sweeper`]); else every other node whose lease expired at least `grace_ms` ago. Pure:

@@ -20,9 +20,10 @@ use lineage_core::messages::InboxMessage;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentCmd, Incoming};
+use crate::agent::cmd::AgentCmd;
+use crate::agent::mail::Incoming;
 use crate::fence::LeaseWait;
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 /// Reads `session`'s durable inbox until `stop`, handing each message to the agent and acking
@@ -33,7 +34,7 @@ pub(crate) fn spawn_inbox_consumer(
     agent: mpsc::UnboundedSender<AgentCmd>,
     stop: CancellationToken,
 ) {
-    let inbox = shared.inbox.clone();
+    let inbox = shared.bus.inbox.clone();
     let node = shared.node().clone();
     let shared = shared.clone();
     tokio::spawn(async move {

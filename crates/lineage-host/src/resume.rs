@@ -25,7 +25,8 @@ use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, Session
 use crate::agent::{launch, AgentCmd, AgentInit, AgentRecord, AGENT_EVENT};
 use crate::control::{ResumeOutcome, ResumeReply};
 use crate::error::HostError;
-use crate::host::{provider_of, Host, Shared};
+use crate::host::{provider_of, Host};
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 impl Shared {
@@ -60,7 +61,7 @@ impl Shared {
         session: SessionId,
         request_id: Option<&str>,
     ) -> Result<Resumption, HostError> {
-        self.check_resumable()?;
+        self.lifetime.check_resumable()?;
         // One resume of a session at a time here: a second waits for the first (then finds
         // it live), bounded by the request deadline.
         let _resuming = ResumeUnderway::wait_for(self, &session, self.cfg.request_timeout)
@@ -71,11 +72,11 @@ impl Shared {
         // session that moved, and the log's sequence check fences a stale cursor.
         let (record, log_read) = tokio::join!(
             self.registry.session(session.clone()),
-            self.events.read(&session)
+            self.bus.events.read(&session)
         );
         let record = record?.ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
         let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
-        if self.is_live(&session) {
+        if self.live.is_live(&session) {
             return Ok(Resumption::Reply(ResumeReply {
                 session,
                 node: self.cfg.node.clone(),
@@ -83,7 +84,7 @@ impl Shared {
                 epoch,
             }));
         }
-        if self.is_being_born(&session) {
+        if self.live.is_being_born(&session) {
             // Its birth is under way here: its log may not be written yet.
             return Err(HostError::Starting(session.to_string()));
         }
@@ -194,7 +195,7 @@ impl Shared {
         let parent = header.parent_session().cloned();
         let owner = lineage_core::routing::owner_of(
             parent.as_ref(),
-            parent.as_ref().is_some_and(|p| self.is_live(p)),
+            parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
         let span = tracing::Span::current();
         if let Some(p) = &parent {
@@ -245,7 +246,7 @@ impl Shared {
         .await?;
         // R1: the live parent here owns it again (it waits for its settlement, as at birth).
         if let Some(parent) = adopter {
-            let _ = self.send(&parent, AgentCmd::Adopt(session.clone()));
+            let _ = self.live.send(&parent, AgentCmd::Adopt(session.clone()));
         }
         self.metrics.resumed();
         Ok(Resumption::Reply(ResumeReply {
@@ -289,6 +290,7 @@ impl<'a> ResumeUnderway<'a> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let taken = shared
+                .live
                 .resuming
                 .lock()
                 .map(|mut resuming| resuming.insert(session.clone()))
@@ -309,7 +311,7 @@ impl<'a> ResumeUnderway<'a> {
 
 impl Drop for ResumeUnderway<'_> {
     fn drop(&mut self) {
-        if let Ok(mut resuming) = self.shared.resuming.lock() {
+        if let Ok(mut resuming) = self.shared.live.resuming.lock() {
             resuming.remove(&self.session);
         }
     }

@@ -26,8 +26,8 @@ use lineage_core::retention::PURGE_BATCH;
 use lineage_registry::types::{Command, CommandResponse};
 
 use crate::error::HostError;
-use crate::host::Shared;
-use crate::readopt::is_sweeper;
+use crate::lease::is_sweeper;
+use crate::shared::Shared;
 
 /// What one retention sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl Shared {
         let Some(keep) = self.cfg.disposed_after else {
             return Ok(RetentionSweepReport::default());
         };
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let now = self.now();
         let nodes = self.registry.nodes().await?;
         if !is_sweeper(&nodes, &self.cfg.node, now) {
@@ -57,8 +57,8 @@ impl Shared {
         if due.is_empty() {
             return Ok(RetentionSweepReport::default());
         }
-        self.events.purge(&due).await?;
-        self.inbox.purge(&due).await?;
+        self.bus.events.purge(&due).await?;
+        self.bus.inbox.purge(&due).await?;
         let response = self
             .registry
             .write(Command::Purge {
@@ -83,7 +83,7 @@ impl Shared {
         let Some(kept) = self.cfg.request_results_kept else {
             return Ok(0);
         };
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let now = self.now();
         let kept_ms = u64::try_from(kept.as_millis()).unwrap_or(u64::MAX);
         let last = self.results_swept_at_ms.load(Ordering::SeqCst);

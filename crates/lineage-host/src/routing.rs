@@ -16,13 +16,13 @@ use lineage_drivers::DriverError;
 
 use crate::error::HostError;
 
-use crate::host::Shared;
+use crate::shared::Shared;
 
 impl Shared {
     /// True when `node`'s lease is current (this node is always alive to itself).
     pub(crate) async fn node_alive(&self, node: &NodeId) -> Result<bool, HostError> {
         if node == &self.cfg.node {
-            return Ok(!self.shutdown.is_cancelled());
+            return Ok(!self.lifetime.shutdown.is_cancelled());
         }
         let now = self.now();
         Ok(self
@@ -133,6 +133,7 @@ impl Shared {
         };
         let target = ControlTarget::Node(node.clone());
         let reply = self
+            .bus
             .control
             .request(&target, call, timeout)
             .await

@@ -74,7 +74,7 @@ impl ServiceHandle {
 /// `lineage` micro service, [`lineage_bus::transport::NatsControl`]) until the host shuts down.
 pub async fn serve(host: Host) -> Result<ServiceHandle, HostError> {
     let node = host.node().clone();
-    let control = host.shared.control.clone();
+    let control = host.shared.bus.control.clone();
     let endpoints = control.serve(&node).await.map_err(|e| {
         HostError::Unavailable(format!("cannot serve the lineage control service: {e}"))
     })?;

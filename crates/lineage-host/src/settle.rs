@@ -25,7 +25,7 @@ const PUBLISH_PAUSE_MAX: Duration = Duration::from_secs(5);
 /// Only the host's shutdown stops it (counted in `inbox_publish_failures`). The current
 /// trace context goes along as the `traceparent` header. True once published.
 pub(crate) async fn publish_with_retry(
-    shared: &crate::host::Shared,
+    shared: &crate::shared::Shared,
     session: &SessionId,
     message: InboxMessage,
 ) -> bool {
@@ -33,8 +33,8 @@ pub(crate) async fn publish_with_retry(
     let mut attempt = 0u32;
     loop {
         let outcome = tokio::select! {
-            r = shared.inbox.publish(&message, traceparent.as_deref()) => r,
-            _ = shared.shutdown.cancelled() => break,
+            r = shared.bus.inbox.publish(&message, traceparent.as_deref()) => r,
+            _ = shared.lifetime.shutdown.cancelled() => break,
         };
         let e = match outcome {
             Ok(_) => {
@@ -52,7 +52,7 @@ pub(crate) async fn publish_with_retry(
         let pause = Duration::from_millis(100u64 << attempt.min(6)).min(PUBLISH_PAUSE_MAX);
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = shared.shutdown.cancelled() => break,
+            _ = shared.lifetime.shutdown.cancelled() => break,
         }
     }
     tracing::error!(%session, attempt, dedup_id = %message.dedup_id(), "inbox publish not done at shutdown; the parent will not hear of it");

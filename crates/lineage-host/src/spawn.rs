@@ -37,10 +37,11 @@ use lineage_core::policy::{
 use lineage_core::routing::{route, Route};
 use lineage_registry::types::{RegistryRefusal, SessionState};
 
-use crate::agent::AgentCmd;
+use crate::agent::cmd::AgentCmd;
 use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
 use crate::error::HostError;
-use crate::host::{provider_of, Host, Shared};
+use crate::host::{provider_of, Host};
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 use lineage_drivers::driver::ChildSpec;
 
@@ -58,7 +59,7 @@ impl Shared {
     /// Where a new session is born ([`lineage_core::routing::birth_target`]): while this node
     /// winds down, another node whose lease is current (spread by the new id).
     async fn birth_target(&self, requested: Option<&NodeId>, id: &SessionId) -> NodeId {
-        let winding = self.winding_down();
+        let winding = self.lifetime.winding_down();
         let now = self.now();
         let live_others: Vec<NodeId> = match (requested, winding) {
             (None, true) => match self.registry.nodes().await {
@@ -94,7 +95,7 @@ impl Shared {
         max_depth: Option<MaxDepth>,
         adopt: bool,
     ) -> Result<SpawnReply, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         // 1-3: depth, policy and deadline, all synchronous (C2: before the first await).
         let deadline = spec
             .timeout_ms
@@ -153,7 +154,9 @@ impl Shared {
             tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %reply.node, shape = spec.shape.as_str(), "child spawned");
         }
         if adopt && spec.shape == SubagentShape::Continuable {
-            let _ = self.send(parent.header.id(), AgentCmd::Adopt(reply.session.clone()));
+            let _ = self
+                .live
+                .send(parent.header.id(), AgentCmd::Adopt(reply.session.clone()));
         }
         Ok(reply)
     }
@@ -238,7 +241,7 @@ impl Shared {
         request: SpawnRequest,
         max_depth: Option<MaxDepth>,
     ) -> Result<SpawnReply, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let session = self.mint.session();
         lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
         let deadline = request
@@ -346,7 +349,7 @@ impl Host {
         let Some(parent) = request.parent.clone() else {
             return self.shared.spawn_root(request, max_depth).await;
         };
-        let handle = self.shared.handle(&parent);
+        let handle = self.shared.live.handle(&parent);
         let Some(handle) = handle else {
             return self.spawn_elsewhere(parent, request, hop).await;
         };

@@ -37,7 +37,8 @@ use tokio::sync::oneshot;
 use crate::agent::{launch, Accepted, AgentInit, AgentRecord, ACCEPTED_EVENT, AGENT_EVENT};
 use crate::control::{OneShotResult, SpawnReply, StartRequest};
 use crate::error::HostError;
-use crate::host::{provider_of, Host, Shared};
+use crate::host::{provider_of, Host};
+use crate::shared::Shared;
 use crate::telemetry::op_span;
 
 use crate::spawn::child_policy_view;
@@ -57,7 +58,7 @@ impl Shared {
         self: &Arc<Self>,
         request: StartRequest,
     ) -> Result<SpawnReply, HostError> {
-        self.check_running()?;
+        self.lifetime.check_running()?;
         let StartRequest {
             request_id,
             max_depth,
@@ -75,7 +76,7 @@ impl Shared {
         header.validate()?;
         let session = header.id().clone();
         let depth = header.delegation_depth().unwrap_or(0);
-        if self.is_live(&session) {
+        if self.live.is_live(&session) {
             return Ok(SpawnReply {
                 session,
                 run,
@@ -148,7 +149,7 @@ impl Shared {
         // an empty log, which whoever would resume it disposes (`Shared::dispose_cut_short`).
         // Until it is live here (or disposed), a resume of it here answers `Starting`.
         let _underway = BirthUnderway::new(self, &session);
-        let window = self.events.append_all(
+        let window = self.bus.events.append_all(
             &session,
             log.events(),
             Some(lineage_bus::events::LogCursor::default()),
@@ -235,7 +236,7 @@ impl Shared {
         let parent = header.parent_session().cloned();
         let owner = lineage_core::routing::owner_of(
             parent.as_ref(),
-            parent.as_ref().is_some_and(|p| self.is_live(p)),
+            parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
         let run_info = match (&parent, &window.run, shape) {
             (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
@@ -362,7 +363,7 @@ impl Shared {
             // Disposed: it never started, or it ran and is disposed (a one-shot that finished,
             // a drained child); its log says which, so the refusal does not mislead.
             SessionState::Disposed => {
-                let ran = match self.events.read(session).await {
+                let ran = match self.bus.events.read(session).await {
                     Ok((events, _)) => events.iter().any(|e| e.kind == "turn/start"),
                     Err(e) => return Err(e.into()),
                 };
@@ -412,7 +413,7 @@ struct BirthUnderway<'a> {
 
 impl<'a> BirthUnderway<'a> {
     fn new(shared: &'a Shared, session: &SessionId) -> Self {
-        if let Ok(mut births) = shared.births.lock() {
+        if let Ok(mut births) = shared.live.births.lock() {
             births.insert(session.clone());
         }
         BirthUnderway {
@@ -424,7 +425,7 @@ impl<'a> BirthUnderway<'a> {
 
 impl Drop for BirthUnderway<'_> {
     fn drop(&mut self) {
-        if let Ok(mut births) = self.shared.births.lock() {
+        if let Ok(mut births) = self.shared.live.births.lock() {
             births.remove(&self.session);
         }
     }

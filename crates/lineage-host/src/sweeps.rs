@@ -14,7 +14,7 @@ use std::time::Duration;
 use lineage_registry::types::Command;
 
 use crate::error::HostError;
-use crate::host::Shared;
+use crate::shared::Shared;
 
 /// Writes the first heartbeat, then starts every loop.
 pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
@@ -143,13 +143,13 @@ where
     let task = tokio::spawn(async move {
         loop {
             tokio::select! {
-                _ = loop_shared.shutdown.cancelled() => break,
-                _ = loop_shared.winding.cancelled(), if stops_on_wind_down => break,
+                _ = loop_shared.lifetime.shutdown.cancelled() => break,
+                _ = loop_shared.lifetime.winding.cancelled(), if stops_on_wind_down => break,
                 _ = tokio::time::sleep(period) => round(loop_shared.clone()).await,
             }
         }
     });
-    if let Ok(mut tasks) = shared.tasks.lock() {
+    if let Ok(mut tasks) = shared.lifetime.tasks.lock() {
         tasks.push(task);
     }
 }

@@ -24,7 +24,7 @@ use lineage_registry::types::SessionRecord;
 
 use super::{AgentTask, Pending};
 use crate::control::Hop;
-use crate::host::Shared;
+use crate::shared::Shared;
 
 /// An action in flight beside the task.
 pub(super) type Side = Pin<Box<dyn Future<Output = SideDone> + Send>>;

@@ -257,7 +257,7 @@ impl AgentTask {
                         }
                         Ok(Delivered::Duplicate)
                     }
-                    (None, Answer::NotLive) => Err(self.shared.not_live(&self.session)),
+                    (None, Answer::NotLive) => Err(self.shared.live.not_live(&self.session)),
                     (None, other) => Err(HostError::Internal(format!(
                         "unexpected answer to a delivery: {other:?}"
                     ))),
@@ -340,6 +340,7 @@ impl AgentTask {
         let end = run.ended(stop, output, self.shared.now());
         if let Err(e) = self
             .shared
+            .bus
             .lifecycle
             .publish(&LifecycleEvent::End(end))
             .await
@@ -359,7 +360,7 @@ impl AgentTask {
             });
         }
         if self.disposed_at_settle && self.unopened_inbox.is_none() {
-            let _ = self.shared.inbox.delete_consumer(&self.session).await;
+            let _ = self.shared.bus.inbox.delete_consumer(&self.session).await;
         }
     }
 
@@ -374,6 +375,7 @@ impl AgentTask {
         let staged = &events[events.len().saturating_sub(self.unflushed)..];
         match self
             .shared
+            .bus
             .events
             .append_all(&self.session, staged, Some(self.cursor))
             .await

@@ -7,25 +7,7 @@ use lineage_core::engine::EngineEvent;
 use lineage_registry::types::Command;
 use tokio::sync::oneshot;
 
-use super::AgentTask;
-
-/// How an agent's hand-off went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HandedOff {
-    /// It left unsettled and its placement is released: any node resumes it at once.
-    /// `pending_work`: a waking message waits for a turn.
-    Released {
-        /// A waking message waits for a turn.
-        pending_work: bool,
-    },
-    /// A turn still runs (or it is a one-shot run): it stays, and stops with the host.
-    Busy,
-    /// It had left already (it settled, or was released by a drain).
-    Gone,
-    /// It left unsettled but its placement could not be released (one line why): it stays
-    /// placed here, and comes back by re-adoption, takeover or its next followup.
-    Kept(String),
-}
+use super::{AgentTask, HandedOff};
 
 impl AgentTask {
     /// Asks the engine to hand the agent off. When it does, the agent leaves (the task's loop

@@ -11,14 +11,15 @@
 //! their kinds, for readers of a log.
 
 mod actions;
+pub(crate) mod cmd;
 mod exec;
 mod handoff;
-mod mail;
+pub(crate) mod mail;
 mod output;
 mod supervise;
 mod turn;
 
-pub(crate) use handoff::HandedOff;
+pub(crate) use cmd::{AgentCmd, HandedOff};
 use mail::arrival_of;
 pub(crate) use mail::{Delivered, Incoming};
 
@@ -41,7 +42,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::control::OneShotResult;
 use crate::error::HostError;
-use crate::host::{AgentHandle, Shared};
+use crate::live::AgentHandle;
+use crate::shared::Shared;
 use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverStart};
 
 pub(crate) use lineage_core::journal::Accepted;
@@ -59,39 +61,6 @@ pub struct AgentRecord {
     /// The session's own policy view (what its children inherit).
     #[serde(default)]
     pub policy_view: ParentPolicyView,
-}
-
-/// A command to a live agent.
-pub(crate) enum AgentCmd {
-    /// Accept a message into the log; the reply says it is durable (then the inbox acks it).
-    /// `trace` is the context of the operation that delivers it; the turn it wakes joins it.
-    Deliver {
-        incoming: Incoming,
-        reply: oneshot::Sender<Result<Delivered, HostError>>,
-        trace: Option<TraceContext>,
-    },
-    /// Adopt a child spawned on this agent's behalf (not from its own turn).
-    Adopt(SessionId),
-    /// Drain step 2: take no more turns (a cut-short turn ends with `reason`).
-    Stop {
-        reason: StopReason,
-        reply: oneshot::Sender<()>,
-        trace: Option<TraceContext>,
-    },
-    /// Drain wave: settle with `reason` (`disposed`, or `deadline`) and leave.
-    Release {
-        reason: StopReason,
-        reply: oneshot::Sender<()>,
-        trace: Option<TraceContext>,
-    },
-    /// Re-adoption at start-up (see `readopt`): with no turn to take, the engine decides as if
-    /// the last turn had just finished.
-    Recover,
-    /// Graceful shutdown: take no new turn here ([`crate::handoff`]).
-    Quiesce,
-    /// Graceful shutdown: leave unsettled when idle and release the placement; the reply says
-    /// how it went ([`HandedOff`]).
-    HandOff(oneshot::Sender<HandedOff>),
 }
 
 /// Everything needed to bring an agent to life (at birth or on cold resume).
@@ -205,11 +174,11 @@ fn driver_composition(init: &AgentInit) -> lineage_drivers::driver::DriverCompos
 /// and spawns its task and its inbox consumer. Returns once the agent is live: idle, or due to
 /// take a turn on the waking messages its log holds unconsumed (the first prompt at birth).
 pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), HostError> {
-    shared.check_running()?;
+    shared.lifetime.check_running()?;
     let init_run = init.run.clone();
     let has_children = init.has_children;
     let session = init.header.id().clone();
-    if shared.is_live(&session) {
+    if shared.live.is_live(&session) {
         return Err(HostError::Internal(format!(
             "session {session} is already live on node {}",
             shared.node()
@@ -226,7 +195,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         .await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let turn_slot = Arc::new(Mutex::new(None));
-    let stop = shared.shutdown.child_token();
+    let stop = shared.lifetime.shutdown.child_token();
     let handle = AgentHandle {
         tx: tx.clone(),
         turn: turn_slot.clone(),
@@ -238,7 +207,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         tool_filter: init.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         stop: stop.clone(),
     };
-    if let Err(e) = shared.insert(session.clone(), handle) {
+    if let Err(e) = shared.live.insert(session.clone(), handle) {
         driver.shutdown().await;
         return Err(e);
     }
@@ -273,7 +242,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         Ok(restored) => restored,
         Err(e) => {
             driver.shutdown().await;
-            shared.remove(&session);
+            shared.live.remove(&session);
             return Err(e.into());
         }
     };
@@ -311,7 +280,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         handoff_reply: None,
     };
     // Born or resumed while the host winds down: no turn here (the next host takes it).
-    if shared.winding_down() {
+    if shared.lifetime.winding_down() {
         let quiesce = task.engine.handle(EngineEvent::Quiesce, shared.now());
         task.exec(quiesce).await;
     }
@@ -330,6 +299,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
     // E1: the child is ready; announced before its task can take a turn (and so settle).
     if let Some(info) = &init_run {
         if let Err(e) = shared
+            .bus
             .lifecycle
             .publish(&lineage_core::messages::LifecycleEvent::Start(info.clone()))
             .await
@@ -350,7 +320,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         session.clone(),
         task.run(rx),
     ));
-    if let Ok(mut tasks) = shared.tasks.lock() {
+    if let Ok(mut tasks) = shared.lifetime.tasks.lock() {
         tasks.retain(|t| !t.is_finished());
         tasks.push(join);
     }
@@ -363,7 +333,7 @@ impl AgentTask {
         if let Some(mut driver) = self.driver.take() {
             driver.shutdown().await;
         }
-        self.shared.remove(&self.session);
+        self.shared.live.remove(&self.session);
     }
 
     /// The task's main loop.
@@ -403,13 +373,13 @@ impl AgentTask {
             driver.shutdown().await;
         }
         self.stop.cancel();
-        self.shared.remove(&self.session);
+        self.shared.live.remove(&self.session);
         // Commands left in the backlog: the agent is gone, which is what a stop or release
         // asked for; a message was not accepted (its sender resumes the session or retries).
         for cmd in std::mem::take(&mut self.backlog) {
             match cmd {
                 AgentCmd::Deliver { reply, .. } => {
-                    let _ = reply.send(Err(self.shared.not_live(&self.session)));
+                    let _ = reply.send(Err(self.shared.live.not_live(&self.session)));
                 }
                 AgentCmd::Stop { reply, .. } | AgentCmd::Release { reply, .. } => {
                     let _ = reply.send(());
@@ -423,7 +393,7 @@ impl AgentTask {
         for (_, pending) in std::mem::take(&mut self.pending) {
             match pending {
                 Pending::Deliver { reply, .. } => {
-                    let _ = reply.send(Err(self.shared.not_live(&self.session)));
+                    let _ = reply.send(Err(self.shared.live.not_live(&self.session)));
                 }
                 Pending::Action(reply) => {
                     let _ = reply.send(lineage_drivers::driver::ActionOutcome::Refused(format!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lineage_core::ids::SessionId;
 
-use crate::host::Shared;
+use crate::shared::Shared;
 
 /// Runs an agent task's loop; a panic in it (a bug) is logged as an error with the session, and
 /// the session leaves this node's table, instead of ending the task silently with a handle that
@@ -19,7 +19,7 @@ pub(super) async fn supervised(
 ) {
     if let Err(what) = caught(run).await {
         tracing::error!(%session, panic = %what, "agent task panicked (a bug); the session is no longer live here");
-        shared.remove(&session);
+        shared.live.remove(&session);
     }
 }
 

@@ -66,7 +66,7 @@ impl AgentTask {
             return;
         };
         let stream = TurnStream::open(
-            self.shared.output.clone(),
+            self.shared.bus.output.clone(),
             self.session.clone(),
             index,
             request_ids,
