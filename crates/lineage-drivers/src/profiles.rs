@@ -10,18 +10,23 @@
 //!
 //! [`AgentProfiles::admit`] is the one decision: may this node run this spec, and if so what
 //! exactly ([`Admitted`]). It is pure: the node's driver factory executes its answer.
+//!
+//! | file | what |
+//! |---|---|
+//! | `profiles.rs` | the `[agents]` section and its profiles, validation, isolation resolved at start |
+//! | `profiles/admit.rs` | admission: [`AgentProfiles::admit`], [`check_offer`], [`offer_of`], [`request_subdir`], a session's sandbox and environment |
+//! | `profiles/tests.rs` | unit tests |
+
+mod admit;
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use lineage_core::ids::SessionId;
-use lineage_protocol::control::AgentsReply;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::AgentSpec;
-use crate::error::DriverError;
-use crate::sandbox::{sandbox_env, Isolation, SandboxPlan, Support, SystemPath, UidRange};
+use crate::sandbox::{Isolation, SandboxPlan, Support, SystemPath, UidRange};
 
+pub use admit::{check_offer, offer_of, request_subdir};
 pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 
 /// One `[agents.<name>]` table.
@@ -191,10 +196,6 @@ pub const MODE_KEYS: [&str; 5] = [
     "danger-full-access",
 ];
 
-/// Variables every ACP agent gets from the node when set there (a program needs a `PATH` to
-/// find its own helpers, a home for its settings); nothing else leaks unless listed.
-const BASE_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
-
 impl AgentProfiles {
     /// Refuses a section that cannot work, naming the key: a profile name that is not a
     /// subject-safe token, an ACP profile without a command, a script profile with one, a
@@ -363,38 +364,6 @@ impl AgentProfiles {
         }
     }
 
-    /// The sandbox of a session of `isolation` in `workdir`, when it gets one.
-    fn sandbox_of(
-        &self,
-        isolation: Isolation,
-        workdir: &Path,
-        program: &str,
-        read_only: &[String],
-        read_write: &[String],
-    ) -> Option<SandboxPlan> {
-        let bwrap = match (isolation, &self.bwrap) {
-            (Isolation::None, _) | (_, None) => return None,
-            (Isolation::Auto | Isolation::Sandbox, Some(bwrap)) => bwrap.clone(),
-        };
-        let mut granted: Vec<PathBuf> = read_only.iter().map(PathBuf::from).collect();
-        // The agent's own program directory, when the profile names it by path.
-        if let Some(dir) = Path::new(program)
-            .parent()
-            .filter(|_| Path::new(program).is_absolute())
-        {
-            granted.push(dir.to_path_buf());
-        }
-        Some(SandboxPlan {
-            bwrap,
-            workdir: workdir.to_path_buf(),
-            read_only: granted,
-            read_write: read_write.iter().map(PathBuf::from).collect(),
-            sockets: Vec::new(),
-            uid: None,
-            system: self.system.clone(),
-        })
-    }
-
     /// The profiles as `lineage agents` lists them, by name.
     pub fn infos(&self) -> Vec<ProfileInfo> {
         self.profiles
@@ -407,378 +376,7 @@ impl AgentProfiles {
             })
             .collect()
     }
-
-    /// Decides whether this node runs `spec` for `session`, and what exactly. `data_dir` is
-    /// the node's data directory; `env` looks up the node's environment (passed in, so the
-    /// decision stays a function of its inputs). Refusals are one-line `BadRequest`s naming
-    /// the known profiles or the switch to set.
-    pub fn admit(
-        &self,
-        spec: &AgentSpec,
-        session: Option<&SessionId>,
-        data_dir: &Path,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Admitted, DriverError> {
-        match spec {
-            AgentSpec::Script { script } => Ok(Admitted::Script(script.clone())),
-            AgentSpec::Acp { command } => {
-                check_offer(&offer_of(self), spec)?;
-                if command.first().is_none_or(|p| p.trim().is_empty()) {
-                    return Err(DriverError::BadRequest(
-                        "the ACP agent command is empty; give a program and its arguments".into(),
-                    ));
-                }
-                let workdir = workdir_for("session", session, data_dir);
-                let sandbox = self.sandbox_of(Isolation::Auto, &workdir, &command[0], &[], &[]);
-                let mut env = base_env(env);
-                if sandbox.is_some() {
-                    env = sandbox_env(env, false, &workdir);
-                }
-                Ok(Admitted::Acp(Box::new(AcpLaunch {
-                    command: command.clone(),
-                    env,
-                    workdir,
-                    prompt_timeout_ms: default_prompt_timeout_ms(),
-                    tools: false,
-                    modes: BTreeMap::new(),
-                    tools_stdio: false,
-                    sandbox,
-                })))
-            }
-            AgentSpec::Profile { profile } => {
-                check_offer(&offer_of(self), spec)?;
-                let Some(p) = self.profiles.get(profile) else {
-                    return Err(DriverError::Internal(format!(
-                        "profile {profile:?} passed the offer check but is not configured"
-                    )));
-                };
-                match p.driver {
-                    ProfileDriver::Script => Ok(Admitted::Script(crate::script::Script::echo())),
-                    ProfileDriver::Acp => {
-                        let mut vars = base_env(env);
-                        for name in &p.pass_env {
-                            if let Some(value) = env(name) {
-                                vars.insert(name.clone(), value);
-                            }
-                        }
-                        vars.extend(p.env.clone());
-                        let mut command = vec![p.command.clone()];
-                        command.extend(p.args.iter().cloned());
-                        let workdir = workdir_for(&p.workdir, session, data_dir);
-                        let sandbox = self.sandbox_of(
-                            p.isolation,
-                            &workdir,
-                            &p.command,
-                            &p.sandbox_read_only,
-                            &p.sandbox_read_write,
-                        );
-                        if sandbox.is_some() {
-                            vars = sandbox_env(vars, p.env.contains_key("HOME"), &workdir);
-                        }
-                        Ok(Admitted::Acp(Box::new(AcpLaunch {
-                            command,
-                            env: vars,
-                            workdir,
-                            prompt_timeout_ms: p.prompt_timeout_ms,
-                            tools: p.tools,
-                            modes: p.modes.clone(),
-                            // A sandboxed session's tools go over the bridge, whose connection
-                            // is bound to the sandbox (V1); the HTTP endpoint cannot be.
-                            tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
-                            sandbox,
-                        })))
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Whether a node with `offer` runs `spec`: the same refusals as [`AgentProfiles::admit`],
-/// from what a node advertises (its `agents` reply), so a spawn can check a remote target
-/// before the birth is registered.
-pub fn check_offer(offer: &AgentsReply, spec: &AgentSpec) -> Result<(), DriverError> {
-    let known = || {
-        if offer.profiles.is_empty() {
-            "none".to_owned()
-        } else {
-            offer
-                .profiles
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    match spec {
-        AgentSpec::Script { .. } => Ok(()),
-        AgentSpec::Acp { .. } if offer.allow_raw_commands => Ok(()),
-        AgentSpec::Acp { .. } => Err(DriverError::BadRequest(format!(
-            "raw agent command lines are refused on this node; name a profile instead (known: {}), or set agents.allow_raw_commands = true (development only)",
-            known()
-        ))),
-        AgentSpec::Profile { profile } if offer.profiles.iter().any(|p| &p.name == profile) => {
-            Ok(())
-        }
-        AgentSpec::Profile { profile } => Err(DriverError::BadRequest(format!(
-            "unknown agent profile {profile:?}; this node offers: {} (see `lineage agents`)",
-            known()
-        ))),
-    }
-}
-
-/// The offer of a node with these profiles (its `agents` reply, without the node id).
-pub fn offer_of(profiles: &AgentProfiles) -> AgentsReply {
-    AgentsReply {
-        node: None,
-        allow_raw_commands: profiles.allow_raw_commands,
-        profiles: profiles.infos(),
-    }
-}
-
-fn base_env(env: &dyn Fn(&str) -> Option<String>) -> BTreeMap<String, String> {
-    BASE_ENV
-        .iter()
-        .filter_map(|k| env(k).map(|v| ((*k).to_owned(), v)))
-        .collect()
-}
-
-/// The working directory a policy gives: `session` → `<data_dir>/work/<session>` (or
-/// `<data_dir>/work` before a session exists), `data_dir`, or the operator's absolute path.
-fn workdir_for(policy: &str, session: Option<&SessionId>, data_dir: &Path) -> PathBuf {
-    match policy {
-        "session" => match session {
-            Some(s) => data_dir.join("work").join(s.as_str()),
-            None => data_dir.join("work"),
-        },
-        "data_dir" => data_dir.to_path_buf(),
-        absolute => PathBuf::from(absolute),
-    }
-}
-
-/// A request's `cwd` (the seed's header field) as a path under a profile's working directory:
-/// relative, without `..`; `None` when the request names none.
-pub fn request_subdir(cwd: Option<&str>) -> Result<Option<PathBuf>, DriverError> {
-    let Some(cwd) = cwd else { return Ok(None) };
-    let path = Path::new(cwd);
-    let ok = !cwd.is_empty()
-        && path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if ok {
-        Ok(Some(path.to_path_buf()))
-    } else {
-        Err(DriverError::BadRequest(format!(
-            "cwd {cwd:?} is refused: a request may only name a relative directory without '..' under the profile's working directory (the node's operator chooses that)"
-        )))
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn acp(command: &str) -> AgentProfile {
-        AgentProfile {
-            driver: ProfileDriver::Acp,
-            command: command.into(),
-            args: vec!["--stdio".into(), "two words".into()],
-            env: BTreeMap::from([("MODE".into(), "test".into())]),
-            pass_env: vec!["API_KEY".into()],
-            ..AgentProfile::script("")
-        }
-    }
-
-    fn profiles() -> AgentProfiles {
-        let mut p = AgentProfiles::default();
-        p.profiles.insert("agent".into(), acp("/usr/bin/agent"));
-        p
-    }
-
-    fn env(name: &str) -> Option<String> {
-        match name {
-            "PATH" => Some("/usr/bin".into()),
-            "API_KEY" => Some("k".into()),
-            "SECRET_OF_THE_NODE" => Some("s".into()),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn t4_a_profile_runs_exactly_what_the_operator_wrote() {
-        let session = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap();
-        let spec = AgentSpec::Profile {
-            profile: "agent".into(),
-        };
-        let Admitted::Acp(launch) = profiles()
-            .admit(&spec, Some(&session), Path::new("/data"), &env)
-            .unwrap()
-        else {
-            panic!("not acp")
-        };
-        assert_eq!(launch.command, ["/usr/bin/agent", "--stdio", "two words"]);
-        assert_eq!(
-            launch.workdir,
-            Path::new("/data/work/01936c1e-7a3b-7cde-8f00-000000000001")
-        );
-        assert_eq!(launch.env.get("API_KEY").map(String::as_str), Some("k"));
-        assert_eq!(launch.env.get("MODE").map(String::as_str), Some("test"));
-        assert!(!launch.env.contains_key("SECRET_OF_THE_NODE"));
-    }
-
-    #[test]
-    fn t4_unknown_profiles_and_raw_commands_are_refused_with_the_known_names() {
-        let p = profiles();
-        let err = p
-            .admit(
-                &AgentSpec::Profile {
-                    profile: "nope".into(),
-                },
-                None,
-                Path::new("/d"),
-                &env,
-            )
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("\"nope\"") && err.contains("agent, script"),
-            "{err}"
-        );
-        let raw = AgentSpec::Acp {
-            command: vec!["sh".into(), "-c".into(), "id > proof.txt".into()],
-        };
-        let err = p
-            .admit(&raw, None, Path::new("/d"), &env)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("agents.allow_raw_commands"), "{err}");
-        assert!(!err.contains('\n'));
-        let mut dev = p.clone();
-        dev.allow_raw_commands = true;
-        assert!(matches!(
-            dev.admit(&raw, None, Path::new("/d"), &env),
-            Ok(Admitted::Acp(_))
-        ));
-    }
-
-    #[test]
-    fn t4_invalid_profiles_are_refused_naming_the_key() {
-        let cases: Vec<(AgentProfile, &str)> = vec![
-            (acp(""), "agents.x.command"),
-            (acp("my agent"), "agents.x.command"),
-            (
-                AgentProfile {
-                    workdir: "relative/dir".into(),
-                    ..acp("/bin/a")
-                },
-                "agents.x.workdir",
-            ),
-            (
-                AgentProfile {
-                    prompt_timeout_ms: 0,
-                    ..acp("/bin/a")
-                },
-                "agents.x.prompt_timeout_ms",
-            ),
-            (
-                AgentProfile {
-                    modes: BTreeMap::from([("sometimes".into(), "default".into())]),
-                    ..acp("/bin/a")
-                },
-                "agents.x.modes",
-            ),
-            (
-                AgentProfile {
-                    modes: BTreeMap::from([("delegated".into(), " ".into())]),
-                    ..acp("/bin/a")
-                },
-                "agents.x.modes",
-            ),
-            (
-                AgentProfile {
-                    command: "/bin/sh".into(),
-                    ..AgentProfile::script("")
-                },
-                "agents.x.command",
-            ),
-        ];
-        for (profile, key) in cases {
-            let mut p = AgentProfiles::default();
-            p.profiles.insert("x".into(), profile);
-            let (k, _) = p.validate().unwrap_err();
-            assert_eq!(k, key);
-        }
-        let mut p = AgentProfiles::default();
-        p.profiles.insert("bad name".into(), acp("/bin/a"));
-        assert!(p.validate().is_err());
-    }
-
-    #[test]
-    fn v2_isolation_is_resolved_once_never_silently_downgraded() {
-        let missing = Support::Missing("bubblewrap (bwrap) is not on the node's PATH".into());
-        let available = Support::Available {
-            bwrap: "/usr/bin/bwrap".into(),
-            system: Vec::new(),
-        };
-        // sandbox on a node that cannot: the start is refused, naming the key and the reason.
-        let mut p = profiles();
-        p.profiles.get_mut("agent").unwrap().isolation = Isolation::Sandbox;
-        let (key, why) = p.resolve_isolation(&missing, 1000).unwrap_err();
-        assert_eq!(key, "agents.agent.isolation");
-        assert!(why.contains("bubblewrap") && !why.contains('\n'), "{why}");
-        // auto on a node that cannot: runs without, and says so.
-        let mut p = profiles();
-        let said = p.resolve_isolation(&missing, 1000).unwrap();
-        assert!(
-            said[0].contains("agents agent") && said[0].contains("without a sandbox"),
-            "{said:?}"
-        );
-        let session = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap();
-        let spec = AgentSpec::Profile {
-            profile: "agent".into(),
-        };
-        let Ok(Admitted::Acp(launch)) = p.admit(&spec, Some(&session), Path::new("/d"), &env)
-        else {
-            panic!("not acp")
-        };
-        assert_eq!(launch.sandbox, None);
-        // auto on a node that can: a sandbox, its tools over the bridge, HOME its workdir.
-        let mut p = profiles();
-        assert!(p.resolve_isolation(&available, 1000).unwrap().is_empty());
-        let Ok(Admitted::Acp(launch)) = p.admit(&spec, Some(&session), Path::new("/d"), &env)
-        else {
-            panic!("not acp")
-        };
-        let plan = launch.sandbox.expect("sandboxed");
-        assert_eq!(plan.workdir, launch.workdir);
-        assert!(
-            plan.read_only.contains(&PathBuf::from("/usr/bin")),
-            "the command's directory"
-        );
-        assert!(launch.tools_stdio);
-        assert_eq!(launch.env["HOME"], launch.workdir.display().to_string());
-        // sandbox_uids: only on a node that may switch uids; a root node without is told.
-        let mut p = profiles();
-        p.sandbox_uids = Some(UidRange {
-            first: 200000,
-            last: 200009,
-        });
-        let (key, _) = p.resolve_isolation(&available, 1000).unwrap_err();
-        assert_eq!(key, "agents.sandbox_uids");
-        assert!(p.resolve_isolation(&available, 0).unwrap().is_empty());
-        let said = profiles().resolve_isolation(&available, 0).unwrap();
-        assert!(said[0].contains("agents.sandbox_uids"), "{said:?}");
-    }
-
-    #[test]
-    fn t4_a_request_cannot_pick_the_root_or_escape_the_workdir() {
-        for bad in ["/", "/etc", "../x", "a/../../b", ""] {
-            assert!(request_subdir(Some(bad)).is_err(), "{bad}");
-        }
-        assert_eq!(
-            request_subdir(Some("repo/sub")).unwrap(),
-            Some(PathBuf::from("repo/sub"))
-        );
-        assert_eq!(request_subdir(None).unwrap(), None);
-    }
-}
+mod tests;

@@ -28,12 +28,23 @@
 //! [`probe`] says at start whether this node can make sandboxes (bubblewrap installed, user
 //! namespaces allowed); a profile with `isolation = "sandbox"` on a node that cannot refuses the
 //! node's start ([`crate::profiles::AgentProfiles::resolve_isolation`]).
+//!
+//! | file | what |
+//! |---|---|
+//! | `sandbox.rs` | [`Isolation`], [`probe`], the system's paths, [`SandboxPlan`] and its bubblewrap arguments, a sandboxed agent's environment |
+//! | `sandbox/confinement.rs` | [`SandboxInfo`], [`Confinement`]: which processes are a session's, read from `/proc` |
+//! | `sandbox/uids.rs` | [`UidRange`], [`UidPool`], [`UidLease`]: a uid per sandbox on a node that may switch uids, and the steps around it |
 
-use std::collections::{BTreeMap, BTreeSet};
+mod confinement;
+mod uids;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
+
+pub use confinement::{members, pid_namespace, Confinement, SandboxInfo};
+pub use uids::{chown_tree, effective_uid, unsearchable_above, UidLease, UidPool, UidRange};
 
 /// A profile's `isolation` key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -229,95 +240,6 @@ impl SandboxPlan {
     }
 }
 
-/// What `bwrap --info-fd` writes once the sandbox runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct SandboxInfo {
-    /// The sandbox's first process (pid 1 inside), as the node sees its pid.
-    #[serde(rename = "child-pid")]
-    pub child_pid: i32,
-    /// The sandbox's pid namespace (the inode `/proc/<pid>/ns/pid` names).
-    #[serde(rename = "pid-namespace")]
-    pub pid_namespace: u64,
-}
-
-/// Which processes are a session's, for binding its tools connections to it (V1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Confinement {
-    /// Every process in this pid namespace (a sandboxed session).
-    Sandbox(SandboxInfo),
-    /// The agent `leader` and its descendants (an unsandboxed session). Not the process
-    /// group: any process of the node's session could join that (`setpgid`).
-    Tree {
-        /// The agent's pid.
-        leader: i32,
-    },
-}
-
-impl Confinement {
-    /// Whether process `pid` (as the node sees it) is one of the session's.
-    pub fn holds(&self, pid: i32) -> bool {
-        match self {
-            Confinement::Sandbox(info) => pid_namespace(pid) == Some(info.pid_namespace),
-            Confinement::Tree { leader } => {
-                // Bounded: a process tree is not this deep, and a cycle cannot occur.
-                let mut at = pid;
-                for _ in 0..64 {
-                    let Some(stat) = ProcStat::read(at) else {
-                        return false;
-                    };
-                    if at == *leader {
-                        return true;
-                    }
-                    if stat.parent <= 1 {
-                        return false;
-                    }
-                    at = stat.parent;
-                }
-                false
-            }
-        }
-    }
-}
-
-/// The pid namespace of process `pid`, when it exists and may be read.
-pub fn pid_namespace(pid: i32) -> Option<u64> {
-    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
-    link.to_str()?
-        .strip_prefix("pid:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
-}
-
-/// Every process (as the node sees its pid) in pid namespace `namespace`.
-pub fn members(namespace: u64) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| pid_namespace(*pid) == Some(namespace))
-        .collect()
-}
-
-/// The field of `/proc/<pid>/stat` the binding reads.
-struct ProcStat {
-    parent: i32,
-}
-
-impl ProcStat {
-    fn read(pid: i32) -> Option<ProcStat> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name is in parentheses and may hold anything; the fields follow it.
-        let (_, rest) = stat.rsplit_once(')')?;
-        let mut fields = rest.split_whitespace();
-        let _state = fields.next()?;
-        let parent = fields.next()?.parse().ok()?;
-        Some(ProcStat { parent })
-    }
-}
-
 /// Whether this node can make sandboxes: `bwrap` on `path` (the node's `PATH`), and a trial
 /// sandbox that runs `true` (user namespaces may be off: `kernel.unprivileged_userns_clone`,
 /// AppArmor's `apparmor_restrict_unprivileged_userns`, a container's seccomp profile).
@@ -383,121 +305,6 @@ pub fn sandbox_env(
         env.insert("HOME".to_owned(), workdir.display().to_string());
     }
     env
-}
-
-/// `agents.sandbox_uids`: the uids a node that may switch uids (root) gives its sandboxes, one
-/// per live session, so that outside their namespaces too no two agents share a user (V2).
-/// Written `"FIRST-LAST"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct UidRange {
-    /// The first uid.
-    pub first: u32,
-    /// The last uid (included).
-    pub last: u32,
-}
-
-impl TryFrom<String> for UidRange {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<Self, Self::Error> {
-        let bad = || {
-            format!(
-                "{text:?} is not a uid range: write \"FIRST-LAST\" above 0, e.g. \"200000-200999\""
-            )
-        };
-        let (first, last) = text.split_once('-').ok_or_else(bad)?;
-        let first: u32 = first.trim().parse().map_err(|_| bad())?;
-        let last: u32 = last.trim().parse().map_err(|_| bad())?;
-        if first == 0 || last < first || last == u32::MAX {
-            return Err(bad());
-        }
-        Ok(UidRange { first, last })
-    }
-}
-
-impl From<UidRange> for String {
-    fn from(range: UidRange) -> String {
-        format!("{}-{}", range.first, range.last)
-    }
-}
-
-/// The uids of [`UidRange`] and which are in use. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct UidPool {
-    range: UidRange,
-    used: Arc<Mutex<BTreeSet<u32>>>,
-}
-
-/// One uid of a [`UidPool`], given back when dropped.
-#[derive(Debug)]
-pub struct UidLease {
-    /// The uid.
-    pub uid: u32,
-    used: Arc<Mutex<BTreeSet<u32>>>,
-}
-
-impl UidPool {
-    /// A pool of `range`, all free.
-    pub fn new(range: UidRange) -> Self {
-        UidPool {
-            range,
-            used: Arc::default(),
-        }
-    }
-
-    /// A free uid, preferring `hint`'s slot (the same session gets the same uid again when
-    /// it is free); `None` when every uid is in use.
-    pub fn take(&self, hint: u64) -> Option<UidLease> {
-        let mut used = self.used.lock().ok()?;
-        let count = u64::from(self.range.last - self.range.first) + 1;
-        let start = hint % count;
-        // Bounded: at most `count` probes.
-        let uid = (0..count)
-            .map(|i| self.range.first + ((start + i) % count) as u32)
-            .find(|uid| !used.contains(uid))?;
-        used.insert(uid);
-        Some(UidLease {
-            uid,
-            used: self.used.clone(),
-        })
-    }
-}
-
-impl Drop for UidLease {
-    fn drop(&mut self) {
-        if let Ok(mut used) = self.used.lock() {
-            used.remove(&self.uid);
-        }
-    }
-}
-
-/// The node's effective uid (0: it may switch uids).
-pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid(2) cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
-}
-
-/// Makes `path` and everything below it user `uid`'s (and group `uid`'s), not following
-/// symbolic links: a session's working directory handed to the uid its sandbox runs as.
-pub fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid)?;
-        }
-    }
-    Ok(())
-}
-
-/// The first directory above `path` (itself included) that other users cannot search, when
-/// there is one: a sandbox running as another uid could not reach `path` through it.
-pub fn unsearchable_above(path: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    path.ancestors()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
-        .map(Path::to_path_buf)
 }
 
 #[cfg(test)]

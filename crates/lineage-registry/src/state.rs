@@ -27,6 +27,8 @@
 //! | file | what |
 //! |---|---|
 //! | `state.rs` | the state, `apply` (dispatch, idempotency, fencing) |
+//! | `state/load.rs` | the serialized form, and the derived structures rebuilt from it on load |
+//! | `state/results.rs` | the idempotency table's bounds: retention, `forget_results` |
 //! | `state/register.rs` | births: `register` and the lineage checks |
 //! | `state/lifecycle.rs` | claims, state changes, admission, dispose, start confirmation and expiry, heartbeats, runs, descriptors |
 //! | `state/usage.rs` | usage summed up every ancestor, spent budgets (Q3) |
@@ -40,10 +42,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod lifecycle;
+mod load;
 mod purge;
 mod queries;
 mod register;
 mod release;
+mod results;
 mod share;
 pub mod snapshot_codec;
 mod usage;
@@ -66,6 +70,9 @@ use crate::types::{
     SessionRecord, SessionState,
 };
 
+use load::StateRepr;
+pub use results::{FORGET_BATCH, MIN_RESULTS_KEPT_MS, REQUEST_RETENTION_MS};
+
 /// How a registration is born: already hosted by the node that writes it, or due to be
 /// confirmed within the given ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,28 +80,6 @@ enum Birth {
     Hosted,
     Due(u64),
 }
-
-/// How long an accepted command's first result is kept for retries: 24 hours of the callers'
-/// clock (`at_ms`).
-///
-/// Each time a command is accepted (and its result stored), the stored results whose `at_ms` is
-/// more than this much older than that command's `at_ms` are dropped, oldest first. A retry
-/// returns the first result while it is stored, so always within the window; once a command
-/// more than the window newer has been accepted, a retry is evaluated as a new command (e.g. a
-/// second `register_session` is refused as `duplicate_session`, a second `heartbeat` renews the
-/// lease again, a reused id is no longer refused as `request_id_reused`). The cut-off follows the command being applied, not a running
-/// maximum, so one command with a far-future clock prunes once but cannot keep every later
-/// result from being stored; callers' clocks must still agree to well within the window.
-/// Refused commands and retries change nothing, so they prune nothing.
-pub const REQUEST_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// The shortest idempotency window a cluster may configure ([`Command::ForgetResults`]): a
-/// minute, six times a registry client's default deadline (10 s), within which it retries a
-/// write with the same request id.
-pub const MIN_RESULTS_KEPT_MS: u64 = 60_000;
-
-/// The most stored results one [`Command::ForgetResults`] forgets (an apply stays short).
-pub const FORGET_BATCH: usize = 10_000;
 
 /// The stored first result of an accepted command, keyed by request id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,110 +150,6 @@ pub const OVERDUE_DEADLINES_PAGE: usize = 256;
 
 /// The most records one [`RegistryState::overdue_births`] answer holds (the sweeper's page).
 pub const OVERDUE_BIRTHS_PAGE: usize = 256;
-
-/// The serialized form of [`RegistryState`] (everything but the derived age index).
-#[derive(Deserialize)]
-struct StateRepr {
-    sessions: BTreeMap<SessionId, Box<SessionRecord>>,
-    nodes: BTreeMap<NodeId, NodeRecord>,
-    requests: BTreeMap<RequestId, RequestOutcome>,
-    #[serde(default)]
-    tombstone: Tombstone,
-}
-
-/// Past this many sessions the listing indexes are rebuilt on a thread of their own while the
-/// other derived structures are built (issue 13: restart time).
-const INDEX_ON_ITS_OWN_THREAD_PAST: usize = 10_000;
-
-/// The derived structures of a decoded state but the listing indexes and the usage sums.
-struct Derived {
-    requests_by_age: BTreeSet<(u64, RequestId)>,
-    births_by_deadline: BTreeSet<(u64, SessionId)>,
-    sessions_by_deadline: BTreeSet<(u64, SessionId)>,
-    disposed_by_age: BTreeSet<(u64, SessionId)>,
-}
-
-impl Derived {
-    fn of(repr: &StateRepr) -> Derived {
-        let sessions = || repr.sessions.values();
-        Derived {
-            requests_by_age: repr
-                .requests
-                .iter()
-                .map(|(id, outcome)| (outcome.at_ms, id.clone()))
-                .collect(),
-            births_by_deadline: sessions()
-                .filter(|r| r.state == SessionState::Starting)
-                .map(|r| (r.start_deadline_ms.unwrap_or(0), r.id().clone()))
-                .collect(),
-            sessions_by_deadline: sessions()
-                .filter(|r| r.state != SessionState::Disposed)
-                .filter_map(|r| Some((r.header.deadline_at_ms()?, r.id().clone())))
-                .collect(),
-            disposed_by_age: sessions()
-                .filter(|r| r.state == SessionState::Disposed)
-                .map(|r| (r.updated_at_ms, r.id().clone()))
-                .collect(),
-        }
-    }
-}
-
-impl From<StateRepr> for RegistryState {
-    fn from(mut repr: StateRepr) -> Self {
-        share::share_ids(&mut repr.sessions, &repr.nodes, &mut repr.requests);
-        let sessions = &repr.sessions;
-        let build_index = || SessionIndex::build(sessions.values().map(|r| &**r));
-        let (index, derived) = if sessions.len() <= INDEX_ON_ITS_OWN_THREAD_PAST {
-            (build_index(), Derived::of(&repr))
-        } else {
-            // The index is the largest derived structure: built beside the others.
-            std::thread::scope(|scope| {
-                let index = scope.spawn(build_index);
-                let derived = Derived::of(&repr);
-                match index.join() {
-                    Ok(index) => (index, derived),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            })
-        };
-        let Derived {
-            requests_by_age,
-            births_by_deadline,
-            sessions_by_deadline,
-            disposed_by_age,
-        } = derived;
-        let mut state = Self {
-            index,
-            disposed_by_age,
-            tombstone: repr.tombstone,
-            sessions: repr.sessions,
-            nodes: repr.nodes,
-            requests: repr.requests,
-            requests_by_age,
-            births_by_deadline,
-            sessions_by_deadline,
-            subtree_usage: BTreeMap::new(),
-            spent_budgets: BTreeSet::new(),
-        };
-        let reported: Vec<(SessionId, SessionUsage)> = state
-            .sessions
-            .values()
-            .filter_map(|r| Some((r.id().clone(), r.usage.as_deref()?.clone())))
-            .collect();
-        for (id, usage) in reported {
-            state.add_usage_up(&id, None, &usage);
-        }
-        let carried: Vec<(SessionId, UsageTotal)> = state
-            .sessions
-            .values()
-            .filter_map(|r| Some((r.id().clone(), r.purged_usage.as_deref()?.clone())))
-            .collect();
-        for (id, total) in carried {
-            state.add_up(&id, |sum| sum.add_total(&total));
-        }
-        state
-    }
-}
 
 type Refusal = Result<CommandResponse, RegistryRefusal>;
 
@@ -421,45 +302,6 @@ impl RegistryState {
             }
             Err(refusal) => CommandResponse::Refused(refusal),
         }
-    }
-
-    /// Drops the stored results older than [`REQUEST_RETENTION_MS`] before `now_ms`, oldest
-    /// first (amortized: each stored result is removed once).
-    fn prune_requests(&mut self, now_ms: u64) {
-        self.forget_before(now_ms.saturating_sub(REQUEST_RETENTION_MS), usize::MAX);
-    }
-
-    /// [`Command::ForgetResults`]: the results kept longer than `kept_ms` at `at_ms`, at most
-    /// [`FORGET_BATCH`].
-    fn forget_results(&mut self, at_ms: u64, kept_ms: u64) -> Refusal {
-        if kept_ms < MIN_RESULTS_KEPT_MS {
-            return Err(RegistryRefusal::Malformed {
-                reason: format!(
-                    "forget_results keeps results {kept_ms} ms; keep them at least {MIN_RESULTS_KEPT_MS} ms (a client retries a write with its request id within its deadline)"
-                ),
-            });
-        }
-        let (count, more) = self.forget_before(at_ms.saturating_sub(kept_ms), FORGET_BATCH);
-        Ok(CommandResponse::ResultsForgotten { count, more })
-    }
-
-    /// Drops up to `limit` stored results accepted before `cutoff_ms`, oldest first: how many,
-    /// and whether more are due.
-    fn forget_before(&mut self, cutoff_ms: u64, limit: usize) -> (u64, bool) {
-        let mut count = 0u64;
-        while let Some((at_ms, _)) = self.requests_by_age.first() {
-            if *at_ms >= cutoff_ms {
-                return (count, false);
-            }
-            if usize::try_from(count).unwrap_or(usize::MAX) >= limit {
-                return (count, true);
-            }
-            if let Some((_, id)) = self.requests_by_age.pop_first() {
-                self.requests.remove(&id);
-                count += 1;
-            }
-        }
-        (count, false)
     }
 
     /// `session`'s record, disposed or not; refused when there is none.

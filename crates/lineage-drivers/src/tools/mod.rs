@@ -24,9 +24,22 @@
 //! starts `lineage mcp` (a stdio bridge to that socket) from the `mcpServers` of its ACP
 //! `session/new`. An agent that declares `mcpCapabilities.http` is given [`http`]'s loopback
 //! URL instead, with the secret as its bearer token.
+//!
+//! | file | what |
+//! |---|---|
+//! | `tools/mod.rs` | [`TurnSlot`], [`DelegationTools`] and its tools |
+//! | `tools/args.rs` | each tool's arguments ([`SpawnSubagent`], ...) and their enums ([`Shape`], [`ReportDelivery`], [`WaitFor`]) |
+//! | [`socket`] | the node's tools socket: a connection served as the session whose grant it presents |
+//! | [`http`] | the loopback HTTP endpoint for agents that take MCP over HTTP |
 
+mod args;
 pub mod http;
 pub mod socket;
+
+pub use args::{
+    InterruptChild, ListChildren, ReportDelivery, ReportToParent, SendToChild, Shape,
+    SpawnSubagent, WaitFor, WaitForChildren,
+};
 
 use std::sync::{Arc, Mutex};
 
@@ -38,8 +51,6 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::driver::{ActionOutcome, AgentSpec, ChildSpec, TurnAction, TurnCtx, WaitMode};
@@ -102,122 +113,6 @@ impl TurnSlot {
     fn get(&self) -> Option<TurnCtx> {
         self.0.lock().ok().and_then(|slot| slot.ctx.clone())
     }
-}
-
-/// How a child lives: the tools' spelling of [`SubagentShape`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-pub enum Shape {
-    /// Runs one task; the call returns its result once it settled.
-    #[serde(rename = "one-shot")]
-    OneShot,
-    /// Stays: the call returns its id at once; its reports and settlement arrive in your inbox
-    /// (`wait_for_children`), and `send_to_child` gives it more work.
-    #[serde(rename = "continuable")]
-    Continuable,
-}
-
-/// `spawn_subagent`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SpawnSubagent {
-    /// The agent profile the child runs: one the hosting node offers (`lineage agents`).
-    pub profile: String,
-    /// The child's first message: its task, self-contained.
-    pub prompt: String,
-    /// `one-shot` (wait for its result) or `continuable` (its id now, its results later).
-    pub shape: Shape,
-    /// A short name for the child, shown in trees and lists.
-    #[serde(default)]
-    pub label: Option<String>,
-    /// A persona for the child's prompt.
-    #[serde(default)]
-    pub persona: Option<String>,
-    /// The tools the child may use (names); all of its profile's when absent.
-    #[serde(default)]
-    pub tool_filter: Option<Vec<String>>,
-    /// The node to run it on; any node when absent.
-    #[serde(default)]
-    pub node: Option<String>,
-    /// How long the child (and everything it spawns) may run, in ms; it is stopped at that
-    /// deadline, and never outlives yours.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-}
-
-/// `report_to_parent`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReportToParent {
-    /// What to tell the parent.
-    pub content: String,
-    /// `quiet` (read at the parent's next turn) or `wakeup` (starts a turn of the parent).
-    #[serde(default)]
-    pub delivery: ReportDelivery,
-}
-
-/// How a report reaches the parent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportDelivery {
-    /// Read at the parent's next turn.
-    #[default]
-    Quiet,
-    /// Starts a turn of the parent.
-    Wakeup,
-}
-
-/// `send_to_child`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SendToChild {
-    /// The child's session id (from `spawn_subagent` or `list_children`).
-    pub child: String,
-    /// The message: more work, or an answer.
-    pub content: String,
-}
-
-/// `interrupt_child`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct InterruptChild {
-    /// The session id of a child (or deeper descendant) whose current turn to cancel.
-    pub child: String,
-}
-
-/// `list_children` takes no arguments.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListChildren {}
-
-/// `wait_for_children`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WaitForChildren {
-    /// The children to wait for; every continuable child that has not settled when absent.
-    #[serde(default)]
-    pub children: Option<Vec<String>>,
-    /// `all` (every child waited for settled) or `any` (the first report or settlement).
-    #[serde(default)]
-    pub mode: WaitFor,
-    /// How long to wait at most, in milliseconds (default 60000); what arrived by then is the
-    /// result.
-    #[serde(default = "default_wait_ms")]
-    pub timeout_ms: u64,
-}
-
-fn default_wait_ms() -> u64 {
-    60_000
-}
-
-/// What `wait_for_children` waits for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitFor {
-    /// Every child waited for settled.
-    #[default]
-    All,
-    /// The first report or settlement.
-    Any,
 }
 
 /// The MCP server of one hosted session's delegation tools.

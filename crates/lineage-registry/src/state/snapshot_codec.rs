@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn q5_g3_past_the_threshold_the_index_built_on_its_own_thread_is_the_one_apply_keeps() {
-        let n = u32::try_from(super::super::INDEX_ON_ITS_OWN_THREAD_PAST).unwrap() + 50;
+        let n = u32::try_from(super::super::load::INDEX_ON_ITS_OWN_THREAD_PAST).unwrap() + 50;
         let s = state(n, 20);
         let back = RegistryState::decode_snapshot(&s.encode_in_parts(997).unwrap()).unwrap();
         assert_eq!(back.index, s.index);
