@@ -2,9 +2,10 @@
 
 use super::restore::fold;
 use super::*;
+use crate::ids::NodeId;
 use crate::journal::TurnMessage;
 use crate::log::SessionEvent;
-use crate::messages::InboxMessage;
+use crate::messages::{Delivery, InboxMessage, SubagentReport};
 
 use crate::ids::sid;
 

@@ -16,6 +16,7 @@ mod exec;
 mod handoff;
 pub(crate) mod mail;
 mod output;
+mod record;
 mod supervise;
 mod turn;
 
@@ -36,7 +37,6 @@ use lineage_core::ids::SessionId;
 use lineage_core::log::SessionLog;
 use lineage_core::messages::{StopReason, SubagentRunInfo};
 use lineage_core::policy::ParentPolicyView;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -48,20 +48,7 @@ use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverStart};
 
 pub(crate) use lineage_core::journal::Accepted;
 
-/// Log event: what to run on cold resume.
-pub const AGENT_EVENT: &str = "host/agent";
-/// Log event: a message durably accepted.
-pub const ACCEPTED_EVENT: &str = "inbox/accepted";
-
-/// Data of a `host/agent` event: the typed view of `lineage_core::journal::HostAgent`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AgentRecord {
-    /// The agent to run.
-    pub agent: AgentSpec,
-    /// The session's own policy view (what its children inherit).
-    #[serde(default)]
-    pub policy_view: ParentPolicyView,
-}
+pub use record::{AgentRecord, ACCEPTED_EVENT, AGENT_EVENT};
 
 /// Everything needed to bring an agent to life (at birth or on cold resume).
 pub(crate) struct AgentInit {

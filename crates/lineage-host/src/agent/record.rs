@@ -1,0 +1,22 @@
+//! What an agent's log says about the agent itself: the `host/agent` event ([`AgentRecord`]:
+//! what to run on cold resume, and the policy its children inherit) and the event names the
+//! host writes.
+
+use lineage_core::policy::ParentPolicyView;
+use lineage_drivers::driver::AgentSpec;
+use serde::{Deserialize, Serialize};
+
+/// Log event: what to run on cold resume.
+pub const AGENT_EVENT: &str = "host/agent";
+/// Log event: a message durably accepted.
+pub const ACCEPTED_EVENT: &str = "inbox/accepted";
+
+/// Data of a `host/agent` event: the typed view of `lineage_core::journal::HostAgent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The agent to run.
+    pub agent: AgentSpec,
+    /// The session's own policy view (what its children inherit).
+    #[serde(default)]
+    pub policy_view: ParentPolicyView,
+}
