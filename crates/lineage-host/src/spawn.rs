@@ -342,10 +342,7 @@ impl Host {
     }
 
     async fn spawn_inner(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
-        let max_depth = match &request.max_depth {
-            Some(v) => Some(lineage_core::depth::validate_max_depth(v)?),
-            None => None,
-        };
+        let max_depth = request.max_depth;
         let Some(parent) = request.parent.clone() else {
             return self.shared.spawn_root(request, max_depth).await;
         };

@@ -87,7 +87,7 @@ async fn n3_service_answers_and_refuses_bad_input_without_state_change() {
 
     // Depth cap from the request: a child past max depth is refused by a rule.
     let mut req = child_request(&spawned.session, SubagentShape::OneShot, script("{}"), "x");
-    req.max_depth = Some(serde_json::json!(0));
+    req.max_depth = Some(lineage_core::depth::MaxDepth::from_u32(0));
     let err: ControlError = request::<_, SpawnReply>(
         &cluster.client,
         subjects.control("spawn"),

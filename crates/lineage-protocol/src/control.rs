@@ -109,9 +109,10 @@ pub struct SpawnRequest {
     /// Tool filter (C1, children).
     #[serde(default)]
     pub tool_filter: Option<Vec<String>>,
-    /// Max depth for this subtree (D4): validated, a non-negative safe integer.
+    /// Max depth for this subtree (D4): a non-negative safe integer, validated where the
+    /// request is parsed (a bad one refuses the whole request with one line).
     #[serde(default)]
-    pub max_depth: Option<serde_json::Value>,
+    pub max_depth: Option<MaxDepth>,
     /// Idempotency key: a retried spawn with the same id returns the same session.
     #[serde(default)]
     pub request_id: Option<RequestId>,

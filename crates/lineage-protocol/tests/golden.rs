@@ -77,7 +77,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         label: Some("leaf".into()),
         persona: Some("terse".into()),
         tool_filter: Some(vec!["read".into()]),
-        max_depth: Some(serde_json::json!(3)),
+        max_depth: Some(lineage_core::depth::MaxDepth::from_u32(3)),
         request_id: Some(RequestId::parse(R).unwrap()),
         cwd: None,
         preset: None,

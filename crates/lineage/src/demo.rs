@@ -114,7 +114,7 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
             label: Some("root".into()),
             persona: None,
             tool_filter: None,
-            max_depth: Some(json!(3)),
+            max_depth: Some(lineage_core::depth::MaxDepth::from_u32(3)),
             request_id: None,
             cwd: None,
             preset: None,

@@ -105,9 +105,10 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         Some(raw) => {
             let value: serde_json::Value = serde_json::from_str(raw)
                 .unwrap_or_else(|_| serde_json::Value::String(raw.clone()));
-            lineage_core::depth::validate_max_depth(&value)
-                .map_err(|e| usage(format!("--max-depth: {e}")))?;
-            Some(value)
+            Some(
+                lineage_core::depth::validate_max_depth(&value)
+                    .map_err(|e| usage(format!("--max-depth: {e}")))?,
+            )
         }
     };
     // Always a request id: a spawn the serving node did not answer (stopped, hung) is sent
