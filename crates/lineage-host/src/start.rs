@@ -73,7 +73,9 @@ impl Shared {
             policy_view: root_view,
             parent_node,
         } = request;
-        header.validate()?;
+        // No `header.validate()` here: a `SessionHeader` holds only a valid header (its
+        // deserializer and constructors check it), and the registry's apply checks the birth
+        // again, with the final say.
         let session = header.id().clone();
         let depth = header.delegation_depth().unwrap_or(0);
         if self.live.is_live(&session) {
