@@ -610,7 +610,8 @@ impl Shell {
         std::fs::write(&script, self.script(text, save)).expect("write a command script");
         let out = self.dir.join(format!("cmd-{n}.out"));
         let err = self.dir.join(format!("cmd-{n}.err"));
-        let child = Command::new("bash")
+        let mut command = Command::new("bash");
+        command
             .arg(&script)
             .current_dir(workspace_root())
             .env_clear()
@@ -618,9 +619,19 @@ impl Shell {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).expect("create an output file"))
             .stderr(std::fs::File::create(&err).expect("create an output file"))
-            .process_group(0)
-            .spawn()
-            .expect("run bash");
+            .process_group(0);
+        // Ctrl-C must reach it as in a terminal, even when this test runs with SIGINT ignored
+        // (a suite started in the background of a script, `cmd &`, inherits SIGINT and SIGQUIT
+        // ignored, and bash cannot undo an ignore it started with).
+        // SAFETY: between fork and exec only async-signal-safe calls: signal(2).
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("run bash");
         (child, out, err)
     }
 
