@@ -174,7 +174,10 @@ fn s1_m2_x2_a_birth_no_node_starts_is_swept_and_its_parent_is_told_once() {
         .unwrap();
     let child_id = SessionId::parse(&uuid::Uuid::now_v7().to_string()).unwrap();
     let header = child_session_meta(&parent.header, child_id.clone(), 1, 0, None).unwrap();
-    let descriptor = json!({"provider": "script", "label": "orphan", "mode": "continuable"});
+    let descriptor = serde_json::from_value(
+        json!({"provider": "script", "label": "orphan", "mode": "continuable"}),
+    )
+    .unwrap();
     rt.block_on(client.register_session(
         RequestId::parse(&uuid::Uuid::now_v7().to_string()).unwrap(),
         now_ms(),
@@ -268,7 +271,10 @@ fn s1_m2_x2_a_birth_cut_short_before_its_log_is_disposed_when_resumed_and_its_pa
         .unwrap();
     let child_id = SessionId::parse(&uuid::Uuid::now_v7().to_string()).unwrap();
     let header = child_session_meta(&parent.header, child_id.clone(), 1, 0, None).unwrap();
-    let descriptor = json!({"provider": "script", "label": "halfborn", "mode": "continuable"});
+    let descriptor = serde_json::from_value(
+        json!({"provider": "script", "label": "halfborn", "mode": "continuable"}),
+    )
+    .unwrap();
     rt.block_on(client.register_session(
         RequestId::parse(&uuid::Uuid::now_v7().to_string()).unwrap(),
         now_ms(),

@@ -1,7 +1,7 @@
 //! Deadlines (Q2): a tree that runs past its time is drained, children first.
 //!
 //! A spawn may ask for a `timeout_ms`; the spawning node turns it into an absolute deadline
-//! with its own clock ([`deadline_from_timeout`]) and freezes `min(parent's, requested)` in the
+//! with its own clock ([`Timeout::deadline_from`]) and freezes `min(parent's, requested)` in the
 //! child's header ([`crate::header::SessionHeader::with_deadline`]): a child inherits its
 //! parent's deadline and can only shorten it, so no child outlives its parent's deadline. The
 //! registry refuses a header whose deadline is later than its parent's, and indexes the
@@ -11,24 +11,69 @@
 
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Deserializer, Serialize};
+
 use crate::error::CoreError;
 use crate::ids::SessionId;
 
 /// The longest timeout a spawn may ask for: 30 days, in ms.
 pub const MAX_TIMEOUT_MS: u64 = 30 * 24 * 60 * 60 * 1000;
 
-/// The absolute deadline of a spawn that asked for `timeout_ms`, on the spawning node's clock
-/// `now_ms`. Refused when the timeout is 0 or longer than [`MAX_TIMEOUT_MS`].
-pub fn deadline_from_timeout(now_ms: u64, timeout_ms: u64) -> Result<u64, CoreError> {
-    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
-        return Err(CoreError::InvalidPayload {
-            what: "spawn",
-            reason: format!(
-                "timeout_ms {timeout_ms} is out of range; give 1 to {MAX_TIMEOUT_MS} ms (30 days), or leave it out for no deadline of its own"
-            ),
-        });
+/// How long a new session's subtree may run (Q2): 1 to [`MAX_TIMEOUT_MS`] ms, checked where
+/// the request is parsed (its deserializer, or [`Timeout::named`] for a flag), so a bad one
+/// refuses the whole request in one line and nothing checks it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Timeout(u64);
+
+impl Timeout {
+    /// A timeout of `ms`, refused with a line naming `name` (the field or flag it came from)
+    /// when it is 0 or longer than [`MAX_TIMEOUT_MS`].
+    pub fn named(name: &str, ms: u64) -> Result<Self, CoreError> {
+        if ms == 0 || ms > MAX_TIMEOUT_MS {
+            return Err(CoreError::InvalidPayload {
+                what: "spawn",
+                reason: format!(
+                    "{name} {ms} is out of range; give 1 to {MAX_TIMEOUT_MS} ms (30 days), or leave it out for no deadline of its own"
+                ),
+            });
+        }
+        Ok(Timeout(ms))
     }
-    Ok(now_ms.saturating_add(timeout_ms))
+
+    /// The timeout in ms.
+    pub fn as_ms(self) -> u64 {
+        self.0
+    }
+
+    /// The absolute deadline of a spawn that asked for this timeout, on the spawning node's
+    /// clock `now_ms` (saturating).
+    pub fn deadline_from(self, now_ms: u64) -> u64 {
+        now_ms.saturating_add(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let ms = u64::deserialize(d)?;
+        Timeout::named("timeout_ms", ms).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Timeout {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timeout".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_TIMEOUT_MS,
+            "description": "how long the new session's subtree may run, in ms (Q2): 1 ms to 30 days",
+        })
+    }
 }
 
 /// A session past its deadline, as the sweeper reads it from the registry.
@@ -78,19 +123,30 @@ mod tests {
 
     #[test]
     fn q2_a_timeout_becomes_an_absolute_deadline_and_bad_ones_are_refused() {
-        assert_eq!(deadline_from_timeout(1_000, 500).unwrap(), 1_500);
+        let t = |ms| Timeout::named("timeout_ms", ms);
+        assert_eq!(t(500).unwrap().deadline_from(1_000), 1_500);
         assert_eq!(
-            deadline_from_timeout(u64::MAX - 1, MAX_TIMEOUT_MS).unwrap(),
+            t(MAX_TIMEOUT_MS).unwrap().deadline_from(u64::MAX - 1),
             u64::MAX
         );
         for bad in [0, MAX_TIMEOUT_MS + 1] {
-            let e = deadline_from_timeout(1_000, bad).unwrap_err().to_string();
+            let e = t(bad).unwrap_err().to_string();
             assert!(
                 e.contains(&format!("timeout_ms {bad} is out of range")),
                 "{e}"
             );
             assert!(!e.contains('\n'));
+            let parsed = serde_json::from_value::<Timeout>(serde_json::json!(bad));
+            assert!(parsed.unwrap_err().to_string().contains("is out of range"));
         }
+        let flag = Timeout::named("--deadline-ms", 0).unwrap_err().to_string();
+        assert!(flag.contains("--deadline-ms 0 is out of range"), "{flag}");
+        assert_eq!(
+            serde_json::from_value::<Timeout>(serde_json::json!(7))
+                .unwrap()
+                .as_ms(),
+            7
+        );
     }
 
     #[test]

@@ -7,13 +7,13 @@
 //! gives the `(kind, data)` to store and [`JournalEvent::from_event`] reads a stored event back.
 //!
 //! Kinds the agent does not write itself (the seed's `subagent/descriptor`, `sandbox/mode`,
-//! `approval/policy`, a driver's own record such as `acp/session`, and whatever a newer
+//! `approval/policy`, the host's record of the agent to run, `host/agent`
+//! (`lineage_host::AgentRecord`), a driver's own record such as `acp/session`, and whatever a newer
 //! version adds) are not journal events: `from_event` returns `Ok(None)` for them, so a log is
 //! always readable.
 //!
 //! | kind | variant | data |
 //! |---|---|---|
-//! | `host/agent` | [`JournalEvent::HostAgent`] | `{agent, policy_view}`: what to run on cold resume |
 //! | `inbox/accepted` | [`JournalEvent::Accepted`] | `{message, wake, dedup_id, request_id?}`: a message durably accepted |
 //! | `turn/start` | [`JournalEvent::TurnStart`] | `{index, inputs}`: the log seqs a turn consumed |
 //! | `turn/user` | [`JournalEvent::TurnUser`] | `{text}`: each input as transcript text |
@@ -34,7 +34,6 @@ use crate::error::CoreError;
 use crate::ids::{NodeId, RunId, SessionId};
 use crate::log::{SessionEvent, SessionLog};
 use crate::messages::{Delivery, StopReason};
-use crate::policy::ParentPolicyView;
 
 /// Where a message in a turn's input came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,17 +75,6 @@ impl TurnMessage {
             } => format!("settled {sender_session_id}: {summary}"),
         }
     }
-}
-
-/// Data of `host/agent`: what to run on cold resume. The agent spec belongs to the drivers, so
-/// the core keeps it as the JSON it is (`{"driver": ...}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HostAgent {
-    /// The agent to run (an `AgentSpec` of the host, as JSON).
-    pub agent: Value,
-    /// The session's own policy view (what its children inherit).
-    #[serde(default)]
-    pub policy_view: ParentPolicyView,
 }
 
 /// Data of `inbox/accepted`: a message durably accepted (M1, M2, M3).
@@ -153,9 +141,6 @@ pub fn followup_accepted(log: &SessionLog, request_id: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "data")]
 pub enum JournalEvent {
-    /// `host/agent`.
-    #[serde(rename = "host/agent")]
-    HostAgent(HostAgent),
     /// `inbox/accepted`.
     #[serde(rename = "inbox/accepted")]
     Accepted(Accepted),
@@ -251,8 +236,7 @@ pub enum JournalEvent {
 }
 
 /// Every kind a [`JournalEvent`] can have.
-pub const JOURNAL_KINDS: [&str; 12] = [
-    "host/agent",
+pub const JOURNAL_KINDS: [&str; 11] = [
     "inbox/accepted",
     "turn/start",
     "turn/user",
@@ -270,18 +254,17 @@ impl JournalEvent {
     /// The event's kind, e.g. `turn/end`.
     pub fn kind(&self) -> &'static str {
         match self {
-            JournalEvent::HostAgent(_) => JOURNAL_KINDS[0],
-            JournalEvent::Accepted(_) => JOURNAL_KINDS[1],
-            JournalEvent::TurnStart { .. } => JOURNAL_KINDS[2],
-            JournalEvent::TurnUser { .. } => JOURNAL_KINDS[3],
-            JournalEvent::TurnAssistant { .. } => JOURNAL_KINDS[4],
-            JournalEvent::TurnEnd { .. } => JOURNAL_KINDS[5],
-            JournalEvent::ReportSent { .. } => JOURNAL_KINDS[6],
-            JournalEvent::SettledSent { .. } => JOURNAL_KINDS[7],
-            JournalEvent::Spawned { .. } => JOURNAL_KINDS[8],
-            JournalEvent::ChildResult { .. } => JOURNAL_KINDS[9],
-            JournalEvent::SpawnRefused { .. } => JOURNAL_KINDS[10],
-            JournalEvent::TurnInputs { .. } => JOURNAL_KINDS[11],
+            JournalEvent::Accepted(_) => JOURNAL_KINDS[0],
+            JournalEvent::TurnStart { .. } => JOURNAL_KINDS[1],
+            JournalEvent::TurnUser { .. } => JOURNAL_KINDS[2],
+            JournalEvent::TurnAssistant { .. } => JOURNAL_KINDS[3],
+            JournalEvent::TurnEnd { .. } => JOURNAL_KINDS[4],
+            JournalEvent::ReportSent { .. } => JOURNAL_KINDS[5],
+            JournalEvent::SettledSent { .. } => JOURNAL_KINDS[6],
+            JournalEvent::Spawned { .. } => JOURNAL_KINDS[7],
+            JournalEvent::ChildResult { .. } => JOURNAL_KINDS[8],
+            JournalEvent::SpawnRefused { .. } => JOURNAL_KINDS[9],
+            JournalEvent::TurnInputs { .. } => JOURNAL_KINDS[10],
         }
     }
 

@@ -14,6 +14,7 @@
 //! | [`budget`] | budgets of tokens and cost per subtree, and the refusal once spent | Q3 |
 //! | [`deadline`] | deadlines: a timeout to an absolute deadline, the subtrees the sweeper drains | Q2 |
 //! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
+//! | [`limits`] | `BirthLimits`: the max depth, fan-out caps and budget a birth carries | D4, Q1, Q3 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
 //! | [`permission`] | how a hosted agent's permission request is answered; the harness mode a policy names | C2, C4 |
 //! | [`policy`] | delegated policy snapshot and its log events | C2, C3 |
@@ -54,6 +55,7 @@ pub mod index;
 pub mod journal;
 pub mod lease;
 pub mod lifecycle;
+pub mod limits;
 pub mod log;
 pub mod messages;
 pub mod output;

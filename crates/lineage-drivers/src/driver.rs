@@ -57,7 +57,7 @@ pub struct ChildSpec {
     /// How long the child's subtree may run (Q2), in ms from the spawn; the frozen deadline is
     /// the earlier of that and the parent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<lineage_core::deadline::Timeout>,
     /// A budget over the child's subtree (Q3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<lineage_core::budget::Budget>,
@@ -337,8 +337,8 @@ pub trait DriverFactory: Send + Sync + 'static {
         spec: &AgentSpec,
         session: &SessionId,
     ) -> Result<Box<dyn AgentDriver>, DriverError>;
-    /// What this node offers: its profiles and whether it takes raw command lines. A spawn
-    /// checks the target node's offer before the birth is registered
+    /// What this node offers: its profiles and whether it takes raw command lines. The hosting
+    /// node checks a birth's agent against it before anything is written
     /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
     fn offer(&self) -> AgentsReply;
 }

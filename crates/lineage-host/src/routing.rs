@@ -11,9 +11,6 @@ use lineage_core::routing::{route, Route};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use lineage_drivers::driver::AgentSpec;
-use lineage_drivers::DriverError;
-
 use crate::error::HostError;
 
 use crate::shared::Shared;
@@ -139,41 +136,5 @@ impl Shared {
             .await
             .map_err(to_host)?;
         decode_reply(&self.cfg.subjects.node_control(node, op), &reply).map_err(to_host)
-    }
-
-    /// Refuses (before anything is registered) an agent `target` would not run (T4). Inline
-    /// scripts run anywhere; a profile or raw command line is checked against this node's
-    /// offer, or the target's (its per-node `agents`).
-    pub(crate) async fn admit_agent(
-        &self,
-        target: &NodeId,
-        spec: &AgentSpec,
-    ) -> Result<(), HostError> {
-        if matches!(spec, AgentSpec::Script { .. }) {
-            return Ok(());
-        }
-        let offer = if target == &self.cfg.node {
-            self.drivers.offer()
-        } else {
-            self.node_request(
-                target,
-                crate::control::ops::AGENTS,
-                &crate::control::AgentsRequest {},
-                self.cfg.request_timeout,
-            )
-            .await
-            .map_err(|e| match e {
-                HostError::Unavailable(_) => HostError::Unavailable(format!(
-                    "node {target} does not answer (is it running? `lineage status` lists the nodes)"
-                )),
-                other => other,
-            })?
-        };
-        lineage_drivers::profiles::check_offer(&offer, spec).map_err(|e| match e {
-            DriverError::BadRequest(m) if target != &self.cfg.node => {
-                HostError::BadRequest(format!("on node {target}: {m}"))
-            }
-            other => HostError::from(other),
-        })
     }
 }

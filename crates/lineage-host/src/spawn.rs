@@ -7,9 +7,10 @@
 //! 3. capture the policy snapshot synchronously, before the first await (C2);
 //! 4. build the child's frozen header with `child_session_meta` (L1), its deadline the
 //!    earlier of the parent's and the spawn's `timeout_ms` (Q2);
-//! 5. check the target's offer (T4), then ask the target node to host it (this node, or any
+//! 5. gather it all in one [`Birth`] and ask the target node to host it (this node, or any
 //!    other through its per-node `start`), with the spawn's request id;
-//! 6. on the hosting node ([`crate::start`]): the creation window, composition (C1), the
+//! 6. on the hosting node ([`crate::start`]): its offer (T4: it runs only what its operator
+//!    configured, refused before anything is written), the creation window, composition (C1), the
 //!    policy events with `source: "delegation"` (C3), the descriptor (P1: continuable after the
 //!    seed and before the first turn; one-shot at its first pre-step) and the accepted prompt,
 //!    written to the log as one message; then `RegisterSession`, `hosted` by that node: the
@@ -26,19 +27,20 @@
 
 use std::sync::Arc;
 
-use lineage_core::deadline::deadline_from_timeout;
 use lineage_core::depth::{delegation_depth_of, resolve_child_depth, MaxDepth};
 use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
 use lineage_core::header::{child_session_meta, AgentPreset, SessionHeader};
 use lineage_core::ids::{NodeId, RequestId, SessionId};
+use lineage_core::limits::BirthLimits;
 use lineage_core::policy::{
     capture_delegated_policy_overrides, DelegatedPolicyOverrides, ParentPolicyView,
 };
 use lineage_core::routing::{route, Route};
+use lineage_protocol::birth::{Birth, BirthKind};
 use lineage_registry::types::{RegistryRefusal, SessionState};
 
 use crate::agent::cmd::AgentCmd;
-use crate::control::{Hop, SpawnReply, SpawnRequest, StartRequest};
+use crate::control::{Hop, SpawnReply, SpawnRequest};
 use crate::error::HostError;
 use crate::host::{provider_of, Host};
 use crate::shared::Shared;
@@ -97,10 +99,7 @@ impl Shared {
     ) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
         // 1-3: depth, policy and deadline, all synchronous (C2: before the first await).
-        let deadline = spec
-            .timeout_ms
-            .map(|t| deadline_from_timeout(self.now(), t))
-            .transpose()?;
+        let deadline = spec.timeout_ms.map(|t| t.deadline_from(self.now()));
         let max_depth = max_depth.or(self.cfg.max_depth);
         let parent_depth = delegation_depth_of(&parent.header, None);
         let child_depth = resolve_child_depth(parent_depth, max_depth)?;
@@ -127,24 +126,25 @@ impl Shared {
             persona: spec.persona.clone(),
         };
         descriptor.validate()?;
-        let run = self.mint.run();
         let target = self.birth_target(spec.node.as_ref(), &child_id).await;
-        // T4: the target runs only what its operator configured; refused before the birth.
-        self.admit_agent(&target, &spec.agent).await?;
-        // 5: the target hosts it: creation window, then the birth, then the launch.
-        let request = StartRequest {
-            fan_out: self.cfg.fan_out,
-            budget: spec.budget,
+        // 5: the target hosts it (it checks its offer, T4): creation window, then the birth,
+        // then the launch.
+        let request = Birth {
             request_id,
-            max_depth,
             header,
-            descriptor: Some(descriptor),
             agent: spec.agent,
             prompt: spec.prompt,
-            run: Some(run),
-            policy,
-            policy_view: None,
-            parent_node: Some(self.cfg.node.clone()),
+            limits: BirthLimits {
+                max_depth,
+                fan_out: self.cfg.fan_out,
+                budget: spec.budget,
+            },
+            kind: BirthKind::Child {
+                descriptor,
+                run: self.mint.run(),
+                policy,
+                parent_node: self.cfg.node.clone(),
+            },
         };
         let reply = self
             .started(&child_id, self.start_on(&target, request, spec.shape).await)
@@ -165,7 +165,7 @@ impl Shared {
     pub(crate) async fn start_on(
         self: &Arc<Self>,
         target: &NodeId,
-        request: StartRequest,
+        request: Birth,
         shape: SubagentShape,
     ) -> Result<SpawnReply, HostError> {
         if target == &self.cfg.node {
@@ -244,28 +244,23 @@ impl Shared {
         self.lifetime.check_running()?;
         let session = self.mint.session();
         lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
-        let deadline = request
-            .timeout_ms
-            .map(|t| deadline_from_timeout(self.now(), t))
-            .transpose()?;
+        let deadline = request.timeout_ms.map(|t| t.deadline_from(self.now()));
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset)
             .with_deadline(deadline);
         let target = self.birth_target(request.node.as_ref(), &session).await;
-        self.admit_agent(&target, &request.agent).await?;
-        let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
-        let start = StartRequest {
-            fan_out: self.cfg.fan_out,
-            budget: request.budget,
-            request_id,
-            max_depth: max_depth.or(self.cfg.max_depth),
+        let start = Birth {
+            request_id: request.request_id.unwrap_or_else(|| self.mint.request()),
             header,
-            descriptor: None,
             agent: request.agent,
             prompt: request.prompt,
-            run: None,
-            policy: DelegatedPolicyOverrides::default(),
-            policy_view: Some(request.policy.unwrap_or_default()),
-            parent_node: None,
+            limits: BirthLimits {
+                max_depth: max_depth.or(self.cfg.max_depth),
+                fan_out: self.cfg.fan_out,
+                budget: request.budget,
+            },
+            kind: BirthKind::TopLevel {
+                policy: request.policy.unwrap_or_default(),
+            },
         };
         let started = self
             .start_on(&target, start, SubagentShape::Continuable)

@@ -40,6 +40,8 @@ use crate::error::HostError;
 use crate::host::{provider_of, Host};
 use crate::shared::Shared;
 use crate::telemetry::op_span;
+use lineage_drivers::DriverError;
+use lineage_protocol::birth::{Birth, BirthKind};
 
 use crate::spawn::child_policy_view;
 
@@ -59,72 +61,65 @@ impl Shared {
         request: StartRequest,
     ) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
-        let StartRequest {
-            request_id,
-            max_depth,
-            fan_out,
-            budget,
-            header,
-            descriptor: requested_descriptor,
-            agent,
-            prompt,
-            run,
-            policy,
-            policy_view: root_view,
-            parent_node,
-        } = request;
+        request.check_kind().map_err(HostError::BadRequest)?;
+        // T4: this node runs only what its operator configured; refused before anything is
+        // written, so an unknown profile changes nothing.
+        lineage_drivers::profiles::check_offer(&self.drivers.offer(), &request.agent).map_err(
+            |e| match e {
+                DriverError::BadRequest(m) => {
+                    HostError::BadRequest(format!("on node {}: {m}", self.cfg.node))
+                }
+                other => HostError::from(other),
+            },
+        )?;
         // No `header.validate()` here: a `SessionHeader` holds only a valid header (its
         // deserializer and constructors check it), and the registry's apply checks the birth
         // again, with the final say.
-        let session = header.id().clone();
-        let depth = header.delegation_depth().unwrap_or(0);
+        let session = request.header.id().clone();
+        let depth = request.header.delegation_depth().unwrap_or(0);
         if self.live.is_live(&session) {
             return Ok(SpawnReply {
                 session,
-                run,
+                run: request.run().cloned(),
                 node: self.cfg.node.clone(),
                 depth,
                 result: None,
             });
         }
         let now = self.now();
-        let (log, shape, preset, policy_view, descriptor) = match header.parent_session() {
-            Some(_) => {
-                let descriptor = requested_descriptor.ok_or_else(|| {
-                    HostError::BadRequest(format!(
-                        "start of child {session} carries no descriptor; every child has one (P1)"
-                    ))
-                })?;
+        let header = &request.header;
+        let (log, shape, preset, policy_view) = match &request.kind {
+            BirthKind::Child {
+                descriptor, policy, ..
+            } => {
                 let shape = descriptor.mode;
                 let mut log = match shape {
                     // Continuable: the descriptor right after the (empty) seed (P1).
                     SubagentShape::Continuable => {
-                        seed_descriptor_turn(session.clone(), vec![], &descriptor, now)?
+                        seed_descriptor_turn(session.clone(), vec![], descriptor, now)?
                     }
                     // One-shot: the descriptor comes at the first pre-step.
                     SubagentShape::OneShot => SessionLog::create(session.clone(), vec![]),
                 };
                 // C3: the snapshot into the child's log, `source: "delegation"`.
-                append_delegated_policy_overrides(&mut log, &policy, now);
+                append_delegated_policy_overrides(&mut log, policy, now);
                 // C1: the composition the child runs with; its children join it.
                 let preset = Some(child_preset(
                     header.agent_preset(),
                     &descriptor.composition(),
                 ));
-                let view = child_policy_view(&policy);
-                (log, Some(shape), preset, view, Some(descriptor))
+                (log, Some(shape), preset, child_policy_view(policy))
             }
-            None => (
+            BirthKind::TopLevel { policy } => (
                 SessionLog::create(session.clone(), vec![]),
                 None,
                 header.agent_preset().cloned(),
-                root_view.unwrap_or_default(),
-                None,
+                *policy,
             ),
         };
         let mut log = log;
         let record = AgentRecord {
-            agent: agent.clone(),
+            agent: request.agent.clone(),
             policy_view,
         };
         let record = serde_json::to_value(&record)
@@ -133,18 +128,12 @@ impl Shared {
         // The first prompt is accepted with the creation window (one message): the agent
         // takes its first turn on it as soon as it is live (none: a top-level session starts
         // idle, `Accepted::first_prompt`).
-        if let Some(accepted) = Accepted::first_prompt(prompt, header.parent_session().is_none()) {
+        let top_level = header.parent_session().is_none();
+        if let Some(accepted) = Accepted::first_prompt(request.prompt.clone(), top_level) {
             let accepted = serde_json::to_value(&accepted)
                 .map_err(|e| HostError::Internal(format!("cannot encode the first prompt: {e}")))?;
             log.append(ACCEPTED_EVENT, accepted, now);
         }
-        let descriptor_json = match &descriptor {
-            Some(d) => Some(
-                serde_json::to_value(d)
-                    .map_err(|e| HostError::Internal(format!("cannot encode a descriptor: {e}")))?,
-            ),
-            None => None,
-        };
         // 1 and 2 at once: the whole creation window in one message (all of it or none) on an
         // empty log, and the commit that is the birth, hosted here. Nothing sees the child
         // before both are done; a node that stops between them leaves a `running` record with
@@ -156,19 +145,7 @@ impl Shared {
             log.events(),
             Some(lineage_bus::events::LogCursor::default()),
         );
-        let register = self.register_hosted(Command::RegisterSession {
-            request_id: request_id.clone(),
-            at_ms: now,
-            header: header.clone(),
-            descriptor: descriptor_json,
-            max_depth,
-            fan_out,
-            budget,
-            node: Some(self.cfg.node.clone()),
-            run: run.clone(),
-            start_within_ms: None,
-            hosted: true,
-        });
+        let register = self.register_hosted(registration(&request, now, &self.cfg.node));
         let (written, registered) = tokio::join!(window, register);
         let depth = match registered {
             Ok(CommandResponse::Registered {
@@ -176,7 +153,7 @@ impl Shared {
                 depth,
             }) if first != session => {
                 // A retried spawn: its first birth is the answer (this log is never read).
-                let node = self.check_first_birth(&first, &request_id).await?;
+                let node = self.check_first_birth(&first, &request.request_id).await?;
                 return Ok(SpawnReply {
                     session: first,
                     run: None,
@@ -210,14 +187,10 @@ impl Shared {
         // 3: launch; a launch that fails disposes the birth.
         let started = self
             .launch_born(LaunchWindow {
-                header,
-                agent,
-                run,
-                parent_node,
+                birth: request,
                 shape,
                 preset,
                 policy_view,
-                descriptor,
                 log,
                 cursor,
                 now,
@@ -232,7 +205,13 @@ impl Shared {
     /// Step 3: the agent task, `subagent/start`, the first turn; a one-shot's reply waits for
     /// its result.
     async fn launch_born(self: &Arc<Self>, window: LaunchWindow) -> Result<SpawnReply, HostError> {
-        let (header, shape, now) = (window.header, window.shape, window.now);
+        let (shape, now) = (window.shape, window.now);
+        let Birth {
+            header,
+            agent,
+            kind,
+            ..
+        } = window.birth;
         let session = header.id().clone();
         let depth = header.delegation_depth().unwrap_or(0);
         let parent = header.parent_session().cloned();
@@ -240,18 +219,26 @@ impl Shared {
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
-        let run_info = match (&parent, &window.run, shape) {
-            (Some(parent), Some(run), Some(shape)) => Some(SubagentRunInfo {
-                run_id: run.clone(),
-                provider: provider_of(&window.agent).to_owned(),
-                child_id: session.clone(),
-                parent_session_id: parent.clone(),
-                local: window.parent_node.as_ref() == Some(&self.cfg.node),
-                shape,
-                node: self.cfg.node.clone(),
-                at_ms: now,
-            }),
-            _ => None,
+        let (descriptor, run) = match kind {
+            BirthKind::Child {
+                descriptor,
+                run,
+                parent_node,
+                ..
+            } => {
+                let info = parent.as_ref().map(|parent| SubagentRunInfo {
+                    run_id: run.clone(),
+                    provider: provider_of(&agent).to_owned(),
+                    child_id: session.clone(),
+                    parent_session_id: parent.clone(),
+                    local: parent_node == self.cfg.node,
+                    shape: descriptor.mode,
+                    node: self.cfg.node.clone(),
+                    at_ms: now,
+                });
+                (Some(descriptor), info)
+            }
+            BirthKind::TopLevel { .. } => (None, None),
         };
         let (result_tx, result_rx) = match shape {
             Some(SubagentShape::OneShot) => {
@@ -265,13 +252,13 @@ impl Shared {
             AgentInit {
                 header: header.clone(),
                 shape,
-                descriptor: window.descriptor,
-                spec: window.agent,
+                descriptor,
+                spec: agent,
                 policy_view: window.policy_view,
                 preset: window.preset,
                 log: window.log,
                 cursor: window.cursor,
-                run: run_info,
+                run: run.clone(),
                 owner,
                 resumed: false,
                 has_children: false,
@@ -291,7 +278,7 @@ impl Shared {
         };
         Ok(SpawnReply {
             session,
-            run: window.run,
+            run: run.map(|r| r.run_id),
             node: self.cfg.node.clone(),
             depth,
             result,
@@ -299,19 +286,33 @@ impl Shared {
     }
 }
 
-/// What the launch takes: the born session and its creation window.
+/// What the launch takes: the birth and its creation window.
 struct LaunchWindow {
-    header: lineage_core::header::SessionHeader,
-    agent: lineage_protocol::agent::AgentSpec,
-    run: Option<lineage_core::ids::RunId>,
-    parent_node: Option<NodeId>,
+    birth: Birth,
     shape: Option<SubagentShape>,
     preset: Option<lineage_core::header::AgentPreset>,
     policy_view: lineage_core::policy::ParentPolicyView,
-    descriptor: Option<lineage_core::descriptor::SubagentDescriptor>,
     log: SessionLog,
     cursor: lineage_bus::events::LogCursor,
     now: u64,
+}
+
+/// The registry's half of `birth`, hosted by `node` (the one place a birth becomes a
+/// `RegisterSession`): the header, the typed descriptor, the first run and the limits.
+fn registration(birth: &Birth, at_ms: u64, node: &NodeId) -> Command {
+    Command::RegisterSession {
+        request_id: birth.request_id.clone(),
+        at_ms,
+        header: birth.header.clone(),
+        descriptor: birth.descriptor().cloned(),
+        max_depth: birth.limits.max_depth,
+        fan_out: birth.limits.fan_out,
+        budget: birth.limits.budget,
+        node: Some(node.clone()),
+        run: birth.run().cloned(),
+        start_within_ms: None,
+        hosted: true,
+    }
 }
 
 impl Shared {
@@ -393,11 +394,8 @@ impl Host {
         let op = op_span!("start", self.node());
         op.record("session", request.header.id())
             .record_opt("parent", request.header.parent_session())
-            .record_opt("run", request.run.as_ref())
-            .record_opt(
-                "shape",
-                request.descriptor.as_ref().map(|d| d.mode.as_str()),
-            );
+            .record_opt("run", request.run())
+            .record_opt("shape", request.descriptor().map(|d| d.mode.as_str()));
         let reply = op.run(self.shared.start_local(request)).await;
         if let Some(result) = reply.as_ref().ok().and_then(|r| r.result.as_ref()) {
             op.record("stop_reason", result.stop_reason.as_str());

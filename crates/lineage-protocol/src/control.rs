@@ -19,11 +19,11 @@ mod drain;
 
 use lineage_core::authority::InterruptAuthority;
 use lineage_core::depth::MaxDepth;
-use lineage_core::descriptor::{SubagentDescriptor, SubagentShape};
-use lineage_core::header::{AgentPreset, SessionHeader};
+use lineage_core::descriptor::SubagentShape;
+use lineage_core::header::AgentPreset;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_core::messages::StopReason;
-use lineage_core::policy::{DelegatedPolicyOverrides, ParentPolicyView};
+use lineage_core::policy::ParentPolicyView;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentSpec, ProfileInfo};
@@ -129,7 +129,7 @@ pub struct SpawnRequest {
     /// it is drained with stop reason `deadline`. A child's deadline is the earlier of this and
     /// its parent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<lineage_core::deadline::Timeout>,
     /// A budget over the new session's subtree (Q3): once the usage its agents report reaches
     /// it, no child is registered under it and it is drained with stop reason `budget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,52 +164,10 @@ pub struct SpawnReply {
     pub result: Option<OneShotResult>,
 }
 
-/// Per-node `start`: host a new session whose header the spawning node built. The hosting node
-/// writes the creation window, then registers the birth (the registry applies every birth rule
-/// again), then launches it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StartRequest {
-    /// The spawn's idempotency key: the birth is registered under it, so a retried spawn is
-    /// answered with its first birth (or refused), never registered twice.
-    pub request_id: RequestId,
-    /// The max depth the spawning node enforces (D4); the registry applies the stricter of it
-    /// and the tree's recorded one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_depth: Option<MaxDepth>,
-    /// The fan-out caps the spawning node enforces (Q1); the registry applies the stricter of
-    /// these and the tree's recorded ones.
-    #[serde(
-        default,
-        skip_serializing_if = "lineage_core::fanout::FanOut::is_uncapped"
-    )]
-    pub fan_out: lineage_core::fanout::FanOut,
-    /// A budget over the new session's subtree (Q3); its ancestors' budgets apply too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<lineage_core::budget::Budget>,
-    /// The frozen header, to register.
-    pub header: SessionHeader,
-    /// Children: the descriptor (P1).
-    #[serde(default)]
-    pub descriptor: Option<SubagentDescriptor>,
-    /// The agent.
-    pub agent: AgentSpec,
-    /// The first user message.
-    #[serde(default)]
-    pub prompt: String,
-    /// Children: the run.
-    #[serde(default)]
-    pub run: Option<RunId>,
-    /// Children: the delegated policy snapshot (C2), taken before the first await.
-    #[serde(default)]
-    pub policy: DelegatedPolicyOverrides,
-    /// Top-level sessions: their own policy view.
-    #[serde(default)]
-    pub policy_view: Option<ParentPolicyView>,
-    /// The node of the live parent (for the `local` flag and the runtime owner).
-    #[serde(default)]
-    pub parent_node: Option<NodeId>,
-}
+/// Per-node `start`: host a new session whose [`Birth`](crate::birth::Birth) the spawning
+/// node built. The hosting node writes the creation window and registers the birth at once
+/// (the registry applies every birth rule again), then launches it.
+pub type StartRequest = crate::birth::Birth;
 
 /// `followup` (M3): the next user message to a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -8,6 +8,7 @@
 //! | module | what | ids |
 //! |---|---|---|
 //! | [`envelope`] | reply envelope, error codes (and their exit codes), the `Lineage-Forwarded` routing header, request decoding | N3 |
+//! | [`birth`] | [`Birth`]: a new session in one value, parsed once at the edge, carried by `start` | S1, L1, P1, C1–C3, D4, Q1–Q3 |
 //! | [`control`] | request and reply bodies of every control op; op names | N3, M3, M4, K1, X1, T4 |
 //! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
 //! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`]; its JSON Schema | H1 |
@@ -24,6 +25,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod birth;
 pub mod control;
 pub mod envelope;
 pub mod error;
@@ -33,6 +35,7 @@ pub mod script;
 pub mod tools;
 
 pub use agent::{AgentSpec, ProfileDriver, ProfileInfo};
+pub use birth::{Birth, BirthKind};
 pub use envelope::{ControlError, ErrorCode, Hop, Reply, FORWARDED_HEADER};
 pub use error::ProtocolError;
 pub use script::{AfterScript, Script, Step, SCRIPT_PROVIDER};

@@ -88,9 +88,9 @@ pub enum Step {
         /// Tool filter (C1).
         #[serde(default)]
         tool_filter: Option<Vec<String>>,
-        /// How long the child's subtree may run (Q2), in ms.
+        /// How long the child's subtree may run (Q2), in ms (1 ms to 30 days).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        timeout_ms: Option<u64>,
+        timeout_ms: Option<lineage_core::deadline::Timeout>,
     },
     /// Reply with the outcome of this turn's last action step (a spawn, followup, interrupt,
     /// list or await), received inside the turn: a one-shot child's output (its stop reason

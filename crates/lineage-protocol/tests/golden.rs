@@ -10,6 +10,7 @@ use lineage_core::header::SessionHeader;
 use lineage_core::ids::{DrainId, NodeId, RequestId, RunId, SessionId};
 use lineage_core::messages::{Delivery, StopReason};
 use lineage_core::policy::{DelegatedPolicyOverrides, ParentPolicyView};
+use lineage_protocol::birth::BirthKind;
 use lineage_protocol::control::*;
 use lineage_protocol::envelope::{
     decode_request, decode_routed_request, encode_reply, ControlError, ErrorCode, Hop,
@@ -85,7 +86,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
             sandbox_override: None,
             has_approval_service: true,
         }),
-        timeout_ms: Some(30_000),
+        timeout_ms: Some(lineage_core::deadline::Timeout::named("timeout_ms", 30_000).unwrap()),
         budget: None,
     };
     pin(
@@ -138,26 +139,58 @@ fn n3_spawn_and_start_replies_are_pinned() {
 
 #[test]
 fn n3_start_request_is_pinned() {
-    let start = StartRequest {
-        fan_out: Default::default(),
-        budget: None,
+    let top_level = StartRequest {
         request_id: RequestId::parse(R).unwrap(),
-        max_depth: None,
         header: SessionHeader::top_level(sid(A), Some("/w".into()), None),
-        descriptor: None,
         agent: echo_agent(),
         prompt: "hi".into(),
-        run: None,
-        policy: DelegatedPolicyOverrides::default(),
-        policy_view: None,
-        parent_node: Some(node("node-1")),
+        limits: Default::default(),
+        kind: BirthKind::TopLevel {
+            policy: Default::default(),
+        },
     };
     pin(
-        &start,
+        &top_level,
         &format!(
-            r#"{{"request_id":"{R}","header":{{"id":"{A}","root_session":"{A}","cwd":"/w"}},"descriptor":null,"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"hi","run":null,"policy":{{}},"policy_view":null,"parent_node":"node-1"}}"#
+            r#"{{"request_id":"{R}","header":{{"id":"{A}","root_session":"{A}","cwd":"/w"}},"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"hi","limits":{{}},"kind":{{"kind":"top_level","policy":{{"has_approval_service":false}}}}}}"#
         ),
     );
+    let parent = SessionHeader::top_level(sid(A), None, None);
+    let child = StartRequest {
+        request_id: RequestId::parse(R).unwrap(),
+        header: lineage_core::header::child_session_meta(&parent, sid(B), 1, 0, None).unwrap(),
+        agent: echo_agent(),
+        prompt: "go".into(),
+        limits: lineage_core::limits::BirthLimits {
+            max_depth: Some(lineage_core::depth::MaxDepth::from_u32(3)),
+            ..Default::default()
+        },
+        kind: BirthKind::Child {
+            descriptor: lineage_core::descriptor::SubagentDescriptor {
+                provider: "script".into(),
+                label: None,
+                mode: lineage_core::descriptor::SubagentShape::OneShot,
+                tool_filter: None,
+                persona: None,
+            },
+            run: lineage_core::ids::RunId::parse(B).unwrap(),
+            policy: DelegatedPolicyOverrides::default(),
+            parent_node: node("node-1"),
+        },
+    };
+    pin(
+        &child,
+        &format!(
+            r#"{{"request_id":"{R}","header":{{"id":"{B}","parent_session":"{A}","root_session":"{A}","origin":"subagent","delegation_depth":1}},"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"go","limits":{{"max_depth":3}},"kind":{{"kind":"child","descriptor":{{"provider":"script","mode":"one-shot"}},"run":"{B}","policy":{{}},"parent_node":"node-1"}}}}"#
+        ),
+    );
+    assert!(child.check_kind().is_ok() && top_level.check_kind().is_ok());
+    let orphan = StartRequest {
+        header: SessionHeader::top_level(sid(B), None, None),
+        ..child
+    };
+    let refused = orphan.check_kind().unwrap_err();
+    assert!(refused.contains("names no parent"), "{refused}");
 }
 
 #[test]

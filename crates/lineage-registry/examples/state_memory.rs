@@ -62,7 +62,9 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let descriptor = serde_json::json!({"provider": "script", "mode": "continuable"});
+    let descriptor: lineage_core::descriptor::SubagentDescriptor =
+        serde_json::from_value(serde_json::json!({"provider": "script", "mode": "continuable"}))
+            .expect("a descriptor");
     let nodes: Vec<NodeId> = ["node-1", "node-2", "node-3"]
         .iter()
         .map(|n| NodeId::parse(n).expect("a valid node id"))

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use async_nats::Client;
 use bytes::Bytes;
-use lineage_core::depth::MaxDepth;
 use lineage_core::ids::{NodeId, RunId};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -48,12 +47,10 @@ pub const SUBTREE_PAGE: u32 = 500;
 /// What a new session needs besides its header (see [`RegistryClient::register_session`]).
 #[derive(Debug, Clone, Default)]
 pub struct NewSession {
-    /// The descriptor, if known at birth.
-    pub descriptor: Option<serde_json::Value>,
-    /// The max depth the caller enforces.
-    pub max_depth: Option<MaxDepth>,
-    /// The fan-out caps the caller enforces (Q1).
-    pub fan_out: lineage_core::fanout::FanOut,
+    /// A child's descriptor (P1).
+    pub descriptor: Option<lineage_core::descriptor::SubagentDescriptor>,
+    /// The limits the caller enforces (D4, Q1, Q3).
+    pub limits: lineage_core::limits::BirthLimits,
     /// The hosting node (placement epoch 1).
     pub node: Option<NodeId>,
     /// The first run.

@@ -52,9 +52,8 @@ mod share;
 pub mod snapshot_codec;
 mod usage;
 
-use lineage_core::budget::{Budget, BudgetSpent};
+use lineage_core::budget::BudgetSpent;
 use lineage_core::depth::{resolve_child_depth, MaxDepth};
-use lineage_core::fanout::FanOut;
 use lineage_core::header::SessionHeader;
 use lineage_core::ids::{NodeId, RequestId, RunId, SessionId};
 use lineage_core::lifecycle::DEFAULT_START_WITHIN_MS;
@@ -133,14 +132,7 @@ pub struct RegistryState {
     tombstone: Tombstone,
 }
 
-/// What a birth is limited by (D3, Q1, Q3): the caller's max depth and fan-out caps (the
-/// stricter of them and the tree's apply) and a budget over the new session's subtree.
-#[derive(Debug, Clone, Copy, Default)]
-struct BirthLimits {
-    max_depth: Option<MaxDepth>,
-    fan_out: FanOut,
-    budget: Option<Budget>,
-}
+use lineage_core::limits::BirthLimits;
 
 /// The most records one [`RegistryState::spent_budgets`] answer holds (the sweeper's page).
 pub const SPENT_BUDGETS_PAGE: usize = 256;

@@ -29,6 +29,16 @@ impl StoredDescriptor {
         Self(raw)
     }
 
+    /// The compact text of a typed descriptor (what a birth carries), with its keys in the
+    /// order [`StoredDescriptor::from_value`] writes them (sorted), so a record reads the same
+    /// bytes whether it was applied or decoded from a snapshot (and as before descriptors
+    /// were typed: digests and snapshots already on disk stay equal).
+    pub fn of(descriptor: &lineage_core::descriptor::SubagentDescriptor) -> Self {
+        // A descriptor is strings and a list of strings: it always serializes; the fallback
+        // keeps this total all the same (JSON `null`).
+        Self::from_value(&serde_json::to_value(descriptor).unwrap_or(serde_json::Value::Null))
+    }
+
     /// The JSON text.
     pub fn as_json(&self) -> &str {
         self.0.get()

@@ -40,7 +40,10 @@ async fn g2_l2_d3_x1_bad_input_is_refused_with_its_own_error_and_state_unchanged
     // Root 1 (max depth 2) with child 2 and grandchild 3; root 4 disposed; root 5 drained.
     let root = root_header(1);
     let max = NewSession {
-        max_depth: Some(MaxDepth::new(2).unwrap()),
+        limits: lineage_core::limits::BirthLimits {
+            max_depth: Some(MaxDepth::new(2).unwrap()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     client

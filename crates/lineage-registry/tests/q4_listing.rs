@@ -39,7 +39,12 @@ fn register(s: &mut RegistryState, n: u32, header: SessionHeader, label: &str, o
         request_id: rid("reg", n),
         at_ms: at,
         header,
-        descriptor: Some(json!({"provider": "scripted", "label": label, "mode": "continuable"})),
+        descriptor: Some(
+            serde_json::from_value(
+                json!({"provider": "scripted", "label": label, "mode": "continuable"}),
+            )
+            .unwrap(),
+        ),
         max_depth: None,
         fan_out: FanOut::NONE,
         budget: None,

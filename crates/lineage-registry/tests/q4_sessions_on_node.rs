@@ -44,7 +44,10 @@ async fn q4_a_node_with_thousands_of_sessions_is_read_whole_in_bounded_pages() {
                 let new = NewSession {
                     node: Some(node),
                     descriptor: Some(
-                        json!({"provider": "script", "mode": "continuable", "label": label}),
+                        serde_json::from_value(
+                            json!({"provider": "script", "mode": "continuable", "label": label}),
+                        )
+                        .unwrap(),
                     ),
                     ..Default::default()
                 };

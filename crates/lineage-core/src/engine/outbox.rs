@@ -58,7 +58,6 @@ pub fn outbox_messages(
             | JournalEvent::TurnInputs { .. }
             | JournalEvent::TurnEnd { .. }
             | JournalEvent::Accepted(_)
-            | JournalEvent::HostAgent(_)
             | JournalEvent::TurnUser { .. }
             | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }

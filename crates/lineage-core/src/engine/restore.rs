@@ -113,9 +113,7 @@ pub fn fold(
                     lost.result = Some(result);
                 }
             }
-            JournalEvent::HostAgent(_)
-            | JournalEvent::TurnUser { .. }
-            | JournalEvent::SpawnRefused { .. } => {}
+            JournalEvent::TurnUser { .. } | JournalEvent::SpawnRefused { .. } => {}
         }
     }
     let activation = match (init.shape, &init.parent) {

@@ -42,9 +42,9 @@ pub struct SpawnSubagent {
     #[serde(default)]
     pub node: Option<String>,
     /// How long the child (and everything it spawns) may run, in ms; it is stopped at that
-    /// deadline, and never outlives yours.
+    /// deadline, and never outlives yours (1 ms to 30 days).
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<lineage_core::deadline::Timeout>,
 }
 
 /// `report_to_parent`.

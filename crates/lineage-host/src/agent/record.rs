@@ -11,7 +11,8 @@ pub const AGENT_EVENT: &str = "host/agent";
 /// Log event: a message durably accepted.
 pub const ACCEPTED_EVENT: &str = "inbox/accepted";
 
-/// Data of a `host/agent` event: the typed view of `lineage_core::journal::HostAgent`.
+/// Data of a `host/agent` event, written with the creation window. The engine never reads
+/// it (it is not a `lineage_core::journal` event): the host reads it to resume the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRecord {
     /// The agent to run.

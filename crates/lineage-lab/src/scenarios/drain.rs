@@ -143,14 +143,13 @@ pub(super) async fn build_forest(
     let new_id =
         || SessionId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| internal(e.to_string()));
     let fanout = ((each as f64).powf(0.25).ceil() as usize).max(2);
-    let descriptor = serde_json::to_value(SubagentDescriptor {
+    let descriptor = SubagentDescriptor {
         provider: "script".to_owned(),
         label: None,
         mode: SubagentShape::Continuable,
         tool_filter: None,
         persona: None,
-    })
-    .map_err(|e| internal(e.to_string()))?;
+    };
     // levels[tree][depth]: the headers of one tree's level.
     let mut levels: Vec<Vec<Vec<SessionHeader>>> = Vec::with_capacity(trees);
     let mut roots = Vec::with_capacity(trees);
@@ -193,7 +192,7 @@ pub(super) async fn build_forest(
 pub(super) async fn register_level(
     b: &Bench,
     level: Vec<SessionHeader>,
-    descriptor: Option<serde_json::Value>,
+    descriptor: Option<SubagentDescriptor>,
     offset: usize,
 ) -> Result<(), ControlError> {
     let level = Arc::new(level);

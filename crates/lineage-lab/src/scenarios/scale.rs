@@ -187,15 +187,14 @@ async fn register_level(
 }
 
 /// The descriptor a continuable scripted child is registered with (what `spawn` records).
-fn descriptor() -> Option<serde_json::Value> {
-    serde_json::to_value(lineage_core::descriptor::SubagentDescriptor {
+fn descriptor() -> Option<lineage_core::descriptor::SubagentDescriptor> {
+    Some(lineage_core::descriptor::SubagentDescriptor {
         provider: "script".to_owned(),
         label: None,
         mode: lineage_core::descriptor::SubagentShape::Continuable,
         tool_filter: None,
         persona: None,
     })
-    .ok()
 }
 
 /// Registers one session, `running` on `node`; a child gets the descriptor a spawn records.

@@ -8,7 +8,7 @@ impl RegistryState {
         &mut self,
         at_ms: u64,
         header: &SessionHeader,
-        descriptor: &Option<serde_json::Value>,
+        descriptor: &Option<lineage_core::descriptor::SubagentDescriptor>,
         limits: BirthLimits,
         node: &Option<NodeId>,
         run: &Option<RunId>,
@@ -120,7 +120,7 @@ impl RegistryState {
         let node = node.as_ref().map(|n| self.shared_node_id(n));
         let record = SessionRecord {
             header,
-            descriptor: descriptor.as_ref().map(StoredDescriptor::from_value),
+            descriptor: descriptor.as_ref().map(StoredDescriptor::of),
             placement: node.as_ref().map(|n| Placement {
                 node: n.clone(),
                 epoch: 1,

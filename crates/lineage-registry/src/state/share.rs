@@ -76,7 +76,12 @@ mod tests {
             request_id: RequestId::parse(&format!("r{n}")).expect("request id"),
             at_ms: 1,
             header,
-            descriptor: Some(json!({"mode": "continuable", "label": "x"})),
+            descriptor: Some(
+                serde_json::from_value(
+                    json!({"provider": "script", "mode": "continuable", "label": "x"}),
+                )
+                .unwrap(),
+            ),
             max_depth: None,
             fan_out: Default::default(),
             budget: None,

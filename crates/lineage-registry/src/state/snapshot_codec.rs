@@ -333,7 +333,7 @@ mod tests {
                 at_ms: u64::from(k),
                 header,
                 descriptor: Some(
-                    serde_json::json!({"provider": "script", "label": format!("l{}", k % 3)}),
+                    serde_json::from_value(serde_json::json!({"provider": "script", "mode": "continuable", "label": format!("l{}", k % 3)})).unwrap(),
                 ),
                 max_depth: None,
                 fan_out: Default::default(),

@@ -445,7 +445,7 @@ fn q4_the_index_rebuilt_at_load_is_the_index_apply_keeps() {
             if let Command::RegisterSession { descriptor, .. } = &mut child {
                 let label = if k % 2 == 0 { "even" } else { "odd" };
                 *descriptor = Some(
-                    serde_json::json!({"provider": "scripted", "label": label, "mode": "continuable"}),
+                    serde_json::from_value(serde_json::json!({"provider": "scripted", "label": label, "mode": "continuable"})).unwrap(),
                 );
             }
             s.apply(&child);

@@ -32,9 +32,10 @@ pub enum Command {
         at_ms: u64,
         /// The frozen header (revalidated at apply time).
         header: SessionHeader,
-        /// The descriptor, if already known.
+        /// A child's descriptor (P1), typed: it becomes JSON text only in the record
+        /// ([`crate::StoredDescriptor`]).
         #[serde(default)]
-        descriptor: Option<serde_json::Value>,
+        descriptor: Option<lineage_core::descriptor::SubagentDescriptor>,
         /// The max depth the caller enforces; the stricter of this and the tree's recorded max
         /// depth applies.
         #[serde(default)]

@@ -118,14 +118,15 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
             .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
     };
-    if let Some(ms) = args.deadline_ms {
-        lineage_core::deadline::deadline_from_timeout(0, ms).map_err(|_| {
-            usage(format!(
-                "--deadline-ms {ms} is out of range; give 1 to {} ms (30 days), or leave it out for no deadline of its own",
-                lineage_core::deadline::MAX_TIMEOUT_MS
-            ))
-        })?;
-    }
+    let timeout = match args.deadline_ms {
+        None => None,
+        Some(ms) => Some(
+            lineage_core::deadline::Timeout::named("--deadline-ms", ms).map_err(|e| match e {
+                lineage_core::error::CoreError::InvalidPayload { reason, .. } => usage(reason),
+                other => usage(other.to_string()),
+            })?,
+        ),
+    };
     let budget = match args.budget_cost {
         Some(c) if !c.is_finite() || c <= 0.0 => {
             return Err(usage(format!(
@@ -160,7 +161,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         cwd: None,
         preset: None,
         policy: None,
-        timeout_ms: args.deadline_ms,
+        timeout_ms: timeout,
         budget,
     };
     let reply = control(g).await?.spawn(&request).await?;
