@@ -39,7 +39,7 @@ use decode::{
     breaks_line, encode, from_checked_value, inbox_from_value, lifecycle_from_value, one_line,
     parse_json, shorten,
 };
-use wire::{EndWire, ReportWire, SettledWire, StartWire};
+use wire::{Incoming, Outgoing};
 
 /// The payload version this build writes and reads.
 pub const WIRE_VERSION: u64 = 1;
@@ -246,7 +246,6 @@ impl<'de> Deserialize<'de> for OneLine {
 
 /// A child's report to its direct parent (M1): a user message into the parent's inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "ReportWire", from = "ReportWire")]
 pub struct SubagentReport {
     /// The reporting child.
     pub sender_session_id: SessionId,
@@ -265,7 +264,6 @@ pub struct SubagentReport {
 
 /// A continuable child's settlement notice to its parent (M2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "SettledWire", from = "SettledWire")]
 pub struct SubagentSettled {
     /// The child that settled.
     pub sender_session_id: SessionId,
@@ -278,6 +276,7 @@ pub struct SubagentSettled {
     /// Why the child's run ended.
     pub stop_reason: StopReason,
     /// The child's final output, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     /// When the child settled, unix milliseconds.
     pub at_ms: u64,
@@ -308,7 +307,6 @@ impl SubagentSettled {
 
 /// `subagent/start` (E1): the child is ready. Sent on the parent's `start` subject.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "StartWire", from = "StartWire")]
 pub struct SubagentRunInfo {
     /// The run; pairs this event with its `subagent/end`.
     pub run_id: RunId,
@@ -354,7 +352,6 @@ impl SubagentRunInfo {
 
 /// `subagent/end` (E1): the child settled. Sent on the parent's `end` subject.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "EndWire", from = "EndWire")]
 pub struct SubagentRunEndInfo {
     /// The run; pairs this event with its `subagent/start`.
     pub run_id: RunId,
@@ -373,24 +370,27 @@ pub struct SubagentRunEndInfo {
     /// Why the run ended.
     pub stop_reason: StopReason,
     /// The child's last assistant message, if it wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_assistant_message: Option<String>,
     /// When the child settled, unix milliseconds.
     pub at_ms: u64,
 }
 
-/// `encode` and `decode` on one payload type.
+/// `encode` and `decode` on one payload type: its wire form is its envelope
+/// ([`wire::Outgoing`]); its own serde impls write and read only its fields.
 macro_rules! wire_codec {
     ($name:ident, $what:expr) => {
         impl $name {
-            /// The JSON bytes, `"v": 1` first.
+            /// The JSON bytes in the envelope, `"v": 1` first.
             pub fn encode(&self) -> Vec<u8> {
-                encode(self)
+                encode(&Outgoing::of(self))
             }
 
             /// Reads the payload: [`CoreError::UnsupportedVersion`] unless `v` is 1, then
             /// [`CoreError::InvalidPayload`] for any wrong literal, missing field or bad value.
             pub fn decode(bytes: &[u8]) -> Result<Self, CoreError> {
-                from_checked_value($what, parse_json($what, bytes)?)
+                from_checked_value::<Incoming<$name>>($what, parse_json($what, bytes)?)
+                    .map(|incoming| incoming.body)
             }
         }
     };

@@ -61,6 +61,11 @@ pub(super) fn from_checked_value<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| invalid(what, &e.to_string()))
 }
 
+/// Checks the version, then reads payload `T` out of its envelope.
+fn from_envelope<T: super::wire::Payload>(value: serde_json::Value) -> Result<T, CoreError> {
+    from_checked_value::<super::wire::Incoming<T>>(T::WHAT, value).map(|incoming| incoming.body)
+}
+
 /// Reads a string field of a JSON object, for dispatch.
 pub(super) fn literal_field<'a>(value: &'a serde_json::Value, field: &str) -> Option<&'a str> {
     value.get(field).and_then(serde_json::Value::as_str)
@@ -70,8 +75,8 @@ pub(super) fn literal_field<'a>(value: &'a serde_json::Value, field: &str) -> Op
 pub(super) fn inbox_from_value(value: serde_json::Value) -> Result<InboxMessage, CoreError> {
     check_version(INBOX_WHAT, &value)?;
     match literal_field(&value, "kind") {
-        Some(REPORT_KIND) => from_checked_value(REPORT_KIND, value).map(InboxMessage::Report),
-        Some(SETTLED_KIND) => from_checked_value(SETTLED_KIND, value).map(InboxMessage::Settled),
+        Some(REPORT_KIND) => from_envelope(value).map(InboxMessage::Report),
+        Some(SETTLED_KIND) => from_envelope(value).map(InboxMessage::Settled),
         other => Err(invalid(
             INBOX_WHAT,
             &format!(
@@ -86,8 +91,8 @@ pub(super) fn inbox_from_value(value: serde_json::Value) -> Result<InboxMessage,
 pub(super) fn lifecycle_from_value(value: serde_json::Value) -> Result<LifecycleEvent, CoreError> {
     check_version(LIFECYCLE_WHAT, &value)?;
     match literal_field(&value, "event") {
-        Some(START_EVENT) => from_checked_value(START_EVENT, value).map(LifecycleEvent::Start),
-        Some(END_EVENT) => from_checked_value(END_EVENT, value).map(LifecycleEvent::End),
+        Some(START_EVENT) => from_envelope(value).map(LifecycleEvent::Start),
+        Some(END_EVENT) => from_envelope(value).map(LifecycleEvent::End),
         other => Err(invalid(
             LIFECYCLE_WHAT,
             &format!(

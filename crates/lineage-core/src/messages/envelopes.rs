@@ -2,13 +2,13 @@
 //! report or a settlement notice, M1, M2) and [`LifecycleEvent`] (`subagent/start` and
 //! `subagent/end`, E1).
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::*;
 
-/// Anything that arrives in a parent's inbox (M1, M2), told apart by `kind`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
+/// Anything that arrives in a parent's inbox (M1, M2), told apart by `kind`; its serde form is
+/// the payload's envelope (`v`, literals, fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InboxMessage {
     /// `kind: "subagent-report"`.
     Report(SubagentReport),
@@ -78,6 +78,15 @@ impl From<SubagentSettled> for InboxMessage {
     }
 }
 
+impl Serialize for InboxMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InboxMessage::Report(m) => super::wire::Outgoing::of(m).serialize(s),
+            InboxMessage::Settled(m) => super::wire::Outgoing::of(m).serialize(s),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for InboxMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = serde_json::Value::deserialize(d)?;
@@ -85,9 +94,9 @@ impl<'de> Deserialize<'de> for InboxMessage {
     }
 }
 
-/// A child's lifecycle event (E1), told apart by `event`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
+/// A child's lifecycle event (E1), told apart by `event`; its serde form is the payload's
+/// envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LifecycleEvent {
     /// `event: "subagent/start"`.
     Start(SubagentRunInfo),
@@ -140,6 +149,15 @@ impl From<SubagentRunInfo> for LifecycleEvent {
 impl From<SubagentRunEndInfo> for LifecycleEvent {
     fn from(e: SubagentRunEndInfo) -> Self {
         LifecycleEvent::End(e)
+    }
+}
+
+impl Serialize for LifecycleEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LifecycleEvent::Start(e) => super::wire::Outgoing::of(e).serialize(s),
+            LifecycleEvent::End(e) => super::wire::Outgoing::of(e).serialize(s),
+        }
     }
 }
 
