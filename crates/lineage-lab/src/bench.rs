@@ -12,9 +12,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use lineage_bus::control::{ControlError, ErrorCode};
 
-use lineage::cli::Global;
-use lineage::output::usage;
-
 /// Latency samples and the wall time they took.
 #[derive(Default)]
 pub struct Samples {
@@ -72,7 +69,7 @@ pub async fn nats_round_trips(
     client: &async_nats::Client,
     n: usize,
 ) -> Result<Samples, ControlError> {
-    let subject = format!("lineage.bench.echo.{}", lineage::cmd::now_ms());
+    let subject = format!("lineage.bench.echo.{}", lineage::client::now_ms());
     let mut sub = client
         .subscribe(subject.clone())
         .await
@@ -146,24 +143,4 @@ where
         latencies,
         wall: start.elapsed(),
     })
-}
-
-/// `lineage bench`.
-pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
-    let known = [
-        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "peers",
-        "all",
-    ];
-    if !known.contains(&scenario) {
-        return Err(usage(format!(
-            "unknown bench scenario {scenario:?}; pick one of {}",
-            known.join(", ")
-        )));
-    }
-    if scenario == "scale" && g.nats.is_some() {
-        return Err(usage(
-            "`lineage bench scale` registers a million sessions: it runs only on a cluster of its own; drop --nats (and NATS_URL)",
-        ));
-    }
-    crate::scenarios::run(g, scenario).await
 }

@@ -6,8 +6,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`bench`](mod@bench) | `bench`: statistics, baseline, workers, the scenario names |
-//! | [`scenarios`] | the benchmark scenarios, one file each, and the peers (Restate, Temporal, etcd, NATS KV) |
+//! | [`bench`](mod@bench) | what every benchmark measures with: samples, percentiles, the NATS baseline, workers |
+//! | [`scenarios`] | `bench`: the scenario names and the scenarios, one file each, and the peers (Restate, Temporal, etcd, NATS KV) |
 //! | [`chaos`] | `chaos`: the fault harness (issue 12) |
 
 mod bench;
@@ -15,7 +15,7 @@ mod chaos;
 mod scenarios;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use lineage::cli::Global;
+use lineage::global::Global;
 
 /// The global allocator of the shipped `lineage` (mimalloc), so that what runs in this process
 /// (the registry benchmarks' members) allocates as a node does.
@@ -52,26 +52,15 @@ fn main() {
     let matches = Lab::command().get_matches();
     let mut lab = Lab::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     lab.global.from_env = lineage::cli::flags_from_env(&matches);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            std::process::exit(1);
-        }
-    };
     let g = lab.global;
-    let outcome = runtime.block_on(async {
-        match lab.verb {
-            LabVerb::Bench { scenario } => bench::bench(&g, &scenario).await,
+    lineage::run::exit_with(async move {
+        let outcome = match lab.verb {
+            LabVerb::Bench { scenario } => scenarios::bench(&g, &scenario).await,
             LabVerb::Chaos(args) => chaos::chaos(&g, args).await,
+        };
+        match outcome {
+            Ok(()) => 0,
+            Err(e) => lineage::output::fail(g.json, &e),
         }
-    });
-    let code = match outcome {
-        Ok(()) => 0,
-        Err(e) => lineage::output::fail(g.json, &e),
-    };
-    std::process::exit(code);
+    })
 }

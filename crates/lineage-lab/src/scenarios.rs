@@ -52,7 +52,7 @@ use lineage_protocol::{AgentSpec, Script, Step};
 use lineage_registry::bench::RegisterBench;
 
 use crate::bench::Samples;
-use lineage::cli::Global;
+use lineage::global::Global;
 
 /// Every scenario, in the order `all` runs them.
 const SCENARIOS: [&str; 7] = [
@@ -354,6 +354,26 @@ async fn registry(b: &Bench) -> Result<(), ControlError> {
         );
     }
     Ok(())
+}
+
+/// `lineage bench`.
+pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
+    let known = [
+        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "peers",
+        "all",
+    ];
+    if !known.contains(&scenario) {
+        return Err(lineage::output::usage(format!(
+            "unknown bench scenario {scenario:?}; pick one of {}",
+            known.join(", ")
+        )));
+    }
+    if scenario == "scale" && g.nats.is_some() {
+        return Err(lineage::output::usage(
+            "`lineage bench scale` registers a million sessions: it runs only on a cluster of its own; drop --nats (and NATS_URL)",
+        ));
+    }
+    run(g, scenario).await
 }
 
 #[cfg(test)]

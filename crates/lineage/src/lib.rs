@@ -4,11 +4,13 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`cli`] | clap definitions: global flags and verbs, each `--help` with an example |
-//! | [`cmd`] | one module per verb (its clap args and `run`), over `ControlClient`; dispatch and shared helpers |
+//! | [`run`] | the dispatch: runs the verb the command line names (the top room; only `main` uses it) |
+//! | [`cli`] | clap definitions: the command line and its verbs, each `--help` with an example |
+//! | [`cmd`] | one module per verb (its clap args and `run`), over `ControlClient` |
+//! | [`client`] | what verbs, front door and local cluster share: the NATS connection, `ControlClient`, small helpers |
+//! | [`global`] | the global flags (`Global`), the cluster name and subjects (the lowest room) |
 //! | [`nats_auth`] | NATS credentials and TLS from flags, `NATS_*` env and natscli contexts |
-//! | [`dev`] | `lineage dev`: a local cluster of real processes |
-//! | [`demo`] | the demo workload `lineage dev` runs |
+//! | [`dev`] | `lineage dev`: a local cluster of real processes (`dev/cluster.rs`) and its demo workload (`dev/demo.rs`) |
 //! | [`lab`] | `lineage bench` and `lineage chaos`: run the lab program, `lineage-lab` |
 //! | [`acp`] | `lineage acp`: the ACP front door (an ACP agent on stdio for an editor) |
 //! | [`telemetry`] | logging setup |
@@ -17,11 +19,13 @@
 
 pub mod acp;
 pub mod cli;
+pub mod client;
 pub mod cmd;
-pub mod demo;
 pub mod dev;
+pub mod global;
 pub mod lab;
 pub mod nats_auth;
 pub mod output;
 pub mod progress;
+pub mod run;
 pub mod telemetry;

@@ -3,7 +3,6 @@
 
 use clap::{CommandFactory, FromArgMatches};
 use lineage::cli;
-use lineage::cmd;
 
 /// The global allocator: mimalloc, which hands freed pages back to the system and keeps a
 /// registry member's heap close to what its state holds (issue 13; glibc's malloc kept the
@@ -22,18 +21,7 @@ fn main() {
         // The lab is a program of its own; it takes this command line as is.
         std::process::exit(lineage::lab::forward());
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            std::process::exit(1);
-        }
-    };
-    let code = runtime.block_on(cmd::run(cli));
-    std::process::exit(code);
+    lineage::run::exit_with(lineage::run::run(cli));
 }
 
 /// A verb that only prints ends quietly when its reader goes away (`lineage ls --all | head`),

@@ -15,7 +15,7 @@ use lineage_bus::{NatsAuth, NatsConnect, NatsTls};
 use lineage_node::config::FlagValue;
 use serde::Deserialize;
 
-use crate::cli::Global;
+use crate::global::Global;
 use crate::output::usage;
 
 /// The fields of a natscli context file (`~/.config/nats/context/<name>.json`) lineage uses.
@@ -102,7 +102,7 @@ fn pick(flag: &Option<String>, context: &str) -> Option<String> {
 /// The URL a client verb uses: `--nats`/`NATS_URL`, else the context's, else the default.
 fn client_url(g: &Global, context: Option<&NatsContext>) -> String {
     pick(&g.nats, context.map(|c| c.url.as_str()).unwrap_or(""))
-        .unwrap_or_else(|| crate::cmd::DEFAULT_NATS.to_owned())
+        .unwrap_or_else(|| crate::global::DEFAULT_NATS.to_owned())
 }
 
 /// How a client verb connects: flags and environment over the natscli context. Half-configured

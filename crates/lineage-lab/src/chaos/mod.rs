@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use lineage_bus::control::{ControlError, ErrorCode};
 
-use lineage::cli::Global;
+use lineage::global::Global;
 use lineage::output::usage;
 
 /// `lineage chaos` arguments.

@@ -209,7 +209,7 @@ pub(super) async fn register_level(
             registry
                 .register_session(
                     request,
-                    lineage::cmd::now_ms(),
+                    lineage::client::now_ms(),
                     header,
                     NewSession {
                         descriptor,

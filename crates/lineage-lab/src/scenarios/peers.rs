@@ -24,7 +24,7 @@ use lineage_registry::bench::RegisterBench;
 
 use super::{scaled, spawn_phase, Bench};
 use crate::bench::Samples;
-use lineage::cli::Global;
+use lineage::global::Global;
 use procs::Install;
 
 /// What a row measures.
@@ -168,7 +168,7 @@ async fn lineage(g: &Global, b: &Bench, rows: &mut Vec<Row>) {
         ));
     }
     if let Ok(work) = &work {
-        let cluster = lineage::cmd::cluster(g);
+        let cluster = lineage::global::cluster(g);
         if let Err(e) = anatomy::registry_write(b, work, &cluster, scaled(200)).await {
             println!("registry write, where the time goes: not measured: {e}");
         }

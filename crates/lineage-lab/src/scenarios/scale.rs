@@ -216,7 +216,7 @@ async fn register(
         let outcome = registry
             .register_session(
                 request.clone(),
-                lineage::cmd::now_ms(),
+                lineage::client::now_ms(),
                 header.clone(),
                 NewSession {
                     descriptor: descriptor.clone(),

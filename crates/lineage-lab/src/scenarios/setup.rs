@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lineage::cli::Global;
 use lineage::dev::DevCluster;
+use lineage::global::Global;
 use lineage_bus::control::ControlError;
 use lineage_bus::ControlClient;
 use lineage_core::ids::{NodeId, SessionId};
@@ -36,8 +36,8 @@ pub(super) struct Bench {
 
 impl Bench {
     pub(super) async fn setup(g: &Global, with_nodes: bool) -> Result<Bench, ControlError> {
-        let cluster_name = lineage::cmd::cluster(g);
-        let subjects = lineage::cmd::subjects(g)?;
+        let cluster_name = lineage::global::cluster(g);
+        let subjects = lineage::global::subjects(g)?;
         let temp = || {
             tempfile::Builder::new()
                 .prefix("lineage-bench-")
@@ -97,7 +97,7 @@ impl Bench {
                 .map(|n| NodeId::parse(&n.id).map_err(|e| internal(e.to_string())))
                 .collect::<Result<_, _>>()?
         } else {
-            let now = lineage::cmd::now_ms();
+            let now = lineage::client::now_ms();
             let mut live: Vec<NodeId> = registry
                 .nodes(Consistency::Linearizable)
                 .await

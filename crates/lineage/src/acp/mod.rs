@@ -46,7 +46,7 @@ use lineage_protocol::envelope::ErrorCode;
 use tokio::sync::oneshot;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-use crate::cli::Global;
+use crate::global::Global;
 use tree::{Emit, FrontTree};
 
 /// `acp` arguments.
@@ -334,8 +334,8 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     }
     // Logs go to stderr (stdout is the ACP connection); RUST_LOG filters them.
     let _telemetry = crate::telemetry::init(None);
-    let control = crate::cmd::control(g).await?;
-    let subjects = crate::cmd::subjects(g)?;
+    let control = crate::client::control(g).await?;
+    let subjects = crate::global::subjects(g)?;
     let nats = control.nats().clone();
     let front = Arc::new(Front {
         control,

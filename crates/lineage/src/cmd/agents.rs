@@ -8,8 +8,9 @@ use lineage_bus::control::ControlError;
 use lineage_registry::{Consistency, RegistryClient};
 use serde_json::json;
 
-use super::{cluster, control, now_ms, print_json, registry_error};
-use crate::cli::Global;
+use crate::client::{control, now_ms, print_json, registry_error};
+use crate::global::cluster;
+use crate::global::Global;
 
 /// Prints, per node with a live lease, its profiles and whether it takes raw command lines.
 pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {

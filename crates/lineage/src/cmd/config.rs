@@ -4,8 +4,8 @@ use lineage_bus::control::ControlError;
 use lineage_node::config::{self, FlagOverrides};
 use serde_json::json;
 
-use super::print_json;
-use crate::cli::Global;
+use crate::client::print_json;
+use crate::global::Global;
 use crate::output::usage;
 
 /// Prints every config key with its value and where it came from.

@@ -8,8 +8,8 @@ use lineage_bus::ControlClient;
 use lineage_core::ids::{DrainId, SessionId};
 use lineage_protocol::control::DrainReport;
 
-use super::{control, parse_session, print_json};
-use crate::cli::Global;
+use crate::client::{control, parse_session, print_json};
+use crate::global::Global;
 
 /// `drain` arguments.
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,8 @@ use lineage_core::authority::InterruptAuthority;
 use lineage_protocol::control::{InterruptOutcome, InterruptRequest};
 use lineage_protocol::envelope::ErrorCode;
 
-use super::{control, parse_session, print_json};
-use crate::cli::Global;
+use crate::client::{control, parse_session, print_json};
+use crate::global::Global;
 use crate::output::usage;
 
 /// `interrupt` arguments.

@@ -7,8 +7,9 @@ use lineage_registry::{Consistency, RegistryClient, SessionRecord, SessionState}
 use serde_json::json;
 
 use super::tree::{age, shape_of};
-use super::{cluster, connect, now_ms, parse_session, print_json, registry_error};
-use crate::cli::Global;
+use crate::client::{connect, now_ms, parse_session, print_json, registry_error};
+use crate::global::cluster;
+use crate::global::Global;
 use crate::output::usage;
 
 /// `ls` arguments.

@@ -4,7 +4,7 @@ use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_node::config::{self, FlagOverrides};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::Global;
+use crate::global::Global;
 use crate::output::usage;
 
 /// Loads the config (file, `LINEAGE_` env, flags) and runs the node until SIGINT or SIGTERM:
@@ -75,7 +75,7 @@ impl Signals {
             }
             return;
         }
-        super::wait_for_signal().await;
+        crate::client::wait_for_signal().await;
     }
 
     /// A later signal; false when signals cannot be told apart here (never returns then).

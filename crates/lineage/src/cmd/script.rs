@@ -7,7 +7,7 @@ use lineage_bus::control::ControlError;
 use lineage_protocol::script::{deprecations, schema};
 use lineage_protocol::Script;
 
-use super::print_json;
+use crate::client::print_json;
 use crate::output::usage;
 
 /// The `script` subcommands.

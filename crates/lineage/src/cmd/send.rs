@@ -5,8 +5,8 @@ use lineage_bus::control::ControlError;
 use lineage_core::ids::RequestId;
 use lineage_protocol::control::FollowupRequest;
 
-use super::{control, parse_session, print_json};
-use crate::cli::Global;
+use crate::client::{control, parse_session, print_json};
+use crate::global::Global;
 use crate::output::usage;
 
 /// `send` arguments.

@@ -7,8 +7,9 @@ use lineage_core::ids::{NodeId, RequestId};
 use lineage_protocol::control::SpawnRequest;
 use lineage_protocol::AgentSpec;
 
-use super::{control, parse_session, print_json, read_script};
-use crate::cli::Global;
+use super::script::read_script;
+use crate::client::{control, parse_session, print_json};
+use crate::global::Global;
 use crate::output::usage;
 
 /// The shape of a child (S1, S3).

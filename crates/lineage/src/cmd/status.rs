@@ -7,8 +7,9 @@ use lineage_bus::control::ControlError;
 use lineage_registry::{Consistency, RegistryClient};
 use serde_json::json;
 
-use super::{cluster, control, now_ms, print_json, registry_error};
-use crate::cli::Global;
+use crate::client::{control, now_ms, print_json, registry_error};
+use crate::global::cluster;
+use crate::global::Global;
 
 /// Reads the registry's status, nodes and session counts, asks each node what it hosts, and
 /// prints it.

@@ -11,8 +11,9 @@ use lineage_registry::listing::label_of;
 use lineage_registry::{Consistency, RegistryClient, SessionRecord, SessionState};
 use serde_json::json;
 
-use super::{cluster, control, now_ms, parse_session, print_json, registry_error};
-use crate::cli::Global;
+use crate::client::{control, now_ms, parse_session, print_json, registry_error};
+use crate::global::cluster;
+use crate::global::Global;
 
 /// `tree` arguments.
 #[derive(Debug, clap::Args)]

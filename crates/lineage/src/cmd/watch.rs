@@ -4,8 +4,9 @@ use futures::StreamExt;
 use lineage_bus::control::{ControlError, ErrorCode};
 use serde_json::json;
 
-use super::{connect, parse_session, subjects};
-use crate::cli::Global;
+use crate::client::{connect, parse_session};
+use crate::global::subjects;
+use crate::global::Global;
 
 /// `watch` arguments.
 #[derive(Debug, clap::Args)]
@@ -37,7 +38,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     loop {
         let msg = tokio::select! {
             m = sub.next() => m,
-            _ = super::wait_for_signal() => None,
+            _ = crate::client::wait_for_signal() => None,
         };
         let Some(msg) = msg else { break };
         let kind = msg.subject.rsplit('.').next().unwrap_or("?").to_owned();

@@ -1,5 +1,5 @@
-//! `lineage dev`: a local cluster for a newcomer — nats-server plus N `lineage node` processes
-//! (all registry voters), then the demo workload, then up until Ctrl-C.
+//! The local cluster `lineage dev` starts: a nats-server and N `lineage node` processes
+//! ([`DevCluster`], [`DevNode`]), and the helpers the lab's benchmarks share with it.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use lineage_bus::control::{ControlError, ErrorCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cli::Global;
 use crate::output::usage;
 
 /// A node process started by `dev`; killed (by pid) when dropped.
@@ -224,72 +223,6 @@ impl DevCluster {
         }
         Ok(())
     }
-}
-
-/// `lineage dev`. SIGINT or SIGTERM at any point (start-up, demo, idle) stops the nodes and
-/// nats-server it started (by pid) before it exits.
-pub async fn dev(
-    g: &Global,
-    nodes: u8,
-    demo: bool,
-    exit_after_demo: bool,
-    dir: Option<PathBuf>,
-    nats_port: Option<u16>,
-) -> Result<(), ControlError> {
-    tokio::select! {
-        outcome = run_dev(g, nodes, demo, exit_after_demo, dir, nats_port) => outcome,
-        _ = crate::cmd::wait_for_signal() => {
-            println!("stopping ...");
-            Ok(())
-        }
-    }
-}
-
-async fn run_dev(
-    g: &Global,
-    nodes: u8,
-    demo: bool,
-    exit_after_demo: bool,
-    dir: Option<PathBuf>,
-    nats_port: Option<u16>,
-) -> Result<(), ControlError> {
-    let cluster_name = crate::cmd::cluster(g);
-    println!("starting nats-server and {nodes} lineage nodes ...");
-    println!(
-        "dev: agents.allow_raw_commands = true on every node (development only: requests may name any agent command line)"
-    );
-    let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name).await?;
-    println!(
-        "cluster {cluster_name} up: NATS {} ; data and logs in {}",
-        cluster.nats.url(),
-        cluster.dir.display()
-    );
-    for n in &cluster.nodes {
-        println!(
-            "  {}  http://127.0.0.1:{}/metrics  log {}",
-            n.id,
-            n.http_port,
-            n.log.display()
-        );
-    }
-    let mut g = g.clone();
-    g.nats = Some(cluster.nats.url());
-    g.cluster = Some(cluster_name.clone());
-    if demo {
-        crate::demo::run(&g, &mut cluster).await?;
-    }
-    if exit_after_demo {
-        return Ok(());
-    }
-    println!();
-    println!("the cluster stays up; try:");
-    println!(
-        "  lineage --nats {} --cluster {cluster_name} status",
-        cluster.nats.url()
-    );
-    println!("Ctrl-C stops everything.");
-    std::future::pending::<()>().await;
-    Ok(())
 }
 
 /// A scripted agent that replies with its prompt.

@@ -14,10 +14,11 @@ use lineage_protocol::AgentSpec;
 use lineage_registry::{Consistency, RegistryClient, SessionRecord};
 use serde_json::json;
 
-use crate::cli::Global;
+use super::cluster::DevCluster;
+use crate::client::control;
+use crate::cmd::script::read_script;
 use crate::cmd::tree::{live_owners, render_tree};
-use crate::cmd::{control, read_script};
-use crate::dev::DevCluster;
+use crate::global::Global;
 
 /// The root's script: three continuable children on three nodes, then it answers every turn
 /// (a report or a settlement waking it) with what it received.
@@ -74,7 +75,7 @@ async fn print_tree(
                 .filter_map(|r| r.placement.as_ref().map(|p| p.node.clone()))
                 .collect();
             let owners = live_owners(control, nodes).await;
-            for line in render_tree(&records, &owners, crate::cmd::now_ms()) {
+            for line in render_tree(&records, &owners, crate::client::now_ms()) {
                 println!("   {line}");
             }
             records

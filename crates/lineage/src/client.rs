@@ -1,0 +1,97 @@
+//! What the verbs, the front door and the local cluster share to talk to a cluster: a NATS
+//! connection with the CLI's credentials ([`connect`]), a [`ControlClient`] ([`control`]),
+//! registry errors as control errors, and small helpers (ids, time, JSON output, signals).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_bus::ControlClient;
+use lineage_core::ids::SessionId;
+use lineage_registry::RegistryError;
+
+use crate::global::{subjects, Global};
+use crate::output::usage;
+
+/// A NATS connection for the CLI, authenticated as the flags, `NATS_*` and the natscli
+/// context say; `unavailable` after 5 s.
+pub async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
+    let how = crate::nats_auth::client_connect(g, "lineage-cli")?;
+    let url = lineage_bus::redact_url(&how.url);
+    tokio::time::timeout(Duration::from_secs(5), lineage_bus::connect_with(&how))
+        .await
+        .map_err(|_| {
+            ControlError::new(
+                ErrorCode::Unavailable,
+                format!(
+                "cannot connect to NATS at {url} within 5 s; start nats-server or pass --nats URL"
+            ),
+            )
+        })?
+        .map_err(ControlError::from)
+}
+
+/// A session id from a flag or argument; a usage error naming `what` otherwise.
+pub fn parse_session(what: &str, raw: &str) -> Result<SessionId, ControlError> {
+    SessionId::parse(raw).map_err(|e| usage(format!("{what}: {e}")))
+}
+
+/// A registry error as the control error a verb prints (refused, not found, unavailable).
+pub fn registry_error(e: RegistryError) -> ControlError {
+    let text = e.to_string();
+    let code = match &e {
+        RegistryError::Refused(_) => ErrorCode::Refused,
+        _ if text.contains("not found") => ErrorCode::NotFound,
+        _ => ErrorCode::Unavailable,
+    };
+    ControlError::new(code, text)
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Prints `value` as pretty JSON (`--json`).
+pub fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("error: cannot print JSON: {e}"),
+    }
+}
+
+/// A [`ControlClient`] of the cluster `--cluster` names, over a new connection, with the
+/// `--timeout-ms` deadline per call.
+pub async fn control(g: &Global) -> Result<ControlClient, ControlError> {
+    let nats = connect(g).await?;
+    Ok(ControlClient::new(
+        nats,
+        subjects(g)?,
+        Duration::from_millis(g.timeout_ms),
+    ))
+}
+
+/// Returns on Ctrl-C or SIGTERM.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
