@@ -295,7 +295,7 @@ impl From<BusError> for ControlError {
                 ErrorCode::Unavailable
             }
             BusError::Nats { .. } => ErrorCode::Unavailable,
-            BusError::InvalidCluster { .. }
+            BusError::Protocol(_)
             | BusError::Config(_)
             | BusError::Json { .. }
             | BusError::Core(_) => ErrorCode::BadRequest,

@@ -15,14 +15,9 @@ pub enum BusError {
     /// message names the key.
     #[error("invalid NATS setting {0}")]
     Config(String),
-    /// A cluster name is not a safe subject token.
-    #[error("invalid cluster name {name:?}: {reason}; use letters, digits, '-' and '_'")]
-    InvalidCluster {
-        /// The refused name.
-        name: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
+    /// A protocol value was refused (a cluster name that is not a safe subject token, ...).
+    #[error(transparent)]
+    Protocol(#[from] lineage_protocol::ProtocolError),
     /// A JetStream operation failed (stream, consumer, publish ack).
     #[error("JetStream {op} failed: {reason}; check that nats-server runs with JetStream (-js)")]
     JetStream {

@@ -5,7 +5,7 @@
 //! | module | what | ids |
 //! |---|---|---|
 //! | [`connect`] | connecting with credentials and TLS; secrets redacted | Z1 |
-//! | [`subjects`] | the subject and stream names (the wire contract) | N1 |
+//! | [`subjects`] | the subject and stream names (the wire contract; defined in `lineage_protocol::subjects`, re-exported) | N1 |
 //! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
@@ -43,7 +43,7 @@ pub mod output;
 pub mod ports;
 pub mod service;
 pub mod streams;
-pub mod subjects;
+pub use lineage_protocol::subjects;
 pub mod trace;
 pub mod transport;
 

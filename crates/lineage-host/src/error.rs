@@ -164,7 +164,7 @@ impl HostError {
                 | BusError::Timeout { .. }
                 | BusError::JetStream { .. }
                 | BusError::Nats { .. } => ErrorCode::Unavailable,
-                BusError::InvalidCluster { .. }
+                BusError::Protocol(_)
                 | BusError::Config(_)
                 | BusError::Json { .. }
                 | BusError::Core(_) => ErrorCode::BadRequest,

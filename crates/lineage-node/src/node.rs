@@ -29,7 +29,7 @@ use lineage_drivers::tools::socket::ToolsSocket;
 pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let node_id = config.node_id()?;
     resolve_isolation(&mut config)?;
-    let subjects = Subjects::new(&config.cluster)?;
+    let subjects = Subjects::new(&config.cluster).map_err(lineage_bus::BusError::from)?;
     std::fs::create_dir_all(&config.node.data_dir).map_err(|source| NodeError::Io {
         what: format!(
             "cannot create node.data_dir {}; pick a writable directory",

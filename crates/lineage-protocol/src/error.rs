@@ -11,4 +11,12 @@ pub enum ProtocolError {
     /// not read: one line saying what was expected.
     #[error("malformed {0}")]
     Malformed(String),
+    /// A cluster name is not a safe subject token.
+    #[error("invalid cluster name {name:?}: {reason}; use letters, digits, '-' and '_'")]
+    InvalidCluster {
+        /// The refused name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }

@@ -1,7 +1,7 @@
 //! `lineage-protocol`: what both ends of the lineage wire agree on (N3, O3), with no IO.
 //!
 //! A client (the `lineage` CLI, `lineage bench`, a test, another program) and every node read
-//! and write these types; the NATS side (subjects, the request helper, the typed
+//! and write these types and subject names; the NATS side (the request helper, the typed
 //! `ControlClient`) is `lineage_bus`, and the node's handlers are `lineage_host`. Dependencies:
 //! `lineage-core`, `serde`, `serde_json`, `schemars`, `thiserror`.
 //!
@@ -12,6 +12,7 @@
 //! | [`control`] | request and reply bodies of every control op; op names | N3, M3, M4, K1, X1, T4 |
 //! | [`agent`] | [`AgentSpec`] (what a session runs) and the profiles a node offers | P1, T4 |
 //! | [`script`] | the scripted agent's language: [`Script`], [`Step`], [`AfterScript`]; its JSON Schema | H1 |
+//! | [`subjects`] | every subject and stream name of a cluster (`Subjects`): the wire contract `nats sub` scripts against | N1 |
 //! | [`schema`] | the JSON Schemas of every op's request and reply (endpoint metadata) | N3, O3 |
 //! | [`sandbox`] | the launch line a node writes to its warm sandbox's `lineage-sandbox-exec` | V2 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
@@ -32,6 +33,7 @@ pub mod error;
 pub mod sandbox;
 pub mod schema;
 pub mod script;
+pub mod subjects;
 pub mod tools;
 
 pub use agent::{AgentSpec, ProfileDriver, ProfileInfo};

@@ -1,4 +1,5 @@
-//! Subject and stream names: the wire contract users script against with `nats sub` (N1).
+//! Subject and stream names: the wire contract users script against with `nats sub` (N1). Pure
+//! names, no IO: `lineage_bus` re-exports them and opens what they name.
 //!
 //! | subject | what | kind |
 //! |---|---|---|
@@ -12,7 +13,7 @@
 
 use lineage_core::ids::{DrainId, NodeId, SessionId};
 
-use crate::error::BusError;
+use crate::error::ProtocolError;
 
 /// Builds every subject of one lineage cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +23,8 @@ pub struct Subjects {
 
 impl Subjects {
     /// Validates the cluster name (a safe subject token: letters, digits, `-`, `_`; at most 32).
-    pub fn new(cluster: &str) -> Result<Self, BusError> {
-        let refuse = |reason| BusError::InvalidCluster {
+    pub fn new(cluster: &str) -> Result<Self, ProtocolError> {
+        let refuse = |reason| ProtocolError::InvalidCluster {
             name: cluster.chars().take(80).collect(),
             reason,
         };
