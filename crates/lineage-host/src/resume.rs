@@ -53,10 +53,11 @@ impl Shared {
     ) -> Result<Resumption, HostError> {
         let op = op_span!("resume", self.node());
         op.record("session", &session);
-        op.run(self.resume_inner(session, request_id)).await
+        op.run(self.resume_here(session, request_id)).await
     }
 
-    async fn resume_inner(
+    /// The cold resume itself, inside its `resume` span.
+    async fn resume_here(
         self: &Arc<Self>,
         session: SessionId,
         request_id: Option<&str>,

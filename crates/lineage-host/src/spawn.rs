@@ -328,7 +328,7 @@ impl Host {
         let op = op_span!("spawn", self.node());
         op.record_opt("parent", request.parent.as_ref())
             .record_opt("shape", request.shape.map(|s| s.as_str()));
-        let reply = op.run(self.spawn_inner(request, hop)).await;
+        let reply = op.run(self.route_spawn(request, hop)).await;
         if let Ok(reply) = &reply {
             op.record("session", &reply.session)
                 .record_opt("run", reply.run.as_ref());
@@ -336,7 +336,9 @@ impl Host {
         reply
     }
 
-    async fn spawn_inner(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
+    /// A top-level spawn is born here; a child's, where its parent is live (here, or the
+    /// node it is forwarded to once).
+    async fn route_spawn(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
         let max_depth = request.max_depth;
         let Some(parent) = request.parent.clone() else {
             return self.shared.spawn_root(request, max_depth).await;

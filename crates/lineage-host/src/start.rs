@@ -53,13 +53,11 @@ impl Shared {
         request: StartRequest,
     ) -> lineage_drivers::driver::BoxFuture<'static, Result<SpawnReply, HostError>> {
         let this = self.clone();
-        Box::pin(async move { this.start_local_inner(request).await })
+        Box::pin(async move { this.host_birth(request).await })
     }
 
-    async fn start_local_inner(
-        self: &Arc<Self>,
-        request: StartRequest,
-    ) -> Result<SpawnReply, HostError> {
+    /// Steps 1 to 3 for `request` (see the module docs).
+    async fn host_birth(self: &Arc<Self>, request: StartRequest) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
         request.check_kind().map_err(HostError::BadRequest)?;
         // T4: this node runs only what its operator configured; refused before anything is

@@ -410,10 +410,11 @@ impl AgentTask {
                 None
             }
         };
-        lineage_bus::trace::maybe_scope(trace, self.handle_inner(cmd)).await
+        lineage_bus::trace::maybe_scope(trace, self.handle_cmd(cmd)).await
     }
 
-    async fn handle_inner(&mut self, cmd: AgentCmd) {
+    /// One command of the mailbox, in its sender's trace.
+    async fn handle_cmd(&mut self, cmd: AgentCmd) {
         match cmd {
             AgentCmd::Deliver {
                 incoming,

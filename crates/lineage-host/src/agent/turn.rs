@@ -45,11 +45,12 @@ impl AgentTask {
             .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
             .record_opt("shape", self.shape.map(|s| s.as_str()));
         self.trace = Some(op.ctx);
-        op.enter(self.take_turn_inner(rx)).await;
+        op.enter(self.run_turn(rx)).await;
         op.record("stop_reason", self.engine.last_stop().as_str());
     }
 
-    async fn take_turn_inner(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
+    /// The turn itself, inside its `turn` span.
+    async fn run_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
         // A child of the agent's stop token: host shutdown cancels the turn too.
         let token = self.stop.child_token();
         if let Ok(mut slot) = self.turn_slot.lock() {
