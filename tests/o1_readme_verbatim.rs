@@ -148,7 +148,7 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Exits(0, "nats_url*NATS_URL environment variable"),
         ),
         (
-            r#"cargo build --release -p lineage -p lineage-lab && target/release/lineage bench all   # see benches/README.md"#,
+            r#"cargo build --release -p lineage -p lineage-lab -p lineage-acp-testagent && target/release/lineage bench all   # see benches/README.md"#,
             Skip("a release build takes minutes; bench_smoke runs the benches on the debug build"),
         ),
         (

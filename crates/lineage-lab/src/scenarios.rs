@@ -373,6 +373,19 @@ pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
             "`lineage bench scale` registers a million sessions: it runs only on a cluster of its own; drop --nats (and NATS_URL)",
         ));
     }
+    // `spawn` and `tools` run the ACP test agent beside `lineage`: without it the cluster offers
+    // no `delegator` profile, and the run would stop halfway with "unknown agent profile".
+    if matches!(scenario, "spawn" | "tools" | "all") {
+        let agent = lineage::dev::lineage_program()
+            .map(|exe| exe.with_file_name("lineage-acp-testagent"))
+            .ok()
+            .filter(|p| p.is_file());
+        if agent.is_none() {
+            return Err(lineage::output::usage(format!(
+                "`lineage bench {scenario}` runs the ACP test agent, which is not beside lineage; build it the same way, e.g. cargo build --release -p lineage-acp-testagent"
+            )));
+        }
+    }
     run(g, scenario).await
 }
 
