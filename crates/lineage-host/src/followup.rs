@@ -58,8 +58,8 @@ impl Shared {
             // placement check, the session is cold here: looked up below.
             let wait = Some(self.cfg.request_timeout / 2);
             match self.until_lease_held(&session, &handle.stop, wait).await {
-                LeaseWait::Held => {
-                    if let Ok(delivered) = self.deliver_user(&request).await {
+                LeaseWait::Held => match self.deliver_user(&request).await {
+                    Ok(delivered) => {
                         return Ok(FollowupReply {
                             session,
                             node: self.cfg.node.clone(),
@@ -69,7 +69,13 @@ impl Shared {
                             },
                         });
                     }
-                }
+                    // It settled (or left) between the lookup and the delivery: cold (below).
+                    Err(HostError::NotLive { .. }) => {}
+                    // Its log append failed: the message may still be staged there and taken by
+                    // a later turn, so this call does not deliver it a second time (a retry
+                    // with a request id is recognised; one without may be taken twice).
+                    Err(e) => return Err(e),
+                },
                 // Stopped by the placement check: the session lives elsewhere (below).
                 LeaseWait::Stopped => {}
                 // Nothing was delivered: the caller may send it again once a renewal is due.
@@ -128,6 +134,10 @@ impl Shared {
         // resumed. Bounded by the request deadline.
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
         let request_id = request.request_id.as_ref().map(|r| r.to_string());
+        // Resumes by this call whose agent left before it took the message (one that settles
+        // at once, say closing a cut-short turn): a few, not a loop for as long as its log
+        // cannot be written (each one a placement claim, a new run and a `subagent/start`).
+        let mut resumed_and_left = 0u32;
         loop {
             let resumed = match self
                 .resume_for(session.clone(), request_id.as_deref())
@@ -159,7 +169,15 @@ impl Shared {
                         outcome,
                     });
                 }
+                Err(HostError::NotLive { .. }) if resumed_and_left >= MAX_RESUMES => {
+                    return Err(HostError::Unavailable(format!(
+                        "session {session} stopped right after {MAX_RESUMES} resumes in a row (is its log writable?); retry later"
+                    )))
+                }
                 Err(HostError::NotLive { .. }) if tokio::time::Instant::now() < deadline => {
+                    if resumed.outcome == ResumeOutcome::Resumed {
+                        resumed_and_left += 1;
+                    }
                     while self.live.is_live(&session) && tokio::time::Instant::now() < deadline {
                         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     }
@@ -169,6 +187,9 @@ impl Shared {
         }
     }
 }
+
+/// How many times one followup resumes a session that stops before taking the message.
+const MAX_RESUMES: u32 = 3;
 
 fn one_shot(session: &lineage_core::ids::SessionId) -> HostError {
     HostError::BadRequest(format!(

@@ -146,6 +146,11 @@ impl Shared {
                 parent_node: self.cfg.node.clone(),
             },
         };
+        // A one-shot child reports to its parent's inbox while it runs (M1): a parent that
+        // spawned it from outside its own turn reads that inbox from now on.
+        if adopt && spec.shape == SubagentShape::OneShot {
+            let _ = self.live.send(parent.header.id(), AgentCmd::OpenInbox);
+        }
         let reply = self
             .started(&child_id, self.start_on(&target, request, spec.shape).await)
             .await?;

@@ -21,6 +21,8 @@ pub(crate) enum AgentCmd {
     },
     /// Adopt a child spawned on this agent's behalf (not from its own turn).
     Adopt(SessionId),
+    /// A one-shot child is spawned on this agent's behalf: read the inbox it reports to (M1).
+    OpenInbox,
     /// Drain step 2: take no more turns (a cut-short turn ends with `reason`).
     Stop {
         reason: StopReason,

@@ -374,7 +374,10 @@ impl AgentTask {
                 AgentCmd::HandOff(reply) => {
                     let _ = reply.send(HandedOff::Gone);
                 }
-                AgentCmd::Adopt(_) | AgentCmd::Recover | AgentCmd::Quiesce => {}
+                AgentCmd::Adopt(_)
+                | AgentCmd::OpenInbox
+                | AgentCmd::Recover
+                | AgentCmd::Quiesce => {}
             }
         }
         for (_, pending) in std::mem::take(&mut self.pending) {
@@ -406,9 +409,11 @@ impl AgentTask {
             AgentCmd::Deliver { trace, .. }
             | AgentCmd::Stop { trace, .. }
             | AgentCmd::Release { trace, .. } => *trace,
-            AgentCmd::Adopt(_) | AgentCmd::Recover | AgentCmd::Quiesce | AgentCmd::HandOff(_) => {
-                None
-            }
+            AgentCmd::Adopt(_)
+            | AgentCmd::OpenInbox
+            | AgentCmd::Recover
+            | AgentCmd::Quiesce
+            | AgentCmd::HandOff(_) => None,
         };
         lineage_bus::trace::maybe_scope(trace, self.handle_cmd(cmd)).await
     }
@@ -425,6 +430,7 @@ impl AgentTask {
                 self.open_inbox();
                 self.feed(EngineEvent::Adopt(child)).await
             }
+            AgentCmd::OpenInbox => self.open_inbox(),
             AgentCmd::Recover => self.feed(EngineEvent::Recover).await,
             AgentCmd::Quiesce => self.feed(EngineEvent::Quiesce).await,
             AgentCmd::HandOff(reply) => self.hand_off(reply).await,

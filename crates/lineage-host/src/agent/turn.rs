@@ -142,9 +142,13 @@ impl AgentTask {
             false => EngineEvent::TurnEnded(outcome),
         };
         self.feed(event).await;
-        // After the turn's end is durable: whoever watches the output learns it ended.
+        // After the turn's end is durable: whoever watches the output learns it ended. Not when
+        // it cannot be written (it stays staged; the log is the record, and `turn-end` says its
+        // end is durable).
         let reply = self.turn_reply.take();
-        stream.close(&ended, reply, self.shared.now()).await;
+        if self.flush().await.is_ok() {
+            stream.close(&ended, reply, self.shared.now()).await;
+        }
     }
 
     fn clear_slot(&self) {
@@ -164,6 +168,7 @@ impl AgentTask {
             }
             AgentCmd::Deliver { .. }
             | AgentCmd::Adopt(_)
+            | AgentCmd::OpenInbox
             | AgentCmd::Stop { .. }
             | AgentCmd::Recover
             | AgentCmd::Quiesce
