@@ -8,12 +8,14 @@
 //! their backend.
 
 mod control;
+mod workspace;
 
 pub use control::{
     control_any_is_served_once, control_call_reaches_its_node,
     control_left_group_still_serves_its_own_calls, control_progress_reaches_watchers,
     control_unserved_is_unavailable,
 };
+pub use workspace::{workspace_purge_removes_only_the_purged_sessions, workspace_round_trip};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub trait Backend: Send + Sync {
     fn control(&self) -> BoxFuture<'_, Arc<dyn ControlTransport>>;
     /// A new handle on turn output.
     fn output(&self) -> BoxFuture<'_, Arc<dyn crate::ports::TurnOutputs>>;
+    /// A new handle on the workspace snapshots.
+    fn workspaces(&self) -> BoxFuture<'_, Arc<dyn crate::ports::WorkspaceStore>>;
     /// The ack wait of the inbox consumers [`Backend::inbox`] makes.
     fn ack_wait(&self) -> Duration;
 }
@@ -647,6 +651,8 @@ macro_rules! conformance_suite {
             control_left_group_still_serves_its_own_calls,
             control_unserved_is_unavailable,
             control_progress_reaches_watchers,
+            workspace_round_trip,
+            workspace_purge_removes_only_the_purged_sessions,
         );
     };
     (@cases $make:expr; $($case:ident,)+) => {

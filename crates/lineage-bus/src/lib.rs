@@ -10,8 +10,9 @@
 //! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
 //! | [`output`] | a turn's output as it comes, on core NATS (`session.<id>.output`) | F1 |
+//! | [`workspace`] | [`workspace::NatsWorkspaces`]: session workspace snapshots in JetStream's Object Store (bucket `LINEAGE_<CLUSTER>_WORKSPACES`, opened on first use; not yet used by a node) | issue 39 |
 //! | [`streams`] | [`StreamOptions`]: replicas of the two streams, checked and reconciled on open | Z3 |
-//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`], [`ports::TurnOutputs`] | issue 10 |
+//! | [`ports`] | the narrow traits the host uses: [`ports::EventLog`], [`ports::Inbox`], [`ports::Lifecycle`], [`ports::ControlTransport`], [`ports::TurnOutputs`], [`ports::WorkspaceStore`] | issue 10, 39 |
 //! | [`memory`] | in-memory twins of the ports (same semantics, no nats-server); feature `twins` | issue 10 |
 //! | [`conformance`] | one suite both the NATS ports and the twins pass; feature `twins` | issue 10 |
 //! | [`local_server`] | [`local_server::NatsServer`]: a local `nats-server` process (`lineage dev`, the suites) | |
@@ -46,10 +47,13 @@ pub mod streams;
 pub use lineage_protocol::subjects;
 pub mod trace;
 pub mod transport;
+pub mod workspace;
 
 pub use client::ControlClient;
 pub use error::BusError;
-pub use ports::{BusPorts, ControlTransport, EventLog, Inbox, Lifecycle, TurnOutputs};
+pub use ports::{
+    BusPorts, ControlTransport, EventLog, Inbox, Lifecycle, TurnOutputs, WorkspaceStore,
+};
 pub use streams::StreamOptions;
 pub use subjects::Subjects;
 

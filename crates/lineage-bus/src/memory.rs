@@ -20,10 +20,12 @@
 pub mod control;
 mod inbox;
 pub mod output;
+pub mod workspace;
 
 pub use control::MemoryControl;
 pub use inbox::MemoryInbox;
 pub use output::MemoryTurnOutputs;
+pub use workspace::MemoryWorkspaces;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,6 +60,7 @@ pub struct MemoryBus {
     lifecycle: broadcast::Sender<LifecycleEvent>,
     control: MemoryControl,
     output: MemoryTurnOutputs,
+    workspaces: MemoryWorkspaces,
 }
 
 impl Default for MemoryBus {
@@ -87,6 +90,7 @@ impl MemoryBus {
             lifecycle,
             control: MemoryControl::new(),
             output: MemoryTurnOutputs::new(),
+            workspaces: MemoryWorkspaces::default(),
         }
     }
 
@@ -107,6 +111,11 @@ impl MemoryBus {
     /// A handle on this bus's turn output.
     pub fn output(&self) -> MemoryTurnOutputs {
         self.output.clone()
+    }
+
+    /// A handle on this bus's workspace snapshots.
+    pub fn workspaces(&self) -> MemoryWorkspaces {
+        self.workspaces.clone()
     }
 
     /// A handle on this bus's lifecycle events.

@@ -283,6 +283,36 @@ pub trait ProgressFeed: Send {
     fn next(&mut self) -> BoxFuture<'_, Option<Vec<u8>>>;
 }
 
+/// A stored workspace snapshot: its bytes and the digest the store recorded for them
+/// (`SHA-256=<base64url>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWorkspace {
+    /// The snapshot.
+    pub bytes: Vec<u8>,
+    /// Its digest as recorded.
+    pub digest: String,
+}
+
+/// Workspace snapshots (issue 39): one object per session, its latest snapshot, in the
+/// cluster's Object Store bucket ([`crate::Subjects::workspace_bucket`]). Not yet part of
+/// [`BusPorts`]: no node uses it yet.
+pub trait WorkspaceStore: Send + Sync + 'static {
+    /// Stores `bytes` as `session`'s snapshot (replacing any earlier one); returns its digest as
+    /// the store recorded it (`SHA-256=<base64url>`).
+    fn put<'a>(
+        &'a self,
+        session: &'a SessionId,
+        bytes: &'a [u8],
+    ) -> BoxFuture<'a, Result<String, BusError>>;
+    /// `session`'s snapshot and its recorded digest; `None` when it has none.
+    fn get<'a>(
+        &'a self,
+        session: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Option<StoredWorkspace>, BusError>>;
+    /// Deletes the snapshots of `sessions` (retention, Q5); absent ones are skipped.
+    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>>;
+}
+
 /// The bus ports a host uses, as shared trait objects.
 #[derive(Clone)]
 pub struct BusPorts {

@@ -29,6 +29,9 @@ impl Backend for Memory {
     fn output(&self) -> BoxFuture<'_, Arc<dyn TurnOutputs>> {
         Box::pin(async { Arc::new(self.0.output()) as Arc<dyn TurnOutputs> })
     }
+    fn workspaces(&self) -> BoxFuture<'_, Arc<dyn lineage_bus::WorkspaceStore>> {
+        Box::pin(async { Arc::new(self.0.workspaces()) as Arc<dyn lineage_bus::WorkspaceStore> })
+    }
     fn ack_wait(&self) -> Duration {
         ACK_WAIT
     }

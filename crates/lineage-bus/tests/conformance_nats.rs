@@ -79,6 +79,15 @@ impl Backend for Nats {
             )) as Arc<dyn TurnOutputs>
         })
     }
+    fn workspaces(&self) -> BoxFuture<'_, Arc<dyn lineage_bus::WorkspaceStore>> {
+        Box::pin(async {
+            Arc::new(lineage_bus::workspace::NatsWorkspaces::new(
+                self.connect().await,
+                &self.subjects,
+                lineage_bus::StreamOptions::default(),
+            )) as Arc<dyn lineage_bus::WorkspaceStore>
+        })
+    }
     fn ack_wait(&self) -> Duration {
         ACK_WAIT
     }

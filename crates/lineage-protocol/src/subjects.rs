@@ -142,6 +142,12 @@ impl Subjects {
         format!("LINEAGE_{}_INBOX", self.stream_token())
     }
 
+    /// `LINEAGE_<CLUSTER>_WORKSPACES`: the Object Store bucket of session workspaces (issue 39;
+    /// its stream is `OBJ_LINEAGE_<CLUSTER>_WORKSPACES`).
+    pub fn workspace_bucket(&self) -> String {
+        format!("LINEAGE_{}_WORKSPACES", self.stream_token())
+    }
+
     /// `LINEAGE_<CLUSTER>_EVENTS`: the JetStream stream of session event logs.
     pub fn events_stream(&self) -> String {
         format!("LINEAGE_{}_EVENTS", self.stream_token())
@@ -185,6 +191,7 @@ mod tests {
             "lineage.dev.drain.01936c1e-7a3b-7cde-8f00-0000000000d1.progress"
         );
         assert_eq!(s.inbox_stream(), "LINEAGE_DEV_INBOX");
+        assert_eq!(s.workspace_bucket(), "LINEAGE_DEV_WORKSPACES");
         assert_eq!(
             Subjects::new("my-c").unwrap().events_stream(),
             "LINEAGE_MY_C_EVENTS"

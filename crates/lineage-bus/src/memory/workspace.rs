@@ -1,0 +1,69 @@
+//! [`MemoryWorkspaces`]: the in-memory twin of the workspace store, with digests written as
+//! NATS' Object Store writes them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use lineage_core::ids::SessionId;
+use sha2::Digest as _;
+
+use crate::error::BusError;
+use crate::ports::{BoxFuture, StoredWorkspace, WorkspaceStore};
+
+/// Snapshots by session, shared by every handle of one [`super::MemoryBus`].
+#[derive(Clone, Default)]
+pub struct MemoryWorkspaces {
+    objects: Arc<Mutex<HashMap<SessionId, StoredWorkspace>>>,
+}
+
+fn poisoned() -> BusError {
+    BusError::JetStream {
+        op: "workspace twin",
+        reason: "its lock was poisoned".into(),
+    }
+}
+
+impl WorkspaceStore for MemoryWorkspaces {
+    fn put<'a>(
+        &'a self,
+        session: &'a SessionId,
+        bytes: &'a [u8],
+    ) -> BoxFuture<'a, Result<String, BusError>> {
+        Box::pin(async move {
+            let digest = format!(
+                "SHA-256={}",
+                base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(bytes))
+            );
+            let mut objects = self.objects.lock().map_err(|_| poisoned())?;
+            objects.insert(
+                session.clone(),
+                StoredWorkspace {
+                    bytes: bytes.to_vec(),
+                    digest: digest.clone(),
+                },
+            );
+            Ok(digest)
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        session: &'a SessionId,
+    ) -> BoxFuture<'a, Result<Option<StoredWorkspace>, BusError>> {
+        Box::pin(async move {
+            let objects = self.objects.lock().map_err(|_| poisoned())?;
+            Ok(objects.get(session).cloned())
+        })
+    }
+
+    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            let mut objects = self.objects.lock().map_err(|_| poisoned())?;
+            for session in sessions {
+                objects.remove(session);
+            }
+            Ok(())
+        })
+    }
+}
