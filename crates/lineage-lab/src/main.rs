@@ -39,7 +39,7 @@ enum LabVerb {
     /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline).
     #[command(after_help = "Example:\n  lineage bench registry")]
     Bench {
-        /// Scenario: baseline, registry, spawn, settle, resume, drain, tools, all; scale, peers.
+        /// Scenario: baseline, registry, spawn, settle, resume, drain, tools, all; scale, peers, workspace.
         scenario: String,
     },
     /// Fault harness: a cluster of its own under a seeded workload and fault schedule,

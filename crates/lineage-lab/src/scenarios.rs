@@ -18,6 +18,7 @@
 //!
 //! | `scale` | not in `all`: the registry at 1,000,000 sessions (trees of 1,000): register latency at 100k and 1M, RSS per session, snapshot size and build time, a follower's restart and its catch-up from a snapshot ([`scale`](mod@scale)) |
 //! | `peers` | not in `all`: lineage next to Restate, Temporal, etcd and NATS KV on the same machine, one at a time (the peers installed by `scripts/bench-peers.sh`): a parent awaiting a one-shot child, a durable replicated write, 1 and 64 callers ([`peers`]) |
+//! | `workspace` | not in `all` (issue 39, its first part): a 10 MB and a 100 MB tree packed, stored in the Object Store, read back and materialized ([`workspace`](mod@workspace)); nats-server only |
 //! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
@@ -33,6 +34,7 @@ mod settle;
 mod setup;
 mod spawn;
 mod tools;
+mod workspace;
 
 use drain::drain;
 use resume::resume;
@@ -101,7 +103,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
     if name == "peers" {
         return peers::peers(g).await;
     }
-    let bench = Bench::setup(g, name != "baseline").await?;
+    let bench = Bench::setup(g, !matches!(name, "baseline" | "workspace")).await?;
     let outcome = match name {
         "baseline" => Ok(()),
         "registry" => registry(&bench).await,
@@ -111,6 +113,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "drain" => drain(&bench).await,
         "tools" => tools::tools(&bench).await,
         "scale" => scale::scale(&bench).await,
+        "workspace" => workspace::workspace(&bench).await,
         other => Err(lineage::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),
@@ -359,7 +362,16 @@ async fn registry(b: &Bench) -> Result<(), ControlError> {
 /// `lineage bench`.
 pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
     let known = [
-        "baseline", "registry", "spawn", "settle", "resume", "drain", "tools", "scale", "peers",
+        "baseline",
+        "registry",
+        "spawn",
+        "settle",
+        "resume",
+        "drain",
+        "tools",
+        "scale",
+        "peers",
+        "workspace",
         "all",
     ];
     if !known.contains(&scenario) {
