@@ -217,19 +217,8 @@ fn spawn_request(
     SpawnRequest {
         parent: parent.cloned(),
         shape,
-        agent: AgentSpec::Script { script },
-        prompt: "go".to_owned(),
         node: Some(node.clone()),
-        label: None,
-        persona: None,
-        tool_filter: None,
-        max_depth: None,
-        request_id: None,
-        cwd: None,
-        preset: None,
-        policy: None,
-        timeout_ms: None,
-        budget: None,
+        ..SpawnRequest::new(AgentSpec::Script { script }, "go")
     }
 }
 

@@ -136,6 +136,31 @@ pub struct SpawnRequest {
     pub budget: Option<lineage_core::budget::Budget>,
 }
 
+impl SpawnRequest {
+    /// A request to run `agent` on `prompt` and nothing else set (a top-level session on the
+    /// serving node, no limits): set the rest with struct update syntax,
+    /// `SpawnRequest { parent, shape, ..SpawnRequest::new(agent, prompt) }`.
+    pub fn new(agent: AgentSpec, prompt: impl Into<String>) -> Self {
+        SpawnRequest {
+            parent: None,
+            shape: None,
+            agent,
+            prompt: prompt.into(),
+            node: None,
+            label: None,
+            persona: None,
+            tool_filter: None,
+            max_depth: None,
+            request_id: None,
+            cwd: None,
+            preset: None,
+            policy: None,
+            timeout_ms: None,
+            budget: None,
+        }
+    }
+}
+
 /// The result of a one-shot run (S1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OneShotResult {

@@ -46,23 +46,7 @@ fn echo_agent() -> AgentSpec {
 
 #[test]
 fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
-    let minimal = SpawnRequest {
-        parent: None,
-        shape: None,
-        agent: echo_agent(),
-        prompt: String::new(),
-        node: None,
-        label: None,
-        persona: None,
-        tool_filter: None,
-        max_depth: None,
-        request_id: None,
-        cwd: None,
-        preset: None,
-        policy: None,
-        timeout_ms: None,
-        budget: None,
-    };
+    let minimal = SpawnRequest::new(echo_agent(), "");
     pin(
         &minimal,
         r#"{"parent":null,"shape":null,"agent":{"driver":"script","script":{"turns":[],"after":{"do":"echo"}}},"prompt":"","node":null,"label":null,"persona":null,"tool_filter":null,"max_depth":null,"request_id":null,"cwd":null,"preset":null,"policy":null}"#,

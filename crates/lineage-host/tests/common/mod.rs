@@ -112,24 +112,12 @@ pub fn script(json: &str) -> AgentSpec {
 
 pub fn root_request(agent: AgentSpec, prompt: &str) -> SpawnRequest {
     SpawnRequest {
-        parent: None,
-        shape: None,
-        agent,
-        prompt: prompt.to_owned(),
-        node: None,
-        label: None,
-        persona: None,
-        tool_filter: None,
-        max_depth: None,
-        request_id: None,
         cwd: Some("work".into()),
-        preset: None,
         policy: Some(lineage_core::policy::ParentPolicyView {
             sandbox_override: Some(lineage_core::policy::SandboxMode::WorkspaceWrite),
             has_approval_service: true,
         }),
-        timeout_ms: None,
-        budget: None,
+        ..SpawnRequest::new(agent, prompt)
     }
 }
 
@@ -178,19 +166,8 @@ pub fn child_request(
     SpawnRequest {
         parent: Some(parent.clone()),
         shape: Some(shape),
-        agent,
-        prompt: prompt.to_owned(),
-        node: None,
         label: Some("worker".into()),
-        persona: None,
-        tool_filter: None,
-        max_depth: None,
-        request_id: None,
-        cwd: None,
-        preset: None,
-        policy: None,
-        timeout_ms: None,
-        budget: None,
+        ..SpawnRequest::new(agent, prompt)
     }
 }
 

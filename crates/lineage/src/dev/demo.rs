@@ -107,21 +107,11 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
         .map_err(|e| ControlError::new(ErrorCode::Internal, e.to_string()))?;
     let root = control
         .spawn(&SpawnRequest {
-            parent: None,
             shape: Some(SubagentShape::Continuable),
-            agent: AgentSpec::Script { script },
-            prompt: "plan the release".into(),
             node: Some(node1),
             label: Some("root".into()),
-            persona: None,
-            tool_filter: None,
             max_depth: Some(lineage_core::depth::MaxDepth::from_u32(3)),
-            request_id: None,
-            cwd: None,
-            preset: None,
-            policy: None,
-            timeout_ms: None,
-            budget: None,
+            ..SpawnRequest::new(AgentSpec::Script { script }, "plan the release")
         })
         .await?;
     let root_id = root.session.clone();
