@@ -293,24 +293,36 @@ pub struct StoredWorkspace {
     pub digest: String,
 }
 
-/// Workspace snapshots (issue 39): one object per session, its latest snapshot, in the
-/// cluster's Object Store bucket ([`crate::Subjects::workspace_bucket`]). Not yet part of
-/// [`BusPorts`]: no node uses it yet.
+/// Workspace snapshots (issue 39): named objects in the cluster's Object Store bucket
+/// ([`crate::Subjects::workspace_bucket`]); the names are
+/// [`lineage_core::workspace`]'s (a session's base and checkpoints, a client's upload).
 pub trait WorkspaceStore: Send + Sync + 'static {
-    /// Stores `bytes` as `session`'s snapshot (replacing any earlier one); returns its digest as
-    /// the store recorded it (`SHA-256=<base64url>`).
+    /// Stores `bytes` as `object` (replacing any earlier one); returns its digest as the store
+    /// recorded it (`SHA-256=<base64url>`).
     fn put<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
         bytes: &'a [u8],
     ) -> BoxFuture<'a, Result<String, BusError>>;
-    /// `session`'s snapshot and its recorded digest; `None` when it has none.
+    /// `object`'s bytes and recorded digest; `None` when there is no such object.
     fn get<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredWorkspace>, BusError>>;
-    /// Deletes the snapshots of `sessions` (retention, Q5); absent ones are skipped.
-    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>>;
+    /// Deletes `objects`; absent ones are skipped.
+    fn delete<'a>(&'a self, objects: &'a [String]) -> BoxFuture<'a, Result<(), BusError>>;
+}
+
+/// Deletes every object of `sessions` (retention, Q5).
+pub async fn purge_workspaces(
+    store: &dyn WorkspaceStore,
+    sessions: &[SessionId],
+) -> Result<(), BusError> {
+    let objects: Vec<String> = sessions
+        .iter()
+        .flat_map(lineage_core::workspace::session_objects)
+        .collect();
+    store.delete(&objects).await
 }
 
 /// The bus ports a host uses, as shared trait objects.
@@ -326,6 +338,8 @@ pub struct BusPorts {
     pub control: std::sync::Arc<dyn ControlTransport>,
     /// Turn output as it comes.
     pub output: std::sync::Arc<dyn TurnOutputs>,
+    /// Workspace snapshots (issue 39).
+    pub workspaces: std::sync::Arc<dyn WorkspaceStore>,
 }
 
 impl std::fmt::Debug for BusPorts {
@@ -358,6 +372,11 @@ impl BusPorts {
                 client.clone(),
                 subjects.clone(),
             )),
+            workspaces: std::sync::Arc::new(crate::workspace::NatsWorkspaces::new(
+                client.clone(),
+                &subjects,
+                options,
+            )),
             control: std::sync::Arc::new(crate::transport::NatsControl::new(client, subjects)),
         })
     }
@@ -372,6 +391,7 @@ impl BusPorts {
             lifecycle: std::sync::Arc::new(bus.lifecycle()),
             control: std::sync::Arc::new(bus.control()),
             output: std::sync::Arc::new(bus.output()),
+            workspaces: std::sync::Arc::new(bus.workspaces()),
         }
     }
 }

@@ -2,12 +2,12 @@
 //!
 //! One bucket per cluster ([`Subjects::workspace_bucket`]), opened (or created, with the
 //! cluster's stream replicas) on first use, so a node that never stores a workspace never makes
-//! it. One object per session, named by its id; a put replaces the object. The store records a
+//! it (a read or a delete of a cluster without it finds nothing, and creates nothing). Objects
+//! are named by [`lineage_core::workspace`]; a put replaces the object. The store records a
 //! SHA-256 digest per object and checks it as the object is read (a damaged object is an error,
 //! never bytes); the caller checks it again against the digest it recorded.
 
 use async_nats::jetstream::{self, object_store};
-use lineage_core::ids::SessionId;
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
@@ -54,19 +54,39 @@ impl NatsWorkspaces {
             })
             .await
     }
+
+    /// The bucket if it exists (a read or a delete never creates it): `None` when the
+    /// cluster has never stored a workspace.
+    async fn existing(&self) -> Result<Option<&object_store::ObjectStore>, BusError> {
+        if let Some(store) = self.store.get() {
+            return Ok(Some(store));
+        }
+        // The bucket's stream; absent: no bucket. Anything else is an error, not an absence.
+        match self.js.get_stream(format!("OBJ_{}", self.bucket)).await {
+            Ok(_) => self.store().await.map(Some),
+            Err(e) => match e.kind() {
+                jetstream::context::GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                _ => Err(BusError::js("open the workspace bucket", e)),
+            },
+        }
+    }
 }
 
 impl WorkspaceStore for NatsWorkspaces {
     fn put<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
         bytes: &'a [u8],
     ) -> BoxFuture<'a, Result<String, BusError>> {
         Box::pin(async move {
             let store = self.store().await?;
             let mut reader = bytes;
             let info = store
-                .put(session.as_str(), &mut reader)
+                .put(object, &mut reader)
                 .await
                 .map_err(|e| BusError::js("store a workspace", e))?;
             info.digest.ok_or_else(|| {
@@ -80,11 +100,13 @@ impl WorkspaceStore for NatsWorkspaces {
 
     fn get<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredWorkspace>, BusError>> {
         Box::pin(async move {
-            let store = self.store().await?;
-            let mut object = match store.get(session.as_str()).await {
+            let Some(store) = self.existing().await? else {
+                return Ok(None);
+            };
+            let mut object = match store.get(object).await {
                 Ok(object) => object,
                 Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(BusError::js("read a workspace", e)),
@@ -99,11 +121,13 @@ impl WorkspaceStore for NatsWorkspaces {
         })
     }
 
-    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+    fn delete<'a>(&'a self, objects: &'a [String]) -> BoxFuture<'a, Result<(), BusError>> {
         Box::pin(async move {
-            let store = self.store().await?;
-            for session in sessions {
-                match store.delete(session.as_str()).await {
+            let Some(store) = self.existing().await? else {
+                return Ok(());
+            };
+            for object in objects {
+                match store.delete(object).await {
                     Ok(()) => {}
                     Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => {}
                     Err(e) => return Err(BusError::js("delete a workspace", e)),

@@ -233,10 +233,14 @@ pub enum JournalEvent {
         /// The refusal, one line.
         error: String,
     },
+    /// `workspace/snapshot`: the session's files are in this stored snapshot (its base in the
+    /// creation window, a checkpoint before a `turn/end`; issue 39).
+    #[serde(rename = "workspace/snapshot")]
+    WorkspaceSnapshot(crate::workspace::WorkspaceSnapshot),
 }
 
 /// Every kind a [`JournalEvent`] can have.
-pub const JOURNAL_KINDS: [&str; 11] = [
+pub const JOURNAL_KINDS: [&str; 12] = [
     "inbox/accepted",
     "turn/start",
     "turn/user",
@@ -248,6 +252,7 @@ pub const JOURNAL_KINDS: [&str; 11] = [
     "subagent/result",
     "subagent/spawn-refused",
     "turn/inputs",
+    crate::workspace::SNAPSHOT_EVENT,
 ];
 
 impl JournalEvent {
@@ -265,6 +270,7 @@ impl JournalEvent {
             JournalEvent::ChildResult { .. } => JOURNAL_KINDS[8],
             JournalEvent::SpawnRefused { .. } => JOURNAL_KINDS[9],
             JournalEvent::TurnInputs { .. } => JOURNAL_KINDS[10],
+            JournalEvent::WorkspaceSnapshot(_) => JOURNAL_KINDS[11],
         }
     }
 

@@ -34,6 +34,7 @@
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
 //! | [`usage`] | usage hosted agents report, per session and summed per subtree | Q3 |
+//! | [`workspace`] | which stored snapshot holds a session's files; the objects' names | C1, K1 |
 //! | [`error`] | [`CoreError`], the crate's one error enum | |
 
 #![deny(missing_docs)]
@@ -64,5 +65,6 @@ pub mod policy;
 pub mod retention;
 pub mod routing;
 pub mod usage;
+pub mod workspace;
 
 pub use error::CoreError;

@@ -131,6 +131,14 @@ fn x2_every_journal_kind_keeps_its_old_bytes() {
         "subagent/spawn-refused",
         json!({"error": "no"}),
     );
+    check(
+        JournalEvent::WorkspaceSnapshot(lineage_core::workspace::WorkspaceSnapshot {
+            object: "s.tip-1".into(),
+            digest: "SHA-256=abc".into(),
+        }),
+        "workspace/snapshot",
+        json!({"object": "s.tip-1", "digest": "SHA-256=abc"}),
+    );
 }
 
 #[test]

@@ -61,6 +61,10 @@ pub struct ChildSpec {
     /// A budget over the child's subtree (Q3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<lineage_core::budget::Budget>,
+    /// `inherit` (a copy of the parent's files; the default when the parent has a workspace)
+    /// or `empty` (issue 39).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<lineage_protocol::workspace::SpawnWorkspace>,
 }
 
 /// What kind of agent a session runs (P1): defined with the wire bodies in `lineage_protocol`.
@@ -318,6 +322,13 @@ pub trait AgentDriver: Send {
     /// A log event `(kind, data)` the host appends right after [`AgentDriver::start`], so that a
     /// later cold resume finds the agent's own state again (ACP: `acp/session`). Default: none.
     fn start_record(&self) -> Option<(String, serde_json::Value)> {
+        None
+    }
+    /// The session's own directory of files, when the agent has one (issue 39): where its
+    /// workspace is materialized before [`AgentDriver::start`] and what its checkpoints pack.
+    /// `None` (the default): no files of its own (the scripted agent, a profile whose workdir
+    /// the operator shares between sessions).
+    fn workspace_dir(&self) -> Option<std::path::PathBuf> {
         None
     }
     /// Tells the agent its current turn was cancelled (ACP `session/cancel`).

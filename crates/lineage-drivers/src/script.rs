@@ -116,6 +116,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             tool_filter: tool_filter.clone(),
             timeout_ms: *timeout_ms,
             budget: None,
+            workspace: None,
         })),
         // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
         // a turn without a spawn gives.

@@ -98,6 +98,9 @@ pub enum HostError {
         /// When a renewal is next due: the hint the caller gets.
         retry_after: std::time::Duration,
     },
+    /// A session's files could not be stored or materialized (issue 39): one line saying why.
+    #[error("{0}")]
+    Workspace(#[from] lineage_workspace::WorkspaceError),
     /// The host is shutting down and takes no new work.
     #[error("host on node {0} is shutting down; send the request to another node")]
     ShuttingDown(String),
@@ -179,6 +182,16 @@ impl HostError {
             }
             HostError::Driver { .. } | HostError::Internal(_) => ErrorCode::Internal,
             HostError::Remote(e) => e.code,
+            HostError::Workspace(e) => match e {
+                lineage_workspace::WorkspaceError::NotADirectory { .. }
+                | lineage_workspace::WorkspaceError::BadDigest(_)
+                | lineage_workspace::WorkspaceError::BadEntry { .. } => ErrorCode::BadRequest,
+                lineage_workspace::WorkspaceError::OverCap { .. }
+                | lineage_workspace::WorkspaceError::DigestMismatch { .. }
+                | lineage_workspace::WorkspaceError::Conflicts { .. } => ErrorCode::Refused,
+                lineage_workspace::WorkspaceError::TargetNotEmpty { .. }
+                | lineage_workspace::WorkspaceError::Io { .. } => ErrorCode::Internal,
+            },
         }
     }
 

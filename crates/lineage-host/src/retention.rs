@@ -1,11 +1,11 @@
 //! The retention sweeper (Q5): disposed sessions past `retention.disposed_after` are purged,
-//! record, event log and inbox.
+//! record, event log, inbox and workspace objects (issue 39).
 //!
 //! On each deadline tick the cluster's sweeper (the live node with the smallest id,
 //! [`is_sweeper`]) reads one page of purge candidates from the registry (disposed longer ago
 //! than the retention, no child record left: oldest disposal first, so leaves before their
-//! parents), purges their event-log subjects and their inboxes (messages and consumer) from
-//! JetStream, and then sends one `purge` command naming them, which the registry re-checks at
+//! parents), purges their event-log subjects, their inboxes (messages and consumer) and their
+//! workspace objects from JetStream, and then sends one `purge` command naming them, which the registry re-checks at
 //! apply time and turns into tombstones. The streams go first: a sweeper that dies between
 //! the two leaves records whose logs are already empty, and the next sweep purges them again
 //! (both steps are idempotent), so nothing purged from the registry keeps messages behind.
@@ -59,6 +59,7 @@ impl Shared {
         }
         self.bus.events.purge(&due).await?;
         self.bus.inbox.purge(&due).await?;
+        lineage_bus::ports::purge_workspaces(&*self.bus.workspaces, &due).await?;
         let response = self
             .registry
             .write(Command::Purge {

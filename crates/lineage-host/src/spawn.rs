@@ -37,6 +37,7 @@ use lineage_core::policy::{
 };
 use lineage_core::routing::{route, Route};
 use lineage_protocol::birth::{Birth, BirthKind};
+use lineage_protocol::workspace::SpawnWorkspace;
 use lineage_registry::types::{RegistryRefusal, SessionState};
 
 use crate::agent::cmd::AgentCmd;
@@ -55,6 +56,8 @@ pub(crate) struct ParentCtx {
     pub(crate) preset: Option<AgentPreset>,
     /// Its tool filter: a child's can only narrow it (C1).
     pub(crate) tool_filter: Option<Vec<String>>,
+    /// Its own directory of files, when it has a workspace (what `inherit` copies, issue 39).
+    pub(crate) workspace_dir: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -126,6 +129,9 @@ impl Shared {
             persona: spec.persona.clone(),
         };
         descriptor.validate()?;
+        let workspace = self
+            .child_workspace(&parent, spec.workspace.as_ref(), &child_id)
+            .await?;
         let target = self.birth_target(spec.node.as_ref(), &child_id).await;
         // 5: the target hosts it (it checks its offer, T4): creation window, then the birth,
         // then the launch.
@@ -145,6 +151,7 @@ impl Shared {
                 policy,
                 parent_node: self.cfg.node.clone(),
             },
+            workspace,
         };
         // A one-shot child reports to its parent's inbox while it runs (M1): a parent that
         // spawned it from outside its own turn reads that inbox from now on.
@@ -164,6 +171,29 @@ impl Shared {
                 .send(parent.header.id(), AgentCmd::Adopt(reply.session.clone()));
         }
         Ok(reply)
+    }
+
+    /// The files a child starts from (issue 39): a copy of its parent's as they are now, stored
+    /// as the child's base (`inherit`, the default when the parent has a workspace), or none.
+    async fn child_workspace(
+        &self,
+        parent: &ParentCtx,
+        choice: Option<&SpawnWorkspace>,
+        child: &SessionId,
+    ) -> Result<Option<lineage_core::workspace::WorkspaceSnapshot>, HostError> {
+        match (choice, &parent.workspace_dir) {
+            (Some(SpawnWorkspace::Uploaded { .. }), _) => Err(HostError::BadRequest(
+                "a child's workspace is inherit or empty; an upload is for a top-level session (lineage spawn --workspace DIR without --parent)".into(),
+            )),
+            (Some(SpawnWorkspace::Empty), _) | (None, None) => Ok(None),
+            (Some(SpawnWorkspace::Inherit), None) => Err(HostError::BadRequest(format!(
+                "workspace inherit: parent {} has no workspace to copy; give workspace empty, or start the root with lineage spawn --workspace DIR",
+                parent.header.id()
+            ))),
+            (Some(SpawnWorkspace::Inherit) | None, Some(dir)) => {
+                Ok(Some(self.inherit_files(dir, child).await?))
+            }
+        }
     }
 
     /// Starts a new session on `target` (here or through its per-node `start`).
@@ -252,9 +282,25 @@ impl Shared {
         let deadline = request.timeout_ms.map(|t| t.deadline_from(self.now()));
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset)
             .with_deadline(deadline);
+        let request_id = request.request_id.unwrap_or_else(|| self.mint.request());
+        let workspace = match request.workspace {
+            None => None,
+            Some(SpawnWorkspace::Uploaded { digest }) => {
+                lineage_workspace::Digest::parse(&digest)?;
+                Some(lineage_core::workspace::WorkspaceSnapshot {
+                    object: lineage_core::workspace::upload_object(&request_id),
+                    digest,
+                })
+            }
+            Some(SpawnWorkspace::Inherit | SpawnWorkspace::Empty) => {
+                return Err(HostError::BadRequest(
+                    "a top-level session has no parent to inherit files from; give it an upload (lineage spawn --workspace DIR) or none".into(),
+                ))
+            }
+        };
         let target = self.birth_target(request.node.as_ref(), &session).await;
         let start = Birth {
-            request_id: request.request_id.unwrap_or_else(|| self.mint.request()),
+            request_id,
             header,
             agent: request.agent,
             prompt: request.prompt,
@@ -266,6 +312,7 @@ impl Shared {
             kind: BirthKind::TopLevel {
                 policy: request.policy.unwrap_or_default(),
             },
+            workspace,
         };
         let started = self
             .start_on(&target, start, SubagentShape::Continuable)
@@ -360,6 +407,7 @@ impl Host {
             policy_view: handle.policy_view,
             preset: handle.preset.clone(),
             tool_filter: handle.tool_filter.clone(),
+            workspace_dir: handle.workspace_dir.clone(),
         };
         let spec = ChildSpec {
             shape,
@@ -371,6 +419,7 @@ impl Host {
             tool_filter: request.tool_filter,
             timeout_ms: request.timeout_ms,
             budget: request.budget,
+            workspace: request.workspace,
         };
         let request_id = request
             .request_id

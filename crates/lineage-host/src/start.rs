@@ -60,6 +60,7 @@ impl Shared {
     async fn host_birth(self: &Arc<Self>, request: StartRequest) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
         request.check_kind().map_err(HostError::BadRequest)?;
+        request.check_workspace().map_err(HostError::BadRequest)?;
         // T4: this node runs only what its operator configured; refused before anything is
         // written, so an unknown profile changes nothing.
         lineage_drivers::profiles::check_offer(&self.drivers.offer(), &request.agent).map_err(
@@ -123,6 +124,20 @@ impl Shared {
         let record = serde_json::to_value(&record)
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
         log.append(AGENT_EVENT, record, now);
+        // Issue 39: the files it starts from, stored as its base (a root's upload is copied
+        // there, checked against the digest its spawn named) and named in the creation window.
+        if let Some(snapshot) = &request.workspace {
+            let base = match snapshot.object == lineage_core::workspace::base_object(&session) {
+                true => snapshot.clone(),
+                false => {
+                    self.adopt_upload(&request.request_id, &session, &snapshot.digest)
+                        .await?
+                }
+            };
+            let (kind, data) =
+                lineage_core::journal::JournalEvent::WorkspaceSnapshot(base).to_parts();
+            log.append(kind, data, now);
+        }
         // The first prompt is accepted with the creation window (one message): the agent
         // takes its first turn on it as soon as it is live (none: a top-level session starts
         // idle, `Accepted::first_prompt`).

@@ -38,6 +38,11 @@ pub struct Birth {
     pub limits: BirthLimits,
     /// A child's or a top-level session's own part.
     pub kind: BirthKind,
+    /// The snapshot its files start from (issue 39): a root's upload
+    /// (`upload.<request id>`), or the copy of its parent's files the spawning node stored as
+    /// the child's base. Checked against those two names where `start` is parsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<lineage_core::workspace::WorkspaceSnapshot>,
 }
 
 /// What only a child, or only a top-level session, is born with.
@@ -78,6 +83,23 @@ impl Birth {
         match &self.kind {
             BirthKind::Child { run, .. } => Some(run),
             BirthKind::TopLevel { .. } => None,
+        }
+    }
+
+    /// Refuses a birth whose workspace names an object that is not its own: one line.
+    pub fn check_workspace(&self) -> Result<(), String> {
+        let Some(snapshot) = &self.workspace else {
+            return Ok(());
+        };
+        let session = self.header.id();
+        let own = snapshot.object == lineage_core::workspace::upload_object(&self.request_id)
+            || snapshot.object == lineage_core::workspace::base_object(session);
+        match own {
+            true => Ok(()),
+            false => Err(format!(
+                "start of {session} names workspace object {:?}, which is neither its upload nor its base; a birth starts only from its own files",
+                snapshot.object
+            )),
         }
     }
 

@@ -134,6 +134,10 @@ pub struct SpawnRequest {
     /// it, no child is registered under it and it is drained with stop reason `budget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<lineage_core::budget::Budget>,
+    /// The files the new session starts in (issue 39): a root's upload, or a child's
+    /// `inherit` (the default when its parent has a workspace) or `empty`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<crate::workspace::SpawnWorkspace>,
 }
 
 impl SpawnRequest {
@@ -157,6 +161,7 @@ impl SpawnRequest {
             policy: None,
             timeout_ms: None,
             budget: None,
+            workspace: None,
         }
     }
 }

@@ -17,6 +17,7 @@
 //! | [`sandbox`] | the launch line a node writes to its warm sandbox's `lineage-sandbox-exec` | V2 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
 //! | [`approval`] | a hosted root's permission request asked through the front door, and the answer | C2, C4 |
+//! | [`workspace`] | [`workspace::SpawnWorkspace`]: the files a spawn gives a new session | C1, issue 39 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |
 //!
 //! Wire JSON is pinned by golden tests (`tests/golden.rs`): a change to any body's bytes fails
@@ -35,6 +36,7 @@ pub mod schema;
 pub mod script;
 pub mod subjects;
 pub mod tools;
+pub mod workspace;
 
 pub use agent::{AgentSpec, ProfileDriver, ProfileInfo};
 pub use birth::{Birth, BirthKind};

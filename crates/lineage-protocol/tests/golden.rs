@@ -72,11 +72,12 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         }),
         timeout_ms: Some(lineage_core::deadline::Timeout::named("timeout_ms", 30_000).unwrap()),
         budget: None,
+        workspace: Some(lineage_protocol::workspace::SpawnWorkspace::Inherit),
     };
     pin(
         &full,
         &format!(
-            r#"{{"parent":"{A}","shape":"one-shot","agent":{{"driver":"profile","profile":"coder"}},"prompt":"go","node":"node-2","label":"leaf","persona":"terse","tool_filter":["read"],"max_depth":3,"request_id":"{R}","cwd":null,"preset":null,"policy":{{"has_approval_service":true}},"timeout_ms":30000}}"#
+            r#"{{"parent":"{A}","shape":"one-shot","agent":{{"driver":"profile","profile":"coder"}},"prompt":"go","node":"node-2","label":"leaf","persona":"terse","tool_filter":["read"],"max_depth":3,"request_id":"{R}","cwd":null,"preset":null,"policy":{{"has_approval_service":true}},"timeout_ms":30000,"workspace":"inherit"}}"#
         ),
     );
     // What a client writes least: only the agent.
@@ -132,6 +133,7 @@ fn n3_start_request_is_pinned() {
         kind: BirthKind::TopLevel {
             policy: Default::default(),
         },
+        workspace: None,
     };
     pin(
         &top_level,
@@ -161,14 +163,40 @@ fn n3_start_request_is_pinned() {
             policy: DelegatedPolicyOverrides::default(),
             parent_node: node("node-1"),
         },
+        workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
+            object: format!("{B}.base"),
+            digest: "SHA-256=x".into(),
+        }),
     };
     pin(
         &child,
         &format!(
-            r#"{{"request_id":"{R}","header":{{"id":"{B}","parent_session":"{A}","root_session":"{A}","origin":"subagent","delegation_depth":1}},"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"go","limits":{{"max_depth":3}},"kind":{{"kind":"child","descriptor":{{"provider":"script","mode":"one-shot"}},"run":"{B}","policy":{{}},"parent_node":"node-1"}}}}"#
+            r#"{{"request_id":"{R}","header":{{"id":"{B}","parent_session":"{A}","root_session":"{A}","origin":"subagent","delegation_depth":1}},"agent":{{"driver":"script","script":{{"turns":[],"after":{{"do":"echo"}}}}}},"prompt":"go","limits":{{"max_depth":3}},"kind":{{"kind":"child","descriptor":{{"provider":"script","mode":"one-shot"}},"run":"{B}","policy":{{}},"parent_node":"node-1"}},"workspace":{{"object":"{B}.base","digest":"SHA-256=x"}}}}"#
         ),
     );
     assert!(child.check_kind().is_ok() && top_level.check_kind().is_ok());
+    // Issue 39: a birth starts only from its own files (its base, or its spawn's upload).
+    assert!(child.check_workspace().is_ok());
+    let upload = StartRequest {
+        workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
+            object: lineage_core::workspace::upload_object(&child.request_id),
+            digest: "SHA-256=x".into(),
+        }),
+        ..child.clone()
+    };
+    assert!(upload.check_workspace().is_ok());
+    let stolen = StartRequest {
+        workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
+            object: format!("{A}.tip-1"),
+            digest: "SHA-256=x".into(),
+        }),
+        ..child.clone()
+    };
+    let line = stolen.check_workspace().unwrap_err();
+    assert!(
+        line.contains(&format!("{A}.tip-1")) && !line.contains('\n'),
+        "{line}"
+    );
     let orphan = StartRequest {
         header: SessionHeader::top_level(sid(B), None, None),
         ..child

@@ -49,6 +49,14 @@ pub enum WorkspaceError {
         /// The target directory.
         path: PathBuf,
     },
+    /// Changes could not be applied: these paths differ from both the base and the change.
+    #[error("cannot apply the changes to {}: {} changed there too ({}); nothing was written; reconcile those files (lineage workspace diff shows the changes) and apply again", into.display(), paths.len(), paths.join(", "))]
+    Conflicts {
+        /// The target directory.
+        into: PathBuf,
+        /// The conflicting paths.
+        paths: Vec<String>,
+    },
     /// A digest is not `SHA-256=<base64url>`.
     #[error("bad workspace digest {0:?}: expected SHA-256=<base64url of 32 bytes>")]
     BadDigest(String),

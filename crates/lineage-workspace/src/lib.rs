@@ -5,6 +5,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`snapshot`] | [`pack`] a directory into a gzip'd tar (honouring `.gitignore`, without `.git`), [`unpack`] one into a new directory: digest checked first, every entry checked (no path out of the root, no link out of it, no device), caps on bytes and files |
+//! | [`changes`] | a session's [`changes::changes`] against its base (whole files), [`changes::render`] as a unified diff, [`changes::apply`] to a directory: all or nothing, conflicts reported |
 //! | [`digest`] | [`Digest`]: `SHA-256=<base64url>`, the form NATS' Object Store gives an object |
 //! | [`error`] | [`WorkspaceError`], the crate's one error enum: one line each, with the numbers |
 //!
@@ -15,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod changes;
 pub mod digest;
 pub mod error;
 pub mod snapshot;

@@ -114,6 +114,9 @@ pub enum Verb {
     /// The scripted agent's language: its JSON Schema, or check a script.
     #[command(subcommand)]
     Script(crate::cmd::script::ScriptVerb),
+    /// A session's files: its changes as a diff, its latest files, its changes applied.
+    #[command(subcommand)]
+    Workspace(crate::cmd::workspace::WorkspaceVerb),
     /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline): runs the lab
     /// program, `lineage-lab bench` (built with `cargo build --release -p lineage-lab`).
     #[command(

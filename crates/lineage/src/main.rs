@@ -47,6 +47,7 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         | Verb::Watch(_)
         | Verb::Agents
         | Verb::Status
+        | Verb::Workspace(_)
         | Verb::Config(_)
         | Verb::Script(_) => false,
     };

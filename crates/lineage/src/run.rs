@@ -7,6 +7,7 @@ use lineage_bus::trace::TraceContext;
 use crate::cli::{Cli, ConfigVerb, Verb};
 use crate::cmd::{
     agents, config, drain, interrupt, ls, mcp, node, script, send, spawn, status, tree, watch,
+    workspace,
 };
 use crate::global::Global;
 use crate::output::fail;
@@ -26,6 +27,7 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Watch(_) => Some("watch"),
         Verb::Status => Some("status"),
         Verb::Agents => Some("agents"),
+        Verb::Workspace(_) => Some("workspace"),
         Verb::Node { .. }
         | Verb::Dev { .. }
         | Verb::Config(_)
@@ -107,6 +109,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
+        Verb::Workspace(verb) => workspace::run(g, verb).await,
         // `main` hands these to the lab program before the runtime starts.
         Verb::Bench { .. } | Verb::Chaos { .. } => std::process::exit(crate::lab::forward()),
     }

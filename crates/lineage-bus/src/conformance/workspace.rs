@@ -1,6 +1,6 @@
 //! The workspace store's cases (issue 39): a snapshot reads back with the digest it was stored
 //! with (`SHA-256=<base64url>` of its bytes, as NATS' Object Store records it); a put replaces;
-//! an absent one is `None`; a purge removes only the purged sessions'.
+//! an absent one is `None`; a purge removes only the purged sessions' objects.
 
 use base64::Engine as _;
 use sha2::Digest as _;
@@ -18,7 +18,7 @@ fn digest_of(bytes: &[u8]) -> String {
 /// Round trip, replacement and absence, across handles.
 pub async fn workspace_round_trip(b: &dyn Backend) {
     let (writer, reader) = (b.workspaces().await, b.workspaces().await);
-    let one = sid(301);
+    let one = lineage_core::workspace::base_object(&sid(301));
     assert_eq!(
         reader.get(&one).await.expect("get"),
         None,
@@ -49,16 +49,28 @@ pub async fn workspace_round_trip(b: &dyn Backend) {
 /// A purge removes the purged sessions' snapshots and no other.
 pub async fn workspace_purge_removes_only_the_purged_sessions(b: &dyn Backend) {
     let store = b.workspaces().await;
+    use lineage_core::workspace::{base_object, checkpoint_object};
     let (gone, kept, never) = (sid(311), sid(312), sid(313));
-    store.put(&gone, b"gone").await.expect("put");
-    store.put(&kept, b"kept").await.expect("put");
+    store.put(&base_object(&gone), b"gone").await.expect("put");
     store
-        .purge(&[gone.clone(), never.clone()])
+        .put(&checkpoint_object(&gone, 1), b"gone too")
+        .await
+        .expect("put");
+    store.put(&base_object(&kept), b"kept").await.expect("put");
+    crate::ports::purge_workspaces(&*store, &[gone.clone(), never.clone()])
         .await
         .expect("purge, an absent one included");
-    assert_eq!(store.get(&gone).await.expect("get"), None);
+    assert_eq!(store.get(&base_object(&gone)).await.expect("get"), None);
     assert_eq!(
-        store.get(&kept).await.expect("get").map(|w| w.bytes),
+        store.get(&checkpoint_object(&gone, 1)).await.expect("get"),
+        None
+    );
+    assert_eq!(
+        store
+            .get(&base_object(&kept))
+            .await
+            .expect("get")
+            .map(|w| w.bytes),
         Some(b"kept".to_vec())
     );
 }

@@ -5,16 +5,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use lineage_core::ids::SessionId;
 use sha2::Digest as _;
 
 use crate::error::BusError;
 use crate::ports::{BoxFuture, StoredWorkspace, WorkspaceStore};
 
-/// Snapshots by session, shared by every handle of one [`super::MemoryBus`].
+/// Snapshots by object name, shared by every handle of one [`super::MemoryBus`].
 #[derive(Clone, Default)]
 pub struct MemoryWorkspaces {
-    objects: Arc<Mutex<HashMap<SessionId, StoredWorkspace>>>,
+    objects: Arc<Mutex<HashMap<String, StoredWorkspace>>>,
 }
 
 fn poisoned() -> BusError {
@@ -27,7 +26,7 @@ fn poisoned() -> BusError {
 impl WorkspaceStore for MemoryWorkspaces {
     fn put<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
         bytes: &'a [u8],
     ) -> BoxFuture<'a, Result<String, BusError>> {
         Box::pin(async move {
@@ -37,7 +36,7 @@ impl WorkspaceStore for MemoryWorkspaces {
             );
             let mut objects = self.objects.lock().map_err(|_| poisoned())?;
             objects.insert(
-                session.clone(),
+                object.to_owned(),
                 StoredWorkspace {
                     bytes: bytes.to_vec(),
                     digest: digest.clone(),
@@ -49,19 +48,19 @@ impl WorkspaceStore for MemoryWorkspaces {
 
     fn get<'a>(
         &'a self,
-        session: &'a SessionId,
+        object: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredWorkspace>, BusError>> {
         Box::pin(async move {
             let objects = self.objects.lock().map_err(|_| poisoned())?;
-            Ok(objects.get(session).cloned())
+            Ok(objects.get(object).cloned())
         })
     }
 
-    fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {
+    fn delete<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, Result<(), BusError>> {
         Box::pin(async move {
             let mut objects = self.objects.lock().map_err(|_| poisoned())?;
-            for session in sessions {
-                objects.remove(session);
+            for name in names {
+                objects.remove(name);
             }
             Ok(())
         })

@@ -97,6 +97,9 @@ pub enum EngineEvent {
         /// turn cut short by a lost node made is not made again by the next turn (T5).
         call: Option<String>,
     },
+    /// The session's files were stored as this snapshot (a checkpoint at its turn's end, issue
+    /// 39): staged, written with the `turn/end` that follows.
+    WorkspaceSaved(crate::workspace::WorkspaceSnapshot),
     /// A birth this agent asked for succeeded (a one-shot one with its result).
     ChildBorn {
         /// The child.

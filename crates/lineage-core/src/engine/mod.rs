@@ -289,6 +289,9 @@ impl AgentEngine {
             }
             EngineEvent::Quiesce => self.quiesce(),
             EngineEvent::HandOff => self.hand_off(&mut out),
+            EngineEvent::WorkspaceSaved(snapshot) => {
+                self.stage(JournalEvent::WorkspaceSnapshot(snapshot), &mut out);
+            }
         }
         out
     }
@@ -317,7 +320,8 @@ impl AgentEngine {
             | EngineEvent::TurnEnded(_)
             | EngineEvent::TurnAbandoned(_)
             | EngineEvent::Quiesce
-            | EngineEvent::HandOff => {}
+            | EngineEvent::HandOff
+            | EngineEvent::WorkspaceSaved(_) => {}
         }
     }
 

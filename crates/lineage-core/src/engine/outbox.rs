@@ -61,7 +61,8 @@ pub fn outbox_messages(
             | JournalEvent::TurnUser { .. }
             | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }
-            | JournalEvent::SpawnRefused { .. } => {}
+            | JournalEvent::SpawnRefused { .. }
+            | JournalEvent::WorkspaceSnapshot(_) => {}
         }
     }
     Ok(messages)

@@ -113,7 +113,9 @@ pub fn fold(
                     lost.result = Some(result);
                 }
             }
-            JournalEvent::TurnUser { .. } | JournalEvent::SpawnRefused { .. } => {}
+            JournalEvent::TurnUser { .. }
+            | JournalEvent::SpawnRefused { .. }
+            | JournalEvent::WorkspaceSnapshot(_) => {}
         }
     }
     let activation = match (init.shape, &init.parent) {

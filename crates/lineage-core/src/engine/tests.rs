@@ -217,6 +217,47 @@ fn x2_settlement_order_commit_before_notice_and_top_level_never_settles() {
 }
 
 #[test]
+fn k1_a_checkpoint_is_written_with_its_turns_end_and_before_the_settlement_is_told() {
+    let snapshot = crate::workspace::WorkspaceSnapshot {
+        object: "s.tip-1".into(),
+        digest: "SHA-256=x".into(),
+    };
+    let mut e = engine(Some(SubagentShape::Continuable));
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    let saved = e.handle(EngineEvent::WorkspaceSaved(snapshot.clone()), 3);
+    assert_eq!(
+        kinds(&saved),
+        ["stage workspace/snapshot"],
+        "staged, not yet written"
+    );
+    let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 4);
+    assert_eq!(
+        kinds(&end),
+        [
+            "stage turn/end",
+            "stage outbox/settled",
+            "Flush",
+            "commit dispose=false",
+            "Leave",
+            "PublishEnd { stop_reason: Completed, output: None }",
+            "notice seq=1",
+        ],
+        "the snapshot goes out in the turn end's write, before the commit and the notice"
+    );
+    // A restored engine reads it as nothing to do (the host reads it for the files).
+    let log = [ev(4, JournalEvent::WorkspaceSnapshot(snapshot))];
+    let init = EngineInit {
+        session: sid(2),
+        parent: Some(sid(1)),
+        shape: Some(SubagentShape::Continuable),
+        label: None,
+        descriptor_pending: false,
+    };
+    assert!(fold(init, &log, 4, true, 5).is_ok());
+}
+
+#[test]
 fn s1_a_one_shot_run_settles_as_a_dispose_and_returns_its_result() {
     let mut e = engine(Some(SubagentShape::OneShot));
     e.handle(user("go", None), 1);

@@ -142,6 +142,8 @@ struct Settings {
     uid_lease: Option<std::sync::Arc<crate::sandbox::UidLease>>,
     /// A sandbox made ahead for this session, taken by its first start.
     warm: Option<std::sync::Arc<std::sync::Mutex<Option<WarmSandbox>>>>,
+    /// The session's own directory of files (issue 39), when its workdir is per session.
+    workspace_dir: Option<PathBuf>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -227,6 +229,7 @@ impl AcpDriver {
                 sandbox: None,
                 uid_lease: None,
                 warm: None,
+                workspace_dir: None,
             },
             label: "-".into(),
             live: None,
@@ -271,6 +274,13 @@ impl AcpDriver {
     /// makes its own.
     pub fn with_warm_sandbox(mut self, warm: WarmSandbox) -> Self {
         self.settings.warm = Some(std::sync::Arc::new(std::sync::Mutex::new(Some(warm))));
+        self
+    }
+
+    /// `dir` is the session's own directory of files (its per-session workdir): its workspace
+    /// is materialized there and checkpointed from there (issue 39).
+    pub fn with_workspace_dir(mut self, dir: PathBuf) -> Self {
+        self.settings.workspace_dir = Some(dir);
         self
     }
 
@@ -393,6 +403,10 @@ impl AcpDriver {
 }
 
 impl AgentDriver for AcpDriver {
+    fn workspace_dir(&self) -> Option<PathBuf> {
+        self.settings.workspace_dir.clone()
+    }
+
     fn start<'a>(&'a mut self, start: DriverStart) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(self.start_inner(start))
     }

@@ -45,6 +45,21 @@ pub struct SpawnSubagent {
     /// deadline, and never outlives yours (1 ms to 30 days).
     #[serde(default)]
     pub timeout_ms: Option<lineage_core::deadline::Timeout>,
+    /// The files the child starts in: `inherit` (a copy of yours as they are now; the default
+    /// when you have a workspace) or `empty`. Its changes come back as a patch you apply.
+    #[serde(default)]
+    pub workspace: Option<WorkspaceChoice>,
+}
+
+/// The files a child starts in: the tools' spelling of
+/// [`SpawnWorkspace`](lineage_protocol::workspace::SpawnWorkspace)'s child choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceChoice {
+    /// A copy of the parent's files as they are at the spawn.
+    Inherit,
+    /// An empty working directory.
+    Empty,
 }
 
 /// `report_to_parent`.

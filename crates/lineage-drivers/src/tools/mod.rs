@@ -38,7 +38,7 @@ pub mod socket;
 
 pub use args::{
     InterruptChild, ListChildren, ReportDelivery, ReportToParent, SendToChild, Shape,
-    SpawnSubagent, WaitFor, WaitForChildren,
+    SpawnSubagent, WaitFor, WaitForChildren, WorkspaceChoice,
 };
 
 use std::sync::{Arc, Mutex};
@@ -47,6 +47,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::journal::TurnMessage;
 use lineage_core::messages::Delivery;
+use lineage_protocol::workspace::SpawnWorkspace;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
@@ -239,6 +240,10 @@ impl DelegationTools {
             tool_filter: args.tool_filter,
             timeout_ms: args.timeout_ms,
             budget: None,
+            workspace: args.workspace.map(|w| match w {
+                WorkspaceChoice::Inherit => SpawnWorkspace::Inherit,
+                WorkspaceChoice::Empty => SpawnWorkspace::Empty,
+            }),
         };
         answer(
             self.act(TurnAction::Spawn(Box::new(spec)))

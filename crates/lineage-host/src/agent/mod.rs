@@ -96,6 +96,8 @@ pub(crate) struct AgentTask {
     pub(crate) preset: Option<AgentPreset>,
     /// Taken out while a turn runs (the turn's future owns it).
     pub(crate) driver: Option<Box<dyn AgentDriver>>,
+    /// Its files, when it has a workspace: checkpointed at each turn's end (issue 39).
+    pub(crate) workspace: Option<TaskWorkspace>,
     pub(crate) log: SessionLog,
     pub(crate) cursor: LogCursor,
     /// How many events at the end of `log` are staged but not yet durable.
@@ -131,6 +133,37 @@ pub(crate) struct AgentTask {
     pub(crate) handed_off: Option<bool>,
     /// Who waits for the hand-off's outcome.
     pub(crate) handoff_reply: Option<oneshot::Sender<HandedOff>>,
+}
+
+/// A session's workspace as its task keeps it (issue 39).
+#[derive(Debug, Clone)]
+pub(crate) struct TaskWorkspace {
+    /// Its own directory of files.
+    pub(crate) dir: std::path::PathBuf,
+    /// Checkpoints its log names so far (the next is number `checkpoints + 1`).
+    pub(crate) checkpoints: u64,
+}
+
+/// The session's files, when its log names a snapshot: materialized into the driver's own
+/// directory before the agent starts (issue 39). A session with a workspace whose agent has no
+/// directory of its own is refused.
+async fn materialize(
+    shared: &Arc<Shared>,
+    init: &AgentInit,
+    own_dir: Option<std::path::PathBuf>,
+) -> Result<Option<TaskWorkspace>, HostError> {
+    let Some((snapshot, checkpoints)) = lineage_core::workspace::latest_snapshot(init.log.events())
+    else {
+        return Ok(None);
+    };
+    let Some(dir) = own_dir else {
+        return Err(HostError::BadRequest(format!(
+            "session {} has a workspace, but its agent has no directory of its own (a scripted agent, or a profile whose workdir is shared); run it with a profile whose workdir is \"session\"",
+            init.header.id()
+        )));
+    };
+    shared.materialize(&snapshot, &dir).await?;
+    Ok(Some(TaskWorkspace { dir, checkpoints }))
 }
 
 /// What the driver is given of the session's creation window (C4): its preset's prompt
@@ -172,6 +205,14 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         )));
     }
     let mut driver = shared.drivers.make(&init.spec, &session)?;
+    let own_dir = driver.workspace_dir();
+    let workspace = match materialize(shared, &init, own_dir).await {
+        Ok(workspace) => workspace,
+        Err(e) => {
+            driver.shutdown().await;
+            return Err(e);
+        }
+    };
     driver
         .start(DriverStart {
             session: session.clone(),
@@ -193,6 +234,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         preset: init.preset.clone(),
         tool_filter: init.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         stop: stop.clone(),
+        workspace_dir: workspace.as_ref().map(|w| w.dir.clone()),
     };
     if let Err(e) = shared.live.insert(session.clone(), handle) {
         driver.shutdown().await;
@@ -243,6 +285,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         policy_view: init.policy_view,
         preset: init.preset,
         driver: Some(driver),
+        workspace,
         log,
         cursor: init.cursor,
         unflushed: usize::from(start_recorded),

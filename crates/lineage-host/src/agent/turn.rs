@@ -135,6 +135,8 @@ impl AgentTask {
             Some(Err(e)) => TurnOutcome::Failed(e),
             Some(Ok(())) => TurnOutcome::Completed,
         };
+        // The turn's files, stored before its end is written (issue 39).
+        self.checkpoint().await;
         // Host shutdown: no settlement, the session stays resumable.
         let ended = outcome.clone();
         let event = match self.done || self.stop.is_cancelled() {
@@ -148,6 +150,27 @@ impl AgentTask {
         let reply = self.turn_reply.take();
         if self.flush().await.is_ok() {
             stream.close(&ended, reply, self.shared.now()).await;
+        }
+    }
+
+    /// A checkpoint of the session's files (issue 39): stored, then its snapshot staged to be
+    /// written with the turn's end. One that cannot be stored is logged, and the log keeps
+    /// naming the last one that was (the next turn's end tries again).
+    async fn checkpoint(&mut self) {
+        let Some(workspace) = &self.workspace else {
+            return;
+        };
+        let (dir, n) = (workspace.dir.clone(), workspace.checkpoints + 1);
+        match self.shared.checkpoint(&self.session, &dir, n).await {
+            Ok(snapshot) => {
+                if let Some(workspace) = &mut self.workspace {
+                    workspace.checkpoints = n;
+                }
+                self.feed(EngineEvent::WorkspaceSaved(snapshot)).await;
+            }
+            Err(e) => {
+                tracing::warn!(session = %self.session, error = %e, "cannot checkpoint the session's files; the last checkpoint stays");
+            }
         }
     }
 
@@ -249,6 +272,7 @@ impl AgentTask {
             policy_view: self.policy_view,
             preset: self.preset.clone(),
             tool_filter: self.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
+            workspace_dir: self.workspace.as_ref().map(|w| w.dir.clone()),
         };
         let shared = self.shared.clone();
         let session = self.session.clone();

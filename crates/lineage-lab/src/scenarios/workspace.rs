@@ -37,6 +37,7 @@ pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
         let files = make_tree(dir.path(), mib << 20)?;
         let session = SessionId::parse(&uuid::Uuid::now_v7().to_string())
             .map_err(|e| internal(e.to_string()))?;
+        let object = lineage_core::workspace::base_object(&session);
         let n = scaled(runs).max(3);
         let (mut packs, mut puts, mut gets, mut unpacks, mut totals) = (
             Samples::default(),
@@ -52,12 +53,12 @@ pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
             let snap = pack(dir.path(), caps).map_err(|e| internal(e.to_string()))?;
             let t1 = Instant::now();
             store
-                .put(&session, &snap.bytes)
+                .put(&object, &snap.bytes)
                 .await
                 .map_err(|e| internal(e.to_string()))?;
             let t2 = Instant::now();
             let stored = store
-                .get(&session)
+                .get(&object)
                 .await
                 .map_err(|e| internal(e.to_string()))?
                 .ok_or_else(|| internal("the snapshot just stored is not there"))?;
@@ -87,7 +88,7 @@ pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
         b.report(&format!("workspace {label}: get"), &gets);
         b.report(&format!("workspace {label}: unpack"), &unpacks);
         b.report(&format!("workspace {label}: end to end"), &totals);
-        let _ = store.purge(&[session]).await;
+        let _ = store.delete(&[object]).await;
     }
     Ok(())
 }

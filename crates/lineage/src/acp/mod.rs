@@ -186,6 +186,8 @@ impl Front {
             }),
             timeout_ms: None,
             budget: None,
+            // Issue 39 left: uploading the editor's project when the profile allows it.
+            workspace: None,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
         let reply = self.control.spawn(&spawn).await.map_err(control_error)?;

@@ -18,6 +18,7 @@
 //! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
 //! | [`config`] | `lineage config show` |
 //! | [`script`] | `lineage script schema` / `check`: the scripted agent's language |
+//! | [`workspace`] | `lineage workspace diff` / `pull` / `apply`: a session's files and changes (issue 39) |
 
 pub mod agents;
 pub mod config;
@@ -32,3 +33,4 @@ pub mod spawn;
 pub mod status;
 pub mod tree;
 pub mod watch;
+pub mod workspace;

@@ -2,14 +2,17 @@
 
 use clap::ValueEnum;
 use lineage_bus::control::ControlError;
+use lineage_bus::ports::WorkspaceStore;
+use lineage_bus::workspace::NatsWorkspaces;
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, RequestId};
 use lineage_protocol::control::SpawnRequest;
+use lineage_protocol::workspace::SpawnWorkspace;
 use lineage_protocol::AgentSpec;
 
 use super::script::read_script;
-use crate::client::{control, parse_session, print_json};
-use crate::global::Global;
+use crate::client::{connect, control, parse_session, print_json};
+use crate::global::{subjects, Global};
 use crate::output::usage;
 
 /// The shape of a child (S1, S3).
@@ -66,6 +69,29 @@ pub struct Args {
     /// Budget (Q3): cost the subtree may report in all (in the agents' currency, e.g. 0.50).
     #[arg(long, value_name = "AMOUNT", allow_hyphen_values = true)]
     pub budget_cost: Option<f64>,
+    /// The files the session starts in (issue 39). A top-level session: a directory, packed
+    /// here (honouring .gitignore, without .git) and uploaded to the cluster. A child
+    /// (--parent): `inherit` (a copy of its parent's files; the default when the parent has
+    /// a workspace) or `empty`.
+    #[arg(long, value_name = "DIR|inherit|empty")]
+    pub workspace: Option<String>,
+}
+
+/// Packs `dir` and stores it as the upload of spawn `request_id`: its digest, and the store.
+async fn upload(
+    g: &Global,
+    dir: &std::path::Path,
+    request_id: &RequestId,
+) -> Result<(String, NatsWorkspaces), ControlError> {
+    let packed = lineage_workspace::pack(dir, lineage_workspace::Caps::default())
+        .map_err(|e| usage(format!("--workspace: {e}")))?;
+    let store = NatsWorkspaces::new(connect(g).await?, &subjects(g)?, Default::default());
+    let object = lineage_core::workspace::upload_object(request_id);
+    let digest = store
+        .put(&object, &packed.bytes)
+        .await
+        .map_err(ControlError::from)?;
+    Ok((digest, store))
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session.
@@ -145,6 +171,20 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         ));
     }
     let budget = (!budget.is_unlimited()).then_some(budget);
+    let (workspace, uploaded) = match (&args.workspace, &parent) {
+        (None, _) => (None, None),
+        (Some(word), Some(_)) => (
+            Some(
+                SpawnWorkspace::parse_choice(word)
+                    .map_err(|e| usage(format!("--workspace: {e}")))?,
+            ),
+            None,
+        ),
+        (Some(dir), None) => {
+            let (digest, store) = upload(g, std::path::Path::new(dir), &request_id).await?;
+            (Some(SpawnWorkspace::Uploaded { digest }), Some(store))
+        }
+    };
     let request = SpawnRequest {
         parent,
         shape: Some(match args.shape {
@@ -158,14 +198,24 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         persona: None,
         tool_filter: None,
         max_depth,
-        request_id: Some(request_id),
+        request_id: Some(request_id.clone()),
         cwd: None,
         preset: None,
         policy: None,
         timeout_ms: timeout,
         budget,
+        workspace,
     };
-    let reply = control(g).await?.spawn(&request).await?;
+    let reply = control(g).await?.spawn(&request).await;
+    // The hosting node copied the upload to the session's base (or the spawn failed): the
+    // upload is this client's to remove.
+    if let Some(store) = uploaded {
+        let upload = lineage_core::workspace::upload_object(&request_id);
+        if let Err(e) = store.delete(&[upload]).await {
+            eprintln!("warning: cannot remove the workspace upload: {e}");
+        }
+    }
+    let reply = reply?;
     if g.json {
         print_json(&reply);
     } else {

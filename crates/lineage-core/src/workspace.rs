@@ -1,0 +1,141 @@
+//! Workspaces (issue 39): which stored snapshot holds a session's files, and what it is called.
+//!
+//! A session with a workspace starts from a **base** snapshot (a root's upload, or its parent's
+//! files at the spawn) and is checkpointed at each turn's end. Every snapshot is one object in
+//! the cluster's Object Store bucket; the log names the one that counts with a
+//! `workspace/snapshot` event ([`WorkspaceSnapshot`]: object and digest), the base in the
+//! creation window and each checkpoint staged just before its turn's `turn/end` (one append:
+//! the object is stored before the log says so). The last such event is what a resume
+//! materializes, and the digest is checked first, so a damaged or stale object is refused.
+//!
+//! Names are derived here, never taken from the wire: `<session>.base`, and checkpoints
+//! alternating between `<session>.tip-0` and `<session>.tip-1` (a checkpoint whose log write
+//! never happened overwrites the other name, never the one the log names). A client's upload
+//! for a root is `upload.<request id>` until the hosting node copies it to the base.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RequestId, SessionId};
+
+/// The log kind of a [`WorkspaceSnapshot`] event.
+pub const SNAPSHOT_EVENT: &str = "workspace/snapshot";
+
+/// A stored snapshot of a session's files: its object's name and digest
+/// (`SHA-256=<base64url>`, NATS Object Store's form).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSnapshot {
+    /// The object in the cluster's workspace bucket.
+    pub object: String,
+    /// Its digest as stored.
+    pub digest: String,
+}
+
+/// The object holding the files `session` started from.
+pub fn base_object(session: &SessionId) -> String {
+    format!("{session}.base")
+}
+
+/// The object of `session`'s checkpoint number `n` (1 first): two names in turn.
+pub fn checkpoint_object(session: &SessionId, n: u64) -> String {
+    format!("{session}.tip-{}", n % 2)
+}
+
+/// The object a client uploads a root's files to before it asks for the spawn `request`.
+pub fn upload_object(request: &RequestId) -> String {
+    format!("upload.{request}")
+}
+
+/// Every object `session` can have (what retention purges with it, Q5).
+pub fn session_objects(session: &SessionId) -> [String; 3] {
+    [
+        base_object(session),
+        checkpoint_object(session, 0),
+        checkpoint_object(session, 1),
+    ]
+}
+
+/// Whether `object` is one of `session`'s own (a birth may name no other session's files).
+pub fn belongs_to(object: &str, session: &SessionId) -> bool {
+    session_objects(session).iter().any(|o| o == object)
+}
+
+/// The snapshot a session's files are in: the last `workspace/snapshot` of its log, and how
+/// many checkpoints it had (the base is not one). `None` for a session without a workspace.
+pub fn latest_snapshot<'a>(
+    events: impl IntoIterator<Item = &'a crate::log::SessionEvent>,
+) -> Option<(WorkspaceSnapshot, u64)> {
+    let mut latest = None;
+    let mut checkpoints = 0;
+    for event in events {
+        if event.kind != SNAPSHOT_EVENT {
+            continue;
+        }
+        if let Ok(snapshot) = serde_json::from_value::<WorkspaceSnapshot>(event.data.clone()) {
+            if latest.is_some() {
+                checkpoints += 1;
+            }
+            latest = Some(snapshot);
+        }
+    }
+    latest.map(|s| (s, checkpoints))
+}
+
+/// The base snapshot of a session (the first `workspace/snapshot` of its log).
+pub fn base_snapshot<'a>(
+    events: impl IntoIterator<Item = &'a crate::log::SessionEvent>,
+) -> Option<WorkspaceSnapshot> {
+    events
+        .into_iter()
+        .filter(|e| e.kind == SNAPSHOT_EVENT)
+        .find_map(|e| serde_json::from_value(e.data.clone()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::SessionEvent;
+
+    fn session() -> SessionId {
+        SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000001").unwrap()
+    }
+
+    fn event(seq: u64, kind: &str, object: &str) -> SessionEvent {
+        SessionEvent {
+            seq,
+            kind: kind.into(),
+            data: serde_json::json!({"object": object, "digest": "SHA-256=x"}),
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn checkpoints_alternate_between_two_names_beside_the_base() {
+        let s = session();
+        assert_ne!(checkpoint_object(&s, 1), checkpoint_object(&s, 2));
+        assert_eq!(checkpoint_object(&s, 1), checkpoint_object(&s, 3));
+        assert!(belongs_to(&base_object(&s), &s));
+        assert!(belongs_to(&checkpoint_object(&s, 7), &s));
+        let other = SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000002").unwrap();
+        assert!(!belongs_to(&base_object(&other), &s));
+        assert!(!belongs_to("upload.x", &s));
+    }
+
+    #[test]
+    fn the_last_snapshot_counts_and_the_first_is_the_base() {
+        let s = session();
+        let log = [
+            event(1, "host/agent", "-"),
+            event(2, SNAPSHOT_EVENT, &base_object(&s)),
+            event(3, "turn/end", "-"),
+            event(4, SNAPSHOT_EVENT, &checkpoint_object(&s, 1)),
+            event(5, SNAPSHOT_EVENT, &checkpoint_object(&s, 2)),
+        ];
+        let (latest, n) = latest_snapshot(&log).unwrap();
+        assert_eq!(latest.object, checkpoint_object(&s, 2));
+        assert_eq!(n, 2);
+        assert_eq!(base_snapshot(&log).unwrap().object, base_object(&s));
+        assert_eq!(latest_snapshot(&log[..1]), None);
+    }
+}

@@ -1,0 +1,373 @@
+//! Issue 39, end to end: workspaces that travel with the session, on real `lineage` nodes and a
+//! real nats-server (JetStream's Object Store), with the ACP test agent running shell commands
+//! in its sandbox as a coding agent does (`sh:` lines).
+//!
+//! - A root spawned with `--workspace DIR` starts in the client's files (what `.gitignore`
+//!   leaves out is not there); its turns change them; its node is killed; the followup resumes
+//!   it on another node, whose agent sees the changed files (K1). `lineage workspace diff`
+//!   shows the changes, `apply` writes them to a checkout (a second apply changes nothing, a
+//!   checkout changed on the same path is refused with the path and left as it was), `pull`
+//!   writes the latest files.
+//! - A child spawned by the root's agent with the spawn tool, on another node, starts in a
+//!   copy of its parent's files (C1); its edits come back as its changes; an `empty` child sees
+//!   none of them.
+//! - A stored snapshot that is not the one its log names is refused at the resume, never
+//!   materialized; bad `--workspace` values get one line and exit code 2.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lineage_testkit::binary::delegator_profiles;
+use lineage_testkit::prelude::{id_of, wait_for, Cluster, Event};
+
+const T: Duration = Duration::from_secs(60);
+
+fn replies(log: &[Event]) -> Vec<String> {
+    log.iter()
+        .filter(|e| e.kind == "turn/assistant")
+        .map(|e| e.data["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The reply of the session's turn number `n` (1 first), once it is there.
+fn reply_n(c: &Cluster, session: &str, n: usize) -> String {
+    let log = c.wait_log(session, T, &format!("reply {n}"), |log| {
+        replies(log).len() >= n
+    });
+    replies(&log)[n - 1].clone()
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The client's project: two files, and a build output `.gitignore` leaves out.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.txt", "hello from the client\n");
+    write(dir.path(), "src/lib.rs", "fn main() {}\n");
+    write(dir.path(), ".gitignore", "target/\n");
+    write(dir.path(), "target/huge.bin", "ignored build output\n");
+    dir
+}
+
+fn snapshots(c: &Cluster, session: &str) -> Vec<Event> {
+    c.log(session)
+        .into_iter()
+        .filter(|e| e.kind == "workspace/snapshot")
+        .collect()
+}
+
+fn wait_dead(c: &Cluster, node: &str) {
+    wait_for(T, format!("{node}'s lease expired"), || {
+        let status = c.cli_json(&["status"]);
+        let row = status["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["node"] == node)?
+            .clone();
+        (row["lease_live"] == false).then_some(())
+    });
+}
+
+#[test]
+fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_changed_files() {
+    let mut c = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let files = project();
+    let dir = files.path().to_str().unwrap();
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator",
+        "--workspace",
+        dir,
+        "--prompt",
+        "sh: cat a.txt src/lib.rs; ls -a",
+    ]);
+    let root = id_of(&reply["session"]);
+    let first = reply_n(&c, &root, 1);
+    assert!(first.contains("hello from the client"), "{first}");
+    assert!(first.contains("fn main() {}"), "{first}");
+    assert!(!first.contains("target"), "ignored files stay out: {first}");
+    // The client's upload was copied to the session's base and removed.
+    let base = &snapshots(&c, &root)[0];
+    assert_eq!(base.data["object"], format!("{root}.base"), "{base:?}");
+
+    let sent = c.cli_json(&[
+        "send",
+        &root,
+        "sh: echo changed by turn 2 > a.txt; echo new file > b.txt; rm src/lib.rs",
+    ]);
+    assert_eq!(sent["node"], "node-1", "{sent}");
+    let second = reply_n(&c, &root, 2);
+    assert!(second.contains("sh exit 0"), "{second}");
+    // The base, and one checkpoint per turn's end.
+    wait_for(T, "the second turn's checkpoint", || {
+        (snapshots(&c, &root).len() == 3).then_some(())
+    });
+
+    // Node-1 dies; the followup resumes the root elsewhere, in the files of its last turn.
+    c.nodes[0].kill();
+    wait_dead(&c, "node-1");
+    let sent = c.cli_json(&["send", &root, "sh: cat a.txt b.txt; ls src"]);
+    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    assert_ne!(sent["node"], "node-1", "{sent}");
+    let third = reply_n(&c, &root, 3);
+    assert!(third.contains("changed by turn 2"), "{third}");
+    assert!(third.contains("new file"), "{third}");
+    assert!(
+        !third.contains("lib.rs"),
+        "the deleted file stays deleted: {third}"
+    );
+
+    // The changes against the upload, as a diff.
+    let (code, diff, err) = c.cli(&["workspace", "diff", &root]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        diff.contains("-hello from the client\n+changed by turn 2\n"),
+        "{diff}"
+    );
+    assert!(diff.contains("+++ b/b.txt"), "{diff}");
+    assert!(diff.contains("--- a/src/lib.rs"), "{diff}");
+
+    // Applied to a checkout of the original: every change; again: nothing.
+    let checkout = project();
+    let applied = c.cli_json(&[
+        "workspace",
+        "apply",
+        &root,
+        "--into",
+        checkout.path().to_str().unwrap(),
+    ]);
+    assert_eq!(applied["changed"], 3, "{applied}");
+    assert_eq!(
+        std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(),
+        "changed by turn 2\n"
+    );
+    assert!(checkout.path().join("b.txt").exists());
+    assert!(!checkout.path().join("src/lib.rs").exists());
+    let again = c.cli_json(&[
+        "workspace",
+        "apply",
+        &root,
+        "--into",
+        checkout.path().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (again["changed"].as_u64(), again["already"].as_u64()),
+        (Some(0), Some(3)),
+        "{again}"
+    );
+
+    // A checkout changed on the same path: refused, with the path, and nothing written.
+    let mine = project();
+    write(mine.path(), "a.txt", "my own edit\n");
+    let (code, _, err) = c.cli(&[
+        "workspace",
+        "apply",
+        &root,
+        "--into",
+        mine.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("a.txt") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    assert!(
+        !mine.path().join("b.txt").exists(),
+        "nothing written: {err}"
+    );
+    assert!(
+        mine.path().join("src/lib.rs").exists(),
+        "nothing written: {err}"
+    );
+
+    // The latest files, pulled.
+    let pulled = tempfile::tempdir().unwrap();
+    let into = pulled.path().join("files");
+    let (code, _, err) = c.cli(&["workspace", "pull", &root, "--into", into.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(into.join("b.txt")).unwrap(),
+        "new file\n"
+    );
+}
+
+#[test]
+fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_back() {
+    let c = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let files = project();
+    let spawn = r#"tool: spawn_subagent {"profile": "delegator", "shape": "one-shot", "node": "node-2", "prompt": "sh: cat a.txt; echo fixed by the child > a.txt; echo child notes > notes.txt"}"#;
+    let empty = r#"tool: spawn_subagent {"profile": "delegator", "shape": "one-shot", "node": "node-2", "workspace": "empty", "prompt": "sh: ls -A | wc -l"}"#;
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator",
+        "--workspace",
+        files.path().to_str().unwrap(),
+        "--prompt",
+        &format!("{spawn}\n{empty}"),
+    ]);
+    let root = id_of(&reply["session"]);
+    let text = reply_n(&c, &root, 1);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tool spawn_subagent"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let body = |line: &str| -> serde_json::Value {
+        serde_json::from_str(
+            line.strip_prefix("tool spawn_subagent: ")
+                .unwrap_or_else(|| panic!("{line}")),
+        )
+        .unwrap()
+    };
+    let (inheriting, empty) = (body(lines[0]), body(lines[1]));
+    // The child saw its parent's files on node-2 ...
+    let output = inheriting["output"].as_str().unwrap_or_default();
+    assert!(output.contains("hello from the client"), "{inheriting}");
+    // ... and the empty one saw none (the agent's own dot files aside, none of the parent's).
+    assert!(
+        !empty["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a.txt"),
+        "{empty}"
+    );
+    let child = inheriting["child"].as_str().unwrap().to_owned();
+    let row = c.row(&root, &child);
+    assert_eq!(row["node"], "node-2", "{row}");
+
+    // The parent's files are untouched; the child's changes come back as its diff.
+    let (code, diff, err) = c.cli(&["workspace", "diff", &child]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        diff.contains("-hello from the client\n+fixed by the child\n"),
+        "{diff}"
+    );
+    assert!(diff.contains("+++ b/notes.txt"), "{diff}");
+    let (code, root_diff, err) = c.cli(&["workspace", "diff", &root]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !root_diff.contains("fixed by the child"),
+        "the parent's own files are its own: {root_diff}"
+    );
+
+    // The parent (here, its user) applies them to its checkout.
+    let checkout = project();
+    let applied = c.cli_json(&[
+        "workspace",
+        "apply",
+        &child,
+        "--into",
+        checkout.path().to_str().unwrap(),
+    ]);
+    assert_eq!(applied["changed"], 2, "{applied}");
+    assert_eq!(
+        std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(),
+        "fixed by the child\n"
+    );
+}
+
+#[test]
+fn c1_bad_workspace_values_get_one_line_and_change_nothing() {
+    let c = Cluster::start_with_toml(1, &[], &delegator_profiles());
+    let (code, _, err) = c.cli(&[
+        "spawn",
+        "--profile",
+        "delegator",
+        "--workspace",
+        "/nonexistent/project",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("/nonexistent/project") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = c.cli(&[
+        "spawn",
+        "--parent",
+        "01936c1e-7a3b-7cde-8f00-000000000001",
+        "--profile",
+        "delegator",
+        "--workspace",
+        "everything",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("inherit") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = c.cli(&["workspace", "diff", "01936c1e-7a3b-7cde-8f00-000000000001"]);
+    assert_eq!(code, 3, "{err}");
+    // Nothing was born.
+    let listed = c.cli_json(&["ls"]);
+    assert_eq!(
+        listed["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
+}
+
+#[test]
+fn k1_a_checkpoint_replaced_behind_the_logs_back_is_refused_at_the_resume_never_materialized() {
+    let mut c = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let files = project();
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator",
+        "--workspace",
+        files.path().to_str().unwrap(),
+        "--prompt",
+        "sh: echo one > a.txt",
+    ]);
+    let root = id_of(&reply["session"]);
+    reply_n(&c, &root, 1);
+    let checkpoint = wait_for(T, "the first turn's checkpoint", || {
+        snapshots(&c, &root).get(1).cloned()
+    });
+    let object = checkpoint.data["object"].as_str().unwrap().to_owned();
+    // Someone with write access to the bucket replaces the object: other bytes, a valid archive.
+    let other = project();
+    write(other.path(), "a.txt", "planted\n");
+    let planted = lineage_workspace_bytes(other.path());
+    let url = c.nats.url();
+    let subjects = lineage_bus::Subjects::new(&c.cluster).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use lineage_bus::ports::WorkspaceStore;
+        let nats = async_nats::connect(url).await.unwrap();
+        let store =
+            lineage_bus::workspace::NatsWorkspaces::new(nats, &subjects, Default::default());
+        store.put(&object, &planted).await.unwrap();
+    });
+
+    c.nodes[0].kill();
+    wait_dead(&c, "node-1");
+    let (code, out, err) = c.cli(&["send", &root, "sh: cat a.txt"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("damaged") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    // No turn ran on the planted files.
+    let log = c.log(&root);
+    assert!(
+        !replies(&log).iter().any(|r| r.contains("planted")),
+        "{log:?}"
+    );
+    assert_eq!(replies(&log).len(), 1, "{log:?}");
+}
+
+/// `dir` packed as `lineage spawn --workspace` packs it.
+fn lineage_workspace_bytes(dir: &Path) -> Vec<u8> {
+    lineage_workspace::pack(dir, lineage_workspace::Caps::default())
+        .unwrap()
+        .bytes
+}
