@@ -486,6 +486,14 @@ async def main():
     inbox = f"LINEAGE_{CLUSTER.upper().replace('-', '_')}_INBOX"
     await pub("observer", f"$JS.API.CONSUMER.INFO.{inbox}.inbox-x", True)
     await pub("observer", f"$JS.API.CONSUMER.DELETE.{inbox}.inbox-x", False)
+    # Workspaces (issue 39): nodes and the operator use the bucket, the voters make it.
+    bucket = f"LINEAGE_{CLUSTER.upper().replace('-', '_')}_WORKSPACES"
+    await pub("voter", f"$JS.API.STREAM.CREATE.OBJ_{bucket}", True)
+    await pub("worker", f"$JS.API.STREAM.CREATE.OBJ_{bucket}", False)
+    await pub("worker", f"$O.{bucket}.C.x", True)
+    await pub("operator", f"$JS.API.DIRECT.GET.OBJ_{bucket}", True)
+    await pub("observer", f"$O.{bucket}.C.x", False)
+    await pub("operator", "$O.LINEAGE_OTHER_WORKSPACES.C.x", False)
 
 asyncio.run(main())
 for f in fails:

@@ -371,3 +371,42 @@ fn lineage_workspace_bytes(dir: &Path) -> Vec<u8> {
         .unwrap()
         .bytes
 }
+
+#[test]
+fn z2_workspaces_work_under_the_shipped_nats_permissions() {
+    let mut c = Cluster::start_secured_with_toml(3, &delegator_profiles());
+    let files = project();
+    // The operator uploads; the voters copy, materialize and checkpoint.
+    let reply = c.spawn(&[
+        "--node",
+        "node-1",
+        "--profile",
+        "delegator",
+        "--workspace",
+        files.path().to_str().unwrap(),
+        "--prompt",
+        "sh: cat a.txt; echo secured > a.txt",
+    ]);
+    let root = id_of(&reply["session"]);
+    let first = reply_n(&c, &root, 1);
+    assert!(first.contains("hello from the client"), "{first}");
+    wait_for(T, "the first turn's checkpoint", || {
+        (snapshots(&c, &root).len() == 2).then_some(())
+    });
+    c.nodes[0].kill();
+    wait_dead(&c, "node-1");
+    let sent = c.cli_json(&["send", &root, "sh: cat a.txt"]);
+    assert_ne!(sent["node"], "node-1", "{sent}");
+    let second = reply_n(&c, &root, 2);
+    assert!(second.contains("secured"), "{second}");
+    // The operator reads the changes; the observer cannot.
+    let (code, diff, err) = c.cli(&["workspace", "diff", &root]);
+    assert_eq!(code, 0, "{err}");
+    assert!(diff.contains("+secured"), "{diff}");
+    let violations: Vec<String> = c
+        .permission_violations()
+        .into_iter()
+        .filter(|l| l.contains("OBJ_") || l.contains("$O."))
+        .collect();
+    assert!(violations.is_empty(), "{violations:#?}");
+}

@@ -611,6 +611,18 @@ a Deployment share one user, so their <node> is `*`, and they are denied the vot
 {{- $events := printf "%s_EVENTS" $s }}
 {{- $inbox := printf "%s_INBOX" $s }}
 {{- $api := "$JS.API" }}
+{{- /* Workspaces (issue 39): the Object Store bucket <S>_WORKSPACES (stream OBJ_<S>_WORKSPACES):
+put (chunks and meta, a replaced object's chunks purged), get (meta and chunks by direct gets:
+no consumer), delete. Nodes and the operator's CLI; the voters also make the bucket. */}}
+{{- $bucket := printf "%s_WORKSPACES" $s }}
+{{- $jsWorkspaces := list
+    (printf "$O.%s.>" $bucket)
+    (printf "%s.STREAM.INFO.OBJ_%s" $api $bucket)
+    (printf "%s.STREAM.PURGE.OBJ_%s" $api $bucket)
+    (printf "%s.STREAM.MSG.GET.OBJ_%s" $api $bucket)
+    (printf "%s.DIRECT.GET.OBJ_%s" $api $bucket)
+    (printf "%s.DIRECT.GET.OBJ_%s.>" $api $bucket) }}
+{{- $jsWorkspacesCreate := list (printf "%s.STREAM.CREATE.OBJ_%s" $api $bucket) }}
 {{- /* Hosting agents (voters and workers): per-node control, lifecycle events and parent
 inboxes, session event logs, drain progress. */}}
 {{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.session.*.output" $p) (printf "%s.session.*.approval" $p) (printf "%s.drain.*.progress" $p) }}
@@ -664,12 +676,12 @@ consumer (its description names the session). */}}
 {{- end }}
 {{- $roles := dict
   "voter" (dict
-    "publish" (dict "allow" (concat (list (printf "%s.raft.>" $p) (printf "%s.registry.>" $p)) $hosting (slice $jsNode 0 2) $jsCreate (slice $jsNode 2)))
+    "publish" (dict "allow" (concat (list (printf "%s.raft.>" $p) (printf "%s.registry.>" $p)) $hosting (slice $jsNode 0 2) $jsCreate (slice $jsNode 2) $jsWorkspaces $jsWorkspacesCreate))
     "subscribe" (dict "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) (printf "%s.registry.>" $p) (printf "%s.raft.>" $p) "_INBOX.>") $srvServe $srvRegistry))
     "allow_responses" true)
   "worker" (dict
     "publish" (dict
-      "allow" (concat (list (printf "%s.registry.write.*" $p) (printf "%s.registry.*.write.*" $p)) $reads $hosting $jsNode)
+      "allow" (concat (list (printf "%s.registry.write.*" $p) (printf "%s.registry.*.write.*" $p)) $reads $hosting $jsNode $jsWorkspaces)
       "deny" $workerPubDeny)
     "subscribe" (dict
       "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.*" $p) "_INBOX.>") $srvServe)
@@ -677,7 +689,7 @@ consumer (its description names the session). */}}
     "allow_responses" true)
   "operator" (dict
     "publish" (dict
-      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $srvAsk)
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $jsWorkspaces $srvAsk)
       "deny" (list (printf "%s.registry.write.read" $p)))
     "subscribe" (dict "allow" (append $watch (printf "%s.session.*.approval" $p)))
     "allow_responses" true)
@@ -695,7 +707,7 @@ consumer (its description names the session). */}}
 {{- $roles := include "lineage.natsRoles" . | fromJson }}
 {{- $s := printf "LINEAGE_%s" (.Values.cluster.name | replace "-" "_" | upper) -}}
 # lineage users for cluster {{ .Values.cluster.name | quote }} (release {{ .Release.Name }}, chart {{ include "lineage.chart" . }}),
-# streams {{ $s }}_EVENTS and {{ $s }}_INBOX. Default deny: each user publishes and
+# streams {{ $s }}_EVENTS and {{ $s }}_INBOX, object store {{ $s }}_WORKSPACES. Default deny: each user publishes and
 # subscribes only what is listed. Passwords are environment variables of the NATS server
 # ($NAME), so this file holds no secret. In the server config (mounted at /etc/lineage-nats):
 #   include ../lineage-nats/lineage-permissions.conf

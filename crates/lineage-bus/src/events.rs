@@ -11,13 +11,10 @@
 //! before it hold (one event as a bare JSON object, a batch as a bare JSON array), and refuses
 //! an envelope of a later version with a line saying to upgrade.
 
-use std::time::Duration;
-
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
-use futures::StreamExt;
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 
@@ -35,10 +32,7 @@ pub struct EventLogStore {
 }
 
 /// Log messages asked for per direct-get batch when reading a log.
-pub const READ_BATCH: usize = 256;
-
-/// How long a log read waits for the next message of a batch.
-const READ_WAIT: Duration = Duration::from_secs(5);
+pub use crate::direct::READ_BATCH;
 
 /// Where a session's log stands on the stream: the stream sequence of its last event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -247,67 +241,21 @@ impl EventLogStore {
         session: &SessionId,
     ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
         let subject = self.subjects.session_events(session);
-        let api = format!("$JS.API.DIRECT.GET.{}", self.subjects.events_stream());
-        let inbox = self.client.new_inbox();
-        let mut replies = self
-            .client
-            .subscribe(inbox.clone())
-            .await
-            .map_err(|e| BusError::nats("subscribe for a session log read", e))?;
         let mut events = Vec::new();
         let mut cursor = LogCursor::default();
-        loop {
-            let ask = serde_json::json!({
-                "seq": cursor.last_stream_seq + 1,
-                "next_by_subj": subject,
-                "batch": READ_BATCH,
-            });
-            self.client
-                .publish_with_reply(api.clone(), inbox.clone(), ask.to_string().into())
-                .await
-                .map_err(|e| BusError::nats("ask for a session log batch", e))?;
-            let more = loop {
-                let msg = tokio::time::timeout(READ_WAIT, replies.next())
-                    .await
-                    .map_err(|_| BusError::Timeout {
-                        op: "reading a session log",
-                        millis: READ_WAIT.as_millis() as u64,
-                    })?
-                    .ok_or_else(|| BusError::JetStream {
-                        op: "read a session log",
-                        reason: "the reply subscription closed".to_owned(),
-                    })?;
-                match msg.status.map(|s| s.as_u16()) {
-                    None => {
-                        let seq = header_u64(&msg, async_nats::header::NATS_SEQUENCE).ok_or_else(
-                            || BusError::JetStream {
-                                op: "read a session log",
-                                reason: "a direct get reply without Nats-Sequence".to_owned(),
-                            },
-                        )?;
-                        cursor.last_stream_seq = seq;
-                        events.extend(decode_log_message(&msg.payload)?);
-                    }
-                    // End of this batch: more to read when the server says so.
-                    Some(204) => break header_u64(&msg, "Nats-Num-Pending").unwrap_or(0) > 0,
-                    // Nothing (more) on the subject.
-                    Some(404) => break false,
-                    Some(code) => {
-                        return Err(BusError::JetStream {
-                            op: "read a session log",
-                            reason: format!(
-                                "direct get answered {code} {}",
-                                msg.description.as_deref().unwrap_or("")
-                            ),
-                        })
-                    }
-                }
-            };
-            if !more {
-                break;
-            }
-        }
-        let _ = replies.unsubscribe().await;
+        crate::direct::read_subject(
+            &self.client,
+            &self.subjects.events_stream(),
+            &subject,
+            0,
+            "read a session log",
+            |seq, payload| {
+                cursor.last_stream_seq = seq;
+                events.extend(decode_log_message(payload)?);
+                Ok(())
+            },
+        )
+        .await?;
         Ok((events, cursor))
     }
 }
@@ -403,14 +351,6 @@ impl crate::ports::EventLog for EventLogStore {
             .await
         })
     }
-}
-
-/// A numeric header of a direct get reply.
-fn header_u64(
-    msg: &async_nats::Message,
-    name: impl async_nats::header::IntoHeaderName,
-) -> Option<u64> {
-    msg.headers.as_ref()?.get(name)?.as_str().parse().ok()
 }
 
 /// The events of one log message, in order: the envelope `{"v":1,"events":[...]}` that

@@ -33,6 +33,7 @@ pub mod client;
 pub mod conformance;
 pub mod connect;
 pub mod control;
+mod direct;
 pub mod error;
 pub mod events;
 pub mod inbox;

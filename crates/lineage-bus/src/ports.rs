@@ -372,11 +372,10 @@ impl BusPorts {
                 client.clone(),
                 subjects.clone(),
             )),
-            workspaces: std::sync::Arc::new(crate::workspace::NatsWorkspaces::new(
-                client.clone(),
-                &subjects,
-                options,
-            )),
+            workspaces: std::sync::Arc::new(
+                crate::workspace::NatsWorkspaces::open_with(client.clone(), &subjects, options)
+                    .await,
+            ),
             control: std::sync::Arc::new(crate::transport::NatsControl::new(client, subjects)),
         })
     }

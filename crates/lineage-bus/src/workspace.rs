@@ -1,14 +1,15 @@
 //! [`NatsWorkspaces`]: the [`WorkspaceStore`] on JetStream's Object Store (issue 39).
 //!
-//! One bucket per cluster ([`Subjects::workspace_bucket`]), opened (or created, with the
-//! cluster's stream replicas) on first use, so a node that never stores a workspace never makes
-//! it (a read or a delete of a cluster without it finds nothing, and creates nothing). Objects
+//! One bucket per cluster ([`Subjects::workspace_bucket`]), made with the cluster's stream
+//! replicas by the nodes as they start ([`NatsWorkspaces::open_with`]; a client opens it on
+//! first use (a read or a delete of a cluster without it finds nothing, and creates nothing). Objects
 //! are named by [`lineage_core::workspace`]; a put replaces the object. The store records a
 //! SHA-256 digest per object and checks it as the object is read (a damaged object is an error,
 //! never bytes); the caller checks it again against the digest it recorded.
 
 use async_nats::jetstream::{self, object_store};
-use tokio::io::AsyncReadExt;
+use base64::Engine as _;
+use sha2::Digest as _;
 use tokio::sync::OnceCell;
 
 use crate::error::BusError;
@@ -18,6 +19,7 @@ use crate::subjects::Subjects;
 
 /// The workspace snapshots of one cluster, in its Object Store bucket.
 pub struct NatsWorkspaces {
+    client: async_nats::Client,
     js: jetstream::Context,
     bucket: String,
     options: StreamOptions,
@@ -28,11 +30,27 @@ impl NatsWorkspaces {
     /// The store of `subjects`' cluster on `client`; the bucket is opened on first use.
     pub fn new(client: async_nats::Client, subjects: &Subjects, options: StreamOptions) -> Self {
         NatsWorkspaces {
-            js: jetstream::new(client),
+            js: jetstream::new(client.clone()),
+            client,
             bucket: subjects.workspace_bucket(),
             options,
             store: OnceCell::new(),
         }
+    }
+
+    /// [`NatsWorkspaces::new`], the bucket opened now, or made with the cluster's replicas
+    /// when absent (a node's start: the voters make it, as they make the streams). A node that
+    /// may not make it (a worker before any voter ran) logs why and opens it on first use.
+    pub async fn open_with(
+        client: async_nats::Client,
+        subjects: &Subjects,
+        options: StreamOptions,
+    ) -> Self {
+        let store = Self::new(client, subjects, options);
+        if let Err(e) = store.store().await {
+            tracing::warn!(bucket = %store.bucket, error = %e, "cannot open the workspace bucket now; it is opened on first use");
+        }
+        store
     }
 
     async fn store(&self) -> Result<&object_store::ObjectStore, BusError> {
@@ -106,17 +124,42 @@ impl WorkspaceStore for NatsWorkspaces {
             let Some(store) = self.existing().await? else {
                 return Ok(None);
             };
-            let mut object = match store.get(object).await {
-                Ok(object) => object,
-                Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+            let info = match store.info(object).await {
+                Ok(info) if !info.deleted => info,
+                Ok(_) => return Ok(None),
+                Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(BusError::js("read a workspace", e)),
             };
-            let digest = object.info.digest.clone().unwrap_or_default();
-            let mut bytes = Vec::with_capacity(object.info.size);
-            object
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| BusError::js("read a workspace", e))?;
+            // The chunks by batched direct gets (no consumer: nothing to permit or leave behind),
+            // checked against the size and digest the store recorded.
+            let mut bytes = Vec::with_capacity(info.size);
+            crate::direct::read_subject(
+                &self.client,
+                &format!("OBJ_{}", self.bucket),
+                &format!("$O.{}.C.{}", self.bucket, info.nuid),
+                0,
+                "read a workspace",
+                |_, chunk| {
+                    bytes.extend_from_slice(chunk);
+                    Ok(())
+                },
+            )
+            .await?;
+            let digest = info.digest.clone().unwrap_or_default();
+            let found = format!(
+                "SHA-256={}",
+                base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(&bytes))
+            );
+            if bytes.len() != info.size || found != digest {
+                return Err(BusError::JetStream {
+                    op: "read a workspace",
+                    reason: format!(
+                        "object {object} is damaged: {} bytes with digest {found} read, {} bytes with digest {digest} recorded",
+                        bytes.len(),
+                        info.size
+                    ),
+                });
+            }
             Ok(Some(StoredWorkspace { bytes, digest }))
         })
     }

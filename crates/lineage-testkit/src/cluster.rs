@@ -201,6 +201,12 @@ impl Cluster {
     /// through `LINEAGE_NATS__USER` and `LINEAGE_NATS__PASSWORD_FILE`; [`Cluster::cli`] runs as
     /// `operator` (`NATS_USER`/`NATS_PASSWORD`), [`Cluster::cli_as`] as any shipped user.
     pub fn start_secured(n: usize) -> Cluster {
+        Self::start_secured_with_toml(n, "")
+    }
+
+    /// [`Cluster::start_secured`] with `extra_toml` appended to every node's config (say
+    /// `[agents.<name>]` profiles).
+    pub fn start_secured_with_toml(n: usize, extra_toml: &str) -> Cluster {
         let passwords = shipped::Passwords::shipped();
         let admin_password = shipped::generate_password();
         let text = shipped::shipped_config();
@@ -230,7 +236,7 @@ impl Cluster {
             routes: Default::default(),
             run_as: None,
         };
-        c.add_voters(n, &nats_user_env("voter", &voter_password), "");
+        c.add_voters(n, &nats_user_env("voter", &voter_password), extra_toml);
         c
     }
 
