@@ -142,7 +142,11 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
         "--into",
         checkout.path().to_str().unwrap(),
     ]);
-    assert_eq!(applied["changed"], 3, "{applied}");
+    assert_eq!(
+        applied["changed"].as_array().map(Vec::len),
+        Some(3),
+        "{applied}"
+    );
     assert_eq!(
         std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(),
         "changed by turn 2\n"
@@ -157,7 +161,10 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
         checkout.path().to_str().unwrap(),
     ]);
     assert_eq!(
-        (again["changed"].as_u64(), again["already"].as_u64()),
+        (
+            again["changed"].as_array().map(Vec::len),
+            again["already"].as_u64()
+        ),
         (Some(0), Some(3)),
         "{again}"
     );
@@ -201,7 +208,11 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
 fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_back() {
     let c = Cluster::start_with_toml(3, &[], &delegator_profiles());
     let files = project();
+    // The root's agent: a child on node-2 in a copy of its files, then its changes applied to
+    // its own files (the spawn tool and apply_child_changes), then a child in an empty
+    // directory.
     let spawn = r#"tool: spawn_subagent {"profile": "delegator", "shape": "one-shot", "node": "node-2", "prompt": "sh: cat a.txt; echo fixed by the child > a.txt; echo child notes > notes.txt"}"#;
+    let apply = r#"tool: apply_child_changes {"child": "$child"}"#;
     let empty = r#"tool: spawn_subagent {"profile": "delegator", "shape": "one-shot", "node": "node-2", "workspace": "empty", "prompt": "sh: ls -A | wc -l"}"#;
     let reply = c.spawn(&[
         "--node",
@@ -211,27 +222,33 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
         "--workspace",
         files.path().to_str().unwrap(),
         "--prompt",
-        &format!("{spawn}\n{empty}"),
+        &format!("{spawn}\n{apply}\n{apply}\n{empty}"),
     ]);
     let root = id_of(&reply["session"]);
     let text = reply_n(&c, &root, 1);
-    let lines: Vec<&str> = text
+    let body = |prefix: &str, line: &str| -> serde_json::Value {
+        serde_json::from_str(
+            line.strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("{prefix}: {line}\n{text}")),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let spawned: Vec<serde_json::Value> = text
         .lines()
         .filter(|l| l.starts_with("tool spawn_subagent"))
+        .map(|l| body("tool spawn_subagent: ", l))
         .collect();
-    assert_eq!(lines.len(), 2, "{text}");
-    let body = |line: &str| -> serde_json::Value {
-        serde_json::from_str(
-            line.strip_prefix("tool spawn_subagent: ")
-                .unwrap_or_else(|| panic!("{line}")),
-        )
-        .unwrap()
-    };
-    let (inheriting, empty) = (body(lines[0]), body(lines[1]));
+    let applied: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with("tool apply_child_changes"))
+        .map(|l| body("tool apply_child_changes: ", l))
+        .collect();
+    assert_eq!((spawned.len(), applied.len()), (2, 2), "{text}");
+    let (inheriting, empty) = (&spawned[0], &spawned[1]);
     // The child saw its parent's files on node-2 ...
     let output = inheriting["output"].as_str().unwrap_or_default();
     assert!(output.contains("hello from the client"), "{inheriting}");
-    // ... and the empty one saw none (the agent's own dot files aside, none of the parent's).
+    // ... and the empty one saw none of them.
     assert!(
         !empty["output"]
             .as_str()
@@ -242,8 +259,24 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
     let child = inheriting["child"].as_str().unwrap().to_owned();
     let row = c.row(&root, &child);
     assert_eq!(row["node"], "node-2", "{row}");
+    // The parent applied the child's two changes; the second call found them applied.
+    assert_eq!(
+        applied[0]["changed"],
+        serde_json::json!([{"path": "a.txt", "change": "modified"}, {"path": "notes.txt", "change": "added"}]),
+        "{text}"
+    );
+    assert_eq!(applied[1]["changed"], serde_json::json!([]), "{text}");
+    assert_eq!(applied[1]["already"], 2, "{text}");
 
-    // The parent's files are untouched; the child's changes come back as its diff.
+    // The parent's next turn sees the child's work in its own files.
+    c.cli_json(&["send", &root, "sh: cat a.txt notes.txt"]);
+    let second = reply_n(&c, &root, 2);
+    assert!(
+        second.contains("fixed by the child") && second.contains("child notes"),
+        "{second}"
+    );
+
+    // The child's changes as its diff, and applied by the parent's user to a checkout.
     let (code, diff, err) = c.cli(&["workspace", "diff", &child]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -251,14 +284,6 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
         "{diff}"
     );
     assert!(diff.contains("+++ b/notes.txt"), "{diff}");
-    let (code, root_diff, err) = c.cli(&["workspace", "diff", &root]);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        !root_diff.contains("fixed by the child"),
-        "the parent's own files are its own: {root_diff}"
-    );
-
-    // The parent (here, its user) applies them to its checkout.
     let checkout = project();
     let applied = c.cli_json(&[
         "workspace",
@@ -267,11 +292,35 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
         "--into",
         checkout.path().to_str().unwrap(),
     ]);
-    assert_eq!(applied["changed"], 2, "{applied}");
+    assert_eq!(
+        applied["changed"].as_array().map(Vec::len),
+        Some(2),
+        "{applied}"
+    );
     assert_eq!(
         std::fs::read_to_string(checkout.path().join("a.txt")).unwrap(),
         "fixed by the child\n"
     );
+
+    // A parent whose own file changed since is refused with the path, and nothing is written.
+    c.cli_json(&[
+        "send",
+        &root,
+        "sh: echo edited by the parent > a.txt; rm notes.txt",
+    ]);
+    reply_n(&c, &root, 3);
+    let again = format!(r#"tool: apply_child_changes {{"child": "{child}"}}"#);
+    c.cli_json(&["send", &root, &again]);
+    let fourth = reply_n(&c, &root, 4);
+    assert!(
+        fourth.contains("tool apply_child_changes error"),
+        "{fourth}"
+    );
+    assert!(fourth.contains("a.txt"), "{fourth}");
+    c.cli_json(&["send", &root, "sh: cat a.txt; ls"]);
+    let fifth = reply_n(&c, &root, 5);
+    assert!(fifth.contains("edited by the parent"), "{fifth}");
+    assert!(!fifth.contains("notes.txt"), "nothing written: {fifth}");
 }
 
 #[test]

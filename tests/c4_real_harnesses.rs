@@ -322,7 +322,7 @@ fn one_shot_composed(h: &str) {
         lineage_tools[0].ends_with("report_to_parent"),
         "{h}: {lineage_tools:?}"
     );
-    // The root, not delegated, got no statement, and all six tools.
+    // The root, not delegated, got no statement, and all seven tools.
     let root_turn = &fx.model.turns_of(&root_mark)[0];
     let root_shown = format!(
         "{}\n{}",
@@ -336,7 +336,7 @@ fn one_shot_composed(h: &str) {
         .iter()
         .filter(|t| text(t).contains("lineage"))
         .count();
-    assert_eq!(root_tools, 6, "{h}: {root_turn}");
+    assert_eq!(root_tools, 7, "{h}: {root_turn}");
 }
 
 /// Scenario two, for harness `h`: a drain is final (X3) and leaves no process behind.

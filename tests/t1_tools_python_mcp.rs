@@ -142,7 +142,7 @@ fn t1_t5_the_python_mcp_sdk_calls_the_tools_over_streamable_http_with_the_grants
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(
         report["tools"].as_array().map(Vec::len),
-        Some(6),
+        Some(lineage_drivers::tools::TOOL_NAMES.len()),
         "{report}"
     );
     assert_eq!(report["is_error"], false, "{report}");
@@ -261,6 +261,7 @@ fn t1_t5_the_python_mcp_sdk_lists_the_tools_and_spawns_through_lineage_mcp() {
     assert_eq!(
         report["tools"],
         serde_json::json!([
+            "apply_child_changes",
             "interrupt_child",
             "list_children",
             "report_to_parent",

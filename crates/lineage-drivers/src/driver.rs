@@ -127,6 +127,12 @@ pub enum TurnAction {
     /// Record the usage the agent last reported (once per turn, at its end): replaces the
     /// session's previous usage in the registry.
     Usage(lineage_core::usage::SessionUsage),
+    /// Apply a child's changes (its files against the copy of this agent's it started from) to
+    /// this agent's own files: all of them, or none and the conflicts (issue 39).
+    ApplyChildChanges {
+        /// The child.
+        child: SessionId,
+    },
     /// Wait for children's reports and settlements, received in this turn
     /// ([`ActionOutcome::Arrived`]).
     WaitChildren {
@@ -183,6 +189,14 @@ pub enum ActionOutcome {
         messages: Vec<TurnMessage>,
         /// False when the deadline passed first.
         complete: bool,
+    },
+    /// A child's changes were applied ([`TurnAction::ApplyChildChanges`]).
+    Applied {
+        /// The paths written or removed, with what happened to each (`added`, `modified`,
+        /// `deleted`).
+        changed: Vec<(String, String)>,
+        /// Paths already as the child left them.
+        already: usize,
     },
     /// Refused, one line (the turn goes on; the driver decides).
     Refused(String),

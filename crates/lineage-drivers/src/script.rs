@@ -192,6 +192,9 @@ fn outcome_text(outcome: Option<&ActionOutcome>) -> String {
         }) => format!("spawned {child}"),
         Some(ActionOutcome::Refused(e)) => format!("refused: {e}"),
         Some(ActionOutcome::Done) => "done".to_owned(),
+        Some(ActionOutcome::Applied { changed, already }) => {
+            format!("applied {} change(s), {already} already so", changed.len())
+        }
         Some(ActionOutcome::Arrived { messages, complete }) => {
             let mut lines: Vec<String> = messages.iter().map(TurnMessage::render).collect();
             if lines.is_empty() {

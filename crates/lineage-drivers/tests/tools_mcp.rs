@@ -89,6 +89,7 @@ async fn t1_the_tools_are_listed_with_schemas_a_model_can_follow() {
     assert_eq!(
         names,
         [
+            "apply_child_changes",
             "interrupt_child",
             "list_children",
             "report_to_parent",
@@ -201,6 +202,14 @@ async fn t3_m3_m4_report_followup_interrupt_list_and_wait_are_their_actions() {
                 complete: true,
             },
         ),
+        (
+            "apply_child_changes",
+            json!({"child": sid(2).to_string()}),
+            ActionOutcome::Applied {
+                changed: vec![("a.txt".into(), "modified".into())],
+                already: 1,
+            },
+        ),
     ];
     let mut bodies = Vec::new();
     let mut actions = Vec::new();
@@ -234,6 +243,11 @@ async fn t3_m3_m4_report_followup_interrupt_list_and_wait_are_their_actions() {
     assert_eq!(
         bodies[4],
         json!({"complete": true, "messages": [{"kind": "report", "from": sid(2), "text": "found"}]})
+    );
+    assert!(matches!(&actions[5], TurnAction::ApplyChildChanges { child } if *child == sid(2)));
+    assert_eq!(
+        bodies[5],
+        json!({"changed": [{"path": "a.txt", "change": "modified"}], "already": 1})
     );
     client.cancel().await.unwrap();
 }

@@ -11,6 +11,9 @@
 //! - **Turn end**: the directory is packed and stored under the checkpoint name not in use
 //!   ([`Shared::checkpoint`]); the engine stages the snapshot's event, written with `turn/end`
 //!   (the object is stored before the log names it).
+//! - **A child's changes** (the `apply_child_changes` tool): its base and latest snapshots as
+//!   its log names them, compared whole file by whole file, applied to the parent's own
+//!   directory all or nothing ([`Shared::apply_child_changes`]).
 //!
 //! Packing and unpacking are file-system work, run off the async threads.
 
@@ -97,6 +100,37 @@ impl Shared {
         Ok(WorkspaceSnapshot { object, digest })
     }
 
+    /// `child`'s changes (its latest files against its base, as its log names them) applied to
+    /// `dir`, a parent's own files: the paths changed (and how), and how many were already so.
+    /// All or nothing: conflicts refuse it with their paths.
+    pub(crate) async fn apply_child_changes(
+        &self,
+        child: &SessionId,
+        dir: &Path,
+    ) -> Result<(Vec<(String, String)>, usize), HostError> {
+        let (events, _) = self.bus.events.read(child).await?;
+        let (base, latest) = match (
+            lineage_core::workspace::base_snapshot(&events),
+            lineage_core::workspace::latest_snapshot(&events),
+        ) {
+            (Some(base), Some((latest, _))) => (base, latest),
+            _ => {
+                return Err(HostError::BadRequest(format!(
+                    "child {child} has no workspace (it was spawned with workspace empty, or its parent had none): it has no changes to apply"
+                )))
+            }
+        };
+        let (before, after) = (
+            self.read_snapshot(&base).await?,
+            self.read_snapshot(&latest).await?,
+        );
+        let digests = (Digest::parse(&base.digest)?, Digest::parse(&latest.digest)?);
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || apply_into(&before, &after, &digests, &dir))
+            .await
+            .map_err(|e| HostError::Internal(format!("the workspace applier stopped: {e}")))?
+    }
+
     /// Materializes `snapshot` into `dir` (the session's own directory), replacing what it held;
     /// the files get the directory's owner (a sandbox's uid).
     pub(crate) async fn materialize(
@@ -111,6 +145,43 @@ impl Shared {
             .await
             .map_err(|e| HostError::Internal(format!("the workspace unpacker stopped: {e}")))?
     }
+}
+
+/// The changes from `before` to `after` (two snapshots) applied to `dir`, the files given its
+/// owner.
+fn apply_into(
+    before: &[u8],
+    after: &[u8],
+    digests: &(Digest, Digest),
+    dir: &Path,
+) -> Result<(Vec<(String, String)>, usize), HostError> {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().map_err(|e| {
+        HostError::Internal(format!(
+            "cannot make a directory to compare snapshots in: {e}"
+        ))
+    })?;
+    let (a, b) = (tmp.path().join("base"), tmp.path().join("latest"));
+    lineage_workspace::unpack(before, &digests.0, &a, Caps::default())?;
+    lineage_workspace::unpack(after, &digests.1, &b, Caps::default())?;
+    let changes = lineage_workspace::changes::changes(&a, &b)?;
+    let applied = lineage_workspace::changes::apply(&changes, dir)?;
+    let io = |e: std::io::Error| {
+        HostError::Internal(format!(
+            "cannot give {}'s files their owner: {e}",
+            dir.display()
+        ))
+    };
+    let owner = std::fs::metadata(dir).map_err(io)?.uid();
+    if owner != std::fs::metadata("/proc/self").map_err(io)?.uid() {
+        lineage_drivers::sandbox::chown_tree(dir, owner).map_err(io)?;
+    }
+    let changed = applied
+        .changed
+        .into_iter()
+        .map(|(path, kind)| (path, kind.to_owned()))
+        .collect();
+    Ok((changed, applied.already))
 }
 
 /// Empties `dir` (the session's own), unpacks into it and gives the files its owner.

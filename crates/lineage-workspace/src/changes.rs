@@ -51,10 +51,11 @@ impl Change {
 }
 
 /// What [`apply`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Applied {
-    /// Paths written or removed.
-    pub changed: usize,
+    /// Paths written or removed, with what happened to each (`added`, `modified`,
+    /// `deleted`), in path order.
+    pub changed: Vec<(String, &'static str)>,
     /// Paths already as the change leaves them.
     pub already: usize,
 }
@@ -192,7 +193,7 @@ pub fn apply(changes: &[Change], into: &Path) -> Result<Applied, WorkspaceError>
     }
     for (path, change) in todo {
         write_entry(&path, change.after.as_ref())?;
-        applied.changed += 1;
+        applied.changed.push((change.path.clone(), change.kind()));
     }
     Ok(applied)
 }
@@ -300,18 +301,20 @@ mod tests {
         }
         let first = apply(&found, target.path()).unwrap();
         assert_eq!(
-            first,
-            Applied {
-                changed: 3,
-                already: 0
-            }
+            first.changed,
+            [
+                ("old.txt".to_owned(), "deleted"),
+                ("src/lib.rs".to_owned(), "modified"),
+                ("src/new.rs".to_owned(), "added")
+            ]
         );
+        assert_eq!(first.already, 0);
         assert_eq!(changes(after.path(), target.path()).unwrap(), vec![]);
         let again = apply(&found, target.path()).unwrap();
         assert_eq!(
             again,
             Applied {
-                changed: 0,
+                changed: vec![],
                 already: 3
             }
         );

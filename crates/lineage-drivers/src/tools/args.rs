@@ -1,6 +1,6 @@
 //! The delegation tools' arguments, as the MCP schema shows them to an agent: one struct per
 //! tool ([`SpawnSubagent`], [`ReportToParent`], [`SendToChild`], [`InterruptChild`],
-//! [`ListChildren`], [`WaitForChildren`]) and the tools' spellings of shapes, deliveries and wait
+//! [`ListChildren`], [`WaitForChildren`], [`ApplyChildChanges`]) and the tools' spellings of shapes, deliveries and wait
 //! modes.
 
 use schemars::JsonSchema;
@@ -60,6 +60,14 @@ pub enum WorkspaceChoice {
     Inherit,
     /// An empty working directory.
     Empty,
+}
+
+/// `apply_child_changes`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyChildChanges {
+    /// The child whose changes to apply (its id, as spawn_subagent or list_children gave it).
+    pub child: String,
 }
 
 /// `report_to_parent`.

@@ -14,6 +14,7 @@
 //! | `interrupt_child` | [`TurnAction::Interrupt`] (M4, the caller's authority as ancestor) | `interrupted` |
 //! | `list_children` | [`TurnAction::ListChildren`] | the children: state, shape, node, label, last report |
 //! | `wait_for_children` | [`TurnAction::WaitChildren`] | the reports and settlements that arrived |
+//! | `apply_child_changes` | [`TurnAction::ApplyChildChanges`] (issue 39) | the paths changed in your files, or the conflicts (nothing written) |
 //!
 //! A refusal (depth exceeded, admission closed, unknown profile, not a child of yours, no turn
 //! running) is a tool error (`isError: true`) with one line a model can act on; malformed
@@ -37,8 +38,8 @@ pub mod http;
 pub mod socket;
 
 pub use args::{
-    InterruptChild, ListChildren, ReportDelivery, ReportToParent, SendToChild, Shape,
-    SpawnSubagent, WaitFor, WaitForChildren, WorkspaceChoice,
+    ApplyChildChanges, InterruptChild, ListChildren, ReportDelivery, ReportToParent, SendToChild,
+    Shape, SpawnSubagent, WaitFor, WaitForChildren, WorkspaceChoice,
 };
 
 use std::sync::{Arc, Mutex};
@@ -57,13 +58,14 @@ use serde_json::json;
 use crate::driver::{ActionOutcome, AgentSpec, ChildSpec, TurnAction, TurnCtx, WaitMode};
 
 /// The names of the delegation tools, in the order they are listed.
-pub const TOOL_NAMES: [&str; 6] = [
+pub const TOOL_NAMES: [&str; 7] = [
     "spawn_subagent",
     "report_to_parent",
     "send_to_child",
     "interrupt_child",
     "list_children",
     "wait_for_children",
+    "apply_child_changes",
 ];
 
 /// Where a hosted session's running turn is reachable: set by the driver when a turn begins,
@@ -352,6 +354,33 @@ impl DelegationTools {
                     other => json!({"outcome": format!("{other:?}")}),
                 }),
         )
+    }
+
+    /// `apply_child_changes`.
+    #[tool(
+        name = "apply_child_changes",
+        description = "Apply a child's changes to your files: what it changed in the copy of your files it started with (added, modified, deleted files). All of them, or none: a file you changed too since is a conflict, listed, and nothing is written."
+    )]
+    async fn apply_child_changes(
+        &self,
+        Parameters(args): Parameters<ApplyChildChanges>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let child = match session_arg("child", &args.child) {
+            Ok(child) => child,
+            Err(why) => return answer(Err(why)),
+        };
+        answer(self.act(TurnAction::ApplyChildChanges { child }).await.map(
+            |outcome| match outcome {
+                ActionOutcome::Applied { changed, already } => json!({
+                    "changed": changed
+                        .into_iter()
+                        .map(|(path, change)| json!({"path": path, "change": change}))
+                        .collect::<Vec<_>>(),
+                    "already": already,
+                }),
+                other => json!({"outcome": format!("{other:?}")}),
+            },
+        ))
     }
 
     /// `wait_for_children`.

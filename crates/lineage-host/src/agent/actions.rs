@@ -88,6 +88,18 @@ impl AgentTask {
                     }));
                 }
             }
+            TurnAction::ApplyChildChanges { child } => {
+                if let Err(refusal) = self.engine.check_child(&child) {
+                    return self.answer_action(reply, ActionOutcome::Refused(refusal));
+                }
+                let Some(dir) = self.workspace.as_ref().map(|w| w.dir.clone()) else {
+                    let refusal = format!(
+                        "session {session} has no files of its own to apply {child}'s changes to (it was started without a workspace)"
+                    );
+                    return self.answer_action(reply, ActionOutcome::Refused(refusal));
+                };
+                sides.push(apply_changes(shared, child, dir, reply));
+            }
             other @ (TurnAction::Reply(_)
             | TurnAction::Report { .. }
             | TurnAction::Spawn(_)
@@ -145,6 +157,26 @@ fn followup(shared: Arc<Shared>, child: SessionId, content: String, reply: u64) 
                 outcome: ActionOutcome::Refused(e.to_string()),
                 followed_up: None,
             },
+        }
+    })
+}
+
+/// Issue 39: the child's changes into this agent's own files.
+fn apply_changes(
+    shared: Arc<Shared>,
+    child: SessionId,
+    dir: std::path::PathBuf,
+    reply: u64,
+) -> Side {
+    Box::pin(async move {
+        let outcome = match shared.apply_child_changes(&child, &dir).await {
+            Ok((changed, already)) => ActionOutcome::Applied { changed, already },
+            Err(e) => ActionOutcome::Refused(e.to_string()),
+        };
+        SideDone::Answer {
+            reply,
+            outcome,
+            followed_up: None,
         }
     })
 }

@@ -260,6 +260,7 @@ impl AgentTask {
             side @ (TurnAction::Followup { .. }
             | TurnAction::Interrupt { .. }
             | TurnAction::ListChildren
+            | TurnAction::ApplyChildChanges { .. }
             | TurnAction::WaitChildren { .. }) => self.side_action(side, id, sides).await,
             TurnAction::Usage(_) => {} // handled above, before a reply id is taken
         }

@@ -176,14 +176,19 @@ pub(crate) async fn run(g: &Global, verb: WorkspaceVerb) -> Result<(), ControlEr
             let applied =
                 lineage_workspace::changes::apply(&found, &into).map_err(workspace_error)?;
             if g.json {
+                let changed: Vec<_> = applied
+                    .changed
+                    .iter()
+                    .map(|(path, kind)| serde_json::json!({"path": path, "change": kind}))
+                    .collect();
                 print_json(
-                    &serde_json::json!({"session": session, "changed": applied.changed, "already": applied.already}),
+                    &serde_json::json!({"session": session, "changed": changed, "already": applied.already}),
                 );
             } else {
                 println!(
                     "applied {session}'s changes to {}: {} path(s) changed, {} already so",
                     into.display(),
-                    applied.changed,
+                    applied.changed.len(),
                     applied.already
                 );
             }
