@@ -459,3 +459,50 @@ fn z2_workspaces_work_under_the_shipped_nats_permissions() {
         .collect();
     assert!(violations.is_empty(), "{violations:#?}");
 }
+
+#[test]
+fn c1_a_workspace_over_its_profiles_cap_is_refused_with_the_numbers_and_nothing_runs() {
+    let agent = lineage_testkit::binary::lineage_bin().with_file_name("lineage-acp-testagent");
+    let small = format!(
+        "{}\n[agents.small]\ndriver = \"acp\"\ncommand = \"{}\"\nworkspace_max_bytes = 64\n",
+        delegator_profiles(),
+        agent.display()
+    );
+    let c = Cluster::start_with_toml(1, &[], &small);
+    let files = project();
+    write(files.path(), "big.txt", &"x".repeat(1000));
+    let (code, _, err) = c.cli(&[
+        "spawn",
+        "--profile",
+        "small",
+        "--workspace",
+        files.path().to_str().unwrap(),
+        "--prompt",
+        "sh: ls",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("at most 64 allowed") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    // The birth was disposed: nothing runs, nothing waits.
+    for state in ["running", "waiting", "starting"] {
+        let listed = c.cli_json(&["ls", "--state", state]);
+        assert_eq!(
+            listed["sessions"].as_array().map(Vec::len),
+            Some(0),
+            "{state}: {listed}"
+        );
+    }
+    // The same files under the default cap run.
+    let reply = c.spawn(&[
+        "--profile",
+        "delegator",
+        "--workspace",
+        files.path().to_str().unwrap(),
+        "--prompt",
+        "sh: wc -c big.txt",
+    ]);
+    let root = id_of(&reply["session"]);
+    assert!(reply_n(&c, &root, 1).contains("1000 big.txt"));
+}

@@ -122,6 +122,37 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             r#"lineage ls --root $ROOT --node node-2            # search: --root --parent --state --node --label --older-than, paged"#,
             Exits(0, "continuable*depth=1*node=node-2"),
         ),
+        // README.md, "Files travel with the session" (issue 39).
+        (
+            r#"rm -rf /tmp/lineage-files /tmp/lineage-copy && mkdir /tmp/lineage-files && echo hello | tee /tmp/lineage-files/a.txt"#,
+            Exits(0, "hello"),
+        ),
+        (
+            r#"W=$(lineage --json spawn --node node-1 --profile delegator --workspace /tmp/lineage-files | jq -r .session)"#,
+            Sets {
+                var: "W",
+                value: "*-*-*-*-*",
+            },
+        ),
+        (
+            r#"C=$(lineage --json spawn --parent $W --shape one-shot --node node-2 --profile delegator --prompt 'sh: echo changed > a.txt' | jq -r .session)"#,
+            Sets {
+                var: "C",
+                value: "*-*-*-*-*",
+            },
+        ),
+        (
+            r#"lineage workspace diff $C                        # its changes as a unified diff: -hello +changed"#,
+            Exits(0, "+changed"),
+        ),
+        (
+            r#"lineage workspace apply $C --into /tmp/lineage-files   # all of them, or none and the conflicts (exit 4)"#,
+            Exits(0, "applied*1 path(s) changed"),
+        ),
+        (
+            r#"lineage workspace pull $W --into /tmp/lineage-copy     # a session's latest files into an empty directory"#,
+            Exits(0, "pulled*/tmp/lineage-copy"),
+        ),
         (
             r#"lineage watch $ROOT                              # live start/end/report/settled of ROOT's children"#,
             Until {

@@ -28,7 +28,9 @@ unless "repeat": true. Side requests (below) never use rules.
       "tool_offered":         the request offers this tool (short or full name)
     REPLY = {"text": "..."} and/or {"tool": NAME, "args": {...}} (text first, then the call)
       "{tool_result}" and "{last_user}" in the text are replaced by those texts; an argument
-      "{tool_result:a.0.b}" by that value of the latest tool result's JSON.
+      "{tool_result:a.0.b}" by that value of the latest tool result's JSON, and "{cwd}" in an
+      argument by the agent's working directory as its harness states it.
+      A Codex freeform tool (apply_patch) is called with args {"input": TEXT}.
       NAME, e.g. "spawn_subagent", is mapped to the name the harness offers: Claude
       `mcp__lineage__spawn_subagent`, Codex `spawn_subagent` in namespace `mcp__lineage`,
       Gemini `mcp_lineage_spawn_subagent` (exact names, then `__NAME`/`_NAME` suffixes,
@@ -122,10 +124,12 @@ class View:
         self.tools = []           # every callable name (Codex namespaced: ns + "__" + name)
         self.deferred = []        # Claude: names only loadable through ToolSearch
         self.codex_names = {}     # flattened name -> (namespace, name)
+        self.custom = set()       # Codex: freeform tools (apply_patch), called with raw input
         self.last_user = ""
         self.last_tool_result = None
         self.last_is = None
         self.last_tool_use_id = None  # Claude: the tool_use the final tool_result answers
+        self.raw = ""             # the request body as text (where a harness puts its cwd)
 
     def record(self):
         return {"api": self.api, "system": self.system, "tools": self.tools,
@@ -141,6 +145,7 @@ class View:
 
 def view_anthropic(body):
     v = View("anthropic")
+    v.raw = json.dumps(body)
     system = [text_of(body.get("system", ""))]
     v.tools = [t.get("name") for t in body.get("tools") or [] if t.get("name")]
     names = {}  # tool_use id -> tool name
@@ -190,6 +195,7 @@ def codex_output(text):
 
 def view_openai(body):
     v = View("openai")
+    v.raw = json.dumps(body)
     system = [body.get("instructions") or ""]
     for t in body.get("tools") or []:
         if t.get("type") == "namespace":
@@ -199,6 +205,8 @@ def view_openai(body):
                 v.tools.append(flat)
         elif t.get("name"):
             v.tools.append(t["name"])
+            if t.get("type") == "custom":
+                v.custom.add(t["name"])
     for item in body.get("input") or []:
         kind, role = item.get("type", "message"), item.get("role")
         if kind == "message" and role in ("developer", "system"):
@@ -215,6 +223,7 @@ def view_openai(body):
 
 def view_gemini(body):
     v = View("gemini")
+    v.raw = json.dumps(body)
     v.system = text_of((body.get("systemInstruction") or {}).get("parts"))
     for t in body.get("tools") or []:
         v.tools += [f.get("name") for f in t.get("functionDeclarations") or []]
@@ -373,6 +382,11 @@ def openai_stream(view, action, rid):
         namespace, name = view.codex_names.get(action["tool"], (None, action["tool"]))
         call = {"type": "function_call", "id": "fc_" + rid, "call_id": "call_" + rid, "name": name,
                 "arguments": json.dumps(action.get("args", {})), "status": "completed"}
+        if name in view.custom:
+            # A freeform tool takes its input as raw text (args {"input": TEXT}).
+            call = {"type": "custom_tool_call", "id": "ctc_" + rid, "call_id": "call_" + rid,
+                    "name": name, "input": action.get("args", {}).get("input", ""),
+                    "status": "completed"}
         if namespace:
             call["namespace"] = namespace
         items.append(call)
@@ -534,15 +548,28 @@ class Handler(BaseHTTPRequestHandler):
                                    reply=action, headers=dict(self.headers), body=body))
 
 
+def working_directory(view):
+    """The agent's working directory as its harness tells the model: Claude's system prompt
+    (`Working directory: DIR`), Codex's environment context (`<cwd>DIR</cwd>`); "" if neither."""
+    for pattern in (r"[Ww]orking directory: ([^\s\\\"<]+)", r"<cwd>([^<\\\"]+)</cwd>"):
+        m = re.search(pattern, view.system + "\n" + view.raw)
+        if m:
+            return m.group(1)
+    return ""
+
+
 def fill_args(args, view):
     """A tool call's arguments with "{tool_result:PATH}" string values replaced by the value at
     PATH (dot-separated keys and list indexes) in the latest tool result's JSON: how a script
-    names a child whose id only the previous call's result holds."""
+    names a child whose id only the previous call's result holds. "{cwd}" in a string is the
+    agent's working directory (`working_directory`): how a script names a file to write."""
     def fill(value):
         if isinstance(value, dict):
             return {k: fill(v) for k, v in value.items()}
         if isinstance(value, list):
             return [fill(v) for v in value]
+        if isinstance(value, str) and "{cwd}" in value:
+            return value.replace("{cwd}", working_directory(view))
         m = re.fullmatch(r"\{tool_result:([\w.]+)\}", value) if isinstance(value, str) else None
         if not m:
             return value

@@ -83,6 +83,14 @@ pub struct AgentProfile {
     /// A line for `lineage agents`.
     #[serde(default)]
     pub description: String,
+    /// The most bytes of file content a session's workspace may hold (issue 39): its upload,
+    /// its copy of its parent's files, each checkpoint. 256 MiB when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_max_bytes: Option<u64>,
+    /// The most entries (files, directories, links) a session's workspace may hold. 100,000
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_max_files: Option<u64>,
 }
 
 fn default_workdir() -> String {
@@ -115,6 +123,8 @@ impl AgentProfile {
             sandbox_read_only: Vec::new(),
             sandbox_read_write: Vec::new(),
             description: description.to_owned(),
+            workspace_max_bytes: None,
+            workspace_max_files: None,
         }
     }
 }
@@ -185,6 +195,8 @@ pub struct AcpLaunch {
     /// The session's sandbox (V2), when it runs in one; the node adds its tools socket and
     /// bridge.
     pub sandbox: Option<SandboxPlan>,
+    /// What its workspace may hold (issue 39).
+    pub workspace_caps: crate::driver::WorkspaceCaps,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).
@@ -260,6 +272,18 @@ impl AgentProfiles {
             }
             if p.prompt_timeout_ms == 0 {
                 return Err((key("prompt_timeout_ms"), "must be above 0".into()));
+            }
+            if p.workspace_max_bytes == Some(0) {
+                return Err((
+                    key("workspace_max_bytes"),
+                    "must be above 0 (leave it out for 256 MiB)".into(),
+                ));
+            }
+            if p.workspace_max_files == Some(0) {
+                return Err((
+                    key("workspace_max_files"),
+                    "must be above 0 (leave it out for 100000)".into(),
+                ));
             }
             for path in p.sandbox_read_only.iter().chain(&p.sandbox_read_write) {
                 if !Path::new(path).is_absolute() {

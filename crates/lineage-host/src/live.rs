@@ -29,8 +29,8 @@ pub(crate) struct AgentHandle {
     pub(crate) tool_filter: Option<Vec<String>>,
     /// Stops the agent's task without settling (see [`crate::fence`]).
     pub(crate) stop: CancellationToken,
-    /// Its own directory of files, when it has a workspace (issue 39).
-    pub(crate) workspace_dir: Option<std::path::PathBuf>,
+    /// Its own directory of files and their caps, when it has a workspace (issue 39).
+    pub(crate) workspace: Option<(std::path::PathBuf, lineage_workspace::Caps)>,
 }
 
 /// The live agents of a node, and what is on its way to be live.

@@ -56,8 +56,9 @@ pub(crate) struct ParentCtx {
     pub(crate) preset: Option<AgentPreset>,
     /// Its tool filter: a child's can only narrow it (C1).
     pub(crate) tool_filter: Option<Vec<String>>,
-    /// Its own directory of files, when it has a workspace (what `inherit` copies, issue 39).
-    pub(crate) workspace_dir: Option<std::path::PathBuf>,
+    /// Its own directory of files and their caps, when it has a workspace (what `inherit`
+    /// copies, issue 39).
+    pub(crate) workspace: Option<(std::path::PathBuf, lineage_workspace::Caps)>,
 }
 
 impl Shared {
@@ -181,7 +182,7 @@ impl Shared {
         choice: Option<&SpawnWorkspace>,
         child: &SessionId,
     ) -> Result<Option<lineage_core::workspace::WorkspaceSnapshot>, HostError> {
-        match (choice, &parent.workspace_dir) {
+        match (choice, &parent.workspace) {
             (Some(SpawnWorkspace::Uploaded { .. }), _) => Err(HostError::BadRequest(
                 "a child's workspace is inherit or empty; an upload is for a top-level session (lineage spawn --workspace DIR without --parent)".into(),
             )),
@@ -190,8 +191,8 @@ impl Shared {
                 "workspace inherit: parent {} has no workspace to copy; give workspace empty, or start the root with lineage spawn --workspace DIR",
                 parent.header.id()
             ))),
-            (Some(SpawnWorkspace::Inherit) | None, Some(dir)) => {
-                Ok(Some(self.inherit_files(dir, child).await?))
+            (Some(SpawnWorkspace::Inherit) | None, Some((dir, caps))) => {
+                Ok(Some(self.inherit_files(dir, *caps, child).await?))
             }
         }
     }
@@ -407,7 +408,7 @@ impl Host {
             policy_view: handle.policy_view,
             preset: handle.preset.clone(),
             tool_filter: handle.tool_filter.clone(),
-            workspace_dir: handle.workspace_dir.clone(),
+            workspace: handle.workspace.clone(),
         };
         let spec = ChildSpec {
             shape,

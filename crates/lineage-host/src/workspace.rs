@@ -26,9 +26,17 @@ use lineage_workspace::{Caps, Digest};
 use crate::error::HostError;
 use crate::shared::Shared;
 
-/// Packs `dir` off the async threads.
-async fn pack(dir: PathBuf) -> Result<lineage_workspace::Snapshot, HostError> {
-    tokio::task::spawn_blocking(move || lineage_workspace::pack(&dir, Caps::default()))
+/// A profile's caps as the snapshot code takes them.
+pub(crate) fn caps(caps: lineage_drivers::driver::WorkspaceCaps) -> Caps {
+    Caps {
+        max_bytes: caps.max_bytes,
+        max_files: caps.max_files,
+    }
+}
+
+/// Packs `dir` off the async threads, refused past `caps`.
+async fn pack(dir: PathBuf, caps: Caps) -> Result<lineage_workspace::Snapshot, HostError> {
+    tokio::task::spawn_blocking(move || lineage_workspace::pack(&dir, caps))
         .await
         .map_err(|e| HostError::Internal(format!("the workspace packer stopped: {e}")))?
         .map_err(HostError::from)
@@ -75,13 +83,15 @@ impl Shared {
         Ok(WorkspaceSnapshot { object, digest })
     }
 
-    /// A snapshot of the parent's directory `dir`, stored as `child`'s base.
+    /// A snapshot of the parent's directory `dir` (within the parent's `caps`), stored as
+    /// `child`'s base.
     pub(crate) async fn inherit_files(
         &self,
         dir: &Path,
+        caps: Caps,
         child: &SessionId,
     ) -> Result<WorkspaceSnapshot, HostError> {
-        let packed = pack(dir.to_path_buf()).await?;
+        let packed = pack(dir.to_path_buf(), caps).await?;
         let object = base_object(child);
         let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
         Ok(WorkspaceSnapshot { object, digest })
@@ -92,9 +102,10 @@ impl Shared {
         &self,
         session: &SessionId,
         dir: &Path,
+        caps: Caps,
         n: u64,
     ) -> Result<WorkspaceSnapshot, HostError> {
-        let packed = pack(dir.to_path_buf()).await?;
+        let packed = pack(dir.to_path_buf(), caps).await?;
         let object = checkpoint_object(session, n);
         let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
         Ok(WorkspaceSnapshot { object, digest })
@@ -107,6 +118,7 @@ impl Shared {
         &self,
         child: &SessionId,
         dir: &Path,
+        caps: Caps,
     ) -> Result<(Vec<(String, String)>, usize), HostError> {
         let (events, _) = self.bus.events.read(child).await?;
         let (base, latest) = match (
@@ -126,7 +138,7 @@ impl Shared {
         );
         let digests = (Digest::parse(&base.digest)?, Digest::parse(&latest.digest)?);
         let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || apply_into(&before, &after, &digests, &dir))
+        tokio::task::spawn_blocking(move || apply_into(&before, &after, &digests, &dir, caps))
             .await
             .map_err(|e| HostError::Internal(format!("the workspace applier stopped: {e}")))?
     }
@@ -137,11 +149,12 @@ impl Shared {
         &self,
         snapshot: &WorkspaceSnapshot,
         dir: &Path,
+        caps: Caps,
     ) -> Result<(), HostError> {
         let bytes = self.read_snapshot(snapshot).await?;
         let expected = Digest::parse(&snapshot.digest)?;
         let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || materialize_into(&bytes, &expected, &dir))
+        tokio::task::spawn_blocking(move || materialize_into(&bytes, &expected, &dir, caps))
             .await
             .map_err(|e| HostError::Internal(format!("the workspace unpacker stopped: {e}")))?
     }
@@ -154,6 +167,7 @@ fn apply_into(
     after: &[u8],
     digests: &(Digest, Digest),
     dir: &Path,
+    caps: Caps,
 ) -> Result<(Vec<(String, String)>, usize), HostError> {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().map_err(|e| {
@@ -162,8 +176,8 @@ fn apply_into(
         ))
     })?;
     let (a, b) = (tmp.path().join("base"), tmp.path().join("latest"));
-    lineage_workspace::unpack(before, &digests.0, &a, Caps::default())?;
-    lineage_workspace::unpack(after, &digests.1, &b, Caps::default())?;
+    lineage_workspace::unpack(before, &digests.0, &a, caps)?;
+    lineage_workspace::unpack(after, &digests.1, &b, caps)?;
     let changes = lineage_workspace::changes::changes(&a, &b)?;
     let applied = lineage_workspace::changes::apply(&changes, dir)?;
     let io = |e: std::io::Error| {
@@ -184,8 +198,14 @@ fn apply_into(
     Ok((changed, applied.already))
 }
 
-/// Empties `dir` (the session's own), unpacks into it and gives the files its owner.
-fn materialize_into(bytes: &[u8], expected: &Digest, dir: &Path) -> Result<(), HostError> {
+/// Empties `dir` (the session's own), unpacks into it (refused past `caps`) and gives the
+/// files its owner.
+fn materialize_into(
+    bytes: &[u8],
+    expected: &Digest,
+    dir: &Path,
+    caps: Caps,
+) -> Result<(), HostError> {
     use std::os::unix::fs::MetadataExt;
     let io = |e: std::io::Error| {
         HostError::Internal(format!(
@@ -208,7 +228,7 @@ fn materialize_into(bytes: &[u8], expected: &Digest, dir: &Path) -> Result<(), H
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(io(e)),
     };
-    lineage_workspace::unpack(bytes, expected, dir, Caps::default())?;
+    lineage_workspace::unpack(bytes, expected, dir, caps)?;
     // This process's uid (the owner of what it creates): a sandbox's uid differs.
     let me = std::fs::metadata("/proc/self").map_err(io)?.uid();
     if let Some(owner) = owner.filter(|o| *o != me) {

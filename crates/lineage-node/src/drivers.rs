@@ -150,7 +150,14 @@ impl DriverFactory for NodeDrivers {
                 // A per-session workdir is the session's own files (issue 39); a shared one
                 // (`data_dir`, an operator's path) is not, and gets no workspace.
                 let own = self.data_dir.join("work").join(session.as_str());
-                let workspace_dir = launch.workdir.starts_with(&own).then_some(own);
+                let own_files =
+                    launch
+                        .workdir
+                        .starts_with(&own)
+                        .then_some(lineage_drivers::driver::OwnFiles {
+                            dir: own,
+                            caps: launch.workspace_caps,
+                        });
                 let tools = match (launch.tools, &self.tools) {
                     (false, _) => None,
                     (true, Some(tools)) => Some(tools.grant(session, !launch.tools_stdio)),
@@ -168,8 +175,8 @@ impl DriverFactory for NodeDrivers {
                 if let Some(approvals) = &self.approvals {
                     driver = driver.with_approver(approvals.approver(session));
                 }
-                if let Some(dir) = workspace_dir {
-                    driver = driver.with_workspace_dir(dir);
+                if let Some(files) = own_files {
+                    driver = driver.with_own_files(files);
                 }
                 Ok(Box::new(match tools {
                     Some(tools) => driver.with_tools(tools),

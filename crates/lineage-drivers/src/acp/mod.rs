@@ -143,7 +143,7 @@ struct Settings {
     /// A sandbox made ahead for this session, taken by its first start.
     warm: Option<std::sync::Arc<std::sync::Mutex<Option<WarmSandbox>>>>,
     /// The session's own directory of files (issue 39), when its workdir is per session.
-    workspace_dir: Option<PathBuf>,
+    own_files: Option<crate::driver::OwnFiles>,
 }
 
 /// A hosted session's delegation tools (T1): the MCP server entry its `session/new` declares
@@ -229,7 +229,7 @@ impl AcpDriver {
                 sandbox: None,
                 uid_lease: None,
                 warm: None,
-                workspace_dir: None,
+                own_files: None,
             },
             label: "-".into(),
             live: None,
@@ -277,10 +277,10 @@ impl AcpDriver {
         self
     }
 
-    /// `dir` is the session's own directory of files (its per-session workdir): its workspace
-    /// is materialized there and checkpointed from there (issue 39).
-    pub fn with_workspace_dir(mut self, dir: PathBuf) -> Self {
-        self.settings.workspace_dir = Some(dir);
+    /// `files` is the session's own directory of files (its per-session workdir) and its
+    /// caps: its workspace is materialized there and checkpointed from there (issue 39).
+    pub fn with_own_files(mut self, files: crate::driver::OwnFiles) -> Self {
+        self.settings.own_files = Some(files);
         self
     }
 
@@ -403,8 +403,8 @@ impl AcpDriver {
 }
 
 impl AgentDriver for AcpDriver {
-    fn workspace_dir(&self) -> Option<PathBuf> {
-        self.settings.workspace_dir.clone()
+    fn own_files(&self) -> Option<crate::driver::OwnFiles> {
+        self.settings.own_files.clone()
     }
 
     fn start<'a>(&'a mut self, start: DriverStart) -> BoxFuture<'a, Result<(), DriverError>> {

@@ -85,6 +85,7 @@ impl AgentProfiles {
                     modes: BTreeMap::new(),
                     tools_stdio: false,
                     sandbox,
+                    workspace_caps: Default::default(),
                 })))
             }
             AgentSpec::Profile { profile } => {
@@ -128,6 +129,10 @@ impl AgentProfiles {
                             // is bound to the sandbox (V1); the HTTP endpoint cannot be.
                             tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
                             sandbox,
+                            workspace_caps: crate::driver::WorkspaceCaps::with(
+                                p.workspace_max_bytes,
+                                p.workspace_max_files,
+                            ),
                         })))
                     }
                 }

@@ -92,13 +92,14 @@ impl AgentTask {
                 if let Err(refusal) = self.engine.check_child(&child) {
                     return self.answer_action(reply, ActionOutcome::Refused(refusal));
                 }
-                let Some(dir) = self.workspace.as_ref().map(|w| w.dir.clone()) else {
+                let Some((dir, caps)) = self.workspace.as_ref().map(|w| (w.dir.clone(), w.caps))
+                else {
                     let refusal = format!(
                         "session {session} has no files of its own to apply {child}'s changes to (it was started without a workspace)"
                     );
                     return self.answer_action(reply, ActionOutcome::Refused(refusal));
                 };
-                sides.push(apply_changes(shared, child, dir, reply));
+                sides.push(apply_changes(shared, child, dir, caps, reply));
             }
             other @ (TurnAction::Reply(_)
             | TurnAction::Report { .. }
@@ -166,10 +167,11 @@ fn apply_changes(
     shared: Arc<Shared>,
     child: SessionId,
     dir: std::path::PathBuf,
+    caps: lineage_workspace::Caps,
     reply: u64,
 ) -> Side {
     Box::pin(async move {
-        let outcome = match shared.apply_child_changes(&child, &dir).await {
+        let outcome = match shared.apply_child_changes(&child, &dir, caps).await {
             Ok((changed, already)) => ActionOutcome::Applied { changed, already },
             Err(e) => ActionOutcome::Refused(e.to_string()),
         };

@@ -140,6 +140,8 @@ pub(crate) struct AgentTask {
 pub(crate) struct TaskWorkspace {
     /// Its own directory of files.
     pub(crate) dir: std::path::PathBuf,
+    /// What it may hold (its profile's caps).
+    pub(crate) caps: lineage_workspace::Caps,
     /// Checkpoints its log names so far (the next is number `checkpoints + 1`).
     pub(crate) checkpoints: u64,
 }
@@ -150,20 +152,25 @@ pub(crate) struct TaskWorkspace {
 async fn materialize(
     shared: &Arc<Shared>,
     init: &AgentInit,
-    own_dir: Option<std::path::PathBuf>,
+    own: Option<lineage_drivers::driver::OwnFiles>,
 ) -> Result<Option<TaskWorkspace>, HostError> {
     let Some((snapshot, checkpoints)) = lineage_core::workspace::latest_snapshot(init.log.events())
     else {
         return Ok(None);
     };
-    let Some(dir) = own_dir else {
+    let Some(own) = own else {
         return Err(HostError::BadRequest(format!(
             "session {} has a workspace, but its agent has no directory of its own (a scripted agent, or a profile whose workdir is shared); run it with a profile whose workdir is \"session\"",
             init.header.id()
         )));
     };
-    shared.materialize(&snapshot, &dir).await?;
-    Ok(Some(TaskWorkspace { dir, checkpoints }))
+    let caps = crate::workspace::caps(own.caps);
+    shared.materialize(&snapshot, &own.dir, caps).await?;
+    Ok(Some(TaskWorkspace {
+        dir: own.dir,
+        caps,
+        checkpoints,
+    }))
 }
 
 /// What the driver is given of the session's creation window (C4): its preset's prompt
@@ -205,8 +212,8 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         )));
     }
     let mut driver = shared.drivers.make(&init.spec, &session)?;
-    let own_dir = driver.workspace_dir();
-    let workspace = match materialize(shared, &init, own_dir).await {
+    let own = driver.own_files();
+    let workspace = match materialize(shared, &init, own).await {
         Ok(workspace) => workspace,
         Err(e) => {
             driver.shutdown().await;
@@ -234,7 +241,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         preset: init.preset.clone(),
         tool_filter: init.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         stop: stop.clone(),
-        workspace_dir: workspace.as_ref().map(|w| w.dir.clone()),
+        workspace: workspace.as_ref().map(|w| (w.dir.clone(), w.caps)),
     };
     if let Err(e) = shared.live.insert(session.clone(), handle) {
         driver.shutdown().await;

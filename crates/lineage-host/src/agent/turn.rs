@@ -160,8 +160,12 @@ impl AgentTask {
         let Some(workspace) = &self.workspace else {
             return;
         };
-        let (dir, n) = (workspace.dir.clone(), workspace.checkpoints + 1);
-        match self.shared.checkpoint(&self.session, &dir, n).await {
+        let (dir, caps, n) = (
+            workspace.dir.clone(),
+            workspace.caps,
+            workspace.checkpoints + 1,
+        );
+        match self.shared.checkpoint(&self.session, &dir, caps, n).await {
             Ok(snapshot) => {
                 if let Some(workspace) = &mut self.workspace {
                     workspace.checkpoints = n;
@@ -273,7 +277,7 @@ impl AgentTask {
             policy_view: self.policy_view,
             preset: self.preset.clone(),
             tool_filter: self.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
-            workspace_dir: self.workspace.as_ref().map(|w| w.dir.clone()),
+            workspace: self.workspace.as_ref().map(|w| (w.dir.clone(), w.caps)),
         };
         let shared = self.shared.clone();
         let session = self.session.clone();
