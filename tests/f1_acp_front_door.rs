@@ -32,9 +32,15 @@ struct Editor {
 
 impl Editor {
     async fn open(cluster: &Cluster, subagents: bool) -> Editor {
+        Self::open_with(cluster, subagents, &[]).await
+    }
+
+    /// [`Editor::open`] with more `lineage acp` flags.
+    async fn open_with(cluster: &Cluster, subagents: bool, flags: &[&str]) -> Editor {
         let mut process = tokio::process::Command::new(lineage_bin())
             .args(["--nats", &cluster.nats.url(), "--cluster", &cluster.cluster])
             .args(["acp", "--profile", "delegator", "--turn-timeout-s", "60"])
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -321,4 +327,52 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     drop(other);
     let mut editor = editor;
     let _ = editor.process.start_kill();
+}
+
+/// Issue 39: `lineage acp --project` opens each session in a copy of the editor's project (its
+/// `cwd` on the editor's machine, `.gitignore` honoured), on whichever node hosts it; a
+/// project that cannot be read refuses session/new in one line and opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_c1_an_editors_project_is_the_sessions_files_with_project() {
+    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
+    let editor = Editor::open_with(&cluster, false, &["--project"]).await;
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("main.rs"), "fn main() { todo!() }\n").unwrap();
+    std::fs::write(project.path().join(".gitignore"), "target/\n").unwrap();
+    std::fs::create_dir(project.path().join("target")).unwrap();
+    std::fs::write(project.path().join("target/out.bin"), "build output").unwrap();
+    let opened = editor
+        .cx
+        .send_request(NewSessionRequest::new(project.path()))
+        .block_task()
+        .await
+        .expect("session/new");
+    let root = opened.session_id.to_string();
+    let answer = editor
+        .cx
+        .send_request(prompt(&root, "sh: cat main.rs; ls -A"))
+        .block_task()
+        .await
+        .expect("session/prompt");
+    assert_eq!(answer.stop_reason, StopReason::EndTurn);
+    let said = text_in(&editor.seen(), &root, true);
+    assert!(said.contains("fn main() { todo!() }"), "{said}");
+    assert!(!said.contains("target"), "ignored files stay out: {said}");
+
+    let refused = editor
+        .cx
+        .send_request(NewSessionRequest::new("/nonexistent/project"))
+        .block_task()
+        .await
+        .expect_err("an unreadable project is refused");
+    assert!(
+        refused.message.contains("/nonexistent/project") && !refused.message.contains('\n'),
+        "{refused:?}"
+    );
+    assert_eq!(
+        cluster.cli_json(&["ls"])["sessions"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
 }

@@ -73,6 +73,44 @@ pub async fn control(g: &Global) -> Result<ControlClient, ControlError> {
     ))
 }
 
+/// Packs `dir` (honouring `.gitignore`, without `.git`) and stores it as the upload of spawn
+/// `request_id` in the cluster's workspace bucket (issue 39): its digest, and the store (the
+/// caller removes the upload once the spawn answered: the hosting node copied it).
+pub async fn upload_workspace(
+    nats: async_nats::Client,
+    subjects: &lineage_bus::Subjects,
+    dir: &std::path::Path,
+    request_id: &lineage_core::ids::RequestId,
+) -> Result<(String, lineage_bus::workspace::NatsWorkspaces), ControlError> {
+    use lineage_bus::ports::WorkspaceStore;
+    let owned = dir.to_path_buf();
+    let packed = tokio::task::spawn_blocking(move || {
+        lineage_workspace::pack(&owned, lineage_workspace::Caps::default())
+    })
+    .await
+    .map_err(|e| ControlError::new(ErrorCode::Internal, format!("the packer stopped: {e}")))?
+    .map_err(|e| usage(e.to_string()))?;
+    let store = lineage_bus::workspace::NatsWorkspaces::new(nats, subjects, Default::default());
+    let object = lineage_core::workspace::upload_object(request_id);
+    let digest = store
+        .put(&object, &packed.bytes)
+        .await
+        .map_err(ControlError::from)?;
+    Ok((digest, store))
+}
+
+/// Removes the upload of spawn `request_id` (best effort: a line on stderr if it stays).
+pub async fn remove_upload(
+    store: &lineage_bus::workspace::NatsWorkspaces,
+    request_id: &lineage_core::ids::RequestId,
+) {
+    use lineage_bus::ports::WorkspaceStore;
+    let upload = lineage_core::workspace::upload_object(request_id);
+    if let Err(e) = store.delete(&[upload]).await {
+        tracing::warn!(error = %e, "cannot remove the workspace upload");
+    }
+}
+
 /// Returns on Ctrl-C or SIGTERM.
 pub async fn wait_for_signal() {
     #[cfg(unix)]

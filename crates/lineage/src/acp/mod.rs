@@ -58,6 +58,11 @@ pub struct Args {
     /// How long a prompt waits for its turn to end, in seconds.
     #[arg(long, default_value_t = 1800)]
     pub turn_timeout_s: u64,
+    /// Upload the editor's project (each session/new's `cwd`, on this machine) as the
+    /// session's workspace (issue 39): its agent starts in those files on whichever node hosts
+    /// it (what .gitignore leaves out stays out; refused past the profile's cap).
+    #[arg(long)]
+    pub project: bool,
 }
 
 /// How a prompt's turn ended.
@@ -80,6 +85,8 @@ pub(crate) struct Front {
     pub(crate) subjects: lineage_bus::Subjects,
     profile: String,
     turn_timeout: Duration,
+    /// Upload each session's `cwd` as its workspace (`--project`).
+    project: bool,
     pub(crate) tree: Mutex<FrontTree>,
     pub(crate) client: OnceLock<ConnectionTo<Client>>,
     prompts: Mutex<HashMap<String, PromptWait>>,
@@ -154,6 +161,37 @@ impl Front {
     }
 
     async fn new_session(&self, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        let request_id = RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| {
+            Error::new(
+                AcpCode::INTERNAL_ERROR,
+                format!("cannot mint a request id: {e}"),
+            )
+        })?;
+        // Issue 39: the editor's project as the session's files, when asked (`--project`).
+        let (workspace, uploaded) = match self.project {
+            false => (None, None),
+            true => {
+                let (digest, store) = crate::client::upload_workspace(
+                    self.nats.clone(),
+                    &self.subjects,
+                    &request.cwd,
+                    &request_id,
+                )
+                .await
+                .map_err(|e| {
+                    let line = format!(
+                        "the editor's project {}: {}",
+                        request.cwd.display(),
+                        e.message
+                    );
+                    control_error(ControlError::new(e.code, line))
+                })?;
+                (
+                    Some(lineage_protocol::workspace::SpawnWorkspace::Uploaded { digest }),
+                    Some(store),
+                )
+            }
+        };
         let spawn = SpawnRequest {
             parent: None,
             shape: None,
@@ -166,16 +204,10 @@ impl Front {
             persona: None,
             tool_filter: None,
             max_depth: None,
-            request_id: Some(
-                RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| {
-                    Error::new(
-                        AcpCode::INTERNAL_ERROR,
-                        format!("cannot mint a request id: {e}"),
-                    )
-                })?,
-            ),
+            request_id: Some(request_id.clone()),
             // The editor's directory is on the editor's machine; the session runs in the
-            // profile's working directory, which the node's operator chooses (T4).
+            // profile's working directory, which the node's operator chooses (T4); with
+            // `--project` it starts in a copy of the editor's files there.
             cwd: None,
             preset: None,
             // C2, C4: a person is behind this session (the editor's): its agent's permission
@@ -186,11 +218,14 @@ impl Front {
             }),
             timeout_ms: None,
             budget: None,
-            // Issue 39 left: uploading the editor's project when the profile allows it.
-            workspace: None,
+            workspace,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
-        let reply = self.control.spawn(&spawn).await.map_err(control_error)?;
+        let reply = self.control.spawn(&spawn).await;
+        if let Some(store) = uploaded {
+            crate::client::remove_upload(&store, &request_id).await;
+        }
+        let reply = reply.map_err(control_error)?;
         lock(&self.tree).add_root(reply.session.clone());
         tracing::info!(session = %reply.session, node = %reply.node, "ACP session opened");
         Ok(NewSessionResponse::new(reply.session.to_string()))
@@ -345,6 +380,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         subjects: subjects.clone(),
         profile: args.profile,
         turn_timeout: Duration::from_secs(args.turn_timeout_s.max(1)),
+        project: args.project,
         tree: Mutex::new(FrontTree::new(false)),
         client: OnceLock::new(),
         prompts: Mutex::new(HashMap::new()),

@@ -2,8 +2,6 @@
 
 use clap::ValueEnum;
 use lineage_bus::control::ControlError;
-use lineage_bus::ports::WorkspaceStore;
-use lineage_bus::workspace::NatsWorkspaces;
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, RequestId};
 use lineage_protocol::control::SpawnRequest;
@@ -11,7 +9,7 @@ use lineage_protocol::workspace::SpawnWorkspace;
 use lineage_protocol::AgentSpec;
 
 use super::script::read_script;
-use crate::client::{connect, control, parse_session, print_json};
+use crate::client::{connect, control, parse_session, print_json, remove_upload, upload_workspace};
 use crate::global::{subjects, Global};
 use crate::output::usage;
 
@@ -75,23 +73,6 @@ pub struct Args {
     /// a workspace) or `empty`.
     #[arg(long, value_name = "DIR|inherit|empty")]
     pub workspace: Option<String>,
-}
-
-/// Packs `dir` and stores it as the upload of spawn `request_id`: its digest, and the store.
-async fn upload(
-    g: &Global,
-    dir: &std::path::Path,
-    request_id: &RequestId,
-) -> Result<(String, NatsWorkspaces), ControlError> {
-    let packed = lineage_workspace::pack(dir, lineage_workspace::Caps::default())
-        .map_err(|e| usage(format!("--workspace: {e}")))?;
-    let store = NatsWorkspaces::new(connect(g).await?, &subjects(g)?, Default::default());
-    let object = lineage_core::workspace::upload_object(request_id);
-    let digest = store
-        .put(&object, &packed.bytes)
-        .await
-        .map_err(ControlError::from)?;
-    Ok((digest, store))
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session.
@@ -181,7 +162,14 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             None,
         ),
         (Some(dir), None) => {
-            let (digest, store) = upload(g, std::path::Path::new(dir), &request_id).await?;
+            let (digest, store) = upload_workspace(
+                connect(g).await?,
+                &subjects(g)?,
+                std::path::Path::new(dir),
+                &request_id,
+            )
+            .await
+            .map_err(|e| ControlError::new(e.code, format!("--workspace: {}", e.message)))?;
             (Some(SpawnWorkspace::Uploaded { digest }), Some(store))
         }
     };
@@ -210,10 +198,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     // The hosting node copied the upload to the session's base (or the spawn failed): the
     // upload is this client's to remove.
     if let Some(store) = uploaded {
-        let upload = lineage_core::workspace::upload_object(&request_id);
-        if let Err(e) = store.delete(&[upload]).await {
-            eprintln!("warning: cannot remove the workspace upload: {e}");
-        }
+        remove_upload(&store, &request_id).await;
     }
     let reply = reply?;
     if g.json {
