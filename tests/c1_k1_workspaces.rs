@@ -60,18 +60,6 @@ fn snapshots(c: &Cluster, session: &str) -> Vec<Event> {
         .collect()
 }
 
-fn wait_dead(c: &Cluster, node: &str) {
-    wait_for(T, format!("{node}'s lease expired"), || {
-        let status = c.cli_json(&["status"]);
-        let row = status["nodes"]
-            .as_array()?
-            .iter()
-            .find(|n| n["node"] == node)?
-            .clone();
-        (row["lease_live"] == false).then_some(())
-    });
-}
-
 #[test]
 fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_changed_files() {
     let mut c = Cluster::start_with_toml(3, &[], &delegator_profiles());
@@ -111,7 +99,7 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
 
     // Node-1 dies; the followup resumes the root elsewhere, in the files of its last turn.
     c.nodes[0].kill();
-    wait_dead(&c, "node-1");
+    c.wait_lease("node-1", false, T);
     let sent = c.cli_json(&["send", &root, "sh: cat a.txt b.txt; ls src"]);
     assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
     assert_ne!(sent["node"], "node-1", "{sent}");
@@ -398,7 +386,7 @@ fn k1_a_checkpoint_replaced_behind_the_logs_back_is_refused_at_the_resume_never_
     });
 
     c.nodes[0].kill();
-    wait_dead(&c, "node-1");
+    c.wait_lease("node-1", false, T);
     let (code, out, err) = c.cli(&["send", &root, "sh: cat a.txt"]);
     assert_ne!(code, 0, "{out}");
     assert!(
@@ -443,7 +431,7 @@ fn z2_workspaces_work_under_the_shipped_nats_permissions() {
         (snapshots(&c, &root).len() == 2).then_some(())
     });
     c.nodes[0].kill();
-    wait_dead(&c, "node-1");
+    c.wait_lease("node-1", false, T);
     let sent = c.cli_json(&["send", &root, "sh: cat a.txt"]);
     assert_ne!(sent["node"], "node-1", "{sent}");
     let second = reply_n(&c, &root, 2);

@@ -18,19 +18,6 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Waits until `status --json` says `node`'s lease is live (or not).
-fn wait_lease(c: &Cluster, node: &str, live: bool) {
-    wait_for(T, format!("{node} lease live={live}"), || {
-        let status = c.cli_json(&["status"]);
-        let row = status["nodes"]
-            .as_array()?
-            .iter()
-            .find(|n| n["node"] == node)?
-            .clone();
-        (row["lease_live"] == live).then_some(())
-    });
-}
-
 #[test]
 fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
     let mut c = Cluster::start(3);
@@ -66,7 +53,7 @@ fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
 
     // SIGKILL node-2 mid-turn; wait for its lease (2 s) to expire.
     c.nodes[1].kill();
-    wait_lease(&c, "node-2", false);
+    c.wait_lease("node-2", false, T);
     for id in [&a, &b] {
         let row = c.row(&root, id);
         assert_eq!(
@@ -164,7 +151,7 @@ fn k1_r2_sigkilled_node_child_resumes_elsewhere_and_settles_to_parent() {
     // node-2 comes back: it hosts nothing, and the resumed children stay where they are.
     c.restart(1);
     c.wait_ready(Duration::from_secs(60));
-    wait_lease(&c, "node-2", true);
+    c.wait_lease("node-2", true, T);
     for (id, node) in [(&a, node.as_str()), (&b, "node-3")] {
         let row = c.row(&root, id);
         assert_eq!(
@@ -220,7 +207,7 @@ fn n2_m1_m2_cold_parent_gets_every_queued_report_once() {
 
     c.restart(2);
     c.wait_ready(Duration::from_secs(60));
-    wait_lease(&c, "node-3", true);
+    c.wait_lease("node-3", true, T);
     // node-3 re-adopts P at start-up (no followup needed): claimed again, epoch 2, and its
     // inbox consumer picks up what was queued.
     wait_for(T, "P re-adopted on node-3", || {

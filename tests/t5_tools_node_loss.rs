@@ -65,15 +65,7 @@ fn t5_a_resumed_caller_repeating_a_tool_spawn_after_its_node_died_gets_the_same_
     );
 
     c.nodes[1].kill();
-    wait_for(T, "node-2's lease expired", || {
-        let status = c.cli_json(&["status"]);
-        let row = status["nodes"]
-            .as_array()?
-            .iter()
-            .find(|n| n["node"] == "node-2")?
-            .clone();
-        (row["lease_live"] == false).then_some(())
-    });
+    c.wait_lease("node-2", false, T);
 
     // The child has settled meanwhile: its notice waits in the root's inbox, so the resumed
     // root may first run a turn that answers it (and spawns nothing) before the followup's.

@@ -312,44 +312,13 @@ impl DriverComposition {
     }
 }
 
-/// What a session's workspace may hold (a profile's `workspace_max_bytes` and
-/// `workspace_max_files`, issue 39).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkspaceCaps {
-    /// Bytes of file content.
-    pub max_bytes: u64,
-    /// Entries: files, directories, links.
-    pub max_files: u64,
-}
-
-impl Default for WorkspaceCaps {
-    /// 256 MiB in 100,000 entries.
-    fn default() -> Self {
-        WorkspaceCaps {
-            max_bytes: 256 * 1024 * 1024,
-            max_files: 100_000,
-        }
-    }
-}
-
-impl WorkspaceCaps {
-    /// A profile's caps, the defaults where it sets none.
-    pub fn with(max_bytes: Option<u64>, max_files: Option<u64>) -> Self {
-        let d = WorkspaceCaps::default();
-        WorkspaceCaps {
-            max_bytes: max_bytes.unwrap_or(d.max_bytes),
-            max_files: max_files.unwrap_or(d.max_files),
-        }
-    }
-}
-
 /// A session's own directory of files and what it may hold ([`AgentDriver::own_files`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnFiles {
     /// The directory.
     pub dir: std::path::PathBuf,
-    /// Its caps.
-    pub caps: WorkspaceCaps,
+    /// What it may hold (its profile's `workspace_max_bytes` and `workspace_max_files`).
+    pub caps: lineage_workspace::Caps,
 }
 
 /// A hosted agent. Object safe: the host keeps `Box<dyn AgentDriver>`.

@@ -106,6 +106,16 @@ fn default_prompt_timeout_ms() -> u64 {
 }
 
 impl AgentProfile {
+    /// What a session's workspace may hold: the profile's caps, the defaults where it sets
+    /// none (issue 39).
+    pub fn workspace_caps(&self) -> lineage_workspace::Caps {
+        let default = lineage_workspace::Caps::default();
+        lineage_workspace::Caps {
+            max_bytes: self.workspace_max_bytes.unwrap_or(default.max_bytes),
+            max_files: self.workspace_max_files.unwrap_or(default.max_files),
+        }
+    }
+
     /// A scripted-agent profile (the request carries the script).
     pub fn script(description: &str) -> Self {
         AgentProfile {
@@ -196,7 +206,7 @@ pub struct AcpLaunch {
     /// bridge.
     pub sandbox: Option<SandboxPlan>,
     /// What its workspace may hold (issue 39).
-    pub workspace_caps: crate::driver::WorkspaceCaps,
+    pub workspace_caps: lineage_workspace::Caps,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).

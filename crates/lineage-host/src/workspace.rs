@@ -26,14 +26,6 @@ use lineage_workspace::{Caps, Digest};
 use crate::error::HostError;
 use crate::shared::Shared;
 
-/// A profile's caps as the snapshot code takes them.
-pub(crate) fn caps(caps: lineage_drivers::driver::WorkspaceCaps) -> Caps {
-    Caps {
-        max_bytes: caps.max_bytes,
-        max_files: caps.max_files,
-    }
-}
-
 /// Packs `dir` off the async threads, refused past `caps`.
 async fn pack(dir: PathBuf, caps: Caps) -> Result<lineage_workspace::Snapshot, HostError> {
     tokio::task::spawn_blocking(move || lineage_workspace::pack(&dir, caps))

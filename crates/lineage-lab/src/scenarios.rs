@@ -18,7 +18,7 @@
 //!
 //! | `scale` | not in `all`: the registry at 1,000,000 sessions (trees of 1,000): register latency at 100k and 1M, RSS per session, snapshot size and build time, a follower's restart and its catch-up from a snapshot ([`scale`](mod@scale)) |
 //! | `peers` | not in `all`: lineage next to Restate, Temporal, etcd and NATS KV on the same machine, one at a time (the peers installed by `scripts/bench-peers.sh`): a parent awaiting a one-shot child, a durable replicated write, 1 and 64 callers ([`peers`]) |
-//! | `workspace` | not in `all` (issue 39, its first part): a 10 MB and a 100 MB tree packed, stored in the Object Store, read back and materialized ([`workspace`](mod@workspace)); nats-server only |
+//! | `workspace` | not in `all` (issue 39): a 10 MB and a 100 MB tree packed, stored in the Object Store, read back and materialized ([`workspace`](mod@workspace)); then a one-shot child on another node inheriting a 10 MB workspace vs an empty one ([`inherit`](mod@inherit)) |
 //! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
@@ -27,6 +27,7 @@
 //! the runner and what the scenarios share, `scenarios/setup.rs` the cluster setup ([`Bench`]).
 
 mod drain;
+mod inherit;
 mod peers;
 mod resume;
 mod scale;
@@ -103,7 +104,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
     if name == "peers" {
         return peers::peers(g).await;
     }
-    let bench = Bench::setup(g, !matches!(name, "baseline" | "workspace")).await?;
+    let bench = Bench::setup(g, name != "baseline").await?;
     let outcome = match name {
         "baseline" => Ok(()),
         "registry" => registry(&bench).await,
@@ -113,7 +114,10 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "drain" => drain(&bench).await,
         "tools" => tools::tools(&bench).await,
         "scale" => scale::scale(&bench).await,
-        "workspace" => workspace::workspace(&bench).await,
+        "workspace" => match workspace::workspace(&bench).await {
+            Ok(()) => inherit::inherit(&bench).await,
+            Err(e) => Err(e),
+        },
         other => Err(lineage::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),

@@ -104,6 +104,19 @@ impl Cluster {
         });
     }
 
+    /// Polls `lineage status` until `node`'s lease is live (or, with `live` false, expired).
+    pub fn wait_lease(&self, node: &str, live: bool, limit: Duration) {
+        wait_for(limit, format_args!("{node} lease live={live}"), || {
+            let status = self.cli_json(&["status"]);
+            let row = status["nodes"]
+                .as_array()?
+                .iter()
+                .find(|n| n["node"] == node)?
+                .clone();
+            (row["lease_live"] == live).then_some(())
+        });
+    }
+
     /// Direct children of `parent` in a tree listing, in registration order.
     pub fn children(tree: &[serde_json::Value], parent: &str) -> Vec<String> {
         let mut kids: Vec<&serde_json::Value> =

@@ -129,10 +129,7 @@ impl AgentProfiles {
                             // is bound to the sandbox (V1); the HTTP endpoint cannot be.
                             tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
                             sandbox,
-                            workspace_caps: crate::driver::WorkspaceCaps::with(
-                                p.workspace_max_bytes,
-                                p.workspace_max_files,
-                            ),
+                            workspace_caps: p.workspace_caps(),
                         })))
                     }
                 }

@@ -164,7 +164,7 @@ async fn materialize(
             init.header.id()
         )));
     };
-    let caps = crate::workspace::caps(own.caps);
+    let caps = own.caps;
     shared.materialize(&snapshot, &own.dir, caps).await?;
     Ok(Some(TaskWorkspace {
         dir: own.dir,

@@ -94,7 +94,7 @@ pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
 }
 
 /// Writes `bytes` of files under `root` (see the module docs); returns how many files.
-fn make_tree(root: &Path, bytes: u64) -> Result<u64, ControlError> {
+pub(super) fn make_tree(root: &Path, bytes: u64) -> Result<u64, ControlError> {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {
         rng ^= rng << 13;
