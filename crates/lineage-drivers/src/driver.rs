@@ -375,6 +375,10 @@ pub trait DriverFactory: Send + Sync + 'static {
     /// node checks a birth's agent against it before anything is written
     /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
     fn offer(&self) -> AgentsReply;
+    /// The protocols a root's `--git` URL may use here ([`crate::git`]); none by default.
+    fn git_protocols(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the

@@ -16,6 +16,7 @@
 //! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
 //! | [`sandbox`] | per-session sandboxes (bubblewrap: user, pid, mount namespaces) and how a session's processes are recognised ([`sandbox::Confinement`]) | V1, V2 |
 //! | [`tools`] | lineage's delegation tools as an MCP server (`rmcp`) bound to one hosted session: each call is an action of its running turn | T1–T3, T5 |
+//! | [`git`] | a root's files cloned from a git repository, as the node's operator allows (`agents.git_protocols`) | issue 39 |
 //! | [`error`] | [`DriverError`], the crate's one error enum | |
 
 #![deny(missing_docs)]
@@ -23,6 +24,7 @@
 pub mod acp;
 pub mod driver;
 pub mod error;
+pub mod git;
 pub mod profiles;
 pub mod sandbox;
 pub mod script;

@@ -93,6 +93,13 @@ pub struct AgentProfile {
     pub workspace_max_files: Option<u64>,
 }
 
+fn default_git_protocols() -> Vec<String> {
+    crate::git::DEFAULT_PROTOCOLS
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
 fn default_workdir() -> String {
     "session".into()
 }
@@ -149,6 +156,10 @@ pub struct AgentProfiles {
     /// per live session (V2). Unset: sandboxes run as the node's own user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_uids: Option<UidRange>,
+    /// The protocols a root's `--git` URL may use (issue 39): default `https` and `ssh`; `file`
+    /// lets clients clone the node's own local repositories.
+    #[serde(default = "default_git_protocols")]
+    pub git_protocols: Vec<String>,
     /// The profiles, by name.
     #[serde(flatten)]
     pub profiles: BTreeMap<String, AgentProfile>,
@@ -165,6 +176,7 @@ impl Default for AgentProfiles {
     fn default() -> Self {
         AgentProfiles {
             allow_raw_commands: false,
+            git_protocols: default_git_protocols(),
             profiles: BTreeMap::from([(
                 "script".to_owned(),
                 AgentProfile::script("scripted agent: the request carries the script"),

@@ -183,9 +183,11 @@ impl Shared {
         child: &SessionId,
     ) -> Result<Option<lineage_core::workspace::WorkspaceSnapshot>, HostError> {
         match (choice, &parent.workspace) {
-            (Some(SpawnWorkspace::Uploaded { .. }), _) => Err(HostError::BadRequest(
-                "a child's workspace is inherit or empty; an upload is for a top-level session (lineage spawn --workspace DIR without --parent)".into(),
-            )),
+            (Some(SpawnWorkspace::Uploaded { .. } | SpawnWorkspace::Git { .. }), _) => {
+                Err(HostError::BadRequest(
+                    "a child's workspace is inherit or empty; an upload or a git clone is for a top-level session (lineage spawn --workspace DIR or --git URL without --parent)".into(),
+                ))
+            }
             (Some(SpawnWorkspace::Empty), _) | (None, None) => Ok(None),
             (Some(SpawnWorkspace::Inherit), None) => Err(HostError::BadRequest(format!(
                 "workspace inherit: parent {} has no workspace to copy; give workspace empty, or start the root with lineage spawn --workspace DIR",
@@ -292,6 +294,9 @@ impl Shared {
                     object: lineage_core::workspace::upload_object(&request_id),
                     digest,
                 })
+            }
+            Some(SpawnWorkspace::Git { url, reference }) => {
+                Some(self.clone_files(&url, &reference, &session).await?)
             }
             Some(SpawnWorkspace::Inherit | SpawnWorkspace::Empty) => {
                 return Err(HostError::BadRequest(

@@ -89,6 +89,27 @@ impl Shared {
         Ok(WorkspaceSnapshot { object, digest })
     }
 
+    /// A root's files cloned from a git repository (`reference` of `url`, as this node's
+    /// `agents.git_protocols` allow), packed without `.git` and stored as `session`'s base.
+    pub(crate) async fn clone_files(
+        &self,
+        url: &str,
+        reference: &str,
+        session: &SessionId,
+    ) -> Result<WorkspaceSnapshot, HostError> {
+        let protocols = self.drivers.git_protocols();
+        lineage_drivers::git::check(url, reference, &protocols)?;
+        let tmp = tempfile::tempdir().map_err(|e| {
+            HostError::Internal(format!("cannot make a directory to clone {url} into: {e}"))
+        })?;
+        let repo = tmp.path().join("repo");
+        lineage_drivers::git::clone(url, reference, &protocols, &repo).await?;
+        let packed = pack(repo, Caps::default()).await?;
+        let object = base_object(session);
+        let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
+        Ok(WorkspaceSnapshot { object, digest })
+    }
+
     /// `session`'s checkpoint number `n`: `dir` packed and stored under its name.
     pub(crate) async fn checkpoint(
         &self,

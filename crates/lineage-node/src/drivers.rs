@@ -189,6 +189,10 @@ impl DriverFactory for NodeDrivers {
     fn offer(&self) -> AgentsReply {
         offer_of(&self.profiles)
     }
+
+    fn git_protocols(&self) -> Vec<String> {
+        self.profiles.git_protocols.clone()
+    }
 }
 
 impl Tools {

@@ -17,6 +17,14 @@ pub enum SpawnWorkspace {
         /// The upload's digest (`SHA-256=<base64url>`); a mismatch refuses the spawn.
         digest: String,
     },
+    /// A root's files cloned by the node from a git repository (its `agents.git_protocols`
+    /// decide which URLs), at a branch or tag; the clone's files without `.git`.
+    Git {
+        /// The repository URL.
+        url: String,
+        /// The branch or tag.
+        reference: String,
+    },
     /// A child: a copy of its parent's files as they are at the spawn (the default when the
     /// parent has a workspace).
     Inherit,

@@ -71,8 +71,26 @@ pub struct Args {
     /// here (honouring .gitignore, without .git) and uploaded to the cluster. A child
     /// (--parent): `inherit` (a copy of its parent's files; the default when the parent has
     /// a workspace) or `empty`.
-    #[arg(long, value_name = "DIR|inherit|empty")]
+    #[arg(long, value_name = "DIR|inherit|empty", conflicts_with = "git")]
     pub workspace: Option<String>,
+    /// A top-level session's files cloned by the hosting node from this git repository (issue
+    /// 39; the node's agents.git_protocols decide which URLs), at --ref.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "reference",
+        conflicts_with = "parent"
+    )]
+    pub git: Option<String>,
+    /// The branch or tag --git clones.
+    #[arg(
+        long = "ref",
+        id = "reference",
+        value_name = "REF",
+        requires = "git",
+        allow_hyphen_values = true
+    )]
+    pub reference: Option<String>,
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session.
@@ -153,7 +171,13 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     }
     let budget = (!budget.is_unlimited()).then_some(budget);
     let (workspace, uploaded) = match (&args.workspace, &parent) {
-        (None, _) => (None, None),
+        (None, _) => (
+            args.git.clone().map(|url| SpawnWorkspace::Git {
+                url,
+                reference: args.reference.clone().unwrap_or_default(),
+            }),
+            None,
+        ),
         (Some(word), Some(_)) => (
             Some(
                 SpawnWorkspace::parse_choice(word)
