@@ -27,6 +27,9 @@ use lineage_drivers::driver::{
     ActionOutcome, AgentDriver, DriverAction, TurnAction, TurnCtx, TurnInput, TurnRequest,
 };
 
+/// How many times a turn's end tries to store its checkpoint when the bus errs (issue 39).
+const CHECKPOINT_TRIES: u32 = 4;
+
 /// A birth in flight: who waits, the child's shape, the outcome.
 type Birth =
     Pin<Box<dyn Future<Output = (u64, SubagentShape, Result<SpawnReply, HostError>)> + Send>>;
@@ -154,8 +157,10 @@ impl AgentTask {
     }
 
     /// A checkpoint of the session's files (issue 39): stored, then its snapshot staged to be
-    /// written with the turn's end. One that cannot be stored is logged, and the log keeps
-    /// naming the last one that was (the next turn's end tries again).
+    /// written with the turn's end. A bus error is tried again ([`CHECKPOINT_TRIES`] in all,
+    /// 250 ms, 500 ms, 1 s apart); one that still cannot be stored (or is over the profile's
+    /// cap) is logged, and the log keeps naming the last one that was (the next turn's end
+    /// tries again).
     async fn checkpoint(&mut self) {
         let Some(workspace) = &self.workspace else {
             return;
@@ -165,7 +170,22 @@ impl AgentTask {
             workspace.caps,
             workspace.checkpoints + 1,
         );
-        match self.shared.checkpoint(&self.session, &dir, caps, n).await {
+        // The bus may be away for a moment (a leader change): the turn's end waits for a few
+        // tries before it goes on without this checkpoint.
+        let mut pause = std::time::Duration::from_millis(250);
+        let mut tries = 0;
+        let saved = loop {
+            tries += 1;
+            match self.shared.checkpoint(&self.session, &dir, caps, n).await {
+                Err(HostError::Bus(e)) if tries < CHECKPOINT_TRIES => {
+                    tracing::info!(session = %self.session, error = %e, "checkpoint not stored; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                other => break other,
+            }
+        };
+        match saved {
             Ok(snapshot) => {
                 if let Some(workspace) = &mut self.workspace {
                     workspace.checkpoints = n;
@@ -173,7 +193,7 @@ impl AgentTask {
                 self.feed(EngineEvent::WorkspaceSaved(snapshot)).await;
             }
             Err(e) => {
-                tracing::warn!(session = %self.session, error = %e, "cannot checkpoint the session's files; the last checkpoint stays");
+                tracing::warn!(session = %self.session, error = %e, tries, "cannot checkpoint the session's files; the last checkpoint stays");
             }
         }
     }
