@@ -8,8 +8,6 @@
 //! never bytes); the caller checks it again against the digest it recorded.
 
 use async_nats::jetstream::{self, object_store};
-use base64::Engine as _;
-use sha2::Digest as _;
 use tokio::sync::OnceCell;
 
 use crate::error::BusError;
@@ -146,10 +144,7 @@ impl WorkspaceStore for NatsWorkspaces {
             )
             .await?;
             let digest = info.digest.clone().unwrap_or_default();
-            let found = format!(
-                "SHA-256={}",
-                base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(&bytes))
-            );
+            let found = lineage_workspace::Digest::of(&bytes).to_string();
             if bytes.len() != info.size || found != digest {
                 return Err(BusError::JetStream {
                     op: "read a workspace",

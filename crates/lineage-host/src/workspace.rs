@@ -35,8 +35,8 @@ async fn pack(dir: PathBuf, caps: Caps) -> Result<lineage_workspace::Snapshot, H
 }
 
 impl Shared {
-    /// Reads `object`, refused unless it is there with `digest` (a damaged or replaced object
-    /// is never materialized).
+    /// Reads `snapshot`'s object, refused unless the store recorded it with the digest the log
+    /// names (a damaged or replaced object is never materialized).
     async fn read_snapshot(&self, snapshot: &WorkspaceSnapshot) -> Result<Vec<u8>, HostError> {
         let stored = self.bus.workspaces.get(&snapshot.object).await?;
         let Some(stored) = stored else {
@@ -45,8 +45,10 @@ impl Shared {
                 snapshot.object
             )));
         };
+        // The store checked the bytes against the digest it recorded as it read them: what is
+        // left is that the recorded digest is the one the log names (not hashed again here).
         let expected = Digest::parse(&snapshot.digest)?;
-        let found = Digest::of(&stored.bytes);
+        let found = Digest::parse(&stored.digest)?;
         if found != expected {
             return Err(lineage_workspace::WorkspaceError::DigestMismatch {
                 expected: expected.to_string(),

@@ -2,17 +2,11 @@
 //! with (`SHA-256=<base64url>` of its bytes, as NATS' Object Store records it); a put replaces;
 //! an absent one is `None`; a purge removes only the purged sessions' objects.
 
-use base64::Engine as _;
-use sha2::Digest as _;
-
 use super::{sid, Backend};
 use crate::ports::StoredWorkspace;
 
 fn digest_of(bytes: &[u8]) -> String {
-    format!(
-        "SHA-256={}",
-        base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(bytes))
-    )
+    lineage_workspace::Digest::of(bytes).to_string()
 }
 
 /// Round trip, replacement and absence, across handles.

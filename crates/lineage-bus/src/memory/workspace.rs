@@ -4,9 +4,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
-use sha2::Digest as _;
-
 use crate::error::BusError;
 use crate::ports::{BoxFuture, StoredWorkspace, WorkspaceStore};
 
@@ -30,10 +27,7 @@ impl WorkspaceStore for MemoryWorkspaces {
         bytes: &'a [u8],
     ) -> BoxFuture<'a, Result<String, BusError>> {
         Box::pin(async move {
-            let digest = format!(
-                "SHA-256={}",
-                base64::engine::general_purpose::URL_SAFE.encode(sha2::Sha256::digest(bytes))
-            );
+            let digest = lineage_workspace::Digest::of(bytes).to_string();
             let mut objects = self.objects.lock().map_err(|_| poisoned())?;
             objects.insert(
                 object.to_owned(),
