@@ -13,6 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::WorkspaceError;
+use crate::snapshot::{Caps, Layer};
 
 /// One path's state in a tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +112,23 @@ pub fn changes(base: &Path, after: &Path) -> Result<Vec<Change>, WorkspaceError>
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// A stored tree: a whole snapshot and, maybe, a delta laid over it ([`crate::delta`]).
+pub type Stored<'a> = (Layer<'a>, Option<Layer<'a>>);
+
+/// The changes that turn the stored tree `before` into `after` (each materialized in a
+/// temporary directory, removed after), held to `caps`.
+pub fn between(
+    before: Stored<'_>,
+    after: Stored<'_>,
+    caps: Caps,
+) -> Result<Vec<Change>, WorkspaceError> {
+    let tmp = tempfile::tempdir().map_err(|e| WorkspaceError::io(std::env::temp_dir(), e))?;
+    let (a, b) = (tmp.path().join("before"), tmp.path().join("after"));
+    crate::unpack_layers(before.0, before.1, &a, caps)?;
+    crate::unpack_layers(after.0, after.1, &b, caps)?;
+    changes(&a, &b)
 }
 
 fn text(entry: Option<&Entry>) -> Option<String> {

@@ -71,6 +71,22 @@ pub struct Unpacked {
 
 /// Packs `dir` (see the module docs), refused past `caps`.
 pub fn pack(dir: &Path, caps: Caps) -> Result<Snapshot, WorkspaceError> {
+    let mut tar = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+    tar.follow_symlinks(false);
+    let (files, content_bytes) = walk(dir, caps, |rel, path, meta| {
+        append(&mut tar, rel, path, meta, None)
+    })?;
+    finish(tar, dir, files, content_bytes)
+}
+
+/// Visits every entry of `dir` a snapshot holds (module docs), in name order, with its path
+/// relative to `dir`, its path and its metadata; the entries and content bytes seen, refused
+/// past `caps`.
+pub(crate) fn walk(
+    dir: &Path,
+    caps: Caps,
+    mut visit: impl FnMut(&Path, &Path, &fs::Metadata) -> Result<(), WorkspaceError>,
+) -> Result<(u64, u64), WorkspaceError> {
     let meta = fs::metadata(dir).map_err(|e| WorkspaceError::NotADirectory {
         path: dir.to_owned(),
         reason: e.to_string(),
@@ -93,8 +109,6 @@ pub fn pack(dir: &Path, caps: Caps) -> Result<Snapshot, WorkspaceError> {
         .filter_entry(|e| e.file_name() != ".git")
         .sort_by_file_name(|a, b| a.cmp(b))
         .build();
-    let mut tar = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
-    tar.follow_symlinks(false);
     let (mut files, mut content_bytes) = (0u64, 0u64);
     for entry in walk {
         let entry = entry.map_err(|e| WorkspaceError::io(dir, std::io::Error::other(e)))?;
@@ -112,35 +126,67 @@ pub fn pack(dir: &Path, caps: Caps) -> Result<Snapshot, WorkspaceError> {
         if files > caps.max_files {
             return Err(over("files", files, caps.max_files, "files"));
         }
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(meta.permissions().mode() & 0o777);
-        header.set_mtime(
-            meta.modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs()),
-        );
-        let written = if kind.is_dir() {
-            header.set_entry_type(tar::EntryType::Directory);
-            header.set_size(0);
-            tar.append_data(&mut header, rel, std::io::empty())
-        } else if kind.is_symlink() {
-            let target = fs::read_link(path).map_err(|e| WorkspaceError::io(path, e))?;
-            header.set_entry_type(tar::EntryType::Symlink);
-            header.set_size(0);
-            tar.append_link(&mut header, rel, target)
-        } else {
+        if kind.is_file() {
             content_bytes += meta.len();
             if content_bytes > caps.max_bytes {
                 return Err(over("bytes", content_bytes, caps.max_bytes, "bytes"));
             }
-            let file = fs::File::open(path).map_err(|e| WorkspaceError::io(path, e))?;
-            header.set_entry_type(tar::EntryType::Regular);
-            header.set_size(meta.len());
-            tar.append_data(&mut header, rel, file.take(meta.len()))
-        };
-        written.map_err(|e| WorkspaceError::io(path, e))?;
+        }
+        visit(rel, path, &meta)?;
     }
+    Ok((files, content_bytes))
+}
+
+/// The gzip'd tar being written.
+pub(crate) type Writer = tar::Builder<GzEncoder<Vec<u8>>>;
+
+/// Appends the entry at `path` (metadata `meta`) as `name`: a directory, a link, or a file
+/// whose content is `content` when given (already read), else read from `path`.
+pub(crate) fn append(
+    tar: &mut Writer,
+    name: &Path,
+    path: &Path,
+    meta: &fs::Metadata,
+    content: Option<&[u8]>,
+) -> Result<(), WorkspaceError> {
+    let kind = meta.file_type();
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(meta.permissions().mode() & 0o777);
+    header.set_mtime(
+        meta.modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs()),
+    );
+    let written = if kind.is_dir() {
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_size(0);
+        tar.append_data(&mut header, name, std::io::empty())
+    } else if kind.is_symlink() {
+        let target = fs::read_link(path).map_err(|e| WorkspaceError::io(path, e))?;
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        tar.append_link(&mut header, name, target)
+    } else if let Some(content) = content {
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(content.len() as u64);
+        tar.append_data(&mut header, name, content)
+    } else {
+        let file = fs::File::open(path).map_err(|e| WorkspaceError::io(path, e))?;
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(meta.len());
+        tar.append_data(&mut header, name, file.take(meta.len()))
+    };
+    written.map_err(|e| WorkspaceError::io(path, e))
+}
+
+/// The snapshot `tar` holds, `files` entries and `content_bytes` bytes of `dir`.
+pub(crate) fn finish(
+    tar: Writer,
+    dir: &Path,
+    files: u64,
+    content_bytes: u64,
+) -> Result<Snapshot, WorkspaceError> {
     let bytes = tar
         .into_inner()
         .and_then(|gz| gz.finish())
@@ -153,6 +199,22 @@ pub fn pack(dir: &Path, caps: Caps) -> Result<Snapshot, WorkspaceError> {
     })
 }
 
+/// One stored layer of a workspace: a snapshot's bytes and the digest it was recorded with.
+#[derive(Debug, Clone, Copy)]
+pub struct Layer<'a> {
+    /// The gzip'd tar as read from the store (untrusted).
+    pub bytes: &'a [u8],
+    /// The digest it was recorded with.
+    pub digest: &'a Digest,
+}
+
+/// How an archive's paths read: a whole tree, or a delta's `put/` and `removed/` halves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Whole,
+    Delta,
+}
+
 /// Materializes the snapshot `bytes`, recorded with digest `expected`, into `into` (created if
 /// absent; it must be empty), refused past `caps` (see the module docs).
 pub fn unpack(
@@ -161,12 +223,30 @@ pub fn unpack(
     into: &Path,
     caps: Caps,
 ) -> Result<Unpacked, WorkspaceError> {
-    let found = Digest::of(bytes);
-    if found != *expected {
-        return Err(WorkspaceError::DigestMismatch {
-            expected: expected.to_string(),
-            found: found.to_string(),
-        });
+    let base = Layer {
+        bytes,
+        digest: expected,
+    };
+    unpack_layers(base, None, into, caps)
+}
+
+/// Materializes the whole snapshot `base` and, when given, a `delta` against it
+/// ([`crate::delta`]) laid over it, into `into` (created if absent; it must be empty). Both
+/// digests are checked before anything is read; each layer is held to `caps` on its own.
+pub fn unpack_layers(
+    base: Layer<'_>,
+    delta: Option<Layer<'_>>,
+    into: &Path,
+    caps: Caps,
+) -> Result<Unpacked, WorkspaceError> {
+    for layer in std::iter::once(&base).chain(delta.as_ref()) {
+        let found = Digest::of(layer.bytes);
+        if found != *layer.digest {
+            return Err(WorkspaceError::DigestMismatch {
+                expected: layer.digest.to_string(),
+                found: found.to_string(),
+            });
+        }
     }
     let created = match fs::read_dir(into) {
         Ok(mut entries) => {
@@ -189,7 +269,11 @@ pub fn unpack(
     let staging = into.join(format!(".lineage-incoming-{}-{nanos}", std::process::id()));
     let extracted = fs::create_dir(&staging)
         .map_err(|e| WorkspaceError::io(&staging, e))
-        .and_then(|()| extract(bytes, &staging, caps))
+        .and_then(|()| extract(base.bytes, &staging, caps, Form::Whole))
+        .and_then(|whole| match delta {
+            None => Ok(whole),
+            Some(delta) => extract(delta.bytes, &staging, caps, Form::Delta),
+        })
         .and_then(|unpacked| move_up(&staging, into).map(|()| unpacked));
     if extracted.is_err() {
         let _ = fs::remove_dir_all(&staging);
@@ -200,8 +284,9 @@ pub fn unpack(
     extracted
 }
 
-/// Extracts every entry into `root`, checking each (module docs).
-fn extract(bytes: &[u8], root: &Path, caps: Caps) -> Result<Unpacked, WorkspaceError> {
+/// Extracts every entry into `root`, checking each (module docs). A delta's `removed/` entries
+/// remove their path; its `put/` entries replace theirs.
+fn extract(bytes: &[u8], root: &Path, caps: Caps, form: Form) -> Result<Unpacked, WorkspaceError> {
     let mut archive = tar::Archive::new(GzDecoder::new(bytes));
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut safe_dirs: HashSet<PathBuf> = HashSet::new();
@@ -231,11 +316,36 @@ fn extract(bytes: &[u8], root: &Path, caps: Caps) -> Result<Unpacked, WorkspaceE
         }
         let path = entry.path().map_err(|e| WorkspaceError::io(root, e))?;
         let rel = inside(&path).ok_or_else(|| bad("leaves the workspace (absolute, or ..)"))?;
+        let (rel, removed) = match form {
+            Form::Whole => (rel, false),
+            Form::Delta => {
+                let (half, rel) = crate::delta::split(&rel)
+                    .ok_or_else(|| bad("is neither under put/ nor under removed/ in a delta"))?;
+                // A delta replaces and removes what is there: no remembered directory is
+                // safe from one entry to the next.
+                safe_dirs.clear();
+                (rel, half == crate::delta::REMOVED)
+            }
+        };
         if !seen.insert(rel.clone()) {
             return Err(bad("appears twice"));
         }
-        no_link_above(root, &rel, &mut safe_dirs).map_err(|()| bad("lies under a link"))?;
         let dest = root.join(&rel);
+        if removed {
+            if !kind.is_file() || entry.header().size().unwrap_or(1) != 0 {
+                return Err(bad("is a removal that is not an empty file"));
+            }
+            // Under a path the delta made a file or a link, it is gone already; nothing is
+            // removed through a link.
+            if no_link_above(root, &rel, &mut safe_dirs).is_ok() {
+                clear(&dest, false)?;
+            }
+            continue;
+        }
+        no_link_above(root, &rel, &mut safe_dirs).map_err(|()| bad("lies under a link"))?;
+        if form == Form::Delta {
+            clear(&dest, kind.is_dir())?;
+        }
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
         if kind.is_dir() {
             fs::create_dir_all(&dest).map_err(|e| WorkspaceError::io(&dest, e))?;
@@ -286,6 +396,27 @@ fn extract(bytes: &[u8], root: &Path, caps: Caps) -> Result<Unpacked, WorkspaceE
         files,
         content_bytes,
     })
+}
+
+/// Removes what is at `dest` (a delta replaces or removes it), but a directory when
+/// `keep_dir` (a directory put over a directory keeps what it holds).
+fn clear(dest: &Path, keep_dir: bool) -> Result<(), WorkspaceError> {
+    let removed = match fs::symlink_metadata(dest) {
+        // Absent, or under what is now a file.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(())
+        }
+        Err(e) => return Err(WorkspaceError::io(dest, e)),
+        Ok(meta) if meta.is_dir() && keep_dir => return Ok(()),
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(dest),
+        Ok(_) => fs::remove_file(dest),
+    };
+    removed.map_err(|e| WorkspaceError::io(dest, e))
 }
 
 /// Moves what `staging` holds into `into` (its parent), then removes `staging`.
@@ -364,4 +495,4 @@ fn over(what: &'static str, found: u64, cap: u64, unit: &'static str) -> Workspa
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,13 +8,13 @@ use std::path::Path;
 
 use super::*;
 
-fn write(root: &Path, rel: &str, text: &str) {
+pub(crate) fn write(root: &Path, rel: &str, text: &str) {
     let path = root.join(rel);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, text).unwrap();
 }
 
-fn listing(root: &Path) -> Vec<String> {
+pub(crate) fn listing(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_owned()];
     while let Some(dir) = stack.pop() {
@@ -48,11 +48,11 @@ fn listing(root: &Path) -> Vec<String> {
 }
 
 /// A crafted tar entry: its path, its type, and its data (or a link's target).
-type Crafted<'a> = (&'a str, tar::EntryType, &'a str);
+pub(crate) type Crafted<'a> = (&'a str, tar::EntryType, &'a str);
 
 /// A snapshot of crafted tar entries `(path, kind, data or link target)`, gzip'd, with headers
 /// written as given (no path checks, as a hostile client could).
-fn crafted(entries: &[Crafted]) -> Snapshot {
+pub(crate) fn crafted(entries: &[Crafted]) -> Snapshot {
     let mut tar = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
     for (path, kind, data) in entries {
         let mut header = tar::Header::new_old();
