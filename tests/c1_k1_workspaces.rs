@@ -80,9 +80,21 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
     assert!(first.contains("hello from the client"), "{first}");
     assert!(first.contains("fn main() {}"), "{first}");
     assert!(!first.contains("target"), "ignored files stay out: {first}");
-    // The client's upload was copied to the session's base and removed.
-    let base = &snapshots(&c, &root)[0];
-    assert_eq!(base.data["object"], format!("{root}.base"), "{base:?}");
+    // The client's upload was copied to the session's base and removed. The first turn
+    // changed no file: its end stored and logged no checkpoint.
+    wait_for(T, "the first turn's end", || {
+        c.log(&root)
+            .iter()
+            .any(|e| e.kind == "turn/end")
+            .then_some(())
+    });
+    let logged = snapshots(&c, &root);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(
+        logged[0].data["object"],
+        format!("{root}.base"),
+        "{logged:?}"
+    );
 
     let sent = c.cli_json(&[
         "send",
@@ -92,10 +104,11 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
     assert_eq!(sent["node"], "node-1", "{sent}");
     let second = reply_n(&c, &root, 2);
     assert!(second.contains("sh exit 0"), "{second}");
-    // The base, and one checkpoint per turn's end.
-    wait_for(T, "the second turn's checkpoint", || {
-        (snapshots(&c, &root).len() == 3).then_some(())
+    // The base, and the second turn's checkpoint: a delta of the three paths it changed.
+    let delta = wait_for(T, "the second turn's checkpoint", || {
+        snapshots(&c, &root).get(1).cloned()
     });
+    assert_eq!(delta.data["changed"], 3, "{delta:?}");
 
     // Node-1 dies; the followup resumes the root elsewhere, in the files of its last turn.
     c.nodes[0].kill();
@@ -233,9 +246,17 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
         .collect();
     assert_eq!((spawned.len(), applied.len()), (2, 2), "{text}");
     let (inheriting, empty) = (&spawned[0], &spawned[1]);
-    // The child saw its parent's files on node-2 ...
+    // The child saw its parent's files on node-2, and its result says what it changed ...
     let output = inheriting["output"].as_str().unwrap_or_default();
     assert!(output.contains("hello from the client"), "{inheriting}");
+    assert_eq!(inheriting["changed_paths"], 2, "{inheriting}");
+    assert!(
+        inheriting["changes"]
+            .as_str()
+            .is_some_and(|s| s.contains("apply_child_changes")),
+        "{inheriting}"
+    );
+    assert_eq!(empty["changed_paths"], serde_json::Value::Null, "{empty}");
     // ... and the empty one saw none of them.
     assert!(
         !empty["output"]
@@ -309,6 +330,18 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
     let fifth = reply_n(&c, &root, 5);
     assert!(fifth.contains("edited by the parent"), "{fifth}");
     assert!(!fifth.contains("notes.txt"), "nothing written: {fifth}");
+
+    // A continuable child's settlement notice carries the reference to its changes: the
+    // parent's inbox accepts it with the number of paths, which its prompt shows.
+    let continuable = r#"tool: spawn_subagent {"profile": "delegator", "shape": "continuable", "node": "node-3", "prompt": "sh: echo from the continuable child > c.txt"}"#;
+    c.cli_json(&["send", &root, continuable]);
+    reply_n(&c, &root, 6);
+    let settled = wait_for(T, "the continuable child's settlement", || {
+        c.log(&root)
+            .into_iter()
+            .find(|e| e.kind == "inbox/accepted" && e.data["message"]["kind"] == "subagent-settled")
+    });
+    assert_eq!(settled.data["message"]["changed"], 1, "{settled:?}");
 }
 
 #[test]

@@ -118,6 +118,7 @@ fn t1_t5_the_python_mcp_sdk_calls_the_tools_over_streamable_http_with_the_grants
                     output: Some("y is 7".into()),
                     structured: None,
                     stop_reason: lineage_core::messages::StopReason::Completed,
+                    changes: None,
                 }),
             });
             request.action
@@ -240,6 +241,7 @@ fn t1_t5_the_python_mcp_sdk_lists_the_tools_and_spawns_through_lineage_mcp() {
                     output: Some("x is 42".into()),
                     structured: None,
                     stop_reason: lineage_core::messages::StopReason::Completed,
+                    changes: None,
                 }),
             });
             request.action

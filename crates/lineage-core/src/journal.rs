@@ -57,6 +57,10 @@ pub enum TurnMessage {
         sender_session_id: SessionId,
         /// One-line summary.
         summary: String,
+        /// Paths its files changed against the files it started from (issue 39), when it
+        /// has a workspace and they changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changed: Option<u64>,
     },
 }
 
@@ -72,7 +76,11 @@ impl TurnMessage {
             TurnMessage::SubagentSettled {
                 sender_session_id,
                 summary,
-            } => format!("settled {sender_session_id}: {summary}"),
+                changed,
+            } => match changed {
+                Some(n) => format!("settled {sender_session_id}: {summary} ({n} paths changed)"),
+                None => format!("settled {sender_session_id}: {summary}"),
+            },
         }
     }
 }

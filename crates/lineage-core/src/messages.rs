@@ -280,6 +280,10 @@ pub struct SubagentSettled {
     pub output: Option<String>,
     /// When the child settled, unix milliseconds.
     pub at_ms: u64,
+    /// A reference to the child's changes against the files it started from, when it has a
+    /// workspace (issue 39).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Box<crate::workspace::WorkspaceChanges>>,
 }
 
 impl SubagentSettled {
@@ -301,6 +305,7 @@ impl SubagentSettled {
             stop_reason,
             output,
             at_ms,
+            changes: None,
         }
     }
 }

@@ -6,7 +6,10 @@
 //! `workspace/snapshot` event ([`WorkspaceSnapshot`]: object and digest), the base in the
 //! creation window and each checkpoint staged just before its turn's `turn/end` (one append:
 //! the object is stored before the log says so). The last such event is what a resume
-//! materializes, and the digest is checked first, so a damaged or stale object is refused.
+//! materializes (with the base under it when it is a delta: [`WorkspaceSnapshot::changed`]),
+//! and each digest is checked first, so a damaged or stale object is refused. A checkpoint is
+//! a delta against the base, so it is also the session's changes ([`WorkspaceChanges`]), which
+//! a child's settlement and one-shot result carry.
 //!
 //! Names are derived here, never taken from the wire: `<session>.base`, and checkpoints
 //! alternating between `<session>.tip-0` and `<session>.tip-1` (a checkpoint whose log write
@@ -30,6 +33,86 @@ pub struct WorkspaceSnapshot {
     pub object: String,
     /// Its digest as stored.
     pub digest: String,
+    /// `Some(n)`: the object is a delta against the session's base (its log's first snapshot),
+    /// changing `n` paths; `None`: a whole tree (the base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<u64>,
+}
+
+impl WorkspaceSnapshot {
+    /// A whole tree stored as `object` with `digest` (a base).
+    pub fn whole(object: String, digest: String) -> Self {
+        WorkspaceSnapshot {
+            object,
+            digest,
+            changed: None,
+        }
+    }
+}
+
+/// A reference to a session's changes against the files it started from: what a child's
+/// settlement notice and one-shot result carry, so its parent knows there is something to
+/// apply (`apply_child_changes`, `lineage workspace diff|apply`) without asking.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceChanges {
+    /// The files the session started from.
+    pub base: WorkspaceSnapshot,
+    /// Its latest checkpoint (the base itself when no turn ended since).
+    pub latest: WorkspaceSnapshot,
+    /// Paths added, changed or removed against the base (0: nothing to apply).
+    pub changed: u64,
+}
+
+impl WorkspaceChanges {
+    /// A session's changes from its `base` to its `latest` snapshot: a delta says how many
+    /// paths it changes; the base itself changes none.
+    pub fn new(base: WorkspaceSnapshot, latest: WorkspaceSnapshot) -> Self {
+        let changed = match (&latest.changed, latest == base) {
+            (_, true) => 0,
+            (Some(n), false) => *n,
+            // A whole checkpoint (a log from before deltas): at least it differs.
+            (None, false) => u64::from(latest.digest != base.digest),
+        };
+        WorkspaceChanges {
+            base,
+            latest,
+            changed,
+        }
+    }
+}
+
+/// The sentence a parent's notice of `child` ends with when `changed` paths of its files
+/// changed (none when nothing did).
+pub fn changes_sentence(child: &SessionId, changed: u64) -> Option<String> {
+    (changed > 0).then(|| {
+        format!(
+            "Its files: {changed} path{} changed against the files it started from; apply_child_changes {{\"child\": \"{child}\"}} applies them to yours.",
+            if changed == 1 { "" } else { "s" }
+        )
+    })
+}
+
+impl WorkspaceChanges {
+    /// What materializes the latest files: a whole snapshot, and the delta laid over it when
+    /// the latest is one (the base under it).
+    pub fn latest_layers(&self) -> (&WorkspaceSnapshot, Option<&WorkspaceSnapshot>) {
+        match self.latest.changed {
+            Some(_) => (&self.base, Some(&self.latest)),
+            None => (&self.latest, None),
+        }
+    }
+}
+
+/// A session's changes ([`WorkspaceChanges`]) as its own events (after any fork seed) name
+/// them; `None` without a workspace.
+pub fn changes<'a>(
+    events: impl IntoIterator<Item = &'a crate::log::SessionEvent> + Clone,
+) -> Option<WorkspaceChanges> {
+    let base = base_snapshot(events.clone())?;
+    let (latest, _) = latest_snapshot(events)?;
+    Some(WorkspaceChanges::new(base, latest))
 }
 
 /// The object holding the files `session` started from.

@@ -135,9 +135,19 @@ fn x2_every_journal_kind_keeps_its_old_bytes() {
         JournalEvent::WorkspaceSnapshot(lineage_core::workspace::WorkspaceSnapshot {
             object: "s.tip-1".into(),
             digest: "SHA-256=abc".into(),
+            changed: None,
         }),
         "workspace/snapshot",
         json!({"object": "s.tip-1", "digest": "SHA-256=abc"}),
+    );
+    check(
+        JournalEvent::WorkspaceSnapshot(lineage_core::workspace::WorkspaceSnapshot {
+            object: "s.tip-0".into(),
+            digest: "SHA-256=def".into(),
+            changed: Some(3),
+        }),
+        "workspace/snapshot",
+        json!({"object": "s.tip-0", "digest": "SHA-256=def", "changed": 3}),
     );
 }
 

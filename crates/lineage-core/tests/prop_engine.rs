@@ -223,6 +223,7 @@ fn event_of(step: &Step, model: &mut Model) -> EngineEvent {
                 Some(child) => TurnMessage::SubagentSettled {
                     sender_session_id: child.clone(),
                     summary: "s".into(),
+                    changed: None,
                 },
                 None => TurnMessage::User {
                     content: "m".into(),

@@ -143,6 +143,18 @@ async fn t1_t2_a_spawn_call_is_the_turns_spawn_and_returns_the_result() {
                 output: Some("x is 42".into()),
                 structured: None,
                 stop_reason: lineage_core::messages::StopReason::Completed,
+                // Issue 39: the child changed 2 paths of the files it inherited.
+                changes: Some(Box::new(lineage_core::workspace::WorkspaceChanges::new(
+                    lineage_core::workspace::WorkspaceSnapshot::whole(
+                        "c.base".into(),
+                        "SHA-256=b".into(),
+                    ),
+                    lineage_core::workspace::WorkspaceSnapshot {
+                        object: "c.tip-1".into(),
+                        digest: "SHA-256=t".into(),
+                        changed: Some(2),
+                    },
+                ))),
             }),
         },
     )
@@ -165,7 +177,9 @@ async fn t1_t2_a_spawn_call_is_the_turns_spawn_and_returns_the_result() {
     let body: Value = serde_json::from_str(&text(&result)).unwrap();
     assert_eq!(
         body,
-        json!({"child": sid(2), "output": "x is 42", "stop_reason": "completed"})
+        json!({"child": sid(2), "output": "x is 42", "stop_reason": "completed",
+               "changed_paths": 2,
+               "changes": format!("Its files: 2 paths changed against the files it started from; apply_child_changes {{\"child\": \"{}\"}} applies them to yours.", sid(2))})
     );
     client.cancel().await.unwrap();
 }

@@ -290,10 +290,10 @@ impl Shared {
             None => None,
             Some(SpawnWorkspace::Uploaded { digest }) => {
                 lineage_workspace::Digest::parse(&digest)?;
-                Some(lineage_core::workspace::WorkspaceSnapshot {
-                    object: lineage_core::workspace::upload_object(&request_id),
+                Some(lineage_core::workspace::WorkspaceSnapshot::whole(
+                    lineage_core::workspace::upload_object(&request_id),
                     digest,
-                })
+                ))
             }
             Some(SpawnWorkspace::Git { url, reference }) => {
                 Some(self.clone_files(&url, &reference, &session).await?)

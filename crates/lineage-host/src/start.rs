@@ -286,6 +286,7 @@ impl Shared {
                 output: None,
                 structured: None,
                 stop_reason: StopReason::Disposed,
+                changes: None,
             })),
             None => None,
         };

@@ -5,33 +5,39 @@
 //!   snapshot of its parent's directory as it is at the spawn, stored as its base by the
 //!   spawning node ([`Shared::inherit_files`]). The base goes into the creation window
 //!   (`workspace/snapshot`).
-//! - **Launch** (birth and every resume, on any node): the last snapshot the log names is read,
-//!   its digest checked against the log's, and materialized into the session's own directory
-//!   before the agent starts ([`Shared::materialize`]); what the directory held is replaced.
-//! - **Turn end**: the directory is packed and stored under the checkpoint name not in use
+//! - **Launch** (birth and every resume, on any node): the last snapshot the log names is read
+//!   (with the base under it when it is a delta), each digest checked against the log's, and
+//!   materialized into the session's own directory before the agent starts
+//!   ([`Shared::materialize`]); what the directory held is replaced.
+//! - **Turn end**: what changed in the directory against the base (the base's manifest read
+//!   once per launch) is packed as a delta and stored under the checkpoint name not in use
 //!   ([`Shared::checkpoint`]); the engine stages the snapshot's event, written with `turn/end`
-//!   (the object is stored before the log names it).
-//! - **A child's changes** (the `apply_child_changes` tool): its base and latest snapshots as
-//!   its log names them, compared whole file by whole file, applied to the parent's own
-//!   directory all or nothing ([`Shared::apply_child_changes`]).
+//!   (the object is stored before the log names it). A turn that changed nothing since the
+//!   last checkpoint stores and logs nothing.
+//! - **A child's changes** (the `apply_child_changes` tool): its base and latest files as its
+//!   log names them, compared whole file by whole file, applied to the parent's own directory
+//!   all or nothing ([`Shared::apply_child_changes`]).
 //!
 //! Packing and unpacking are file-system work, run off the async threads.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use lineage_core::ids::{RequestId, SessionId};
-use lineage_core::workspace::{base_object, checkpoint_object, upload_object, WorkspaceSnapshot};
-use lineage_workspace::{Caps, Digest};
+use lineage_core::workspace::{
+    base_object, checkpoint_object, upload_object, WorkspaceChanges, WorkspaceSnapshot,
+};
+use lineage_workspace::{Caps, Digest, Layer, Manifest, OwnedLayer, Tree};
 
 use crate::error::HostError;
 use crate::shared::Shared;
 
 /// Packs `dir` off the async threads, refused past `caps`.
 async fn pack(dir: PathBuf, caps: Caps) -> Result<lineage_workspace::Snapshot, HostError> {
-    tokio::task::spawn_blocking(move || lineage_workspace::pack(&dir, caps))
-        .await
-        .map_err(|e| HostError::Internal(format!("the workspace packer stopped: {e}")))?
-        .map_err(HostError::from)
+    blocking("workspace packer", move || {
+        lineage_workspace::pack(&dir, caps).map_err(HostError::from)
+    })
+    .await
 }
 
 impl Shared {
@@ -67,14 +73,11 @@ impl Shared {
         session: &SessionId,
         digest: &str,
     ) -> Result<WorkspaceSnapshot, HostError> {
-        let upload = WorkspaceSnapshot {
-            object: upload_object(request),
-            digest: digest.to_owned(),
-        };
+        let upload = WorkspaceSnapshot::whole(upload_object(request), digest.to_owned());
         let bytes = self.read_snapshot(&upload).await?;
         let object = base_object(session);
         let digest = self.bus.workspaces.put(&object, &bytes).await?;
-        Ok(WorkspaceSnapshot { object, digest })
+        Ok(WorkspaceSnapshot::whole(object, digest))
     }
 
     /// A snapshot of the parent's directory `dir` (within the parent's `caps`), stored as
@@ -88,7 +91,7 @@ impl Shared {
         let packed = pack(dir.to_path_buf(), caps).await?;
         let object = base_object(child);
         let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
-        Ok(WorkspaceSnapshot { object, digest })
+        Ok(WorkspaceSnapshot::whole(object, digest))
     }
 
     /// A root's files cloned from a git repository (`reference` of `url`, as this node's
@@ -109,21 +112,61 @@ impl Shared {
         let packed = pack(repo, Caps::default()).await?;
         let object = base_object(session);
         let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
-        Ok(WorkspaceSnapshot { object, digest })
+        Ok(WorkspaceSnapshot::whole(object, digest))
     }
 
-    /// `session`'s checkpoint number `n`: `dir` packed and stored under its name.
+    /// `session`'s checkpoint number `n`: what changed in `dir` against `base` (whose
+    /// manifest is read once into `manifest`), stored under its name. `None` when nothing
+    /// changed since `latest` (nothing is stored or logged).
     pub(crate) async fn checkpoint(
         &self,
         session: &SessionId,
         dir: &Path,
         caps: Caps,
         n: u64,
-    ) -> Result<WorkspaceSnapshot, HostError> {
-        let packed = pack(dir.to_path_buf(), caps).await?;
+        files: &WorkspaceChanges,
+        manifest: &mut Option<Arc<Manifest>>,
+    ) -> Result<Option<WorkspaceSnapshot>, HostError> {
+        let base = match manifest {
+            Some(base) => base.clone(),
+            None => {
+                let bytes = self.read_snapshot(&files.base).await?;
+                let digest = Digest::parse(&files.base.digest)?;
+                let read = blocking("manifest reader", move || {
+                    Manifest::read(
+                        Layer {
+                            bytes: &bytes,
+                            digest: &digest,
+                        },
+                        caps,
+                    )
+                    .map_err(HostError::from)
+                })
+                .await?;
+                manifest.insert(Arc::new(read)).clone()
+            }
+        };
+        let dir = dir.to_path_buf();
+        let delta = blocking("workspace packer", move || {
+            lineage_workspace::pack_delta(&dir, &base, caps).map_err(HostError::from)
+        })
+        .await?;
+        let unchanged = delta.snapshot.digest.to_string() == files.latest.digest
+            || (delta.changed == 0 && files.latest == files.base);
+        if unchanged {
+            return Ok(None);
+        }
         let object = checkpoint_object(session, n);
-        let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
-        Ok(WorkspaceSnapshot { object, digest })
+        let digest = self
+            .bus
+            .workspaces
+            .put(&object, &delta.snapshot.bytes)
+            .await?;
+        Ok(Some(WorkspaceSnapshot {
+            object,
+            digest,
+            changed: Some(delta.changed),
+        }))
     }
 
     /// `child`'s changes (its latest files against its base, as its log names them) applied to
@@ -136,65 +179,75 @@ impl Shared {
         caps: Caps,
     ) -> Result<(Vec<(String, String)>, usize), HostError> {
         let (events, _) = self.bus.events.read(child).await?;
-        let (base, latest) = match (
-            lineage_core::workspace::base_snapshot(&events),
-            lineage_core::workspace::latest_snapshot(&events),
-        ) {
-            (Some(base), Some((latest, _))) => (base, latest),
-            _ => {
-                return Err(HostError::BadRequest(format!(
-                    "child {child} has no workspace (it was spawned with workspace empty, or its parent had none): it has no changes to apply"
-                )))
-            }
+        let Some(files) = lineage_core::workspace::changes(&events) else {
+            return Err(HostError::BadRequest(format!(
+                "child {child} has no workspace (it was spawned with workspace empty, or its parent had none): it has no changes to apply"
+            )));
         };
-        let (before, after) = (
-            self.read_snapshot(&base).await?,
-            self.read_snapshot(&latest).await?,
-        );
-        let digests = (Digest::parse(&base.digest)?, Digest::parse(&latest.digest)?);
+        let before = self.read_layers((&files.base, None)).await?;
+        let after = self.read_layers(files.latest_layers()).await?;
         let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || apply_into(&before, &after, &digests, &dir, caps))
-            .await
-            .map_err(|e| HostError::Internal(format!("the workspace applier stopped: {e}")))?
+        blocking("workspace applier", move || {
+            let found = lineage_workspace::changes::between(before.layers(), after.layers(), caps)?;
+            apply_into(&found, &dir)
+        })
+        .await
     }
 
-    /// Materializes `snapshot` into `dir` (the session's own directory), replacing what it held;
-    /// the files get the directory's owner (a sandbox's uid).
+    /// Materializes a session's latest files (`files`) into `dir` (its own directory),
+    /// replacing what it held; the files get the directory's owner (a sandbox's uid).
     pub(crate) async fn materialize(
         &self,
-        snapshot: &WorkspaceSnapshot,
+        files: &WorkspaceChanges,
         dir: &Path,
         caps: Caps,
     ) -> Result<(), HostError> {
-        let bytes = self.read_snapshot(snapshot).await?;
-        let expected = Digest::parse(&snapshot.digest)?;
+        let layers = self.read_layers(files.latest_layers()).await?;
         let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || materialize_into(&bytes, &expected, &dir, caps))
-            .await
-            .map_err(|e| HostError::Internal(format!("the workspace unpacker stopped: {e}")))?
+        blocking("workspace unpacker", move || {
+            materialize_into(&layers, &dir, caps)
+        })
+        .await
+    }
+
+    /// The objects of a whole snapshot and the delta over it, each checked against the log.
+    async fn read_layers(
+        &self,
+        (whole, delta): (&WorkspaceSnapshot, Option<&WorkspaceSnapshot>),
+    ) -> Result<Tree, HostError> {
+        let whole = self.read_layer(whole).await?;
+        let delta = match delta {
+            None => None,
+            Some(delta) => Some(self.read_layer(delta).await?),
+        };
+        Ok(Tree { whole, delta })
+    }
+
+    async fn read_layer(&self, snapshot: &WorkspaceSnapshot) -> Result<OwnedLayer, HostError> {
+        Ok(OwnedLayer {
+            bytes: self.read_snapshot(snapshot).await?,
+            digest: Digest::parse(&snapshot.digest)?,
+        })
     }
 }
 
-/// The changes from `before` to `after` (two snapshots) applied to `dir`, the files given its
-/// owner.
+/// Runs file-system work off the async threads.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    work: impl FnOnce() -> Result<T, HostError> + Send + 'static,
+) -> Result<T, HostError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| HostError::Internal(format!("the {what} stopped: {e}")))?
+}
+
+/// `changes` applied to `dir`, the files given its owner.
 fn apply_into(
-    before: &[u8],
-    after: &[u8],
-    digests: &(Digest, Digest),
+    changes: &[lineage_workspace::changes::Change],
     dir: &Path,
-    caps: Caps,
 ) -> Result<(Vec<(String, String)>, usize), HostError> {
     use std::os::unix::fs::MetadataExt;
-    let tmp = tempfile::tempdir().map_err(|e| {
-        HostError::Internal(format!(
-            "cannot make a directory to compare snapshots in: {e}"
-        ))
-    })?;
-    let (a, b) = (tmp.path().join("base"), tmp.path().join("latest"));
-    lineage_workspace::unpack(before, &digests.0, &a, caps)?;
-    lineage_workspace::unpack(after, &digests.1, &b, caps)?;
-    let changes = lineage_workspace::changes::changes(&a, &b)?;
-    let applied = lineage_workspace::changes::apply(&changes, dir)?;
+    let applied = lineage_workspace::changes::apply(changes, dir)?;
     let io = |e: std::io::Error| {
         HostError::Internal(format!(
             "cannot give {}'s files their owner: {e}",
@@ -215,12 +268,7 @@ fn apply_into(
 
 /// Empties `dir` (the session's own), unpacks into it (refused past `caps`) and gives the
 /// files its owner.
-fn materialize_into(
-    bytes: &[u8],
-    expected: &Digest,
-    dir: &Path,
-    caps: Caps,
-) -> Result<(), HostError> {
+fn materialize_into(layers: &Tree, dir: &Path, caps: Caps) -> Result<(), HostError> {
     use std::os::unix::fs::MetadataExt;
     let io = |e: std::io::Error| {
         HostError::Internal(format!(
@@ -243,7 +291,8 @@ fn materialize_into(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(io(e)),
     };
-    lineage_workspace::unpack(bytes, expected, dir, caps)?;
+    let (whole, delta) = layers.layers();
+    lineage_workspace::unpack_layers(whole, delta, dir, caps)?;
     // This process's uid (the owner of what it creates): a sandbox's uid differs.
     let me = std::fs::metadata("/proc/self").map_err(io)?.uid();
     if let Some(owner) = owner.filter(|o| *o != me) {

@@ -176,6 +176,10 @@ pub struct OneShotResult {
     pub structured: Option<serde_json::Value>,
     /// Why the run ended; the run settles on success or failure alike.
     pub stop_reason: StopReason,
+    /// A reference to the child's changes against the files it started from, when it has a
+    /// workspace (issue 39): `apply_child_changes` applies them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Box<lineage_core::workspace::WorkspaceChanges>>,
 }
 
 /// `spawn` and `start` reply.

@@ -114,10 +114,33 @@ fn n3_spawn_and_start_replies_are_pinned() {
                 output: Some("42".into()),
                 structured: None,
                 stop_reason: StopReason::Completed,
+                changes: None,
             }),
         },
         &format!(
             r#"{{"session":"{A}","run":"{B}","node":"node-3","depth":2,"result":{{"output":"42","stop_reason":"completed"}}}}"#
+        ),
+    );
+    // Issue 39: a child with files says where its changes are.
+    pin(
+        &OneShotResult {
+            output: None,
+            structured: None,
+            stop_reason: StopReason::Completed,
+            changes: Some(Box::new(lineage_core::workspace::WorkspaceChanges::new(
+                lineage_core::workspace::WorkspaceSnapshot::whole(
+                    format!("{B}.base"),
+                    "SHA-256=b".into(),
+                ),
+                lineage_core::workspace::WorkspaceSnapshot {
+                    object: format!("{B}.tip-1"),
+                    digest: "SHA-256=t".into(),
+                    changed: Some(1),
+                },
+            ))),
+        },
+        &format!(
+            r#"{{"output":null,"stop_reason":"completed","changes":{{"base":{{"object":"{B}.base","digest":"SHA-256=b"}},"latest":{{"object":"{B}.tip-1","digest":"SHA-256=t","changed":1}},"changed":1}}}}"#
         ),
     );
 }
@@ -166,6 +189,7 @@ fn n3_start_request_is_pinned() {
         workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
             object: format!("{B}.base"),
             digest: "SHA-256=x".into(),
+            changed: None,
         }),
     };
     pin(
@@ -181,6 +205,7 @@ fn n3_start_request_is_pinned() {
         workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
             object: lineage_core::workspace::upload_object(&child.request_id),
             digest: "SHA-256=x".into(),
+            changed: None,
         }),
         ..child.clone()
     };
@@ -189,6 +214,7 @@ fn n3_start_request_is_pinned() {
         workspace: Some(lineage_core::workspace::WorkspaceSnapshot {
             object: format!("{A}.tip-1"),
             digest: "SHA-256=x".into(),
+            changed: None,
         }),
         ..child.clone()
     };

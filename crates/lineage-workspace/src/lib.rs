@@ -28,4 +28,6 @@ pub mod snapshot;
 pub use delta::{pack_delta, Delta, Manifest};
 pub use digest::Digest;
 pub use error::WorkspaceError;
-pub use snapshot::{pack, unpack, unpack_layers, Caps, Layer, Snapshot, Unpacked};
+pub use snapshot::{
+    pack, unpack, unpack_layers, Caps, Layer, OwnedLayer, Snapshot, Tree, Unpacked,
+};

@@ -208,6 +208,44 @@ pub struct Layer<'a> {
     pub digest: &'a Digest,
 }
 
+/// A layer as read from the store, its bytes owned.
+#[derive(Debug, Clone)]
+pub struct OwnedLayer {
+    /// The gzip'd tar (untrusted).
+    pub bytes: Vec<u8>,
+    /// The digest it was recorded with.
+    pub digest: Digest,
+}
+
+impl OwnedLayer {
+    /// The layer, borrowed.
+    pub fn layer(&self) -> Layer<'_> {
+        Layer {
+            bytes: &self.bytes,
+            digest: &self.digest,
+        }
+    }
+}
+
+/// A stored tree as read: a whole snapshot and, maybe, a delta laid over it.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// The whole snapshot.
+    pub whole: OwnedLayer,
+    /// The delta over it.
+    pub delta: Option<OwnedLayer>,
+}
+
+impl Tree {
+    /// Both layers, borrowed (what [`unpack_layers`] and [`crate::changes::between`] take).
+    pub fn layers(&self) -> (Layer<'_>, Option<Layer<'_>>) {
+        (
+            self.whole.layer(),
+            self.delta.as_ref().map(OwnedLayer::layer),
+        )
+    }
+}
+
 /// How an archive's paths read: a whole tree, or a delta's `put/` and `removed/` halves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {

@@ -140,6 +140,8 @@ pub enum EngineCommand {
         output: Option<String>,
         /// The stop reason.
         stop_reason: StopReason,
+        /// The child's changes against the files it started from, when it has a workspace.
+        changes: Option<Box<crate::workspace::WorkspaceChanges>>,
     },
     /// Graceful shutdown: the agent leaves unsettled, idle, with its log durable through
     /// `after_seq`; once it is gone the host releases its placement (any node resumes it at

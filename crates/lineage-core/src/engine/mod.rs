@@ -94,6 +94,15 @@ pub fn call_fingerprint(spec_json: &[u8]) -> String {
     format!("{hash:016x}")
 }
 
+/// The changes after `snapshot` is logged: the first is the base.
+pub(super) fn workspace_after(
+    before: Option<crate::workspace::WorkspaceChanges>,
+    snapshot: &crate::workspace::WorkspaceSnapshot,
+) -> crate::workspace::WorkspaceChanges {
+    let base = before.map_or_else(|| snapshot.clone(), |w| w.base);
+    crate::workspace::WorkspaceChanges::new(base, snapshot.clone())
+}
+
 /// One live agent's state.
 #[derive(Debug, Clone)]
 pub struct AgentEngine {
@@ -148,6 +157,9 @@ pub struct AgentEngine {
     calls: BTreeMap<ReplyTo, String>,
     /// The host winds down: no new turn starts here ([`handoff`]).
     quiesced: bool,
+    /// Its files' changes against its base, as its log names them (issue 39): what its
+    /// settlement carries.
+    workspace: Option<crate::workspace::WorkspaceChanges>,
     /// The seq the next staged event gets.
     next_seq: u64,
     /// The last seq a Flush covers (as far as the commands returned so far go).
@@ -155,6 +167,11 @@ pub struct AgentEngine {
 }
 
 impl AgentEngine {
+    /// Its files' changes against its base, when it has a workspace (issue 39).
+    pub fn workspace_changes(&self) -> Option<&crate::workspace::WorkspaceChanges> {
+        self.workspace.as_ref()
+    }
+
     /// The session.
     pub fn session(&self) -> &SessionId {
         &self.session
@@ -290,6 +307,7 @@ impl AgentEngine {
             EngineEvent::Quiesce => self.quiesce(),
             EngineEvent::HandOff => self.hand_off(&mut out),
             EngineEvent::WorkspaceSaved(snapshot) => {
+                self.workspace = Some(workspace_after(self.workspace.take(), &snapshot));
                 self.stage(JournalEvent::WorkspaceSnapshot(snapshot), &mut out);
             }
         }

@@ -50,6 +50,7 @@ pub fn fold(
     let mut last_reports: BTreeMap<SessionId, String> = BTreeMap::new();
     // The spawns of the turn open at the end of the log (T5).
     let mut turn_spawns: Vec<LostSpawn> = Vec::new();
+    let mut workspace = None;
     for event in own_events {
         let Some(journal) = JournalEvent::from_event(&init.session, event)? else {
             continue;
@@ -113,9 +114,10 @@ pub fn fold(
                     lost.result = Some(result);
                 }
             }
-            JournalEvent::TurnUser { .. }
-            | JournalEvent::SpawnRefused { .. }
-            | JournalEvent::WorkspaceSnapshot(_) => {}
+            JournalEvent::WorkspaceSnapshot(snapshot) => {
+                workspace = Some(super::workspace_after(workspace, &snapshot));
+            }
+            JournalEvent::TurnUser { .. } | JournalEvent::SpawnRefused { .. } => {}
         }
     }
     let activation = match (init.shape, &init.parent) {
@@ -158,6 +160,7 @@ pub fn fold(
         spawn_asked: false,
         calls: BTreeMap::new(),
         quiesced: false,
+        workspace,
         next_seq: last_seq + 1,
         flushed_seq: last_seq,
     };

@@ -87,6 +87,7 @@ impl AgentEngine {
                     Some(SubagentShape::OneShot) => out.push(EngineCommand::ReturnResult {
                         output: self.last_assistant.clone(),
                         stop_reason: self.settled_stop(),
+                        changes: self.workspace.clone().map(Box::new),
                     }),
                     Some(SubagentShape::Continuable) | None => {
                         if let Some(notice) = self.notice.take() {
@@ -132,7 +133,7 @@ impl AgentEngine {
             },
             out,
         );
-        self.notice = Some(SubagentSettled::new(
+        let mut notice = SubagentSettled::new(
             self.session.clone(),
             parent,
             seq,
@@ -140,7 +141,9 @@ impl AgentEngine {
             stop,
             output,
             now_ms,
-        ));
+        );
+        notice.changes = self.workspace.clone().map(Box::new);
+        self.notice = Some(notice);
     }
 
     /// Drain step 2: no more turns; a cut-short turn says `reason` (`disposed` for a drain,

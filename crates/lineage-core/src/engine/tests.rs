@@ -218,11 +218,28 @@ fn x2_settlement_order_commit_before_notice_and_top_level_never_settles() {
 
 #[test]
 fn k1_a_checkpoint_is_written_with_its_turns_end_and_before_the_settlement_is_told() {
+    let base = crate::workspace::WorkspaceSnapshot::whole("s.base".into(), "SHA-256=b".into());
     let snapshot = crate::workspace::WorkspaceSnapshot {
         object: "s.tip-1".into(),
         digest: "SHA-256=x".into(),
+        changed: Some(2),
     };
-    let mut e = engine(Some(SubagentShape::Continuable));
+    let init = || EngineInit {
+        session: sid(2),
+        parent: Some(sid(1)),
+        shape: Some(SubagentShape::Continuable),
+        label: None,
+        descriptor_pending: false,
+    };
+    // Born with a base (its creation window names it).
+    let (mut e, _) = fold(
+        init(),
+        &[ev(1, JournalEvent::WorkspaceSnapshot(base.clone()))],
+        3,
+        false,
+        0,
+    )
+    .unwrap();
     e.handle(user("go", None), 1);
     e.handle(EngineEvent::BeginTurn, 2);
     let saved = e.handle(EngineEvent::WorkspaceSaved(snapshot.clone()), 3);
@@ -245,16 +262,59 @@ fn k1_a_checkpoint_is_written_with_its_turns_end_and_before_the_settlement_is_to
         ],
         "the snapshot goes out in the turn end's write, before the commit and the notice"
     );
-    // A restored engine reads it as nothing to do (the host reads it for the files).
-    let log = [ev(4, JournalEvent::WorkspaceSnapshot(snapshot))];
+    // The notice points at the child's changes: its base, its latest delta, two paths.
+    let expected = crate::workspace::WorkspaceChanges::new(base.clone(), snapshot.clone());
+    assert_eq!(expected.changed, 2);
+    let notice = end.iter().find_map(|c| match c {
+        EngineCommand::PublishNotice(n) => Some(n.clone()),
+        _ => None,
+    });
+    assert_eq!(notice.unwrap().changes, Some(Box::new(expected.clone())));
+    // A restored engine knows the same changes from its log.
+    let log = [
+        ev(1, JournalEvent::WorkspaceSnapshot(base)),
+        ev(4, JournalEvent::WorkspaceSnapshot(snapshot)),
+    ];
+    let (restored, _) = fold(init(), &log, 4, true, 5).unwrap();
+    assert_eq!(restored.workspace_changes(), Some(&expected));
+}
+
+#[test]
+fn k1_a_one_shot_result_carries_the_childs_changes_and_none_without_a_workspace() {
+    let base = crate::workspace::WorkspaceSnapshot::whole("s.base".into(), "SHA-256=b".into());
     let init = EngineInit {
         session: sid(2),
         parent: Some(sid(1)),
-        shape: Some(SubagentShape::Continuable),
+        shape: Some(SubagentShape::OneShot),
         label: None,
         descriptor_pending: false,
     };
-    assert!(fold(init, &log, 4, true, 5).is_ok());
+    let (mut e, _) = fold(
+        init,
+        &[ev(1, JournalEvent::WorkspaceSnapshot(base.clone()))],
+        3,
+        false,
+        0,
+    )
+    .unwrap();
+    e.handle(user("go", None), 1);
+    e.handle(EngineEvent::BeginTurn, 2);
+    let end = e.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 4);
+    let changes = end.iter().find_map(|c| match c {
+        EngineCommand::ReturnResult { changes, .. } => Some(changes.clone()),
+        _ => None,
+    });
+    // No checkpoint since the base: a reference that says nothing changed.
+    let unchanged = crate::workspace::WorkspaceChanges::new(base.clone(), base);
+    assert_eq!(unchanged.changed, 0);
+    assert_eq!(changes, Some(Some(Box::new(unchanged))));
+    let mut plain = engine(Some(SubagentShape::OneShot));
+    plain.handle(user("go", None), 1);
+    plain.handle(EngineEvent::BeginTurn, 2);
+    let end = plain.handle(EngineEvent::TurnEnded(TurnOutcome::Completed), 4);
+    assert!(end
+        .iter()
+        .any(|c| matches!(c, EngineCommand::ReturnResult { changes: None, .. })));
 }
 
 #[test]
@@ -278,7 +338,7 @@ fn s1_a_one_shot_run_settles_as_a_dispose_and_returns_its_result() {
             "commit dispose=true with the log",
             "Leave",
             "PublishEnd { stop_reason: Failed, output: None }",
-            "ReturnResult { output: None, stop_reason: Failed }",
+            "ReturnResult { output: None, stop_reason: Failed, changes: None }",
         ]
     );
 }
@@ -407,6 +467,7 @@ fn from_child(child: u32, settled: bool, reply: ReplyTo) -> EngineEvent {
         true => TurnMessage::SubagentSettled {
             sender_session_id: sid(child),
             summary: format!("child {child} done"),
+            changed: None,
         },
         false => TurnMessage::SubagentReport {
             sender_session_id: sid(child),

@@ -2,6 +2,7 @@
 //! fresh session, and one-line error messages (nothing an agent sends spans lines in an error).
 
 use lineage_core::log::SessionEvent;
+use lineage_core::workspace::changes_sentence;
 use serde_json::Value;
 
 use super::ACP_SESSION_EVENT;
@@ -102,10 +103,17 @@ pub(super) fn render_message(message: &TurnMessage) -> String {
         TurnMessage::SubagentSettled {
             sender_session_id,
             summary,
-        } => format!(
-            "[subagent {} settled] {summary}",
-            sender_session_id.as_str()
-        ),
+            changed,
+        } => {
+            let text = format!(
+                "[subagent {} settled] {summary}",
+                sender_session_id.as_str()
+            );
+            match changed.and_then(|n| changes_sentence(sender_session_id, n)) {
+                Some(sentence) => format!("{text}\n{sentence}"),
+                None => text,
+            }
+        }
     }
 }
 

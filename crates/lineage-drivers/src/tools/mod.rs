@@ -48,6 +48,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::journal::TurnMessage;
 use lineage_core::messages::Delivery;
+use lineage_core::workspace::changes_sentence;
 use lineage_protocol::workspace::SpawnWorkspace;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -203,7 +204,15 @@ fn message_json(message: &TurnMessage) -> serde_json::Value {
         TurnMessage::SubagentSettled {
             sender_session_id,
             summary,
-        } => json!({"kind": "settled", "from": sender_session_id, "text": summary}),
+            changed,
+        } => {
+            let mut json = json!({"kind": "settled", "from": sender_session_id, "text": summary});
+            if let Some(sentence) = changed.and_then(|n| changes_sentence(sender_session_id, n)) {
+                json["changed_paths"] = json!(changed);
+                json["changes"] = json!(sentence);
+            }
+            json
+        }
     }
 }
 
@@ -254,11 +263,19 @@ impl DelegationTools {
                     ActionOutcome::Born {
                         child,
                         result: Some(result),
-                    } => json!({
-                        "child": child,
-                        "output": result.output,
-                        "stop_reason": result.stop_reason.as_str(),
-                    }),
+                    } => {
+                        let mut json = json!({
+                            "child": child,
+                            "output": result.output,
+                            "stop_reason": result.stop_reason.as_str(),
+                        });
+                        let changed = result.changes.as_ref().map_or(0, |c| c.changed);
+                        if let Some(sentence) = changes_sentence(&child, changed) {
+                            json["changed_paths"] = json!(changed);
+                            json["changes"] = json!(sentence);
+                        }
+                        json
+                    }
                     ActionOutcome::Born {
                         child,
                         result: None,

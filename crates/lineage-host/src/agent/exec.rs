@@ -183,7 +183,8 @@ impl AgentTask {
                 EngineCommand::ReturnResult {
                     output,
                     stop_reason,
-                } => self.return_result(output, stop_reason).await,
+                    changes,
+                } => self.return_result(output, stop_reason, changes).await,
                 EngineCommand::HandOff { pending_work, .. } => {
                     // Released only when everything is durable (else it stays placed here,
                     // and its next host resumes it as cut short).
@@ -351,12 +352,18 @@ impl AgentTask {
 
     /// A one-shot run's result to its caller, once committed; its inbox consumer (which
     /// exists only if it spawned) is cleanup, after it.
-    async fn return_result(&mut self, output: Option<String>, stop: StopReason) {
+    async fn return_result(
+        &mut self,
+        output: Option<String>,
+        stop: StopReason,
+        changes: Option<Box<lineage_core::workspace::WorkspaceChanges>>,
+    ) {
         if let Some(tx) = self.one_shot.take() {
             let _ = tx.send(OneShotResult {
                 output,
                 structured: None,
                 stop_reason: stop,
+                changes,
             });
         }
         if self.disposed_at_settle && self.unopened_inbox.is_none() {

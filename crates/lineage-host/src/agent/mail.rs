@@ -63,6 +63,7 @@ pub(super) fn arrival_of(incoming: Incoming, now_ms: u64) -> (Arrival, Option<u6
                     message: TurnMessage::SubagentSettled {
                         sender_session_id: s.sender_session_id.clone(),
                         summary: s.summary.as_str().to_owned(),
+                        changed: s.changes.as_ref().map(|c| c.changed).filter(|n| *n > 0),
                     },
                     wake: true,
                     dedup_id: Some(dedup),

@@ -144,6 +144,10 @@ pub(crate) struct TaskWorkspace {
     pub(crate) caps: lineage_workspace::Caps,
     /// Checkpoints its log names so far (the next is number `checkpoints + 1`).
     pub(crate) checkpoints: u64,
+    /// Its base and latest snapshots as its log names them.
+    pub(crate) files: lineage_core::workspace::WorkspaceChanges,
+    /// The base's manifest, read at the first checkpoint of this launch.
+    pub(crate) manifest: Option<Arc<lineage_workspace::Manifest>>,
 }
 
 /// The session's files, when its log names a snapshot: materialized into the driver's own
@@ -154,8 +158,11 @@ async fn materialize(
     init: &AgentInit,
     own: Option<lineage_drivers::driver::OwnFiles>,
 ) -> Result<Option<TaskWorkspace>, HostError> {
-    let Some((snapshot, checkpoints)) = lineage_core::workspace::latest_snapshot(init.log.events())
-    else {
+    let own_events = init.log.events_after_seed();
+    let (Some(files), Some((_, checkpoints))) = (
+        lineage_core::workspace::changes(own_events),
+        lineage_core::workspace::latest_snapshot(own_events),
+    ) else {
         return Ok(None);
     };
     let Some(own) = own else {
@@ -165,11 +172,13 @@ async fn materialize(
         )));
     };
     let caps = own.caps;
-    shared.materialize(&snapshot, &own.dir, caps).await?;
+    shared.materialize(&files, &own.dir, caps).await?;
     Ok(Some(TaskWorkspace {
         dir: own.dir,
         caps,
         checkpoints,
+        files,
+        manifest: None,
     }))
 }
 
@@ -449,6 +458,7 @@ impl AgentTask {
                 output: self.engine.last_assistant().map(str::to_owned),
                 structured: None,
                 stop_reason: StopReason::Disposed,
+                changes: self.engine.workspace_changes().cloned().map(Box::new),
             });
         }
     }

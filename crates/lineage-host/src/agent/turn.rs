@@ -162,7 +162,7 @@ impl AgentTask {
     /// cap) is logged, and the log keeps naming the last one that was (the next turn's end
     /// tries again).
     async fn checkpoint(&mut self) {
-        let Some(workspace) = &self.workspace else {
+        let Some(workspace) = &mut self.workspace else {
             return;
         };
         let (dir, caps, n) = (
@@ -170,13 +170,18 @@ impl AgentTask {
             workspace.caps,
             workspace.checkpoints + 1,
         );
+        let (files, mut manifest) = (workspace.files.clone(), workspace.manifest.take());
         // The bus may be away for a moment (a leader change): the turn's end waits for a few
         // tries before it goes on without this checkpoint.
         let mut pause = std::time::Duration::from_millis(250);
         let mut tries = 0;
         let saved = loop {
             tries += 1;
-            match self.shared.checkpoint(&self.session, &dir, caps, n).await {
+            let stored = self
+                .shared
+                .checkpoint(&self.session, &dir, caps, n, &files, &mut manifest)
+                .await;
+            match stored {
                 Err(HostError::Bus(e)) if tries < CHECKPOINT_TRIES => {
                     tracing::info!(session = %self.session, error = %e, "checkpoint not stored; trying again");
                     tokio::time::sleep(pause).await;
@@ -185,10 +190,18 @@ impl AgentTask {
                 other => break other,
             }
         };
+        if let Some(workspace) = &mut self.workspace {
+            workspace.manifest = manifest;
+        }
         match saved {
-            Ok(snapshot) => {
+            Ok(None) => {}
+            Ok(Some(snapshot)) => {
                 if let Some(workspace) = &mut self.workspace {
                     workspace.checkpoints = n;
+                    workspace.files = lineage_core::workspace::WorkspaceChanges::new(
+                        workspace.files.base.clone(),
+                        snapshot.clone(),
+                    );
                 }
                 self.feed(EngineEvent::WorkspaceSaved(snapshot)).await;
             }

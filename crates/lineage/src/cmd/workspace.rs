@@ -10,14 +10,14 @@
 //!
 //! The snapshots are checked against the digests the log recorded before anything is read.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::events::EventLogStore;
 use lineage_bus::ports::WorkspaceStore;
 use lineage_core::ids::SessionId;
-use lineage_core::workspace::{base_snapshot, latest_snapshot, WorkspaceSnapshot};
-use lineage_workspace::{Caps, Digest, WorkspaceError};
+use lineage_core::workspace::{WorkspaceChanges, WorkspaceSnapshot};
+use lineage_workspace::{Caps, Digest, OwnedLayer, Tree, WorkspaceError};
 
 use crate::client::{connect, parse_session, print_json};
 use crate::global::{subjects, Global};
@@ -71,14 +71,7 @@ fn workspace_error(e: WorkspaceError) -> ControlError {
 async fn snapshots(
     g: &Global,
     session: &SessionId,
-) -> Result<
-    (
-        WorkspaceSnapshot,
-        WorkspaceSnapshot,
-        lineage_bus::workspace::NatsWorkspaces,
-    ),
-    ControlError,
-> {
+) -> Result<(WorkspaceChanges, lineage_bus::workspace::NatsWorkspaces), ControlError> {
     let nats = connect(g).await?;
     let subjects = subjects(g)?;
     let logs = EventLogStore::reader(nats.clone(), subjects.clone());
@@ -89,22 +82,21 @@ async fn snapshots(
             format!("session {session} has no log in this cluster; check the id (lineage ls) and --cluster"),
         ));
     }
-    let (Some(base), Some((latest, _))) = (base_snapshot(&events), latest_snapshot(&events)) else {
+    let Some(files) = lineage_core::workspace::changes(&events) else {
         return Err(ControlError::new(
             ErrorCode::NotFound,
             format!("session {session} has no workspace; spawn a root with --workspace DIR, and its children inherit it"),
         ));
     };
     let store = lineage_bus::workspace::NatsWorkspaces::new(nats, &subjects, Default::default());
-    Ok((base, latest, store))
+    Ok((files, store))
 }
 
-/// Materializes `snapshot` into `into`, checked against its recorded digest.
-async fn materialize(
+/// `snapshot`'s bytes and the digest the log recorded (checked as they are unpacked).
+async fn read(
     store: &dyn WorkspaceStore,
     snapshot: &WorkspaceSnapshot,
-    into: &Path,
-) -> Result<(), ControlError> {
+) -> Result<OwnedLayer, ControlError> {
     let stored = store
         .get(&snapshot.object)
         .await
@@ -119,27 +111,34 @@ async fn materialize(
             )
         })?;
     let digest = Digest::parse(&snapshot.digest).map_err(workspace_error)?;
-    lineage_workspace::unpack(&stored.bytes, &digest, into, Caps::default())
-        .map_err(workspace_error)?;
-    Ok(())
+    Ok(OwnedLayer {
+        bytes: stored.bytes,
+        digest,
+    })
 }
 
-/// The changes from `base` to `latest`, both materialized in a temporary directory.
+/// A whole snapshot and the delta over it, read.
+async fn read_layers(
+    store: &dyn WorkspaceStore,
+    (whole, delta): (&WorkspaceSnapshot, Option<&WorkspaceSnapshot>),
+) -> Result<Tree, ControlError> {
+    let whole = read(store, whole).await?;
+    let delta = match delta {
+        Some(delta) => Some(read(store, delta).await?),
+        None => None,
+    };
+    Ok(Tree { whole, delta })
+}
+
+/// The changes from the session's base to its latest files.
 async fn changes(
     store: &dyn WorkspaceStore,
-    base: &WorkspaceSnapshot,
-    latest: &WorkspaceSnapshot,
+    files: &WorkspaceChanges,
 ) -> Result<Vec<lineage_workspace::changes::Change>, ControlError> {
-    let tmp = tempfile::tempdir().map_err(|e| {
-        ControlError::new(
-            ErrorCode::Internal,
-            format!("cannot make a temporary directory: {e}"),
-        )
-    })?;
-    let (a, b) = (tmp.path().join("base"), tmp.path().join("latest"));
-    materialize(store, base, &a).await?;
-    materialize(store, latest, &b).await?;
-    lineage_workspace::changes::changes(&a, &b).map_err(workspace_error)
+    let before = read_layers(store, (&files.base, None)).await?;
+    let after = read_layers(store, files.latest_layers()).await?;
+    lineage_workspace::changes::between(before.layers(), after.layers(), Caps::default())
+        .map_err(workspace_error)
 }
 
 /// Runs a `workspace` subcommand.
@@ -147,8 +146,8 @@ pub(crate) async fn run(g: &Global, verb: WorkspaceVerb) -> Result<(), ControlEr
     match verb {
         WorkspaceVerb::Diff { session } => {
             let session = parse_session("session", &session)?;
-            let (base, latest, store) = snapshots(g, &session).await?;
-            let found = changes(&store, &base, &latest).await?;
+            let (files, store) = snapshots(g, &session).await?;
+            let found = changes(&store, &files).await?;
             if g.json {
                 let list: Vec<_> = found
                     .iter()
@@ -164,15 +163,18 @@ pub(crate) async fn run(g: &Global, verb: WorkspaceVerb) -> Result<(), ControlEr
         }
         WorkspaceVerb::Pull { session, into } => {
             let session = parse_session("session", &session)?;
-            let (_, latest, store) = snapshots(g, &session).await?;
-            materialize(&store, &latest, &into).await?;
+            let (files, store) = snapshots(g, &session).await?;
+            let read = read_layers(&store, files.latest_layers()).await?;
+            let (whole, delta) = read.layers();
+            lineage_workspace::unpack_layers(whole, delta, &into, Caps::default())
+                .map_err(workspace_error)?;
             println!("pulled {session}'s files into {}", into.display());
             Ok(())
         }
         WorkspaceVerb::Apply { session, into } => {
             let session = parse_session("session", &session)?;
-            let (base, latest, store) = snapshots(g, &session).await?;
-            let found = changes(&store, &base, &latest).await?;
+            let (files, store) = snapshots(g, &session).await?;
+            let found = changes(&store, &files).await?;
             let applied =
                 lineage_workspace::changes::apply(&found, &into).map_err(workspace_error)?;
             if g.json {
