@@ -485,9 +485,9 @@ fn z2_workspaces_work_under_the_shipped_nats_permissions() {
 fn c1_a_workspace_over_its_profiles_cap_is_refused_with_the_numbers_and_nothing_runs() {
     let agent = lineage_testkit::binary::lineage_bin().with_file_name("lineage-acp-testagent");
     let small = format!(
-        "{}\n[agents.small]\ndriver = \"acp\"\ncommand = \"{}\"\nworkspace_max_bytes = 64\n",
+        "{}\n[agents.small]\ndriver = \"acp\"\ncommand = \"{agent}\"\nworkspace_max_bytes = 64\n\n[agents.closed]\ndriver = \"acp\"\ncommand = \"{agent}\"\nworkspace_uploads = false\n",
         delegator_profiles(),
-        agent.display()
+        agent = agent.display()
     );
     let c = Cluster::start_with_toml(1, &[], &small);
     let files = project();
@@ -515,6 +515,27 @@ fn c1_a_workspace_over_its_profiles_cap_is_refused_with_the_numbers_and_nothing_
             "{state}: {listed}"
         );
     }
+    // A profile that takes no client's files, and a scripted agent (no directory of its
+    // own): refused in one line before anything is written.
+    let before = c.cli_json(&["ls"]);
+    for (profile, expected) in [
+        ("closed", "workspace_uploads = false"),
+        ("echo", "no directory of its own"),
+    ] {
+        let (code, _, err) = c.cli(&[
+            "spawn",
+            "--profile",
+            profile,
+            "--workspace",
+            files.path().to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{profile}: {err}");
+        assert!(
+            err.contains(expected) && err.trim().lines().count() == 1,
+            "{profile}: {err}"
+        );
+    }
+    assert_eq!(c.cli_json(&["ls"]), before, "nothing was born");
     // The same files under the default cap run.
     let reply = c.spawn(&[
         "--profile",

@@ -144,6 +144,55 @@ pub fn belongs_to(object: &str, session: &SessionId) -> bool {
     session_objects(session).iter().any(|o| o == object)
 }
 
+/// What a spawn asked for its child's files, in the core's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildChoice {
+    /// Nothing said.
+    Unsaid,
+    /// `inherit`.
+    Inherit,
+    /// `empty`.
+    Empty,
+    /// An upload or a clone: for a top-level session only.
+    RootOnly,
+}
+
+/// What a child starts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildFiles {
+    /// A copy of its parent's files as they are at the spawn (stored as its base).
+    ParentCopy,
+    /// No files (an empty directory, or none at all).
+    Nothing,
+}
+
+/// The files a child of `parent` starts in (issue 39, C1): a copy of its parent's when it asks
+/// for one, or says nothing and both sides hold files (a coding agent under a coding agent:
+/// `inherit` is the default); nothing when it asks for `empty` or one side holds no files. A
+/// refusal is one line saying what to give instead.
+pub fn child_files(
+    choice: ChildChoice,
+    parent: &SessionId,
+    parent_has_files: bool,
+    child_holds_files: bool,
+) -> Result<ChildFiles, String> {
+    match (choice, parent_has_files, child_holds_files) {
+        (ChildChoice::RootOnly, _, _) => Err(
+            "a child's workspace is inherit or empty; an upload or a git clone is for a top-level session (lineage spawn --workspace DIR or --git URL without --parent)".into(),
+        ),
+        (ChildChoice::Empty, _, _) | (ChildChoice::Unsaid, false, _) | (ChildChoice::Unsaid, true, false) => {
+            Ok(ChildFiles::Nothing)
+        }
+        (ChildChoice::Inherit, false, _) => Err(format!(
+            "workspace inherit: parent {parent} has no workspace to copy; give workspace empty, or start the root with lineage spawn --workspace DIR"
+        )),
+        (ChildChoice::Inherit, true, false) => Err(
+            "workspace inherit: the child's agent has no directory of its own (a scripted agent, or a profile whose workdir is shared), so it cannot hold a copy; give workspace empty, or a profile whose workdir is \"session\"".into(),
+        ),
+        (ChildChoice::Inherit | ChildChoice::Unsaid, true, true) => Ok(ChildFiles::ParentCopy),
+    }
+}
+
 /// The snapshot a session's files are in: the last `workspace/snapshot` of its log, and how
 /// many checkpoints it had (the base is not one). `None` for a session without a workspace.
 pub fn latest_snapshot<'a>(
@@ -190,6 +239,28 @@ mod tests {
             kind: kind.into(),
             data: serde_json::json!({"object": object, "digest": "SHA-256=x"}),
             at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn c1_a_child_inherits_when_it_asks_or_says_nothing_and_both_hold_files() {
+        use ChildChoice::*;
+        let p = session();
+        let files = |choice, parent, child| child_files(choice, &p, parent, child);
+        assert_eq!(files(Unsaid, true, true), Ok(ChildFiles::ParentCopy));
+        assert_eq!(files(Inherit, true, true), Ok(ChildFiles::ParentCopy));
+        // Nothing said: no copy when either side holds no files.
+        assert_eq!(files(Unsaid, false, true), Ok(ChildFiles::Nothing));
+        assert_eq!(files(Unsaid, true, false), Ok(ChildFiles::Nothing));
+        assert_eq!(files(Empty, true, true), Ok(ChildFiles::Nothing));
+        // Asked for what cannot be: one line saying what to give.
+        for (choice, parent, child, says) in [
+            (Inherit, false, true, "has no workspace to copy"),
+            (Inherit, true, false, "no directory of its own"),
+            (RootOnly, true, true, "for a top-level session"),
+        ] {
+            let line = files(choice, parent, child).unwrap_err();
+            assert!(line.contains(says) && !line.contains('\n'), "{line}");
         }
     }
 

@@ -379,6 +379,22 @@ pub trait DriverFactory: Send + Sync + 'static {
     fn git_protocols(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Whether a session of `spec` would hold files of its own here (issue 39), and on what
+    /// terms; `None` when its agent has no directory of its own (a scripted agent, a shared
+    /// workdir), the default. Asked before a birth with a workspace writes anything.
+    fn files_rule(&self, spec: &AgentSpec, session: &SessionId) -> Option<FilesRule> {
+        let _ = (spec, session);
+        None
+    }
+}
+
+/// What a session's own files may be (issue 39): [`DriverFactory::files_rule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilesRule {
+    /// What they may hold (the profile's caps).
+    pub caps: lineage_workspace::Caps,
+    /// Whether a root may start in a client's upload (the profile's `workspace_uploads`).
+    pub uploads: bool,
 }
 
 /// The provider name (descriptor `provider`) of an agent spec: `script`, `acp`, or the

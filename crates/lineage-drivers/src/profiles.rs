@@ -91,6 +91,15 @@ pub struct AgentProfile {
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_max_files: Option<u64>,
+    /// Whether a root of this profile may start in files a client uploads (`lineage spawn
+    /// --workspace DIR`, `lineage acp --project`). True when absent; false keeps a client's
+    /// files off its agents (a node's `--git` clone and a child's inherited copy still work).
+    #[serde(default = "yes")]
+    pub workspace_uploads: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_git_protocols() -> Vec<String> {
@@ -142,6 +151,7 @@ impl AgentProfile {
             description: description.to_owned(),
             workspace_max_bytes: None,
             workspace_max_files: None,
+            workspace_uploads: true,
         }
     }
 }
@@ -219,6 +229,8 @@ pub struct AcpLaunch {
     pub sandbox: Option<SandboxPlan>,
     /// What its workspace may hold (issue 39).
     pub workspace_caps: lineage_workspace::Caps,
+    /// Whether a root may start in a client's upload (the profile's `workspace_uploads`).
+    pub workspace_uploads: bool,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).

@@ -104,6 +104,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             persona,
             tool_filter,
             timeout_ms,
+            workspace,
         } => DriverAction::Spawn(Box::new(ChildSpec {
             shape: *shape,
             agent: agent.as_deref().cloned().unwrap_or(AgentSpec::Script {
@@ -116,7 +117,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             tool_filter: tool_filter.clone(),
             timeout_ms: *timeout_ms,
             budget: None,
-            workspace: None,
+            workspace: workspace.clone(),
         })),
         // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
         // a turn without a spawn gives.

@@ -75,6 +75,7 @@ impl Host {
             lease: crate::lease::LeaseMarks::default(),
             metrics: HostMetrics::default(),
             results_swept_at_ms: std::sync::atomic::AtomicU64::new(0),
+            just_packed: Default::default(),
         });
         crate::sweeps::start(&shared).await?;
         Ok(Host { shared })

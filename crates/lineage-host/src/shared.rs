@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: HostMetrics,
     /// When the stored results were last swept ([`crate::retention`]; ms, 0: never).
     pub(crate) results_swept_at_ms: std::sync::atomic::AtomicU64,
+    /// Snapshots this node packed for a child's base, kept for a child that starts here
+    /// ([`crate::workspace::JustPacked`]).
+    pub(crate) just_packed: crate::workspace::JustPacked,
 }
 
 impl Shared {

@@ -130,9 +130,7 @@ impl Shared {
             persona: spec.persona.clone(),
         };
         descriptor.validate()?;
-        let workspace = self
-            .child_workspace(&parent, spec.workspace.as_ref(), &child_id)
-            .await?;
+        let workspace = self.child_workspace(&parent, &spec, &child_id).await?;
         let target = self.birth_target(spec.node.as_ref(), &child_id).await;
         // 5: the target hosts it (it checks its offer, T4): creation window, then the birth,
         // then the launch.
@@ -174,28 +172,36 @@ impl Shared {
         Ok(reply)
     }
 
-    /// The files a child starts from (issue 39): a copy of its parent's as they are now, stored
-    /// as the child's base (`inherit`, the default when the parent has a workspace), or none.
+    /// The files a child starts from (issue 39, [`lineage_core::workspace::child_files`]): a
+    /// copy of its parent's as they are now, stored as the child's base, or none.
     async fn child_workspace(
         &self,
         parent: &ParentCtx,
-        choice: Option<&SpawnWorkspace>,
+        spec: &ChildSpec,
         child: &SessionId,
     ) -> Result<Option<lineage_core::workspace::WorkspaceSnapshot>, HostError> {
-        match (choice, &parent.workspace) {
-            (Some(SpawnWorkspace::Uploaded { .. } | SpawnWorkspace::Git { .. }), _) => {
-                Err(HostError::BadRequest(
-                    "a child's workspace is inherit or empty; an upload or a git clone is for a top-level session (lineage spawn --workspace DIR or --git URL without --parent)".into(),
-                ))
+        use lineage_core::workspace::{child_files, ChildChoice, ChildFiles};
+        let choice = match &spec.workspace {
+            None => ChildChoice::Unsaid,
+            Some(SpawnWorkspace::Inherit) => ChildChoice::Inherit,
+            Some(SpawnWorkspace::Empty) => ChildChoice::Empty,
+            Some(SpawnWorkspace::Uploaded { .. } | SpawnWorkspace::Git { .. }) => {
+                ChildChoice::RootOnly
             }
-            (Some(SpawnWorkspace::Empty), _) | (None, None) => Ok(None),
-            (Some(SpawnWorkspace::Inherit), None) => Err(HostError::BadRequest(format!(
-                "workspace inherit: parent {} has no workspace to copy; give workspace empty, or start the root with lineage spawn --workspace DIR",
-                parent.header.id()
-            ))),
-            (Some(SpawnWorkspace::Inherit) | None, Some((dir, caps))) => {
+        };
+        let holds = self.drivers.files_rule(&spec.agent, child).is_some();
+        let files = child_files(
+            choice,
+            parent.header.id(),
+            parent.workspace.is_some(),
+            holds,
+        )
+        .map_err(HostError::BadRequest)?;
+        match (files, &parent.workspace) {
+            (ChildFiles::ParentCopy, Some((dir, caps))) => {
                 Ok(Some(self.inherit_files(dir, *caps, child).await?))
             }
+            (ChildFiles::ParentCopy, None) | (ChildFiles::Nothing, _) => Ok(None),
         }
     }
 

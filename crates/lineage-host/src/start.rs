@@ -71,6 +71,11 @@ impl Shared {
                 other => HostError::from(other),
             },
         )?;
+        // Issue 39: files need a directory of their own, and a client's upload a profile that
+        // takes one; refused before anything is written.
+        if let Some(snapshot) = &request.workspace {
+            self.check_files(&request, snapshot)?;
+        }
         // No `header.validate()` here: a `SessionHeader` holds only a valid header (its
         // deserializer and constructors check it), and the registry's apply checks the birth
         // again, with the final say.
@@ -442,5 +447,32 @@ impl Drop for BirthUnderway<'_> {
         if let Ok(mut births) = self.shared.live.births.lock() {
             births.remove(&self.session);
         }
+    }
+}
+
+impl Shared {
+    /// Whether the birth `request`'s agent can start in `snapshot` here (issue 39): its
+    /// profile gives it a directory of its own, and takes a client's upload when it is one.
+    fn check_files(
+        &self,
+        request: &StartRequest,
+        snapshot: &lineage_core::workspace::WorkspaceSnapshot,
+    ) -> Result<(), HostError> {
+        let agent = lineage_drivers::driver::provider_of(&request.agent);
+        let session = request.header.id();
+        let Some(rule) = self.drivers.files_rule(&request.agent, session) else {
+            return Err(HostError::BadRequest(format!(
+                "agent {agent} has no directory of its own on node {} (a scripted agent, or a profile whose workdir is shared), so it cannot start in files; spawn it without a workspace, or use a profile whose workdir is \"session\"",
+                self.cfg.node
+            )));
+        };
+        let upload = snapshot.object == lineage_core::workspace::upload_object(&request.request_id);
+        if upload && !rule.uploads {
+            return Err(HostError::BadRequest(format!(
+                "profile {agent} does not take a client's files (workspace_uploads = false on node {}); start it with --git URL --ref REF, or without a workspace",
+                self.cfg.node
+            )));
+        }
+        Ok(())
     }
 }

@@ -44,6 +44,9 @@ impl Shared {
     /// Reads `snapshot`'s object, refused unless the store recorded it with the digest the log
     /// names (a damaged or replaced object is never materialized).
     async fn read_snapshot(&self, snapshot: &WorkspaceSnapshot) -> Result<Vec<u8>, HostError> {
+        if let Some(bytes) = self.just_packed.take(snapshot) {
+            return Ok(bytes);
+        }
         let stored = self.bus.workspaces.get(&snapshot.object).await?;
         let Some(stored) = stored else {
             return Err(HostError::BadRequest(format!(
@@ -91,7 +94,9 @@ impl Shared {
         let packed = pack(dir.to_path_buf(), caps).await?;
         let object = base_object(child);
         let digest = self.bus.workspaces.put(&object, &packed.bytes).await?;
-        Ok(WorkspaceSnapshot::whole(object, digest))
+        let snapshot = WorkspaceSnapshot::whole(object, digest);
+        self.just_packed.keep(&snapshot, packed.bytes);
+        Ok(snapshot)
     }
 
     /// A root's files cloned from a git repository (`reference` of `url`, as this node's
@@ -231,6 +236,41 @@ impl Shared {
     }
 }
 
+/// The bases this node packed for children lately, by object and digest: a child that starts
+/// on its parent's node is materialized from the bytes at hand instead of reading back what
+/// the node has just stored (the base is stored all the same: a resume elsewhere and the
+/// child's changes read it). Each is taken once; at most [`JustPacked::MAX_BYTES`] are kept,
+/// the oldest dropped first.
+#[derive(Debug, Default)]
+pub(crate) struct JustPacked {
+    kept: std::sync::Mutex<std::collections::VecDeque<(WorkspaceSnapshot, Vec<u8>)>>,
+}
+
+impl JustPacked {
+    /// What the kept snapshots may hold in all.
+    const MAX_BYTES: usize = 64 << 20;
+
+    fn keep(&self, snapshot: &WorkspaceSnapshot, bytes: Vec<u8>) {
+        if bytes.len() > Self::MAX_BYTES {
+            return;
+        }
+        let Ok(mut kept) = self.kept.lock() else {
+            return;
+        };
+        kept.push_back((snapshot.clone(), bytes));
+        while kept.iter().map(|(_, b)| b.len()).sum::<usize>() > Self::MAX_BYTES {
+            kept.pop_front();
+        }
+    }
+
+    /// The bytes of `snapshot` if this node packed it (same object, same digest).
+    fn take(&self, snapshot: &WorkspaceSnapshot) -> Option<Vec<u8>> {
+        let mut kept = self.kept.lock().ok()?;
+        let at = kept.iter().position(|(s, _)| s == snapshot)?;
+        kept.remove(at).map(|(_, bytes)| bytes)
+    }
+}
+
 /// Runs file-system work off the async threads.
 async fn blocking<T: Send + 'static>(
     what: &str,
@@ -299,4 +339,31 @@ fn materialize_into(layers: &Tree, dir: &Path, caps: Caps) -> Result<(), HostErr
         lineage_drivers::sandbox::chown_tree(dir, owner).map_err(io)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_just_packed_base_is_taken_once_and_only_by_its_own_digest() {
+        let kept = JustPacked::default();
+        let base = WorkspaceSnapshot::whole("c.base".into(), "SHA-256=a".into());
+        kept.keep(&base, vec![1, 2, 3]);
+        let other = WorkspaceSnapshot::whole("c.base".into(), "SHA-256=b".into());
+        assert_eq!(
+            kept.take(&other),
+            None,
+            "another digest is another snapshot"
+        );
+        assert_eq!(kept.take(&base), Some(vec![1, 2, 3]));
+        assert_eq!(kept.take(&base), None, "taken once");
+        // Past the cap, the oldest go first.
+        let big = |name: &str| WorkspaceSnapshot::whole(name.into(), "SHA-256=x".into());
+        for name in ["1", "2", "3"] {
+            kept.keep(&big(name), vec![0; JustPacked::MAX_BYTES / 2]);
+        }
+        assert_eq!(kept.take(&big("1")), None);
+        assert!(kept.take(&big("2")).is_some() && kept.take(&big("3")).is_some());
+    }
 }

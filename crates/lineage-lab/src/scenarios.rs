@@ -18,7 +18,7 @@
 //!
 //! | `scale` | not in `all`: the registry at 1,000,000 sessions (trees of 1,000): register latency at 100k and 1M, RSS per session, snapshot size and build time, a follower's restart and its catch-up from a snapshot ([`scale`](mod@scale)) |
 //! | `peers` | not in `all`: lineage next to Restate, Temporal, etcd and NATS KV on the same machine, one at a time (the peers installed by `scripts/bench-peers.sh`): a parent awaiting a one-shot child, a durable replicated write, 1 and 64 callers ([`peers`]) |
-//! | `workspace` | not in `all` (issue 39): a 10 MB and a 100 MB tree packed, stored in the Object Store, read back and materialized ([`workspace`](mod@workspace)); then a one-shot child on another node inheriting a 10 MB workspace vs an empty one ([`inherit`](mod@inherit)) |
+//! | `workspace` | not in `all` (issue 39): a 10 MB and a 100 MB tree packed, stored in the Object Store, read back and materialized ([`workspace`](mod@workspace)); a turn's checkpoint as a delta vs a whole snapshot vs a git bundle ([`checkpoint`](mod@checkpoint)); then a one-shot child on another node inheriting a 10 MB workspace vs an empty one ([`inherit`](mod@inherit)) |
 //! | `tools` | a one-shot `echo` child on node 2 of a `delegator` session (the ACP test agent with `tools = true`) on node 1, one at a time: through `spawn_subagent` over MCP (timed by the agent: [`tools`]) vs through the control service |
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
@@ -26,6 +26,7 @@
 //! Each scenario but `baseline` and `registry` lives in `scenarios/<name>.rs`; this file holds
 //! the runner and what the scenarios share, `scenarios/setup.rs` the cluster setup ([`Bench`]).
 
+mod checkpoint;
 mod drain;
 mod inherit;
 mod peers;
@@ -114,10 +115,7 @@ async fn run_one(g: &Global, name: &str) -> Result<(), ControlError> {
         "drain" => drain(&bench).await,
         "tools" => tools::tools(&bench).await,
         "scale" => scale::scale(&bench).await,
-        "workspace" => match workspace::workspace(&bench).await {
-            Ok(()) => inherit::inherit(&bench).await,
-            Err(e) => Err(e),
-        },
+        "workspace" => workspaces(&bench).await,
         other => Err(lineage::output::usage(format!(
             "unknown bench scenario {other:?}"
         ))),
@@ -392,6 +390,13 @@ pub async fn bench(g: &Global, scenario: &str) -> Result<(), ControlError> {
         }
     }
     run(g, scenario).await
+}
+
+/// `workspace`: the store's figures, the checkpoint formats, then inheriting across nodes.
+async fn workspaces(bench: &Bench) -> Result<(), ControlError> {
+    workspace::workspace(bench).await?;
+    checkpoint::checkpoint(bench).await?;
+    inherit::inherit(bench).await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lineage_core::ids::SessionId;
 use lineage_drivers::acp::WarmPool;
 use lineage_drivers::acp::{AcpDriver, AgentTools, Approver};
-use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory};
+use lineage_drivers::driver::{AgentDriver, AgentSpec, DriverFactory, FilesRule};
 use lineage_drivers::profiles::{offer_of, AcpLaunch, Admitted, AgentProfiles};
 use lineage_drivers::sandbox::UidPool;
 use lineage_drivers::script::ScriptDriver;
@@ -147,17 +147,7 @@ impl DriverFactory for NodeDrivers {
         {
             Admitted::Script(script) => Ok(Box::new(ScriptDriver::new(script))),
             Admitted::Acp(mut launch) => {
-                // A per-session workdir is the session's own files (issue 39); a shared one
-                // (`data_dir`, an operator's path) is not, and gets no workspace.
-                let own = self.data_dir.join("work").join(session.as_str());
-                let own_files =
-                    launch
-                        .workdir
-                        .starts_with(&own)
-                        .then_some(lineage_drivers::driver::OwnFiles {
-                            dir: own,
-                            caps: launch.workspace_caps,
-                        });
+                let own_files = self.own_files(&launch, session);
                 let tools = match (launch.tools, &self.tools) {
                     (false, _) => None,
                     (true, Some(tools)) => Some(tools.grant(session, !launch.tools_stdio)),
@@ -192,6 +182,40 @@ impl DriverFactory for NodeDrivers {
 
     fn git_protocols(&self) -> Vec<String> {
         self.profiles.git_protocols.clone()
+    }
+
+    fn files_rule(&self, spec: &AgentSpec, session: &SessionId) -> Option<FilesRule> {
+        let env = |name: &str| std::env::var(name).ok();
+        match self
+            .profiles
+            .admit(spec, Some(session), &self.data_dir, &env)
+            .ok()?
+        {
+            Admitted::Script(_) => None,
+            Admitted::Acp(launch) => self.own_files(&launch, session).map(|own| FilesRule {
+                caps: own.caps,
+                uploads: launch.workspace_uploads,
+            }),
+        }
+    }
+}
+
+impl NodeDrivers {
+    /// A per-session workdir is the session's own files (issue 39); a shared one (`data_dir`,
+    /// an operator's path) is not, and gets no workspace.
+    fn own_files(
+        &self,
+        launch: &lineage_drivers::profiles::AcpLaunch,
+        session: &SessionId,
+    ) -> Option<lineage_drivers::driver::OwnFiles> {
+        let own = self.data_dir.join("work").join(session.as_str());
+        launch
+            .workdir
+            .starts_with(&own)
+            .then_some(lineage_drivers::driver::OwnFiles {
+                dir: own,
+                caps: launch.workspace_caps,
+            })
     }
 }
 

@@ -91,6 +91,10 @@ pub enum Step {
         /// How long the child's subtree may run (Q2), in ms (1 ms to 30 days).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<lineage_core::deadline::Timeout>,
+        /// The child's files (issue 39): `"inherit"` (a copy of the parent's; the default
+        /// when the parent has a workspace) or `"empty"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<crate::workspace::SpawnWorkspace>,
     },
     /// Reply with the outcome of this turn's last action step (a spawn, followup, interrupt,
     /// list or await), received inside the turn: a one-shot child's output (its stop reason

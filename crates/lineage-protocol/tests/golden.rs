@@ -464,6 +464,7 @@ fn h1_script_language_is_pinned() {
                 persona: None,
                 tool_filter: None,
                 timeout_ms: None,
+                workspace: None,
             },
             Step::WaitChildren,
             Step::Sleep { ms: 5 },
@@ -490,6 +491,25 @@ fn h1_script_language_is_pinned() {
                 content: "done".into()
             },
         }
+    );
+    // Issue 39: a spawn step names its child's files, inherit or empty.
+    let Step::Spawn { workspace, .. } = &Script::from_json(
+        r#"{"turns":[[{"do":"spawn","shape":"one-shot","workspace":"empty"}]]}"#,
+    )
+    .unwrap()
+    .turns[0][0] else {
+        panic!("a spawn step")
+    };
+    assert_eq!(
+        workspace,
+        &Some(lineage_protocol::workspace::SpawnWorkspace::Empty)
+    );
+    let err =
+        Script::from_json(r#"{"turns":[[{"do":"spawn","shape":"one-shot","workspace":"mine"}]]}"#)
+            .unwrap_err();
+    assert!(
+        err.to_string().contains("`mine`") && err.to_string().contains("`inherit`"),
+        "{err}"
     );
     // Issue 15 (O1): `reply` says `content` like `report` and `followup`; the older `text`
     // still reads (the CLI warns).

@@ -86,6 +86,7 @@ impl AgentProfiles {
                     tools_stdio: false,
                     sandbox,
                     workspace_caps: Default::default(),
+                    workspace_uploads: true,
                 })))
             }
             AgentSpec::Profile { profile } => {
@@ -130,6 +131,7 @@ impl AgentProfiles {
                             tools_stdio: p.tools_transport == "stdio" || sandbox.is_some(),
                             sandbox,
                             workspace_caps: p.workspace_caps(),
+                            workspace_uploads: p.workspace_uploads,
                         })))
                     }
                 }

@@ -4,7 +4,9 @@
 //! (`sh: true`) and are waited for, one at a time, half of them inheriting the parent's files
 //! (packed on node 1, stored, materialized on node 2 before the child starts, and checkpointed
 //! at its turn's end) and half with an empty workspace, alternating in rounds so both meet the
-//! same machine. What the workspace adds is the difference of the two.
+//! same machine. What the workspace adds is the difference of the two. A third series inherits
+//! on the parent's own node, where the child's base is unpacked from the snapshot the node just
+//! packed (no get).
 
 use std::time::{Duration, Instant};
 
@@ -57,10 +59,10 @@ pub(super) async fn inherit(b: &Bench) -> Result<(), ControlError> {
     };
     let root = b.ctl.spawn(&pn, &root).await?.session;
     let _ = store.delete(&[upload]).await;
-    let child = |workspace| SpawnRequest {
+    let child = |workspace, node: &lineage_core::ids::NodeId| SpawnRequest {
         parent: Some(root.clone()),
         shape: Some(SubagentShape::OneShot),
-        node: Some(cn.clone()),
+        node: Some(node.clone()),
         workspace: Some(workspace),
         ..SpawnRequest::new(
             AgentSpec::Profile {
@@ -75,19 +77,25 @@ pub(super) async fn inherit(b: &Bench) -> Result<(), ControlError> {
         packed.bytes.len()
     );
     // Warm-up: the first sandboxes and agent starts of each kind.
-    for workspace in [SpawnWorkspace::Inherit, SpawnWorkspace::Empty] {
-        b.ctl.spawn(&pn, &child(workspace)).await?;
+    for (workspace, node) in [
+        (SpawnWorkspace::Inherit, &cn),
+        (SpawnWorkspace::Empty, &cn),
+        (SpawnWorkspace::Inherit, &pn),
+    ] {
+        b.ctl.spawn(&pn, &child(workspace, node)).await?;
     }
-    let (mut inherit, mut empty) = (Samples::default(), Samples::default());
+    let (mut inherit, mut empty, mut local) =
+        (Samples::default(), Samples::default(), Samples::default());
     let wall = Instant::now();
     for round in 0..ROUNDS {
         let count = n / ROUNDS + usize::from(round < n % ROUNDS);
-        for (samples, workspace) in [
-            (&mut inherit, SpawnWorkspace::Inherit),
-            (&mut empty, SpawnWorkspace::Empty),
+        for (samples, workspace, node) in [
+            (&mut inherit, SpawnWorkspace::Inherit, &cn),
+            (&mut empty, SpawnWorkspace::Empty, &cn),
+            (&mut local, SpawnWorkspace::Inherit, &pn),
         ] {
             for _ in 0..count {
-                let request = child(workspace.clone());
+                let request = child(workspace.clone(), node);
                 let t = Instant::now();
                 let reply = b.ctl.spawn(&pn, &request).await?;
                 samples.latencies.push(t.elapsed());
@@ -97,15 +105,20 @@ pub(super) async fn inherit(b: &Bench) -> Result<(), ControlError> {
             }
         }
     }
-    for s in [&mut inherit, &mut empty] {
+    for s in [&mut inherit, &mut empty, &mut local] {
         s.wall = wall.elapsed();
     }
     b.report("spawn on another node, inheriting 10 MB", &inherit);
+    b.report("spawn on the parent's node, inheriting 10 MB", &local);
     b.report("spawn on another node, empty workspace", &empty);
     let added = inherit.p50().saturating_sub(empty.p50());
     println!(
         "what inheriting 10 MB adds to a spawn on another node: {:.1} ms at p50 (pack on {pn}, put, get and unpack on {cn}, and the child's checkpoint at its turn's end)",
         as_ms(added)
+    );
+    println!(
+        "on the parent's node: {:.1} ms at p50 (pack and put; the snapshot just packed is unpacked from memory, no get)",
+        as_ms(local.p50().saturating_sub(empty.p50()))
     );
     Ok(())
 }
