@@ -44,7 +44,9 @@ fn child_edits_and_parent_applies(h: &str) {
             {"when": {"last_user_contains": "child-W", "last_is": "user"}, "reply": edit},
             {"when": {"last_user_contains": "child-W", "last_is": "tool_result"},
              "reply": {"text": "child-W wrote FIX.md: {tool_result}"}},
-            {"when": {"last_user_contains": "root-W", "tool_result_contains": "child-W wrote"},
+            // The one-shot result says the child's files changed (issue 39: the reference
+            // to its changes); only then does the root apply them.
+            {"when": {"last_user_contains": "root-W", "tool_result_contains": "changed against the files it started from"},
              "reply": {"tool": "apply_child_changes", "args": {"child": "{tool_result:child}"}}},
             {"when": {"last_user_contains": "root-W", "tool_result_contains": "FIX.md"},
              "reply": {"text": "root applied: {tool_result}"}},

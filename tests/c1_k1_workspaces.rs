@@ -332,8 +332,9 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
     assert!(!fifth.contains("notes.txt"), "nothing written: {fifth}");
 
     // A continuable child's settlement notice carries the reference to its changes: the
-    // parent's inbox accepts it with the number of paths, which its prompt shows.
-    let continuable = r#"tool: spawn_subagent {"profile": "delegator", "shape": "continuable", "node": "node-3", "prompt": "sh: echo from the continuable child > c.txt"}"#;
+    // parent's inbox accepts it with the number of paths, which its prompt shows. This one
+    // runs on its parent's node, which materializes the base it has just packed (no get).
+    let continuable = r#"tool: spawn_subagent {"profile": "delegator", "shape": "continuable", "node": "node-1", "prompt": "sh: cat a.txt; echo from the continuable child > c.txt"}"#;
     c.cli_json(&["send", &root, continuable]);
     reply_n(&c, &root, 6);
     let settled = wait_for(T, "the continuable child's settlement", || {
@@ -342,6 +343,16 @@ fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_b
             .find(|e| e.kind == "inbox/accepted" && e.data["message"]["kind"] == "subagent-settled")
     });
     assert_eq!(settled.data["message"]["changed"], 1, "{settled:?}");
+    let kid = settled.data["message"]["sender_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(c.row(&root, &kid)["node"], "node-1");
+    let saw = replies(&c.log(&kid)).join("\n");
+    assert!(
+        saw.contains("edited by the parent"),
+        "its parent's files: {saw}"
+    );
 }
 
 #[test]

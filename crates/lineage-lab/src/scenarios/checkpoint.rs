@@ -10,9 +10,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use lineage_bus::control::ControlError;
-use lineage_bus::workspace::NatsWorkspaces;
-use lineage_bus::{StreamOptions, WorkspaceStore};
-use lineage_workspace::{pack, pack_delta, Caps, Layer, Manifest};
+use lineage_bus::WorkspaceStore;
+use lineage_workspace::{pack, pack_delta, Layer, Manifest};
 
 use super::workspace::make_tree;
 use super::{internal, scaled, Bench};
@@ -20,15 +19,7 @@ use crate::bench::Samples;
 
 /// The checkpoint comparison (module docs).
 pub(super) async fn checkpoint(b: &Bench) -> Result<(), ControlError> {
-    let store = NatsWorkspaces::new(
-        b.ctl.client.clone(),
-        &b.ctl.subjects,
-        StreamOptions::default(),
-    );
-    let caps = Caps {
-        max_bytes: 1 << 30,
-        max_files: 1_000_000,
-    };
+    let (store, caps) = super::workspace::store_and_caps(b);
     let fail = |e: lineage_workspace::WorkspaceError| internal(e.to_string());
     println!("a turn's end after the turn edited one file: delta against the base vs whole snapshot (alternating), then git bundle of the same tree");
     for (label, mib, runs) in [("10 MB", 10u64, 20usize), ("100 MB", 100, 5)] {

@@ -22,15 +22,7 @@ use crate::bench::Samples;
 
 /// `workspace`: pack, put, get + unpack of 10 MB and 100 MB trees.
 pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
-    let store = NatsWorkspaces::new(
-        b.ctl.client.clone(),
-        &b.ctl.subjects,
-        StreamOptions::default(),
-    );
-    let caps = Caps {
-        max_bytes: 1 << 30,
-        max_files: 1_000_000,
-    };
+    let (store, caps) = store_and_caps(b);
     println!("trees: half source-like text, half random bytes, files of 4-64 KiB in nested directories; one object per snapshot in LINEAGE_<CLUSTER>_WORKSPACES");
     for (label, mib, runs) in [("10 MB", 10u64, 20usize), ("100 MB", 100, 5)] {
         let dir = tempfile::tempdir().map_err(|e| internal(format!("temp dir: {e}")))?;
@@ -91,6 +83,20 @@ pub(super) async fn workspace(b: &Bench) -> Result<(), ControlError> {
         let _ = store.delete(&[object]).await;
     }
     Ok(())
+}
+
+/// The bench's workspace store, and caps no bench tree reaches.
+pub(super) fn store_and_caps(b: &Bench) -> (NatsWorkspaces, Caps) {
+    let store = NatsWorkspaces::new(
+        b.ctl.client.clone(),
+        &b.ctl.subjects,
+        StreamOptions::default(),
+    );
+    let caps = Caps {
+        max_bytes: 1 << 30,
+        max_files: 1_000_000,
+    };
+    (store, caps)
 }
 
 /// Writes `bytes` of files under `root` (see the module docs); returns how many files.
