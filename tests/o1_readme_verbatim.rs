@@ -146,6 +146,10 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Exits(0, "+changed"),
         ),
         (
+            r#"lineage workspace diff $C > /tmp/lineage-c.patch && (cd /tmp/lineage-files && git apply --check --stat /tmp/lineage-c.patch)  # a patch git applies"#,
+            Exits(0, "1 file changed, 1 insertion"),
+        ),
+        (
             r#"lineage workspace apply $C --into /tmp/lineage-files   # all of them, or none and the conflicts (exit 4)"#,
             Exits(0, "applied*1 path(s) changed"),
         ),

@@ -140,7 +140,8 @@ fn text(entry: Option<&Entry>) -> Option<String> {
 }
 
 /// `changes` as a unified diff (`a/` and `b/` paths, as `git diff` writes them; a binary
-/// file as one line saying it differs).
+/// file as one line saying it differs): a patch `git apply` (or `patch -p1`) applies to the
+/// base's text files.
 pub fn render(changes: &[Change]) -> String {
     let mut out = String::new();
     for change in changes {
@@ -306,6 +307,29 @@ mod tests {
         );
         assert!(diff.contains("-fn b() {}\n+fn b() { fixed() }\n"), "{diff}");
         assert!(diff.contains("+++ /dev/null"), "{diff}");
+    }
+
+    #[test]
+    fn the_rendered_diff_is_a_patch_git_applies_to_the_base() {
+        let (base, after) = trees();
+        let diff = render(&changes(base.path(), after.path()).unwrap());
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(base.path())
+                .output()
+                .expect("git runs")
+        };
+        let elsewhere = tempfile::tempdir().unwrap();
+        let patch = elsewhere.path().join("changes.patch");
+        fs::write(&patch, &diff).unwrap();
+        let applied = git(&["apply", "-p1", patch.to_str().unwrap()]);
+        assert!(
+            applied.status.success(),
+            "{}\n{diff}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        assert_eq!(changes(after.path(), base.path()).unwrap(), vec![]);
     }
 
     #[test]
