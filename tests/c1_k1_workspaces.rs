@@ -393,6 +393,28 @@ fn c1_bad_workspace_values_get_one_line_and_change_nothing() {
         Some(0),
         "{listed}"
     );
+    // A retried root spawn (same request id) answers the first session and leaves no files
+    // under the id its second try minted; the client's upload is gone too.
+    let files = project();
+    let retried: Vec<String> = (0..2)
+        .map(|_| {
+            let reply = c.spawn(&[
+                "--request-id",
+                "01936c1e-7a3b-7cde-8f00-0000000000aa",
+                "--profile",
+                "delegator",
+                "--workspace",
+                files.path().to_str().unwrap(),
+            ]);
+            id_of(&reply["session"])
+        })
+        .collect();
+    assert_eq!(retried[0], retried[1]);
+    assert_eq!(
+        bucket_objects(&c),
+        vec![format!("{}.base", retried[0])],
+        "one session's base, nothing else"
+    );
 }
 
 #[test]
@@ -444,6 +466,30 @@ fn k1_a_checkpoint_replaced_behind_the_logs_back_is_refused_at_the_resume_never_
         "{log:?}"
     );
     assert_eq!(replies(&log).len(), 1, "{log:?}");
+}
+
+/// The names of the objects in the cluster's workspace bucket.
+fn bucket_objects(c: &Cluster) -> Vec<String> {
+    let subjects = lineage_bus::Subjects::new(&c.cluster).unwrap();
+    let url = c.nats.url();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use futures::StreamExt;
+        let nats = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(nats);
+        let store = js
+            .get_object_store(subjects.workspace_bucket())
+            .await
+            .unwrap();
+        let mut names: Vec<String> = store
+            .list()
+            .await
+            .unwrap()
+            .map(|info| info.unwrap().name)
+            .collect()
+            .await;
+        names.sort();
+        names
+    })
 }
 
 /// `dir` packed as `lineage spawn --workspace` packs it.
@@ -558,4 +604,28 @@ fn c1_a_workspace_over_its_profiles_cap_is_refused_with_the_numbers_and_nothing_
     ]);
     let root = id_of(&reply["session"]);
     assert!(reply_n(&c, &root, 1).contains("1000 big.txt"));
+
+    // A session under its cap whose turn writes past it: the turn's end stores no checkpoint
+    // and says why (the turn fails, with the numbers); the log keeps naming its base.
+    let tiny = tempfile::tempdir().unwrap();
+    write(tiny.path(), "a.txt", "small\n");
+    let reply = c.spawn(&[
+        "--profile",
+        "small",
+        "--workspace",
+        tiny.path().to_str().unwrap(),
+        "--prompt",
+        "sh: head -c 1000 /dev/zero > big.bin; echo wrote",
+    ]);
+    let over = id_of(&reply["session"]);
+    let end = wait_for(T, "the over-cap turn's end", || {
+        c.log(&over).into_iter().find(|e| e.kind == "turn/end")
+    });
+    assert_eq!(end.data["stop_reason"], "failed", "{end:?}");
+    let error = end.data["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("not checkpointed") && error.contains("at most 64 allowed"),
+        "{end:?}"
+    );
+    assert_eq!(snapshots(&c, &over).len(), 1, "only its base");
 }

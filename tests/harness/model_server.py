@@ -583,6 +583,16 @@ def fill_args(args, view):
     return fill(args)
 
 
+class QuietServer(ThreadingHTTPServer):
+    """An agent that drops its connection (its cluster stopping) is not an error worth a
+    traceback; anything else still prints one."""
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser(description="scripted fake LLM for Claude Code, Codex, Gemini CLI")
     ap.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (0: any free)")
@@ -595,7 +605,7 @@ def main():
         print("model_server: %s" % e, file=sys.stderr)
         sys.exit(2)
     Handler.model = Model(rules, opts.record)
-    server = ThreadingHTTPServer(("127.0.0.1", opts.port), Handler)
+    server = QuietServer(("127.0.0.1", opts.port), Handler)
     server.daemon_threads = True
     print("port %d" % server.server_address[1], flush=True)
     try:

@@ -163,6 +163,8 @@ impl Shared {
         if reply.session == child_id {
             self.metrics.spawned(Some(spec.shape));
             tracing::info!(parent = %parent.header.id(), child = %child_id, depth = child_depth, node = %reply.node, shape = spec.shape.as_str(), "child spawned");
+        } else {
+            self.forget_files(&child_id).await;
         }
         if adopt && spec.shape == SubagentShape::Continuable {
             let _ = self
@@ -332,8 +334,19 @@ impl Shared {
         let reply = self.started(&session, started).await?;
         if reply.session == session {
             self.metrics.spawned(None);
+        } else {
+            self.forget_files(&session).await;
         }
         Ok(reply)
+    }
+
+    /// A retried spawn (its request id already answered by `reply`'s session) leaves no files
+    /// under the session id this try minted and the registry never recorded (issue 39).
+    async fn forget_files(&self, never_born: &SessionId) {
+        let objects = lineage_core::workspace::session_objects(never_born).to_vec();
+        if let Err(e) = self.bus.workspaces.delete(&objects).await {
+            tracing::warn!(session = %never_born, error = %e, "cannot remove the files of a retried spawn's unborn session");
+        }
     }
 }
 

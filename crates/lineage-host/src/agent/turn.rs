@@ -138,8 +138,12 @@ impl AgentTask {
             Some(Err(e)) => TurnOutcome::Failed(e),
             Some(Ok(())) => TurnOutcome::Completed,
         };
-        // The turn's files, stored before its end is written (issue 39).
-        self.checkpoint().await;
+        // The turn's files, stored before its end is written (issue 39): a turn whose files
+        // could not be stored does not end as completed.
+        let outcome = match (self.checkpoint().await, outcome) {
+            (Err(e), TurnOutcome::Completed) => TurnOutcome::Failed(e),
+            (_, outcome) => outcome,
+        };
         // Host shutdown: no settlement, the session stays resumable.
         let ended = outcome.clone();
         let event = match self.done || self.stop.is_cancelled() {
@@ -159,11 +163,11 @@ impl AgentTask {
     /// A checkpoint of the session's files (issue 39): stored, then its snapshot staged to be
     /// written with the turn's end. A bus error is tried again ([`CHECKPOINT_TRIES`] in all,
     /// 250 ms, 500 ms, 1 s apart); one that still cannot be stored (or is over the profile's
-    /// cap) is logged, and the log keeps naming the last one that was (the next turn's end
-    /// tries again).
-    async fn checkpoint(&mut self) {
+    /// cap) is the one-line reason the turn fails, and the log keeps naming the last one that
+    /// was (the next turn's end tries again).
+    async fn checkpoint(&mut self) -> Result<(), String> {
         let Some(workspace) = &mut self.workspace else {
-            return;
+            return Ok(());
         };
         let (dir, caps, n) = (
             workspace.dir.clone(),
@@ -172,7 +176,7 @@ impl AgentTask {
         );
         let (files, mut manifest) = (workspace.files.clone(), workspace.manifest.take());
         // The bus may be away for a moment (a leader change): the turn's end waits for a few
-        // tries before it goes on without this checkpoint.
+        // tries before it fails without this checkpoint.
         let mut pause = std::time::Duration::from_millis(250);
         let mut tries = 0;
         let saved = loop {
@@ -194,7 +198,7 @@ impl AgentTask {
             workspace.manifest = manifest;
         }
         match saved {
-            Ok(None) => {}
+            Ok(None) => Ok(()),
             Ok(Some(snapshot)) => {
                 if let Some(workspace) = &mut self.workspace {
                     workspace.checkpoints = n;
@@ -204,9 +208,13 @@ impl AgentTask {
                     );
                 }
                 self.feed(EngineEvent::WorkspaceSaved(snapshot)).await;
+                Ok(())
             }
             Err(e) => {
                 tracing::warn!(session = %self.session, error = %e, tries, "cannot checkpoint the session's files; the last checkpoint stays");
+                Err(format!(
+                    "the turn's files were not checkpointed ({e}); the session's last checkpoint stays"
+                ))
             }
         }
     }
