@@ -206,6 +206,56 @@ fn c1_k1_a_root_starts_in_its_upload_and_a_resume_on_another_node_sees_its_chang
 }
 
 #[test]
+fn k1_a_child_whose_node_is_killed_after_a_turn_changed_its_files_resumes_elsewhere_in_them() {
+    let mut c = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let files = project();
+    let root = id_of(
+        &c.spawn(&[
+            "--node",
+            "node-1",
+            "--profile",
+            "delegator",
+            "--workspace",
+            files.path().to_str().unwrap(),
+        ])["session"],
+    );
+    // A continuable child on node-2 in a copy of its parent's files; its turn changes them.
+    let child = id_of(
+        &c.spawn(&[
+            "--parent",
+            &root,
+            "--shape",
+            "continuable",
+            "--node",
+            "node-2",
+            "--profile",
+            "delegator",
+            "--prompt",
+            "sh: echo work of the child > work.txt; echo changed by the child > a.txt",
+        ])["session"],
+    );
+    assert!(reply_n(&c, &child, 1).contains("sh exit 0"));
+    let delta = wait_for(T, "the child's checkpoint", || {
+        snapshots(&c, &child).get(1).cloned()
+    });
+    assert_eq!(delta.data["changed"], 2, "{delta:?}");
+
+    // Node-2 dies; the child's next turn runs elsewhere, in the files its last turn left.
+    c.nodes[1].kill();
+    c.wait_lease("node-2", false, T);
+    let sent = c.cli_json(&["send", &child, "sh: cat work.txt a.txt src/lib.rs"]);
+    assert_eq!(sent["outcome"], "resumed_and_delivered", "{sent}");
+    assert_ne!(sent["node"], "node-2", "{sent}");
+    let second = reply_n(&c, &child, 2);
+    assert!(
+        second.contains("work of the child")
+            && second.contains("changed by the child")
+            && second.contains("fn main()"),
+        "{second}"
+    );
+}
+
+#[test]
 fn c1_a_child_on_another_node_starts_in_its_parents_files_and_its_changes_come_back() {
     let c = Cluster::start_with_toml(3, &[], &delegator_profiles());
     let files = project();
