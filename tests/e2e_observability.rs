@@ -415,10 +415,14 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
         at_least(text, "lineage_raft_commit_index", &[], 1.0);
         at_least(text, "lineage_raft_leader", &[], 1.0);
         at_least(text, "lineage_otlp_spans_exported_total", &[], 1.0);
+        // OpenMetrics: a counter family is named without `_total`, its samples with it;
+        // latencies are histograms; the page ends with `# EOF`.
+        assert!(text.contains("# TYPE lineage_settlements counter"), "{text}");
         assert!(
-            text.contains("# TYPE lineage_settlements_total counter"),
+            text.contains("# TYPE lineage_inbox_lag_seconds histogram"),
             "{text}"
         );
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
     }
 
     // A followup to the settled child cold-resumes it somewhere.

@@ -174,7 +174,8 @@ fn request_results(c: &Cluster, i: usize) -> Option<u64> {
     body.lines()
         .find(|l| l.starts_with("lineage_registry_request_results{"))
         .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 #[test]

@@ -83,4 +83,4 @@ pub use clock::{Clock, IdMint, ManualClock, SystemClock};
 pub use error::HostError;
 pub use host::{DriverFactory, Host, HostConfig, HostDeps, ScriptDrivers};
 pub use registry::{MemoryRegistry, RegistryPort};
-pub use telemetry::{HostMetrics, HostMetricsSnapshot};
+pub use telemetry::{HostMetrics, HostMetricsSnapshot, LatencyHistogram, LATENCY_BOUNDS_MS};

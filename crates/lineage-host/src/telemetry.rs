@@ -141,11 +141,78 @@ pub struct HostMetrics {
     inbox_publish_failures: AtomicU64,
     inbox_accepted: AtomicU64,
     inbox_duplicates: AtomicU64,
-    inbox_lag_ms_sum: AtomicU64,
+    inbox_lag: Latencies,
     inbox_lag_ms_max: AtomicU64,
     drains: AtomicU64,
     drain_failures: AtomicU64,
-    drain_ms_sum: AtomicU64,
+    drain_duration: Latencies,
+}
+
+/// Upper bounds of the latency histograms' buckets, in ms (an observation past the last is
+/// counted only in `+Inf`).
+pub const LATENCY_BOUNDS_MS: [u64; 13] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+];
+
+/// A latency histogram: observations by bucket, their count and their sum.
+#[derive(Debug, Default)]
+struct Latencies {
+    buckets: [AtomicU64; LATENCY_BOUNDS_MS.len()],
+    count: AtomicU64,
+    sum_ms: AtomicU64,
+}
+
+impl Latencies {
+    fn observe(&self, ms: u64) {
+        if let Some(i) = LATENCY_BOUNDS_MS.iter().position(|b| ms <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> LatencyHistogram {
+        LatencyHistogram {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+            count: self.count.load(Ordering::Relaxed),
+            sum_ms: self.sum_ms.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A point-in-time copy of a latency histogram ([`LATENCY_BOUNDS_MS`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LatencyHistogram {
+    /// Observations in each bucket (not cumulative), one per bound.
+    pub buckets: Vec<u64>,
+    /// Observations in all.
+    pub count: u64,
+    /// Their sum, in ms.
+    pub sum_ms: u64,
+}
+
+impl LatencyHistogram {
+    /// The sum, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_ms as f64 / 1000.0
+    }
+
+    /// `(upper bound in seconds, observations in that bucket)` for each bound, then
+    /// `(f64::MAX, past the last bound)`: `+Inf` (what `prometheus-client` encodes).
+    pub fn buckets_seconds(&self) -> Vec<(f64, u64)> {
+        let mut out: Vec<(f64, u64)> = LATENCY_BOUNDS_MS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, n)| (*b as f64 / 1000.0, *n))
+            .collect();
+        let counted: u64 = self.buckets.iter().sum();
+        out.push((f64::MAX, self.count.saturating_sub(counted)));
+        out
+    }
 }
 
 /// A point-in-time copy of [`HostMetrics`].
@@ -166,16 +233,16 @@ pub struct HostMetricsSnapshot {
     pub inbox_accepted: u64,
     /// Inbox messages skipped because the parent's log already held them (exactly once).
     pub inbox_duplicates: u64,
-    /// Sum of `accepted_at - message.at_ms` over accepted inbox messages, in ms.
-    pub inbox_lag_ms_sum: u64,
+    /// `accepted_at - message.at_ms` over accepted inbox messages.
+    pub inbox_lag: LatencyHistogram,
     /// The largest such lag, in ms.
     pub inbox_lag_ms_max: u64,
     /// Drains coordinated here that completed.
     pub drains: u64,
     /// Drains coordinated here that failed.
     pub drain_failures: u64,
-    /// Total duration of the completed drains, in ms.
-    pub drain_ms_sum: u64,
+    /// Durations of the completed drains.
+    pub drain_duration: LatencyHistogram,
 }
 
 impl HostMetrics {
@@ -209,7 +276,7 @@ impl HostMetrics {
 
     pub(crate) fn inbox_accepted(&self, lag_ms: u64) {
         self.inbox_accepted.fetch_add(1, Ordering::Relaxed);
-        self.inbox_lag_ms_sum.fetch_add(lag_ms, Ordering::Relaxed);
+        self.inbox_lag.observe(lag_ms);
         self.inbox_lag_ms_max.fetch_max(lag_ms, Ordering::Relaxed);
     }
 
@@ -220,7 +287,7 @@ impl HostMetrics {
     pub(crate) fn drained(&self, ok: bool, ms: u64) {
         if ok {
             self.drains.fetch_add(1, Ordering::Relaxed);
-            self.drain_ms_sum.fetch_add(ms, Ordering::Relaxed);
+            self.drain_duration.observe(ms);
         } else {
             self.drain_failures.fetch_add(1, Ordering::Relaxed);
         }
@@ -245,11 +312,11 @@ impl HostMetrics {
             inbox_publish_failures: get(&self.inbox_publish_failures),
             inbox_accepted: get(&self.inbox_accepted),
             inbox_duplicates: get(&self.inbox_duplicates),
-            inbox_lag_ms_sum: get(&self.inbox_lag_ms_sum),
+            inbox_lag: self.inbox_lag.snapshot(),
             inbox_lag_ms_max: get(&self.inbox_lag_ms_max),
             drains: get(&self.drains),
             drain_failures: get(&self.drain_failures),
-            drain_ms_sum: get(&self.drain_ms_sum),
+            drain_duration: self.drain_duration.snapshot(),
         }
     }
 }
@@ -281,10 +348,25 @@ mod tests {
         }
         assert!(m.snapshot().settlements.contains(&("deadline", 1)));
         assert_eq!(
-            (s.inbox_accepted, s.inbox_lag_ms_sum, s.inbox_lag_ms_max),
+            (s.inbox_accepted, s.inbox_lag.sum_ms, s.inbox_lag_ms_max),
             (2, 45, 40)
         );
-        assert_eq!((s.drains, s.drain_failures, s.drain_ms_sum), (1, 1, 12));
+        assert_eq!(
+            (s.drains, s.drain_failures, s.drain_duration.sum_ms),
+            (1, 1, 12)
+        );
+        // 5 ms in the first bucket (<= 5 ms), 40 ms in the fourth (<= 50 ms), none past.
+        let buckets = s.inbox_lag.buckets_seconds();
+        assert_eq!(buckets[0], (0.005, 1));
+        assert_eq!(buckets[3], (0.05, 1));
+        assert_eq!(buckets.last(), Some(&(f64::MAX, 0)));
+        m.inbox_accepted(90_000);
+        let past = m.snapshot().inbox_lag.buckets_seconds();
+        assert_eq!(
+            past.last(),
+            Some(&(f64::MAX, 1)),
+            "past the last bound: +Inf only"
+        );
     }
 
     #[tokio::test]

@@ -1,14 +1,17 @@
-//! The node's HTTP endpoints (O2): `/metrics` (Prometheus text), `/healthz` (the process is
-//! up), `/readyz` (NATS connected and the registry reachable).
-//!
-//! A deliberately small HTTP/1.1 responder on tokio: three GET routes do not justify a web
-//! framework in the dependency tree.
+//! The node's HTTP endpoints (O2), on axum: `/metrics` (OpenMetrics text, [`crate::metrics`]),
+//! `/healthz` (the process is up), `/readyz` (NATS connected and the registry reachable; 503
+//! with the reason in one line otherwise). Any other path is a 404 naming the three. The route
+//! table is [`router`], pinned by this module's test.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -16,13 +19,38 @@ use crate::error::NodeError;
 
 /// What the HTTP endpoints ask the node.
 pub trait Probe: Send + Sync + 'static {
-    /// Prometheus text exposition of the node's metrics.
+    /// The node's metrics, OpenMetrics text ([`crate::metrics::MetricsPage::render`]).
     fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>>;
     /// `Ok(())` when ready; otherwise the reason, one line.
     fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
 }
 
-/// Binds `addr` and serves until `shutdown` fires. Returns the bound address.
+/// The routes, over `probe`.
+pub fn router(probe: Arc<dyn Probe>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics, /healthz or /readyz\n") })
+        .with_state(probe)
+}
+
+async fn metrics(State(probe): State<Arc<dyn Probe>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        probe.metrics().await,
+    )
+        .into_response()
+}
+
+async fn ready(State(probe): State<Arc<dyn Probe>>) -> Response {
+    match probe.ready().await {
+        Ok(()) => "ready\n".into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+/// Binds `addr` and serves [`router`] until `shutdown` fires. Returns the bound address.
 pub async fn serve(
     addr: &str,
     probe: Arc<dyn Probe>,
@@ -38,63 +66,69 @@ pub async fn serve(
         what: "cannot read the HTTP address".into(),
         source,
     })?;
+    let app = router(probe);
     tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                a = listener.accept() => a,
-            };
-            let Ok((mut stream, _)) = accepted else {
-                continue;
-            };
-            let probe = probe.clone();
-            tokio::spawn(async move {
-                // Read the whole request head (it may come in several segments): answering
-                // before it is read and closing would reset the connection.
-                let mut buf = Vec::with_capacity(512);
-                let mut chunk = [0u8; 1024];
-                let read_head = async {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                };
-                if tokio::time::timeout(std::time::Duration::from_secs(5), read_head)
-                    .await
-                    .is_err()
-                    || buf.is_empty()
-                {
-                    return;
-                }
-                let head = String::from_utf8_lossy(&buf);
-                let path = head
-                    .lines()
-                    .next()
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .unwrap_or("/");
-                let (status, content_type, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", probe.metrics().await),
-                    "/healthz" => ("200 OK", "text/plain", "ok\n".to_owned()),
-                    "/readyz" => match probe.ready().await {
-                        Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
-                        Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
-                    },
-                    _ => (
-                        "404 Not Found",
-                        "text/plain",
-                        "try /metrics, /healthz or /readyz\n".to_owned(),
-                    ),
-                };
-                let response = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-                let _ = stream.shutdown().await;
-            });
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "the HTTP endpoints stopped");
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed {
+        ready: Result<(), String>,
+    }
+
+    impl Probe for Fixed {
+        fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
+            Box::pin(async { "# EOF\n".to_owned() })
+        }
+        fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+            Box::pin(async { self.ready.clone() })
+        }
+    }
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
+        let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+        let status = response.status().as_u16();
+        let kind = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, kind, response.text().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn o2_the_routes_are_metrics_healthz_and_readyz() {
+        let shutdown = CancellationToken::new();
+        for (ready, readyz) in [
+            (Ok(()), (200, "ready\n".to_owned())),
+            (
+                Err("NATS is not connected".to_owned()),
+                (503, "NATS is not connected\n".to_owned()),
+            ),
+        ] {
+            let probe = Arc::new(Fixed { ready });
+            let addr = serve("127.0.0.1:0", probe, shutdown.clone()).await.unwrap();
+            let (status, kind, body) = get(addr, "/metrics").await;
+            assert_eq!((status, body.as_str()), (200, "# EOF\n"));
+            assert_eq!(kind, crate::metrics::CONTENT_TYPE);
+            assert_eq!(get(addr, "/healthz").await.0, 200);
+            let (status, _, body) = get(addr, "/readyz").await;
+            assert_eq!((status, body), readyz);
+            let (status, _, body) = get(addr, "/nothing").await;
+            assert_eq!(status, 404);
+            assert!(body.contains("/metrics, /healthz or /readyz"), "{body}");
+        }
+        shutdown.cancel();
+    }
 }

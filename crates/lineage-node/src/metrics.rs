@@ -1,6 +1,8 @@
-//! The node's `/metrics` page (O2): Prometheus text exposition format 0.0.4.
+//! The node's `/metrics` page (O2): OpenMetrics text, encoded by `prometheus-client` from a
+//! snapshot of the node's counters taken at each scrape ([`MetricsPage`], a `Collector`).
 //!
-//! Every series has a `node` label. Families:
+//! Every series has a `node` label. Counters are written `<family>_total`; latencies are
+//! histograms (`_bucket{le}`, `_sum`, `_count`; bounds from 5 ms to 60 s). Families:
 //!
 //! | metric | type | what |
 //! |---|---|---|
@@ -13,10 +15,10 @@
 //! | `lineage_inbox_publish_failures_total` | counter | reports and notices still unpublished when the node shut down (they are retried until then) |
 //! | `lineage_inbox_accepted_total` | counter | inbox messages accepted into a live parent's log |
 //! | `lineage_inbox_duplicates_total` | counter | inbox redeliveries skipped (already in the log) |
-//! | `lineage_inbox_lag_seconds` | summary (`_sum`, `_count`) | accepted time minus the message's `at_ms` |
+//! | `lineage_inbox_lag_seconds` | histogram | accepted time minus the message's `at_ms` |
 //! | `lineage_inbox_lag_max_seconds` | gauge | the largest such lag since start |
 //! | `lineage_drains_total` / `lineage_drain_failures_total` | counter | drains coordinated here |
-//! | `lineage_drain_duration_seconds` | summary (`_sum`, `_count`) | duration of completed drains |
+//! | `lineage_drain_duration_seconds` | histogram | duration of completed drains |
 //! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
 //! | `lineage_registry_snapshot_bytes`, `lineage_registry_snapshots_built_total`, `lineage_registry_snapshots_installed_total` | gauge, counter | voters only: size of the last snapshot built, snapshots built and installed since start |
@@ -24,7 +26,13 @@
 //! | `lineage_otlp_spans_exported_total`, `_dropped_total`, `_failed_total` | counter | when OTLP export is on |
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use lineage_host::HostMetricsSnapshot;
 
@@ -101,250 +109,268 @@ pub struct MetricsPage {
     pub otlp: Option<OtlpStats>,
 }
 
-struct Prom {
-    out: String,
-    node: String,
+/// The media type of [`MetricsPage::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One scrape's families, encoded by `prometheus-client` from a [`MetricsPage`].
+#[derive(Debug)]
+struct Families(MetricsPage);
+
+/// Encodes families into `encoder`, each sample with its `node` label and `labels`.
+struct Out<'a, 'b> {
+    encoder: DescriptorEncoder<'a>,
+    node: &'b str,
 }
 
-impl Prom {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-        let _ = write!(self.out, "{name}{{node=\"{}\"", escape(&self.node));
-        for (k, v) in labels {
-            let _ = write!(self.out, ",{k}=\"{}\"", escape(v));
+impl Out<'_, '_> {
+    fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: &[(&[(&str, &str)], u64)],
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = self
+            .encoder
+            .encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, value) in samples {
+            let labels = with_node(self.node, labels);
+            ConstCounter::new(*value).encode(family.encode_family(&labels)?)?;
         }
-        let _ = writeln!(self.out, "}} {value}");
+        Ok(())
     }
 
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
+    fn gauge(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: &[(&[(&str, &str)], f64)],
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = self
+            .encoder
+            .encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (labels, value) in samples {
+            let labels = with_node(self.node, labels);
+            ConstGauge::new(*value).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn one(&mut self, name: &str, help: &str, value: f64) -> Result<(), std::fmt::Error> {
+        self.gauge(name, help, &[(&[], value)])
+    }
+
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        h: &lineage_host::LatencyHistogram,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = self
+            .encoder
+            .encode_descriptor(name, help, None, MetricType::Histogram)?;
+        let labels = with_node(self.node, &[]);
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum_seconds(), h.count, &h.buckets_seconds(), None)
     }
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn with_node<'a>(node: &'a str, labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = Vec::with_capacity(labels.len() + 1);
+    all.push(("node", node));
+    all.extend_from_slice(labels);
+    all
 }
 
-fn seconds(ms: u64) -> String {
-    format!("{}.{:03}", ms / 1000, ms % 1000)
+impl Collector for Families {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let page = &self.0;
+        let h = &page.host;
+        let mut out = Out {
+            encoder,
+            node: &page.node,
+        };
+        out.one(
+            "lineage_live_agents",
+            "Agents live on this node.",
+            page.live_agents as f64,
+        )?;
+        if let Some(sessions) = &page.sessions {
+            let samples: Vec<([(&str, &str); 1], f64)> = sessions
+                .iter()
+                .map(|(state, n)| ([("state", state.as_str())], *n as f64))
+                .collect();
+            let samples: Vec<(&[(&str, &str)], f64)> =
+                samples.iter().map(|(l, v)| (&l[..], *v)).collect();
+            out.gauge(
+                "lineage_sessions",
+                "Sessions in the registry by state (this node's stale read).",
+                &samples,
+            )?;
+        }
+        let by = |key: &'static str,
+                  values: &[(&'static str, u64)]|
+         -> Vec<([(&'static str, &'static str); 1], u64)> {
+            values.iter().map(|(v, n)| ([(key, *v)], *n)).collect()
+        };
+        let spawns = by("shape", &h.spawns);
+        let spawns: Vec<(&[(&str, &str)], u64)> =
+            spawns.iter().map(|(l, v)| (&l[..], *v)).collect();
+        out.counter(
+            "lineage_spawns",
+            "Sessions registered by this node, by shape.",
+            &spawns,
+        )?;
+        let settled = by("stop_reason", &h.settlements);
+        let settled: Vec<(&[(&str, &str)], u64)> =
+            settled.iter().map(|(l, v)| (&l[..], *v)).collect();
+        out.counter(
+            "lineage_settlements",
+            "Settlements committed by agents of this node, by stop reason.",
+            &settled,
+        )?;
+        for (name, help, value) in [
+            ("lineage_resumes", "Cold resumes done on this node.", h.resumes),
+            ("lineage_reports", "Reports published to a parent inbox.", h.reports),
+            (
+                "lineage_inbox_publish_failures",
+                "Reports and settlement notices still unpublished when the node shut down (retried until then).",
+                h.inbox_publish_failures,
+            ),
+            (
+                "lineage_inbox_accepted",
+                "Inbox messages accepted into a live parent's log.",
+                h.inbox_accepted,
+            ),
+            (
+                "lineage_inbox_duplicates",
+                "Inbox redeliveries skipped because the parent's log already held them.",
+                h.inbox_duplicates,
+            ),
+            ("lineage_drains", "Drains coordinated by this node that completed.", h.drains),
+            (
+                "lineage_drain_failures",
+                "Drains coordinated by this node that failed.",
+                h.drain_failures,
+            ),
+        ] {
+            out.counter(name, help, &[(&[], value)])?;
+        }
+        out.histogram(
+            "lineage_inbox_lag_seconds",
+            "Time from a report or notice being sent (its at_ms) to its acceptance by the parent.",
+            &h.inbox_lag,
+        )?;
+        out.one(
+            "lineage_inbox_lag_max_seconds",
+            "The largest inbox lag seen since the node started.",
+            h.inbox_lag_ms_max as f64 / 1000.0,
+        )?;
+        out.histogram(
+            "lineage_drain_duration_seconds",
+            "Duration of the completed drains coordinated by this node.",
+            &h.drain_duration,
+        )?;
+        if let Some(r) = &page.raft {
+            for (name, help, value) in [
+                ("lineage_raft_term", "Current Raft term.", r.term),
+                ("lineage_raft_leader", "Raft id of the current leader (0: none known).", r.leader),
+                (
+                    "lineage_raft_commit_index",
+                    "Highest log index known committed (leader: held by a majority; follower: last applied).",
+                    r.commit_index,
+                ),
+                ("lineage_raft_applied_index", "Last applied log index.", r.applied_index),
+                (
+                    "lineage_raft_last_log_index",
+                    "Last log index in this member's log.",
+                    r.last_log_index,
+                ),
+                (
+                    "lineage_raft_purged_index",
+                    "Last log index purged behind a snapshot (a follower behind it catches up by snapshot).",
+                    r.purged_index,
+                ),
+            ] {
+                out.one(name, help, value as f64)?;
+            }
+        }
+        if let Some(f) = &page.store {
+            for (name, help, value) in [
+                (
+                    "lineage_registry_load_seconds",
+                    "Time the registry member took at open to read its snapshot and rebuild its state.",
+                    f.load.as_secs_f64(),
+                ),
+                (
+                    "lineage_registry_snapshot_build_seconds",
+                    "Time the last snapshot build took (encode the state, write it durably).",
+                    f.build.as_secs_f64(),
+                ),
+                (
+                    "lineage_registry_snapshot_bytes",
+                    "Size of the last snapshot built.",
+                    f.build_bytes as f64,
+                ),
+                (
+                    "lineage_registry_snapshot_install_seconds",
+                    "Time the last snapshot install took (decode, write durably, swap the state).",
+                    f.install.as_secs_f64(),
+                ),
+                (
+                    "lineage_registry_request_results",
+                    "Accepted commands' results the registry keeps for retries by request id (retention.request_results_ms).",
+                    f.request_results as f64,
+                ),
+            ] {
+                out.one(name, help, value)?;
+            }
+            out.counter(
+                "lineage_registry_snapshots_built",
+                "Snapshots built since start.",
+                &[(&[], f.built_total)],
+            )?;
+            out.counter(
+                "lineage_registry_snapshots_installed",
+                "Snapshots received from a leader and installed since start.",
+                &[(&[], f.installed_total)],
+            )?;
+        }
+        if let Some(o) = &page.otlp {
+            for (name, help, value) in [
+                (
+                    "lineage_otlp_spans_exported",
+                    "Spans accepted by the OTLP collector.",
+                    o.exported,
+                ),
+                (
+                    "lineage_otlp_spans_dropped",
+                    "Spans dropped because the export queue was full.",
+                    o.dropped,
+                ),
+                (
+                    "lineage_otlp_spans_failed",
+                    "Spans lost in failed OTLP requests.",
+                    o.failed,
+                ),
+            ] {
+                out.counter(name, help, &[(&[], value)])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl MetricsPage {
-    /// The Prometheus text.
+    /// The OpenMetrics text ([`CONTENT_TYPE`]), encoded by `prometheus-client`.
     pub fn render(&self) -> String {
-        let mut p = Prom {
-            out: String::new(),
-            node: self.node.clone(),
-        };
-        let h = &self.host;
-        p.single(
-            "lineage_live_agents",
-            "gauge",
-            "Agents live on this node.",
-            self.live_agents,
-        );
-        if let Some(sessions) = &self.sessions {
-            p.family(
-                "lineage_sessions",
-                "gauge",
-                "Sessions in the registry by state (this node's stale read).",
-            );
-            for (state, n) in sessions {
-                p.sample("lineage_sessions", &[("state", state)], n);
-            }
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Families(self.clone())));
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+            tracing::warn!(error = %e, "cannot encode the metrics page");
         }
-        p.family(
-            "lineage_spawns_total",
-            "counter",
-            "Sessions registered by this node, by shape.",
-        );
-        for (shape, n) in &h.spawns {
-            p.sample("lineage_spawns_total", &[("shape", shape)], n);
-        }
-        p.family(
-            "lineage_settlements_total",
-            "counter",
-            "Settlements committed by agents of this node, by stop reason.",
-        );
-        for (reason, n) in &h.settlements {
-            p.sample("lineage_settlements_total", &[("stop_reason", reason)], n);
-        }
-        p.single(
-            "lineage_resumes_total",
-            "counter",
-            "Cold resumes done on this node.",
-            h.resumes,
-        );
-        p.single(
-            "lineage_reports_total",
-            "counter",
-            "Reports published to a parent inbox.",
-            h.reports,
-        );
-        p.single(
-            "lineage_inbox_publish_failures_total",
-            "counter",
-            "Reports and settlement notices still unpublished when the node shut down (retried until then).",
-            h.inbox_publish_failures,
-        );
-        p.single(
-            "lineage_inbox_accepted_total",
-            "counter",
-            "Inbox messages accepted into a live parent's log.",
-            h.inbox_accepted,
-        );
-        p.single(
-            "lineage_inbox_duplicates_total",
-            "counter",
-            "Inbox redeliveries skipped because the parent's log already held them.",
-            h.inbox_duplicates,
-        );
-        p.family(
-            "lineage_inbox_lag_seconds",
-            "summary",
-            "Time from a report or notice being sent (its at_ms) to its acceptance by the parent.",
-        );
-        p.sample(
-            "lineage_inbox_lag_seconds_sum",
-            &[],
-            seconds(h.inbox_lag_ms_sum),
-        );
-        p.sample("lineage_inbox_lag_seconds_count", &[], h.inbox_accepted);
-        p.single(
-            "lineage_inbox_lag_max_seconds",
-            "gauge",
-            "The largest inbox lag seen since the node started.",
-            seconds(h.inbox_lag_ms_max),
-        );
-        p.single(
-            "lineage_drains_total",
-            "counter",
-            "Drains coordinated by this node that completed.",
-            h.drains,
-        );
-        p.single(
-            "lineage_drain_failures_total",
-            "counter",
-            "Drains coordinated by this node that failed.",
-            h.drain_failures,
-        );
-        p.family(
-            "lineage_drain_duration_seconds",
-            "summary",
-            "Duration of the completed drains coordinated by this node.",
-        );
-        p.sample(
-            "lineage_drain_duration_seconds_sum",
-            &[],
-            seconds(h.drain_ms_sum),
-        );
-        p.sample("lineage_drain_duration_seconds_count", &[], h.drains);
-        if let Some(r) = &self.raft {
-            p.single("lineage_raft_term", "gauge", "Current Raft term.", r.term);
-            p.single(
-                "lineage_raft_leader",
-                "gauge",
-                "Raft id of the current leader (0: none known).",
-                r.leader,
-            );
-            p.single(
-                "lineage_raft_commit_index",
-                "gauge",
-                "Highest log index known committed (leader: held by a majority; follower: last applied).",
-                r.commit_index,
-            );
-            p.single(
-                "lineage_raft_applied_index",
-                "gauge",
-                "Last applied log index.",
-                r.applied_index,
-            );
-            p.single(
-                "lineage_raft_last_log_index",
-                "gauge",
-                "Last log index in this member's log.",
-                r.last_log_index,
-            );
-            p.single(
-                "lineage_raft_purged_index",
-                "gauge",
-                "Last log index purged behind a snapshot (a follower behind it catches up by snapshot).",
-                r.purged_index,
-            );
-        }
-        if let Some(f) = &self.store {
-            let secs = |d: std::time::Duration| format!("{:.3}", d.as_secs_f64());
-            p.single(
-                "lineage_registry_load_seconds",
-                "gauge",
-                "Time the registry member took at open to read its snapshot and rebuild its state.",
-                secs(f.load),
-            );
-            p.single(
-                "lineage_registry_snapshot_build_seconds",
-                "gauge",
-                "Time the last snapshot build took (encode the state, write it durably).",
-                secs(f.build),
-            );
-            p.single(
-                "lineage_registry_snapshot_bytes",
-                "gauge",
-                "Size of the last snapshot built.",
-                f.build_bytes,
-            );
-            p.single(
-                "lineage_registry_snapshots_built_total",
-                "counter",
-                "Snapshots built since start.",
-                f.built_total,
-            );
-            p.single(
-                "lineage_registry_snapshot_install_seconds",
-                "gauge",
-                "Time the last snapshot install took (decode, write durably, swap the state).",
-                secs(f.install),
-            );
-            p.single(
-                "lineage_registry_snapshots_installed_total",
-                "counter",
-                "Snapshots received from a leader and installed since start.",
-                f.installed_total,
-            );
-            p.single(
-                "lineage_registry_request_results",
-                "gauge",
-                "Accepted commands' results the registry keeps for retries by request id (retention.request_results_ms).",
-                f.request_results,
-            );
-        }
-        if let Some(o) = &self.otlp {
-            p.single(
-                "lineage_otlp_spans_exported_total",
-                "counter",
-                "Spans accepted by the OTLP collector.",
-                o.exported,
-            );
-            p.single(
-                "lineage_otlp_spans_dropped_total",
-                "counter",
-                "Spans dropped because the export queue was full.",
-                o.dropped,
-            );
-            p.single(
-                "lineage_otlp_spans_failed_total",
-                "counter",
-                "Spans lost in failed OTLP requests.",
-                o.failed,
-            );
-        }
-        p.out
+        text
     }
 }
 
@@ -361,10 +387,18 @@ mod tests {
                 spawns: vec![("top-level", 1), ("continuable", 3), ("one-shot", 0)],
                 settlements: vec![("completed", 2), ("disposed", 1)],
                 inbox_accepted: 4,
-                inbox_lag_ms_sum: 1234,
+                inbox_lag: lineage_host::LatencyHistogram {
+                    buckets: vec![1, 0, 0, 0, 2, 0, 0, 1, 0, 0, 0, 0, 0],
+                    count: 4,
+                    sum_ms: 1234,
+                },
                 inbox_lag_ms_max: 900,
                 drains: 1,
-                drain_ms_sum: 45,
+                drain_duration: lineage_host::LatencyHistogram {
+                    buckets: vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                    count: 1,
+                    sum_ms: 45,
+                },
                 ..Default::default()
             },
             sessions: Some(
@@ -395,29 +429,36 @@ mod tests {
         };
         let text = page.render();
         for line in [
-            "# TYPE lineage_spawns_total counter",
+            "# TYPE lineage_spawns counter",
             "lineage_spawns_total{node=\"node-1\",shape=\"continuable\"} 3",
             "lineage_settlements_total{node=\"node-1\",stop_reason=\"completed\"} 2",
-            "lineage_sessions{node=\"node-1\",state=\"settled\"} 1",
+            "lineage_sessions{node=\"node-1\",state=\"settled\"} 1.0",
+            "# TYPE lineage_inbox_lag_seconds histogram",
             "lineage_inbox_lag_seconds_sum{node=\"node-1\"} 1.234",
             "lineage_inbox_lag_seconds_count{node=\"node-1\"} 4",
-            "lineage_inbox_lag_max_seconds{node=\"node-1\"} 0.900",
+            "lineage_inbox_lag_seconds_bucket{le=\"0.005\",node=\"node-1\"} 1",
+            "lineage_inbox_lag_seconds_bucket{le=\"0.1\",node=\"node-1\"} 3",
+            "lineage_inbox_lag_seconds_bucket{le=\"1.0\",node=\"node-1\"} 4",
+            "lineage_inbox_lag_seconds_bucket{le=\"+Inf\",node=\"node-1\"} 4",
+            "lineage_inbox_lag_max_seconds{node=\"node-1\"} 0.9",
             "lineage_drain_duration_seconds_sum{node=\"node-1\"} 0.045",
-            "lineage_raft_commit_index{node=\"node-1\"} 10",
-            "lineage_raft_purged_index{node=\"node-1\"} 4",
+            "lineage_drain_duration_seconds_count{node=\"node-1\"} 1",
+            "lineage_raft_commit_index{node=\"node-1\"} 10.0",
+            "lineage_raft_purged_index{node=\"node-1\"} 4.0",
             "lineage_otlp_spans_failed_total{node=\"node-1\"} 1",
-            "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.500",
-            "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096",
+            "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.5",
+            "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096.0",
             "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
-            "lineage_registry_request_results{node=\"node-1\"} 17",
-            "lineage_live_agents{node=\"node-1\"} 2",
+            "lineage_registry_request_results{node=\"node-1\"} 17.0",
+            "lineage_live_agents{node=\"node-1\"} 2.0",
+            "# EOF",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
                 "missing {line:?} in\n{text}"
             );
         }
-        // Every sample's family has HELP and TYPE before it, once.
+        // Every family has HELP and TYPE once, before its samples.
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -425,7 +466,7 @@ mod tests {
                 assert!(typed.insert(name.to_owned()), "TYPE twice for {name}");
             } else if !line.starts_with('#') {
                 let name = line.split('{').next().unwrap();
-                let family = ["_sum", "_count"]
+                let family = ["_total", "_sum", "_count", "_bucket"]
                     .iter()
                     .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
                     .unwrap_or(name);

@@ -1,8 +1,6 @@
 //! [`NodeProc`]: one real `lineage node` process (its config file, HTTP port and log), and
 //! the config text every node of a test cluster gets ([`NodeConfig`]).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -205,22 +203,10 @@ impl NodeProc {
         }
     }
 
-    /// GET a path on the node's HTTP port: (status code, body).
+    /// GET a path on the node's HTTP port: (status code, body); `None` when it does not
+    /// answer.
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.http_port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        // One write: the request head in one segment.
-        let request =
-            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
-        s.write_all(request.as_bytes()).ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Some((code, body))
+        crate::nats::http_get(self.http_port, path).ok()
     }
 
     /// The node's log so far.

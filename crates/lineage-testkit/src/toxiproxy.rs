@@ -4,8 +4,6 @@
 //! slow, blackhole, reset or cut that one link. [`toxiproxy`] finds the server binary
 //! (`scripts/install-deps.sh` installs it) or installs it with `go install`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -71,26 +69,8 @@ impl Toxiproxy {
 
     /// One HTTP call to the API: (status, body).
     pub fn call(&self, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.api))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text)?;
-        let code = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((
-            code,
-            text.split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_owned())
-                .unwrap_or_default(),
-        ))
+        let url = format!("http://127.0.0.1:{}{path}", self.api);
+        crate::nats::http(method, &url, (!body.is_empty()).then_some(body))
     }
 
     /// One API call that must succeed. A connection reset (seen in CI right after the API

@@ -6,7 +6,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lineage_bus::control::{ControlError, ErrorCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::output::usage;
 
@@ -69,24 +68,18 @@ impl DevNode {
 /// `GET path` on a local node's HTTP port: status and body, `None` when it does not answer
 /// (connect within 2 s, the whole answer within 5 s).
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let Ok(Ok(mut s)) = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(("127.0.0.1", port)),
-    )
-    .await
-    else {
-        return None;
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut buf = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut buf)).await;
-    let status = buf.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((status, body))
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?;
+    let reply = client
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .send()
+        .await
+        .ok()?;
+    let status = reply.status().as_u16();
+    Some((status, reply.text().await.ok()?))
 }
 
 impl Drop for DevNode {
