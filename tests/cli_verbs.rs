@@ -317,13 +317,8 @@ fn h1_o1_client_node_hosts_an_acp_agent_through_the_cluster() {
             .unwrap(),
     );
     let ready = || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", http_port)).ok()?;
-        use std::io::{Read, Write};
-        s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        text.starts_with("HTTP/1.1 200").then_some(())
+        let (code, _) = lineage_testkit::http_get(http_port, "/readyz").ok()?;
+        (code == 200).then_some(())
     };
     wait_for(
         Duration::from_secs(60),
@@ -463,13 +458,8 @@ fn o2_node_exits_on_sigterm_even_when_nats_is_gone() {
             .unwrap(),
     );
     let ready = || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", http_port)).ok()?;
-        s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        text.starts_with("HTTP/1.1 200").then_some(())
+        let (code, _) = lineage_testkit::http_get(http_port, "/readyz").ok()?;
+        (code == 200).then_some(())
     };
     wait_for(Duration::from_secs(60), "the node to be ready", ready);
     drop(nats); // the NATS server dies first

@@ -417,7 +417,10 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
         at_least(text, "lineage_otlp_spans_exported_total", &[], 1.0);
         // OpenMetrics: a counter family is named without `_total`, its samples with it;
         // latencies are histograms; the page ends with `# EOF`.
-        assert!(text.contains("# TYPE lineage_settlements counter"), "{text}");
+        assert!(
+            text.contains("# TYPE lineage_settlements counter"),
+            "{text}"
+        );
         assert!(
             text.contains("# TYPE lineage_inbox_lag_seconds histogram"),
             "{text}"

@@ -43,7 +43,9 @@ pub mod wait;
 
 pub use binary::{delegator_profiles, lab_bin, lineage_bin, workspace_root};
 pub use cluster::Cluster;
-pub use nats::{free_port, greeting, http_get, nats_server_binary, NatsOptions, NatsServer};
+pub use nats::{
+    free_port, greeting, http, http_get, http_within, nats_server_binary, NatsOptions, NatsServer,
+};
 pub use nats_cluster::NatsCluster;
 pub use node::NodeProc;
 pub use script::Script;

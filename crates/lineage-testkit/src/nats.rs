@@ -18,9 +18,19 @@ pub fn http_get(port: u16, path: &str) -> io::Result<(u16, String)> {
 /// One HTTP call with `ureq` (connect 500 ms, 5 s in all; any status is an answer): status
 /// code and body. `body` goes as JSON.
 pub fn http(method: &str, url: &str, body: Option<&str>) -> io::Result<(u16, String)> {
+    http_within(method, url, body, Duration::from_secs(5))
+}
+
+/// [`http`] with `within` for the whole call.
+pub fn http_within(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    within: Duration,
+) -> io::Result<(u16, String)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(Duration::from_millis(500)))
-        .timeout_global(Some(Duration::from_secs(5)))
+        .timeout_global(Some(within))
         .http_status_as_error(false)
         .build()
         .into();

@@ -2,7 +2,6 @@
 //! group on loopback (stopped by its pid's group when dropped), waiting for a port, a minimal
 //! HTTP POST, and running a driver that prints one JSON line of samples.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -167,30 +166,12 @@ pub(super) fn ports(n: usize) -> Result<Vec<u16>, String> {
     }
 }
 
-/// One HTTP/1.1 POST of a JSON body to 127.0.0.1:`port` (connection closed after), with a 30 s
+/// One POST of a JSON body to 127.0.0.1:`port` (`lineage_testkit::http_within`), with a 30 s
 /// timeout: the status code and the body.
 pub(super) fn http_post(port: u16, path: &str, body: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("not an HTTP reply: {:.200}", text))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let url = format!("http://127.0.0.1:{port}{path}");
+    lineage_testkit::http_within("POST", &url, Some(body), Duration::from_secs(30))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs a driver (a fixed program of the install) to completion, up to `limit` (then kills it),
