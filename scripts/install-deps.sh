@@ -112,6 +112,19 @@ if ! have bwrap; then
   fi
   have bwrap || echo "install-deps: bubblewrap not installed (install it with your package manager); agents run unsandboxed and tests/v1_v2_isolation.rs will fail" >&2
 fi
+# `lineage ui`'s browser test (issue 36, U1): headless Chromium and its WebDriver (Debian's
+# chromium, chromium-driver), driven by Selenium (PyPI).
+if ! have chromium || ! have chromedriver; then
+  if have apt-get && [ "$(id -u)" = 0 ]; then
+    echo "install-deps: installing chromium and chromium-driver (apt-get install)"
+    { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } >/dev/null 2>&1 || true
+  fi
+  { have chromium && have chromedriver; } || echo "install-deps: chromium or chromedriver not installed (install them with your package manager); tests/u1_ui_browser.rs will fail" >&2
+fi
+if (have pip || have pip3) && ! python3 -c 'import selenium' >/dev/null 2>&1; then
+  "$(command -v pip || command -v pip3)" install --quiet 'selenium==4.27.1' >/dev/null 2>&1 \
+    || echo "install-deps: selenium not installed (pip failed); tests/u1_ui_browser.rs will fail" >&2
+fi
 if ! have helm && have go; then
   echo "install-deps: installing helm v3.22.0 (go install helm.sh/helm/v3/cmd/helm@v3.22.0)"
   go install helm.sh/helm/v3/cmd/helm@v3.22.0 \

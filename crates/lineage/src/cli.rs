@@ -105,6 +105,12 @@ pub enum Verb {
         after_help = "Example:\n  lineage acp --profile delegator --nats nats://127.0.0.1:4222"
     )]
     Acp(crate::acp::Args),
+    /// The cluster in a browser: sessions, live trees, transcripts, nodes (serves on
+    /// 127.0.0.1:7474 by default).
+    #[command(
+        after_help = "Example:\n  lineage ui                      # then open http://127.0.0.1:7474/\n  LINEAGE_UI_TOKEN=... lineage ui --listen 0.0.0.0:7474"
+    )]
+    Ui(crate::cmd::ui::Args),
     /// Cluster status: leader, voters, nodes with lease age, sessions by state.
     #[command(after_help = "Example:\n  lineage status --nats nats://127.0.0.1:4222")]
     Status,

@@ -6,7 +6,7 @@ use lineage_bus::trace::TraceContext;
 
 use crate::cli::{Cli, ConfigVerb, Verb};
 use crate::cmd::{
-    agents, config, drain, interrupt, ls, mcp, node, script, send, spawn, status, tree, watch,
+    agents, config, drain, interrupt, ls, mcp, node, script, send, spawn, status, tree, ui, watch,
     workspace,
 };
 use crate::global::Global;
@@ -28,6 +28,7 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Status => Some("status"),
         Verb::Agents => Some("agents"),
         Verb::Workspace(_) => Some("workspace"),
+        Verb::Ui(_) => None,
         Verb::Node { .. }
         | Verb::Dev { .. }
         | Verb::Config(_)
@@ -110,6 +111,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
         Verb::Workspace(verb) => workspace::run(g, verb).await,
+        Verb::Ui(args) => ui::run(g, args).await,
         // `main` hands these to the lab program before the runtime starts.
         Verb::Bench { .. } | Verb::Chaos { .. } => std::process::exit(crate::lab::forward()),
     }

@@ -150,18 +150,32 @@ fn item(r: &SessionRecord) -> serde_json::Value {
     })
 }
 
-/// Reads one page (or, with `--all`, every page) from the registry, linearizable, and prints
-/// it: one line per session and the cursor of the next page, or with `--json`
-/// `{"sessions": [...], "next": cursor|null}`.
-pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+/// One page of `args` (or, with `--all`, every page) as `lineage ls --json` prints it (and
+/// `lineage ui` lists it).
+pub(crate) async fn ls_json(g: &Global, args: &Args) -> Result<serde_json::Value, ControlError> {
+    let (sessions, next) = read(g, args).await?;
+    Ok(page_json(&sessions, next.as_ref()))
+}
+
+fn page_json(sessions: &[SessionRecord], next: Option<&ListCursor>) -> serde_json::Value {
+    json!({
+        "sessions": sessions.iter().map(item).collect::<Vec<_>>(),
+        "next": next.map(ToString::to_string),
+    })
+}
+
+/// Reads one page (or, with `--all`, every page) from the registry, linearizable.
+async fn read(
+    g: &Global,
+    args: &Args,
+) -> Result<(Vec<SessionRecord>, Option<ListCursor>), ControlError> {
     if args.limit == 0 || args.limit > LIST_PAGE_MAX {
         return Err(usage(format!(
             "--limit {} is out of range; use 1..={LIST_PAGE_MAX}",
             args.limit
         )));
     }
-    let now = now_ms();
-    let filter = filter_of(&args, now)?;
+    let filter = filter_of(args, now_ms())?;
     let mut after = args
         .after
         .as_deref()
@@ -181,11 +195,16 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             other => break other,
         }
     };
+    Ok((sessions, next))
+}
+
+/// Reads and prints: one line per session and the cursor of the next page, or with `--json`
+/// `{"sessions": [...], "next": cursor|null}`.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let now = now_ms();
+    let (sessions, next) = read(g, &args).await?;
     if g.json {
-        print_json(&json!({
-            "sessions": sessions.iter().map(item).collect::<Vec<_>>(),
-            "next": next.as_ref().map(ToString::to_string),
-        }));
+        print_json(&page_json(&sessions, next.as_ref()));
         return Ok(());
     }
     if sessions.is_empty() {

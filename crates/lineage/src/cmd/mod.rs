@@ -18,6 +18,7 @@
 //! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
 //! | [`config`] | `lineage config show` |
 //! | [`script`] | `lineage script schema` / `check`: the scripted agent's language |
+//! | [`ui`] | `lineage ui`: the cluster in a browser (issue 36) |
 //! | [`workspace`] | `lineage workspace diff` / `pull` / `apply`: a session's files and changes (issue 39) |
 
 pub mod agents;
@@ -32,5 +33,6 @@ pub mod send;
 pub mod spawn;
 pub mod status;
 pub mod tree;
+pub mod ui;
 pub mod watch;
 pub mod workspace;

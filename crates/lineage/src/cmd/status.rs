@@ -11,9 +11,41 @@ use crate::client::{control, now_ms, print_json, registry_error};
 use crate::global::cluster;
 use crate::global::Global;
 
-/// Reads the registry's status, nodes and session counts, asks each node what it hosts, and
-/// prints it.
-pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
+/// What `lineage status` reads: the registry's status, nodes and session counts, and what each
+/// node hosts.
+struct Status {
+    cluster: String,
+    raft: lineage_registry::wire::RegistryStatus,
+    nodes: Vec<lineage_registry::types::NodeRecord>,
+    counts: BTreeMap<String, u64>,
+    live: BTreeMap<String, Option<usize>>,
+    now: u64,
+}
+
+impl Status {
+    fn json(&self) -> serde_json::Value {
+        let (now, live) = (self.now, &self.live);
+        json!({
+            "cluster": self.cluster,
+            "registry": self.raft,
+            "nodes": self.nodes.iter().map(|n| json!({
+                "node": n.node,
+                "lease_expires_at_ms": n.lease_expires_at_ms,
+                "last_heartbeat_age_ms": now.saturating_sub(n.last_heartbeat_ms),
+                "lease_live": n.lease_expires_at_ms > now,
+                "live_agents": live.get(n.node.as_str()).cloned().flatten(),
+            })).collect::<Vec<_>>(),
+            "sessions": self.counts,
+        })
+    }
+}
+
+/// `lineage status --json`'s answer (what `lineage ui`'s cluster page shows).
+pub(crate) async fn status_json(g: &Global) -> Result<serde_json::Value, ControlError> {
+    Ok(read(g).await?.json())
+}
+
+async fn read(g: &Global) -> Result<Status, ControlError> {
     let control = control(g).await?;
     let registry = RegistryClient::new(control.nats().clone(), cluster(g));
     let raft = registry
@@ -36,21 +68,31 @@ pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
         let reply = per_node.on(&n.node).status().await;
         live.insert(n.node.to_string(), reply.map(|r| r.live.len()).ok());
     }
+    Ok(Status {
+        cluster: subjects.cluster().to_owned(),
+        raft,
+        nodes,
+        counts,
+        live,
+        now,
+    })
+}
+
+/// Reads the status and prints it.
+pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
+    let status = read(g).await?;
     if g.json {
-        print_json(&json!({
-            "cluster": subjects.cluster(),
-            "registry": raft,
-            "nodes": nodes.iter().map(|n| json!({
-                "node": n.node,
-                "lease_expires_at_ms": n.lease_expires_at_ms,
-                "last_heartbeat_age_ms": now.saturating_sub(n.last_heartbeat_ms),
-                "lease_live": n.lease_expires_at_ms > now,
-                "live_agents": live.get(n.node.as_str()).cloned().flatten(),
-            })).collect::<Vec<_>>(),
-            "sessions": counts,
-        }));
+        print_json(&status.json());
     } else {
-        println!("cluster   {}", subjects.cluster());
+        let Status {
+            cluster,
+            raft,
+            nodes,
+            counts,
+            live,
+            now,
+        } = status;
+        println!("cluster   {cluster}");
         println!(
             "leader    {}   term {}   applied {}",
             raft.leader

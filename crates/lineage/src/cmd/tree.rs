@@ -183,10 +183,18 @@ fn short(id: &str) -> String {
         .collect()
 }
 
-/// Reads the subtree from the registry (linearizable), asks the hosting nodes who is live, and
-/// prints it.
-pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
-    let root = parse_session("root", &args.root)?;
+/// The subtree of `root` as `lineage tree --json` prints it (and `lineage ui` draws it).
+pub(crate) async fn tree_json(g: &Global, root: &str) -> Result<serde_json::Value, ControlError> {
+    let (records, owners) = read(g, root).await?;
+    Ok(items(&records, &owners))
+}
+
+/// The subtree's records (linearizable) and who is live on their nodes.
+async fn read(
+    g: &Global,
+    root: &str,
+) -> Result<(Vec<SessionRecord>, BTreeMap<SessionId, Option<SessionId>>), ControlError> {
+    let root = parse_session("root", root)?;
     let control = control(g).await?;
     let registry = RegistryClient::new(control.nats().clone(), cluster(g));
     let records = registry
@@ -204,32 +212,46 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .filter_map(|r| r.placement.as_ref().map(|p| p.node.clone()))
         .collect();
     let owners = live_owners(&control, nodes).await;
-    if g.json {
-        let usage = subtree_usage(&records);
-        let items: Vec<_> = records
-            .iter()
-            .map(|r| {
-                json!({
-                    "session": r.header.id(),
-                    "parent": r.header.parent_session(),
-                    "shape": shape_of(r),
-                    "state": r.state.as_str(),
-                    "label": label_of(r),
-                    "depth": r.header.delegation_depth().unwrap_or(0),
-                    "node": r.placement.as_ref().map(|p| p.node.to_string()),
-                    "epoch": r.placement.as_ref().map(|p| p.epoch),
-                    "live": owners.contains_key(r.header.id()),
-                    "owner": owners.get(r.header.id()).cloned().flatten(),
-                    "admission": r.admission,
-                    "usage": r.usage,
-                    "subtree_usage": usage.get(r.header.id()),
-                    "created_at_ms": r.created_at_ms,
-                    "updated_at_ms": r.updated_at_ms,
-                    "deadline_at_ms": r.header.deadline_at_ms(),
-                })
+    Ok((records, owners))
+}
+
+fn items(
+    records: &[SessionRecord],
+    owners: &BTreeMap<SessionId, Option<SessionId>>,
+) -> serde_json::Value {
+    let usage = subtree_usage(records);
+    let items: Vec<_> = records
+        .iter()
+        .map(|r| {
+            json!({
+                "session": r.header.id(),
+                "parent": r.header.parent_session(),
+                "shape": shape_of(r),
+                "state": r.state.as_str(),
+                "label": label_of(r),
+                "depth": r.header.delegation_depth().unwrap_or(0),
+                "node": r.placement.as_ref().map(|p| p.node.to_string()),
+                "epoch": r.placement.as_ref().map(|p| p.epoch),
+                "live": owners.contains_key(r.header.id()),
+                "owner": owners.get(r.header.id()).cloned().flatten(),
+                "admission": r.admission,
+                "usage": r.usage,
+                "subtree_usage": usage.get(r.header.id()),
+                "created_at_ms": r.created_at_ms,
+                "updated_at_ms": r.updated_at_ms,
+                "deadline_at_ms": r.header.deadline_at_ms(),
             })
-            .collect();
-        print_json(&items);
+        })
+        .collect();
+    json!(items)
+}
+
+/// Reads the subtree from the registry (linearizable), asks the hosting nodes who is live, and
+/// prints it.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let (records, owners) = read(g, &args.root).await?;
+    if g.json {
+        print_json(&items(&records, &owners));
     } else {
         for line in render_tree(&records, &owners, now_ms()) {
             println!("{line}");

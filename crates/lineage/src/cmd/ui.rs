@@ -1,0 +1,225 @@
+//! `lineage ui` (issue 36, U1): a web page of the cluster, served from this process with the
+//! CLI's flags and credentials (an observer's credentials read as much as the observer may).
+//!
+//! One page ([`PAGE`], built into the binary: nothing comes from a CDN) with four views, read
+//! from a small JSON API that answers what the verbs answer:
+//!
+//! | route | what |
+//! |---|---|
+//! | `/` | the page; its views are `#/` (sessions, searchable as `lineage ls`, paged), `#/tree/<root>` (the whole tree, refreshed every second), `#/session/<id>` (its record and its transcript from the event log) and `#/cluster` |
+//! | `/api/sessions?root&parent&state&node&label&older_than&after` | `lineage ls --json` |
+//! | `/api/tree/<root>` | `lineage tree --json` |
+//! | `/api/session/<id>` | the registry's record and the session's log events |
+//! | `/api/cluster` | `lineage status --json` |
+//!
+//! An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
+//! unknown, 503 the cluster), shown on the page; nothing is changed by a read. It listens on
+//! 127.0.0.1 by default; any other address needs `--token` (every API call then carries it as
+//! `Authorization: Bearer`; the page takes it from its URL's `#token=`), and says so at start.
+
+use std::net::SocketAddr;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_bus::events::EventLogStore;
+use lineage_registry::{Consistency, RegistryClient};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::client::{connect, parse_session, registry_error};
+use crate::global::{cluster, subjects, Global};
+use crate::output::usage;
+
+/// The page, with its script and style inline.
+pub const PAGE: &str = include_str!("ui/page.html");
+
+/// `ui` arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to serve on; anything but a loopback address needs --token.
+    #[arg(long, default_value = "127.0.0.1:7474")]
+    pub listen: String,
+    /// A token every API call must carry (`Authorization: Bearer TOKEN`; the page reads it from
+    /// `#token=TOKEN` in its URL). Prefer LINEAGE_UI_TOKEN over the flag.
+    #[arg(long, env = "LINEAGE_UI_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Clone)]
+struct Ui {
+    g: Global,
+    token: Option<String>,
+}
+
+/// Serves the page until interrupted.
+pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+    let addr: SocketAddr = args.listen.parse().map_err(|e| {
+        usage(format!(
+            "--listen {:?} is not an address ({e}); give host:port, e.g. 127.0.0.1:7474",
+            args.listen
+        ))
+    })?;
+    if !addr.ip().is_loopback() && args.token.is_none() {
+        return Err(usage(format!(
+            "--listen {addr} is reachable from other machines; give --token (or LINEAGE_UI_TOKEN), or listen on 127.0.0.1"
+        )));
+    }
+    // Fail now, not at the first page, when the cluster cannot be reached.
+    connect(g).await?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        ControlError::new(
+            ErrorCode::Unavailable,
+            format!("cannot listen on {addr} ({e}); pick a free port with --listen"),
+        )
+    })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    let guarded = match args.token.is_some() {
+        true => " (API calls need the token: open the page with #token=...)",
+        false => "",
+    };
+    println!("lineage ui: http://{local}/{guarded}");
+    let app = router(Ui {
+        g: g.clone(),
+        token: args.token,
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(crate::client::wait_for_signal())
+        .await
+        .map_err(|e| ControlError::new(ErrorCode::Internal, format!("the page stopped: {e}")))
+}
+
+fn router(ui: Ui) -> Router {
+    let api = Router::new()
+        .route("/api/sessions", get(sessions))
+        .route("/api/tree/{root}", get(tree))
+        .route("/api/session/{id}", get(session))
+        .route("/api/cluster", get(cluster_status))
+        .route_layer(middleware::from_fn_with_state(ui.clone(), authorized));
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .merge(api)
+        .fallback(|| async { failure(ErrorCode::NotFound, "no such page; open /".into()) })
+        .with_state(ui)
+}
+
+/// Refuses an API call without the token, when there is one.
+async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Response {
+    let Some(token) = &ui.token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given == Some(token.as_str()) {
+        true => next.run(request).await,
+        false => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": "this page needs its token: open it with #token=... in its URL"})),
+        )
+            .into_response(),
+    }
+}
+
+fn failure(code: ErrorCode, message: String) -> Response {
+    let status = match code {
+        ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Refused => StatusCode::FORBIDDEN,
+        ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+fn answer(result: Result<serde_json::Value, ControlError>) -> Response {
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(e) => failure(e.code, e.message),
+    }
+}
+
+/// `/api/sessions`'s query: `lineage ls`'s flags.
+#[derive(Debug, Default, Deserialize)]
+struct Search {
+    root: Option<String>,
+    parent: Option<String>,
+    state: Option<String>,
+    node: Option<String>,
+    label: Option<String>,
+    older_than: Option<String>,
+    after: Option<String>,
+}
+
+async fn sessions(State(ui): State<Ui>, Query(search): Query<Search>) -> Response {
+    let blank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let args = super::ls::Args {
+        root: blank(search.root),
+        parent: blank(search.parent),
+        state: blank(search.state),
+        node: blank(search.node),
+        label: blank(search.label),
+        older_than: blank(search.older_than),
+        limit: 50,
+        after: blank(search.after),
+        all: false,
+    };
+    answer(super::ls::ls_json(&ui.g, &args).await)
+}
+
+async fn tree(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
+    answer(super::tree::tree_json(&ui.g, &root).await)
+}
+
+async fn cluster_status(State(ui): State<Ui>) -> Response {
+    answer(super::status::status_json(&ui.g).await)
+}
+
+async fn session(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
+    answer(session_json(&ui.g, &id).await)
+}
+
+/// A session's registry record and its log's events.
+async fn session_json(g: &Global, id: &str) -> Result<serde_json::Value, ControlError> {
+    let session = parse_session("session", id)?;
+    let nats = connect(g).await?;
+    let registry = RegistryClient::new(nats.clone(), cluster(g));
+    let record = registry
+        .session(session.clone(), Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?;
+    let Some(record) = record else {
+        return Err(ControlError::new(
+            ErrorCode::NotFound,
+            format!("session {session} is not in the registry of cluster {}; check the id (the sessions view lists them)", cluster(g)),
+        ));
+    };
+    let logs = EventLogStore::reader(nats, subjects(g)?);
+    let (events, _) = logs.read(&session).await.map_err(ControlError::from)?;
+    Ok(json!({
+        "record": record,
+        "events": events,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn u1_the_page_is_built_in_and_names_its_views() {
+        for view in ["#/tree/", "#/session/", "#/cluster", "/api/sessions"] {
+            assert!(PAGE.contains(view), "{view}");
+        }
+        assert!(
+            !PAGE.contains("http://") && !PAGE.contains("https://"),
+            "nothing from a CDN"
+        );
+    }
+}

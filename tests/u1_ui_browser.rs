@@ -1,0 +1,136 @@
+//! Issue 36, U1: `lineage ui` in a real browser. A three-node cluster, a root on node-1 whose
+//! scripted turn spawns a continuable child on node-2; `lineage ui` serves the page; headless
+//! Chromium, driven by Selenium through chromedriver (`tests/ui/browser.py`, installed by
+//! `scripts/install-deps.sh`), watches the tree: the child on node-2, a second child spawned
+//! through the CLI while the page is open appearing without a reload, the first child's state
+//! changing as its turn ends; then the sessions, session and cluster views, and an unknown and
+//! a malformed id shown as readable messages. Screenshots of each view are saved under
+//! `target/ui-screenshots/` (the README's is one of them).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lineage_testkit::free_port;
+use lineage_testkit::prelude::{id_of, lineage_bin, wait_for, Cluster};
+use serde_json::json;
+
+/// `lineage ui`, killed on drop.
+struct Ui(Child);
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn child_script(label: &str, node: &str, turn: serde_json::Value) -> serde_json::Value {
+    json!({"do": "spawn", "shape": "continuable", "node": node, "prompt": "work", "label": label,
+           "agent": {"driver": "script", "script": {"turns": [turn]}}})
+}
+
+#[test]
+fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
+    for program in ["chromium", "chromedriver", "python3"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {program}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        assert!(
+            found,
+            "{program} is missing: run scripts/install-deps.sh (chromium, chromium-driver, selenium)"
+        );
+    }
+    let c = Cluster::start(3);
+    let root_script = json!({"turns": [[child_script(
+        "first",
+        "node-2",
+        json!([{"do": "sleep", "ms": 3000}, {"do": "reply", "content": "first is done"}]),
+    )]], "after": {"do": "echo"}});
+    let root = id_of(
+        &c.spawn(&[
+            "--node",
+            "node-1",
+            "--prompt",
+            "go",
+            "--script",
+            &root_script.to_string(),
+        ])["session"],
+    );
+    let first = wait_for(Duration::from_secs(30), "the first child", || {
+        c.tree(&root)
+            .into_iter()
+            .find(|r| r["label"] == "first")
+            .and_then(|r| r["session"].as_str().map(str::to_owned))
+    });
+
+    let port = free_port().expect("a free port");
+    let ui = Ui(Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
+        .args(["ui", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start lineage ui"));
+    wait_for(Duration::from_secs(30), "lineage ui to serve", || {
+        matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(())
+    });
+    // The API answers what the verbs answer, and a bad id in one line.
+    let (code, body) = lineage_testkit::http_get(port, "/api/session/nope").unwrap();
+    assert_eq!(code, 400, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        error["error"].as_str().is_some_and(|e| !e.contains('\n')),
+        "{body}"
+    );
+
+    let second_spawn = json!([
+        lineage_bin(),
+        "--nats",
+        c.nats.url(),
+        "--cluster",
+        c.cluster,
+        "spawn",
+        "--parent",
+        root,
+        "--shape",
+        "continuable",
+        "--node",
+        "node-2",
+        "--label",
+        "second",
+        "--prompt",
+        "more",
+        "--script",
+        json!({"turns": [[{"do": "sleep", "ms": 60000}]]}).to_string(),
+    ]);
+    let screenshots = lineage_bin()
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("ui-screenshots");
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/browser.py"))
+        .args(["--url", &format!("http://127.0.0.1:{port}")])
+        .args([
+            "--root",
+            &root,
+            "--first",
+            &first,
+            "--second-label",
+            "second",
+        ])
+        .args(["--second-spawn", &second_spawn.to_string()])
+        .args(["--screenshots", screenshots.to_str().unwrap()])
+        .output()
+        .expect("run tests/ui/browser.py");
+    assert!(
+        out.status.success(),
+        "the browser saw:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(screenshots.join("tree.png").exists());
+    drop(ui);
+}

@@ -1,0 +1,118 @@
+"""lineage ui in a real browser (issue 36, U1): headless Chromium driven by Selenium through
+chromedriver. Called by tests/u1_ui_browser.rs with the page's URL, the root whose tree to watch,
+the ids it must see, and where to save screenshots. Exits 0 when every check held; otherwise
+prints what it saw and exits 1.
+
+Checks, in order:
+- the tree page shows the root and its first child on node-2 (placed as `node-2@<epoch>`);
+- the page updates by itself: the second child, born seconds after the page loaded, appears
+  without a reload, and the first child's state changes once it settles;
+- the sessions view lists the root; a session's view shows its transcript; the cluster view
+  shows the nodes;
+- an unknown session in the URL and a malformed id each show a readable message, and the page
+  keeps working.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--first", required=True, help="the first child's id")
+    ap.add_argument("--second-label", required=True, help="the label of the child born later")
+    ap.add_argument("--second-spawn", required=True,
+                    help="the command line (JSON list) that spawns it, run once the page shows the tree")
+    ap.add_argument("--screenshots", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.screenshots, exist_ok=True)
+
+    options = Options()
+    options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    for flag in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,720"]:
+        options.add_argument(flag)
+    service = Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
+    driver = webdriver.Chrome(service=service, options=options)
+    failures = []
+
+    def text():
+        return driver.find_element(By.TAG_NAME, "body").text
+
+    def wait_for(what, predicate, within=30):
+        deadline = time.time() + within
+        while time.time() < deadline:
+            try:
+                if predicate():
+                    return True
+            except Exception:  # the page is being redrawn
+                pass
+            time.sleep(0.25)
+        failures.append("%s (within %ss); the page said:\n%s" % (what, within, text()))
+        return False
+
+    def shot(name):
+        driver.save_screenshot(os.path.join(args.screenshots, name + ".png"))
+
+    try:
+        driver.get("%s/#/tree/%s" % (args.url, args.root))
+        wait_for("the tree shows the root and its first child on node-2",
+                 lambda: args.root in text() and args.first in text() and "node-2@" in text())
+        if args.second_label in text():
+            failures.append("the second child is on the page before it was spawned")
+        spawned = subprocess.run(json.loads(args.second_spawn), capture_output=True, text=True)
+        if spawned.returncode != 0:
+            failures.append("spawning the second child failed: %s" % spawned.stderr)
+        wait_for("the second child appears without a reload",
+                 lambda: args.second_label in text(), within=30)
+        first_row = lambda: next(r.text for r in driver.find_elements(By.TAG_NAME, "tr")
+                                 if args.first in r.text)
+        wait_for("the first child's state changes once it settles",
+                 lambda: "waiting" in first_row() or "settled" in first_row(), within=45)
+        shot("tree")
+
+        driver.get("%s/#/" % args.url)
+        wait_for("the sessions view lists the root", lambda: args.root in text())
+        shot("sessions")
+
+        driver.get("%s/#/session/%s" % (args.url, args.first))
+        wait_for("a session's view shows its transcript",
+                 lambda: "Transcript" in text() and "turn/end" in text())
+        shot("session")
+
+        driver.get("%s/#/cluster" % args.url)
+        wait_for("the cluster view shows the nodes", lambda: "node-1" in text() and "node-2" in text())
+        shot("cluster")
+
+        driver.get("%s/#/tree/01936c1e-7a3b-7cde-8f00-00000000beef" % args.url)
+        wait_for("an unknown root is a readable message",
+                 lambda: "not in the registry" in driver.find_element(By.ID, "error").text)
+        driver.get("%s/#/session/not-an-id" % args.url)
+        wait_for("a malformed id is a readable message",
+                 lambda: "not a session id" in driver.find_element(By.ID, "error").text.lower()
+                 or "session" in driver.find_element(By.ID, "error").text)
+        shot("error")
+        driver.get("%s/#/tree/%s" % (args.url, args.root))
+        wait_for("the page keeps working after an error",
+                 lambda: args.first in text() and not driver.find_element(By.ID, "error").is_displayed())
+    finally:
+        driver.quit()
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
