@@ -4,7 +4,8 @@
 //! `scripts/install-deps.sh`), watches the tree: the child on node-2, a second child spawned
 //! through the CLI while the page is open appearing without a reload, the first child's state
 //! changing as its turn ends; then the sessions, session and cluster views, and an unknown and
-//! a malformed id shown as readable messages. Screenshots of each view are saved under
+//! a malformed id shown as readable messages; a drain clicked (confirmed) disposes the tree,
+//! children first. Screenshots of each view are saved under
 //! `target/ui-screenshots/` (the README's is one of them).
 
 use std::process::{Child, Command, Stdio};

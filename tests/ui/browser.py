@@ -10,7 +10,9 @@ Checks, in order:
 - the sessions view lists the root; a session's view shows its transcript; the cluster view
   shows the nodes;
 - an unknown session in the URL and a malformed id each show a readable message, and the page
-  keeps working.
+  keeps working;
+- the drain button asks first (dismissed: nothing changes); confirmed, the tree is drained,
+  children first (the root in the report's last wave), and the tree shows it disposed.
 """
 
 import argparse
@@ -106,6 +108,25 @@ def main():
         driver.get("%s/#/tree/%s" % (args.url, args.root))
         wait_for("the page keeps working after an error",
                  lambda: args.first in text() and not driver.find_element(By.ID, "error").is_displayed())
+
+        # A drain asks first: dismissed, nothing changes.
+        driver.find_element(By.ID, "drain").click()
+        driver.switch_to.alert.dismiss()
+        time.sleep(1.5)
+        if driver.find_element(By.ID, "drain-result").text:
+            failures.append("a dismissed drain did something: %s" % driver.find_element(By.ID, "drain-result").text)
+        if "disposed" in text():
+            failures.append("a dismissed drain disposed something:\n%s" % text())
+        # Confirmed: the tree is disposed, children first (the root in the last wave).
+        driver.find_element(By.ID, "drain").click()
+        driver.switch_to.alert.accept()
+        if wait_for("the drain's report", lambda: "drained:" in driver.find_element(By.ID, "drain-result").text):
+            waves = json.loads(driver.find_element(By.ID, "drain-result").get_attribute("data-report"))
+            if args.root not in waves[-1] or args.first not in sum(waves[:-1], []):
+                failures.append("not children first: %s" % waves)
+        wait_for("every session of the tree shows disposed",
+                 lambda: text().count("disposed") >= 3 and "running" not in text())
+        shot("drained")
     finally:
         driver.quit()
     if failures:

@@ -11,6 +11,7 @@
 //! | `/api/tree/<root>` | `lineage tree --json` |
 //! | `/api/session/<id>` | the registry's record and the session's log events |
 //! | `/api/cluster` | `lineage status --json` |
+//! | `POST /api/drain/<root>` | `lineage drain <root> --json`: the report (waves, leaves first); the page asks for confirmation first |
 //!
 //! An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
 //! unknown, 503 the cluster), shown on the page; nothing is changed by a read. It listens on
@@ -23,7 +24,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_bus::events::EventLogStore;
@@ -99,6 +100,7 @@ fn router(ui: Ui) -> Router {
         .route("/api/tree/{root}", get(tree))
         .route("/api/session/{id}", get(session))
         .route("/api/cluster", get(cluster_status))
+        .route("/api/drain/{root}", post(drain))
         .route_layer(middleware::from_fn_with_state(ui.clone(), authorized));
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -183,6 +185,25 @@ async fn cluster_status(State(ui): State<Ui>) -> Response {
 
 async fn session(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
     answer(session_json(&ui.g, &id).await)
+}
+
+async fn drain(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
+    answer(drain_json(&ui.g, &root).await)
+}
+
+/// Drains the subtree of `root` (what `lineage drain` does): its report.
+async fn drain_json(g: &Global, root: &str) -> Result<serde_json::Value, ControlError> {
+    let root = parse_session("root", root)?;
+    let client = crate::client::control(g)
+        .await?
+        .with_timeout(std::time::Duration::from_millis(g.timeout_ms.max(60_000)));
+    let report = client.drain(vec![root]).await?;
+    serde_json::to_value(&report).map_err(|e| {
+        ControlError::new(
+            ErrorCode::Internal,
+            format!("cannot encode the report: {e}"),
+        )
+    })
 }
 
 /// A session's registry record and its log's events.
