@@ -6,7 +6,8 @@ prints what it saw and exits 1.
 Checks, in order:
 - the tree page shows the root and its first child on node-2 (placed as `node-2@<epoch>`);
 - the page updates by itself: the second child, born seconds after the page loaded, appears
-  without a reload, and the first child's state changes once it settles;
+  without a reload (and its start in the live feed, streamed from the lifecycle subjects), and
+  the first child's state changes once it settles;
 - the sessions view lists the root; a session's view shows its transcript; the cluster view
   shows the nodes;
 - an unknown session in the URL and a malformed id each show a readable message, and the page
@@ -78,6 +79,11 @@ def main():
             failures.append("spawning the second child failed: %s" % spawned.stderr)
         wait_for("the second child appears without a reload",
                  lambda: args.second_label in text(), within=30)
+        second = next((r.text.split()[0] for r in driver.find_elements(By.TAG_NAME, "tr")
+                       if args.second_label in r.text.split()), "")
+        feed = lambda: driver.find_element(By.ID, "feed").text
+        wait_for("the live feed shows the second child's start, from the lifecycle subjects",
+                 lambda: second and any("subagent/start" in l and second in l for l in feed().splitlines()))
         first_row = lambda: next(r.text for r in driver.find_elements(By.TAG_NAME, "tr")
                                  if args.first in r.text)
         wait_for("the first child's state changes once it settles",

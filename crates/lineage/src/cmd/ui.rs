@@ -11,6 +11,7 @@
 //! | `/api/tree/<root>` | `lineage tree --json` |
 //! | `/api/session/<id>` | the registry's record and the session's log events |
 //! | `/api/cluster` | `lineage status --json` |
+//! | `/api/events?parents=<id>,<id>` | server-sent events: each lifecycle message (start, end, report, settled) published for those parents' children, as `lineage watch` shows it |
 //! | `POST /api/drain/<root>` | `lineage drain <root> --json`: the report (waves, leaves first); the page asks for confirmation first |
 //!
 //! An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
@@ -23,6 +24,7 @@ use std::net::SocketAddr;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -101,6 +103,7 @@ fn router(ui: Ui) -> Router {
         .route("/api/session/{id}", get(session))
         .route("/api/cluster", get(cluster_status))
         .route("/api/drain/{root}", post(drain))
+        .route("/api/events", get(events))
         .route_layer(middleware::from_fn_with_state(ui.clone(), authorized));
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -109,17 +112,25 @@ fn router(ui: Ui) -> Router {
         .with_state(ui)
 }
 
-/// Refuses an API call without the token, when there is one.
+/// Refuses an API call without the token, when there is one: in the `Authorization` header,
+/// or (for the event stream, which a browser opens without headers) as `token=` in the query.
 async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Response {
     let Some(token) = &ui.token else {
         return next.run(request).await;
     };
-    let given = request
+    let header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given == Some(token.as_str()) {
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let query = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .map(str::to_owned)
+    });
+    let given = header.or(query);
+    match given.as_deref() == Some(token.as_str()) {
         true => next.run(request).await,
         false => (
             StatusCode::UNAUTHORIZED,
@@ -185,6 +196,56 @@ async fn cluster_status(State(ui): State<Ui>) -> Response {
 
 async fn session(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
     answer(session_json(&ui.g, &id).await)
+}
+
+/// `/api/events`'s query: the parents whose children's lifecycle to stream.
+#[derive(Debug, Deserialize)]
+struct Parents {
+    parents: String,
+}
+
+async fn events(State(ui): State<Ui>, Query(q): Query<Parents>) -> Response {
+    let parents: Result<std::collections::BTreeSet<String>, ControlError> = q
+        .parents
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| parse_session("parents", p).map(|s| s.to_string()))
+        .collect();
+    let parents = match parents {
+        Ok(parents) => parents,
+        Err(e) => return failure(e.code, e.message),
+    };
+    let subscribed = async {
+        let nats = connect(&ui.g).await?;
+        let subject = format!("lineage.{}.parent.*.*", cluster(&ui.g));
+        nats.subscribe(subject.clone()).await.map_err(|e| {
+            ControlError::new(
+                ErrorCode::Unavailable,
+                format!("cannot subscribe to {subject}: {e}"),
+            )
+        })
+    };
+    let subscriber = match subscribed.await {
+        Ok(subscriber) => subscriber,
+        Err(e) => return failure(e.code, e.message),
+    };
+    let stream = futures::StreamExt::filter_map(subscriber, move |msg| {
+        // lineage.<cluster>.parent.<parent>.<kind>
+        let mut tokens = msg.subject.as_str().rsplit('.');
+        let kind = tokens.next().unwrap_or("?").to_owned();
+        let parent = tokens.next().unwrap_or_default().to_owned();
+        let event = parents.contains(&parent).then(|| {
+            let body: serde_json::Value = serde_json::from_slice(&msg.payload)
+                .unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&msg.payload)}));
+            let (what, who, detail) = super::watch::describe_event(&kind, &body);
+            let data = json!({"parent": parent, "what": what, "who": who, "detail": detail});
+            Ok::<_, std::convert::Infallible>(Event::default().data(data.to_string()))
+        });
+        std::future::ready(event)
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn drain(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
