@@ -12,6 +12,8 @@ Checks, in order:
   shows the nodes;
 - an unknown session in the URL and a malformed id each show a readable message, and the page
   keeps working;
+- from the second child's view, an interrupt (asked first) cancels its turn and a followup is
+  delivered, both in its transcript; an empty followup is refused with a readable message;
 - the drain button asks first (dismissed: nothing changes); confirmed, the tree is drained,
   children first (the root in the report's last wave), and the tree shows it disposed.
 """
@@ -98,6 +100,25 @@ def main():
         wait_for("a session's view shows its transcript",
                  lambda: "Transcript" in text() and "turn/end" in text())
         shot("session")
+
+        # The second child sleeps in its turn: interrupt it (asked first), then send it a
+        # followup, from its session's view; its transcript shows both.
+        driver.get("%s/#/session/%s" % (args.url, second))
+        wait_for("the second child's view", lambda: "Transcript" in text())
+        driver.find_element(By.ID, "interrupt").click()
+        driver.switch_to.alert.accept()
+        wait_for("the interrupt cancelled its turn",
+                 lambda: "cancelled" in driver.find_element(By.ID, "action-result").text)
+        driver.find_element(By.ID, "followup").send_keys("a followup from the page")
+        driver.find_element(By.ID, "send").click()
+        wait_for("the followup was delivered",
+                 lambda: "delivered" in driver.find_element(By.ID, "action-result").text)
+        wait_for("its transcript shows the followup",
+                 lambda: "a followup from the page" in text() and "interrupted" in text())
+        driver.find_element(By.ID, "send").click()
+        wait_for("an empty followup is refused with a readable message",
+                 lambda: "empty" in driver.find_element(By.ID, "error").text)
+        shot("actions")
 
         driver.get("%s/#/cluster" % args.url)
         wait_for("the cluster view shows the nodes", lambda: "node-1" in text() and "node-2" in text())

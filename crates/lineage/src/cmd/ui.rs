@@ -13,6 +13,8 @@
 //! | `/api/cluster` | `lineage status --json` |
 //! | `/api/events?parents=<id>,<id>` | server-sent events: each lifecycle message (start, end, report, settled) published for those parents' children, as `lineage watch` shows it |
 //! | `POST /api/drain/<root>` | `lineage drain <root> --json`: the report (waves, leaves first); the page asks for confirmation first |
+//! | `POST /api/send/<id>` `{"content"}` | `lineage send`: a followup (a fresh request id per call) |
+//! | `POST /api/interrupt/<id>` | `lineage interrupt`, as its parent (its user when top-level); the page asks first |
 //!
 //! An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
 //! unknown, 503 the cluster), shown on the page; nothing is changed by a read. It listens on
@@ -38,6 +40,8 @@ use crate::client::{connect, parse_session, registry_error};
 use crate::global::{cluster, subjects, Global};
 use crate::output::usage;
 
+mod actions;
+
 /// The page, with its script and style inline.
 pub const PAGE: &str = include_str!("ui/page.html");
 
@@ -53,8 +57,9 @@ pub struct Args {
     pub token: Option<String>,
 }
 
+/// What the handlers share: the CLI's flags and credentials, and the token.
 #[derive(Clone)]
-struct Ui {
+pub(crate) struct Ui {
     g: Global,
     token: Option<String>,
 }
@@ -102,7 +107,9 @@ fn router(ui: Ui) -> Router {
         .route("/api/tree/{root}", get(tree))
         .route("/api/session/{id}", get(session))
         .route("/api/cluster", get(cluster_status))
-        .route("/api/drain/{root}", post(drain))
+        .route("/api/drain/{root}", post(actions::drain))
+        .route("/api/send/{id}", post(actions::send))
+        .route("/api/interrupt/{id}", post(actions::interrupt))
         .route("/api/events", get(events))
         .route_layer(middleware::from_fn_with_state(ui.clone(), authorized));
     Router::new()
@@ -140,7 +147,7 @@ async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Respo
     }
 }
 
-fn failure(code: ErrorCode, message: String) -> Response {
+pub(crate) fn failure(code: ErrorCode, message: String) -> Response {
     let status = match code {
         ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
@@ -151,7 +158,7 @@ fn failure(code: ErrorCode, message: String) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
-fn answer(result: Result<serde_json::Value, ControlError>) -> Response {
+pub(crate) fn answer(result: Result<serde_json::Value, ControlError>) -> Response {
     match result {
         Ok(value) => Json(value).into_response(),
         Err(e) => failure(e.code, e.message),
@@ -246,25 +253,6 @@ async fn events(State(ui): State<Ui>, Query(q): Query<Parents>) -> Response {
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-async fn drain(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
-    answer(drain_json(&ui.g, &root).await)
-}
-
-/// Drains the subtree of `root` (what `lineage drain` does): its report.
-async fn drain_json(g: &Global, root: &str) -> Result<serde_json::Value, ControlError> {
-    let root = parse_session("root", root)?;
-    let client = crate::client::control(g)
-        .await?
-        .with_timeout(std::time::Duration::from_millis(g.timeout_ms.max(60_000)));
-    let report = client.drain(vec![root]).await?;
-    serde_json::to_value(&report).map_err(|e| {
-        ControlError::new(
-            ErrorCode::Internal,
-            format!("cannot encode the report: {e}"),
-        )
-    })
 }
 
 /// A session's registry record and its log's events.

@@ -1,0 +1,116 @@
+//! What the page does with the operator's rights (issue 36, U1): drain a tree, send a session a
+//! followup, interrupt its turn. Each sends what its verb sends (`lineage drain`, `send`,
+//! `interrupt`) and answers its reply, or the one-line error the cluster gave; the page asks for
+//! confirmation before a drain or an interrupt.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::Json;
+use lineage_bus::control::{ControlError, ErrorCode};
+use lineage_core::authority::InterruptAuthority;
+use lineage_core::ids::RequestId;
+use lineage_protocol::control::{FollowupRequest, InterruptRequest};
+use lineage_registry::{Consistency, RegistryClient};
+use serde::Deserialize;
+
+use super::{answer, Ui};
+use crate::client::{control, parse_session, registry_error};
+use crate::global::{cluster, Global};
+
+fn encoded(value: impl serde::Serialize) -> Result<serde_json::Value, ControlError> {
+    serde_json::to_value(value).map_err(|e| {
+        ControlError::new(ErrorCode::Internal, format!("cannot encode the reply: {e}"))
+    })
+}
+
+/// `POST /api/drain/<root>`.
+pub(super) async fn drain(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
+    answer(drain_tree(&ui.g, &root).await)
+}
+
+async fn drain_tree(g: &Global, root: &str) -> Result<serde_json::Value, ControlError> {
+    let root = parse_session("root", root)?;
+    let client = control(g)
+        .await?
+        .with_timeout(std::time::Duration::from_millis(g.timeout_ms.max(60_000)));
+    encoded(client.drain(vec![root]).await?)
+}
+
+/// `POST /api/send/<id>`'s body.
+#[derive(Debug, Deserialize)]
+pub(super) struct Followup {
+    content: String,
+}
+
+/// `POST /api/send/<id>`.
+pub(super) async fn send(
+    State(ui): State<Ui>,
+    Path(id): Path<String>,
+    Json(body): Json<Followup>,
+) -> Response {
+    answer(followup(&ui.g, &id, body.content).await)
+}
+
+async fn followup(
+    g: &Global,
+    id: &str,
+    content: String,
+) -> Result<serde_json::Value, ControlError> {
+    let session = parse_session("session", id)?;
+    if content.trim().is_empty() {
+        return Err(ControlError::new(
+            ErrorCode::BadRequest,
+            "the followup is empty; write what the session should do next",
+        ));
+    }
+    let request_id = RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| {
+        ControlError::new(
+            ErrorCode::Internal,
+            format!("cannot mint a request id: {e}"),
+        )
+    })?;
+    let reply = control(g)
+        .await?
+        .followup(&FollowupRequest {
+            session,
+            content,
+            request_id: Some(request_id),
+        })
+        .await?;
+    let mut json = encoded(&reply)?;
+    json["words"] = crate::output::followup_words(&reply).into();
+    Ok(json)
+}
+
+/// `POST /api/interrupt/<id>`.
+pub(super) async fn interrupt(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
+    answer(interrupt_turn(&ui.g, &id).await)
+}
+
+/// Interrupts as the session's parent, or as its user when it is top-level.
+async fn interrupt_turn(g: &Global, id: &str) -> Result<serde_json::Value, ControlError> {
+    let target = parse_session("session", id)?;
+    let client = control(g).await?;
+    let registry = RegistryClient::new(client.nats().clone(), cluster(g));
+    let record = registry
+        .session(target.clone(), Consistency::Linearizable)
+        .await
+        .map_err(registry_error)?
+        .ok_or_else(|| {
+            ControlError::new(
+                ErrorCode::NotFound,
+                format!("session {target} is not in the registry; check the id"),
+            )
+        })?;
+    let authority = match record.header.parent_session() {
+        Some(parent) => InterruptAuthority::User {
+            parent_session_id: parent.clone(),
+        },
+        None => InterruptAuthority::TopLevel,
+    };
+    encoded(
+        client
+            .interrupt(&InterruptRequest { target, authority })
+            .await?,
+    )
+}
