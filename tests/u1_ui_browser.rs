@@ -134,4 +134,36 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
     );
     assert!(screenshots.join("tree.png").exists());
     drop(ui);
+
+    // With a token, an API call without it is refused in one line (and nothing is read);
+    // with it (here as the event stream passes it, in the query) it is answered.
+    let port = free_port().expect("a free port");
+    let _guarded = Ui(Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
+        .args(["ui", "--listen", &format!("127.0.0.1:{port}")])
+        .env("LINEAGE_UI_TOKEN", "a-long-random-token")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start lineage ui with a token"));
+    wait_for(
+        Duration::from_secs(30),
+        "lineage ui (token) to serve",
+        || matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(()),
+    );
+    let (code, body) = lineage_testkit::http_get(port, "/api/cluster").unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("#token=") && !body.contains('\n'), "{body}");
+    let (code, _) = lineage_testkit::http_get(port, "/api/cluster?token=wrong").unwrap();
+    assert_eq!(code, 401);
+    let (code, body) =
+        lineage_testkit::http_get(port, "/api/cluster?token=a-long-random-token").unwrap();
+    assert_eq!(code, 200, "{body}");
+    // Another address without a token is refused at start, in one line.
+    let (code, _, err) = c.cli(&["ui", "--listen", "0.0.0.0:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--token") && err.trim().lines().count() == 1,
+        "{err}"
+    );
 }

@@ -66,17 +66,7 @@ pub(crate) struct Ui {
 
 /// Serves the page until interrupted.
 pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
-    let addr: SocketAddr = args.listen.parse().map_err(|e| {
-        usage(format!(
-            "--listen {:?} is not an address ({e}); give host:port, e.g. 127.0.0.1:7474",
-            args.listen
-        ))
-    })?;
-    if !addr.ip().is_loopback() && args.token.is_none() {
-        return Err(usage(format!(
-            "--listen {addr} is reachable from other machines; give --token (or LINEAGE_UI_TOKEN), or listen on 127.0.0.1"
-        )));
-    }
+    let addr = listen_address(&args.listen, args.token.as_deref())?;
     // Fail now, not at the first page, when the cluster cannot be reached.
     connect(g).await?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -99,6 +89,36 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         .with_graceful_shutdown(crate::client::wait_for_signal())
         .await
         .map_err(|e| ControlError::new(ErrorCode::Internal, format!("the page stopped: {e}")))
+}
+
+/// The address to serve on: a loopback address, or any other with a token (not empty).
+fn listen_address(listen: &str, token: Option<&str>) -> Result<SocketAddr, ControlError> {
+    let addr: SocketAddr = listen.parse().map_err(|e| {
+        usage(format!(
+            "--listen {listen:?} is not an address ({e}); give host:port, e.g. 127.0.0.1:7474"
+        ))
+    })?;
+    if token.is_some_and(|t| t.trim().is_empty()) {
+        return Err(usage(
+            "--token is empty; give a long random token (or none, on 127.0.0.1)",
+        ));
+    }
+    if !addr.ip().is_loopback() && token.is_none() {
+        return Err(usage(format!(
+            "--listen {addr} is reachable from other machines; give --token (or LINEAGE_UI_TOKEN), or listen on 127.0.0.1"
+        )));
+    }
+    Ok(addr)
+}
+
+/// Whether `given` is `token`, in time that does not depend on where they differ.
+fn same_token(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
 }
 
 fn router(ui: Ui) -> Router {
@@ -137,7 +157,7 @@ async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Respo
             .map(str::to_owned)
     });
     let given = header.or(query);
-    match given.as_deref() == Some(token.as_str()) {
+    match given.is_some_and(|g| same_token(&g, token)) {
         true => next.run(request).await,
         false => (
             StatusCode::UNAUTHORIZED,
@@ -281,6 +301,28 @@ async fn session_json(g: &Global, id: &str) -> Result<serde_json::Value, Control
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn u1_another_address_needs_a_token_and_bad_values_are_one_line() {
+        assert!(listen_address("127.0.0.1:7474", None).is_ok());
+        assert!(listen_address("[::1]:7474", None).is_ok());
+        assert!(listen_address("0.0.0.0:7474", Some("s3cret")).is_ok());
+        for (listen, token, says) in [
+            ("0.0.0.0:7474", None, "give --token"),
+            ("localhost", None, "is not an address"),
+            ("127.0.0.1:7474", Some(" "), "--token is empty"),
+        ] {
+            let e = listen_address(listen, token).unwrap_err();
+            assert!(
+                e.message.contains(says) && !e.message.contains('\n'),
+                "{}",
+                e.message
+            );
+            assert_eq!(e.code, ErrorCode::BadRequest);
+        }
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abd", "abc") && !same_token("ab", "abc"));
+    }
 
     #[test]
     fn u1_the_page_is_built_in_and_names_its_views() {
