@@ -5,7 +5,9 @@
 //! through the CLI while the page is open appearing without a reload, the first child's state
 //! changing as its turn ends; then the sessions, session and cluster views, and an unknown and
 //! a malformed id shown as readable messages; a drain clicked (confirmed) disposes the tree,
-//! children first. Screenshots of each view are saved under
+//! children first. An observer's page (`--read-only`, the shipped NATS permissions) reads the
+//! tree and a transcript, offers no action, and its server refuses one. Screenshots of each
+//! view are saved under
 //! `target/ui-screenshots/` (the README's is one of them).
 
 use std::process::{Child, Command, Stdio};
@@ -166,4 +168,89 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
         err.contains("--token") && err.trim().lines().count() == 1,
         "{err}"
     );
+}
+
+#[test]
+fn u1_z2_an_observers_page_reads_the_tree_and_cannot_act() {
+    let c = Cluster::start_secured(3);
+    let root_script = json!({"turns": [[child_script(
+        "first",
+        "node-2",
+        json!([{"do": "reply", "content": "first is done"}]),
+    )]], "after": {"do": "echo"}});
+    let root = id_of(
+        &c.spawn(&[
+            "--node",
+            "node-1",
+            "--prompt",
+            "go",
+            "--script",
+            &root_script.to_string(),
+        ])["session"],
+    );
+    let first = wait_for(Duration::from_secs(30), "the first child", || {
+        c.tree(&root)
+            .into_iter()
+            .find(|r| r["label"] == "first")
+            .and_then(|r| r["session"].as_str().map(str::to_owned))
+    });
+    let port = free_port().expect("a free port");
+    let _ui = Ui(Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
+        .args([
+            "ui",
+            "--read-only",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("NATS_USER", "observer")
+        .env("NATS_PASSWORD", c.nats_password("observer"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start lineage ui as the observer"));
+    wait_for(
+        Duration::from_secs(30),
+        "the observer's page to serve",
+        || matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(()),
+    );
+    // The server refuses every action in one line, and the tree is still there after.
+    let (code, body) = lineage_testkit::http(
+        "POST",
+        &format!("http://127.0.0.1:{port}/api/drain/{root}"),
+        Some("{}"),
+    )
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("read only") && !body.contains('\n'), "{body}");
+    let (code, body) = lineage_testkit::http_get(port, &format!("/api/tree/{root}")).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(&first) && !body.contains("disposed"),
+        "{body}"
+    );
+
+    let screenshots = lineage_bin()
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("ui-screenshots");
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/browser.py"))
+        .args(["--observer", "--url", &format!("http://127.0.0.1:{port}")])
+        .args(["--root", &root, "--first", &first, "--second-label", "-"])
+        .args(["--second-spawn", "[]"])
+        .args(["--screenshots", screenshots.to_str().unwrap()])
+        .output()
+        .expect("run tests/ui/browser.py");
+    assert!(
+        out.status.success(),
+        "the observer's browser saw:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Everything the observer's page read, it was allowed to (the session log by direct get
+    // included), and it sent no action to the cluster: no permission violation at all.
+    let violations = c.permission_violations();
+    assert!(violations.is_empty(), "{violations:#?}");
 }

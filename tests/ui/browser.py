@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--second-spawn", required=True,
                     help="the command line (JSON list) that spawns it, run once the page shows the tree")
     ap.add_argument("--screenshots", required=True)
+    ap.add_argument("--observer", action="store_true",
+                    help="an observer's read-only page: it reads the tree and a transcript, and offers no action")
     args = ap.parse_args()
     os.makedirs(args.screenshots, exist_ok=True)
 
@@ -70,6 +72,16 @@ def main():
     def shot(name):
         driver.save_screenshot(os.path.join(args.screenshots, name + ".png"))
 
+    if args.observer:
+        try:
+            observe(driver, args, text, wait_for, shot, failures)
+        finally:
+            driver.quit()
+        if failures:
+            print("\n".join(failures))
+            sys.exit(1)
+        print("ok")
+        return
     try:
         driver.get("%s/#/tree/%s" % (args.url, args.root))
         wait_for("the tree shows the root and its first child on node-2",
@@ -160,6 +172,19 @@ def main():
         print("\n".join(failures))
         sys.exit(1)
     print("ok")
+
+
+def observe(driver, args, text, wait_for, shot, failures):
+    """An observer's page: the tree and a transcript, no drain, followup or interrupt."""
+    driver.get("%s/#/tree/%s" % (args.url, args.root))
+    wait_for("the observer sees the tree", lambda: args.first in text() and "node-2@" in text())
+    wait_for("the observer's page offers no drain",
+             lambda: "read only" in text() and not driver.find_elements(By.ID, "drain"))
+    shot("observer-tree")
+    driver.get("%s/#/session/%s" % (args.url, args.first))
+    wait_for("the observer reads a transcript", lambda: "Transcript" in text() and "turn/start" in text())
+    if driver.find_elements(By.ID, "followup") or driver.find_elements(By.ID, "interrupt"):
+        failures.append("the observer's page offers a followup or an interrupt")
 
 
 if __name__ == "__main__":

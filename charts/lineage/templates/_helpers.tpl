@@ -695,7 +695,7 @@ consumer (its description names the session). */}}
     "allow_responses" true)
   "observer" (dict
     "publish" (dict
-      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $srvAsk)
+      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead (list (printf "%s.DIRECT.GET.%s" $api $events)) $srvAsk)
       "deny" (list (printf "%s.registry.write.read" $p)))
     "subscribe" (dict "allow" $watch))
 }}

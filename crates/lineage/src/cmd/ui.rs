@@ -16,7 +16,8 @@
 //! | `POST /api/send/<id>` `{"content"}` | `lineage send`: a followup (a fresh request id per call) |
 //! | `POST /api/interrupt/<id>` | `lineage interrupt`, as its parent (its user when top-level); the page asks first |
 //!
-//! An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
+//! With `--read-only` (an observer's page) `/api/mode` says so, the page shows no actions and
+//! the server refuses them (403). An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
 //! unknown, 503 the cluster), shown on the page; nothing is changed by a read. It listens on
 //! 127.0.0.1 by default; any other address needs `--token` (every API call then carries it as
 //! `Authorization: Bearer`; the page takes it from its URL's `#token=`), and says so at start.
@@ -51,6 +52,10 @@ pub struct Args {
     /// Address to serve on; anything but a loopback address needs --token.
     #[arg(long, default_value = "127.0.0.1:7474")]
     pub listen: String,
+    /// No actions: the page shows no drain, followup or interrupt, and the server refuses them
+    /// (for an observer's credentials, which may read but not act).
+    #[arg(long)]
+    pub read_only: bool,
     /// A token every API call must carry (`Authorization: Bearer TOKEN`; the page reads it from
     /// `#token=TOKEN` in its URL). Prefer LINEAGE_UI_TOKEN over the flag.
     #[arg(long, env = "LINEAGE_UI_TOKEN", hide_env_values = true)]
@@ -62,6 +67,7 @@ pub struct Args {
 pub(crate) struct Ui {
     g: Global,
     token: Option<String>,
+    read_only: bool,
 }
 
 /// Serves the page until interrupted.
@@ -80,10 +86,15 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         true => " (API calls need the token: open the page with #token=...)",
         false => "",
     };
-    println!("lineage ui: http://{local}/{guarded}");
+    let mode = match args.read_only {
+        true => ", read only",
+        false => "",
+    };
+    println!("lineage ui: http://{local}/{guarded}{mode}");
     let app = router(Ui {
         g: g.clone(),
         token: args.token,
+        read_only: args.read_only,
     });
     axum::serve(listener, app)
         .with_graceful_shutdown(crate::client::wait_for_signal())
@@ -127,6 +138,7 @@ fn router(ui: Ui) -> Router {
         .route("/api/tree/{root}", get(tree))
         .route("/api/session/{id}", get(session))
         .route("/api/cluster", get(cluster_status))
+        .route("/api/mode", get(mode))
         .route("/api/drain/{root}", post(actions::drain))
         .route("/api/send/{id}", post(actions::send))
         .route("/api/interrupt/{id}", post(actions::interrupt))
@@ -139,9 +151,19 @@ fn router(ui: Ui) -> Router {
         .with_state(ui)
 }
 
+async fn mode(State(ui): State<Ui>) -> Response {
+    Json(json!({"read_only": ui.read_only})).into_response()
+}
+
 /// Refuses an API call without the token, when there is one: in the `Authorization` header,
 /// or (for the event stream, which a browser opens without headers) as `token=` in the query.
 async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Response {
+    if ui.read_only && request.method() != axum::http::Method::GET {
+        return failure(
+            ErrorCode::Refused,
+            "this page is read only (lineage ui --read-only); act with an operator's page or the CLI".into(),
+        );
+    }
     let Some(token) = &ui.token else {
         return next.run(request).await;
     };
