@@ -13,8 +13,11 @@ use crate::global::{subjects, Global};
 use crate::output::usage;
 
 /// A NATS connection for the CLI, authenticated as the flags, `NATS_*` and the natscli
-/// context say; `unavailable` after 5 s.
+/// context say; `unavailable` after 5 s. The one in `g.shared_nats` when there is one.
 pub async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
+    if let Some(shared) = &g.shared_nats {
+        return Ok(shared.clone());
+    }
     let how = crate::nats_auth::client_connect(g, "lineage-cli")?;
     let url = lineage_bus::redact_url(&how.url);
     tokio::time::timeout(Duration::from_secs(5), lineage_bus::connect_with(&how))

@@ -30,6 +30,10 @@ pub struct Global {
     /// source truly.
     #[arg(skip)]
     pub from_env: std::collections::BTreeMap<String, String>,
+    /// A connection to use instead of a new one per call ([`crate::client::connect`]): set by
+    /// a long-running verb (`lineage ui`) once it has connected.
+    #[arg(skip)]
+    pub shared_nats: Option<async_nats::Client>,
     /// How long to wait for a reply, in milliseconds.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub timeout_ms: u64,

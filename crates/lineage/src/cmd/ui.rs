@@ -73,8 +73,10 @@ pub(crate) struct Ui {
 /// Serves the page until interrupted.
 pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     let addr = listen_address(&args.listen, args.token.as_deref())?;
-    // Fail now, not at the first page, when the cluster cannot be reached.
-    connect(g).await?;
+    // Fail now, not at the first page, when the cluster cannot be reached; then every call
+    // uses this one connection.
+    let mut g = g.clone();
+    g.shared_nats = Some(connect(&g).await?);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         ControlError::new(
             ErrorCode::Unavailable,
@@ -92,7 +94,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     };
     println!("lineage ui: http://{local}/{guarded}{mode}");
     let app = router(Ui {
-        g: g.clone(),
+        g,
         token: args.token,
         read_only: args.read_only,
     });
