@@ -32,8 +32,8 @@ fn child_script(label: &str, node: &str, turn: serde_json::Value) -> serde_json:
            "agent": {"driver": "script", "script": {"turns": [turn]}}})
 }
 
-#[test]
-fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
+/// The browser and its driver are installed (scripts/install-deps.sh).
+fn browser_installed() {
     for program in ["chromium", "chromedriver", "python3"] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {program}")])
@@ -45,12 +45,13 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
             "{program} is missing: run scripts/install-deps.sh (chromium, chromium-driver, selenium)"
         );
     }
-    let c = Cluster::start(3);
-    let root_script = json!({"turns": [[child_script(
-        "first",
-        "node-2",
-        json!([{"do": "sleep", "ms": 3000}, {"do": "reply", "content": "first is done"}]),
-    )]], "after": {"do": "echo"}});
+}
+
+/// A root on node-1 whose turn spawns the continuable child `first` on node-2 (whose turn is
+/// `first_turn`): the root's id and the child's.
+fn root_with_first_child(c: &Cluster, first_turn: serde_json::Value) -> (String, String) {
+    let script = json!({"turns": [[child_script("first", "node-2", first_turn)]],
+                        "after": {"do": "echo"}});
     let root = id_of(
         &c.spawn(&[
             "--node",
@@ -58,7 +59,7 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
             "--prompt",
             "go",
             "--script",
-            &root_script.to_string(),
+            &script.to_string(),
         ])["session"],
     );
     let first = wait_for(Duration::from_secs(30), "the first child", || {
@@ -67,11 +68,17 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
             .find(|r| r["label"] == "first")
             .and_then(|r| r["session"].as_str().map(str::to_owned))
     });
+    (root, first)
+}
 
+/// `lineage ui ARGS` against `c`'s cluster with `env`, once it serves: it and its port.
+fn start_ui(c: &Cluster, args: &[&str], env: &[(&str, String)]) -> (Ui, u16) {
     let port = free_port().expect("a free port");
     let ui = Ui(Command::new(lineage_bin())
         .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
         .args(["ui", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -79,6 +86,42 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
     wait_for(Duration::from_secs(30), "lineage ui to serve", || {
         matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(())
     });
+    (ui, port)
+}
+
+/// Runs `tests/ui/browser.py` on the page at `port` with `args`; panics with what it saw when
+/// a check failed. Screenshots go to `target/ui-screenshots/`, returned.
+fn browse(port: u16, args: &[&str]) -> std::path::PathBuf {
+    let screenshots = lineage_bin()
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("ui-screenshots");
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/browser.py"))
+        .args(["--url", &format!("http://127.0.0.1:{port}")])
+        .args(["--screenshots", screenshots.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("run tests/ui/browser.py");
+    assert!(
+        out.status.success(),
+        "the browser saw:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    screenshots
+}
+
+#[test]
+fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
+    browser_installed();
+    let c = Cluster::start(3);
+    let (root, first) = root_with_first_child(
+        &c,
+        json!([{"do": "sleep", "ms": 3000}, {"do": "reply", "content": "first is done"}]),
+    );
+    let (ui, port) = start_ui(&c, &[], &[]);
     // The API answers what the verbs answer, and a bad id in one line.
     let (code, body) = lineage_testkit::http_get(port, "/api/session/nope").unwrap();
     assert_eq!(code, 400, "{body}");
@@ -107,52 +150,28 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
         "more",
         "--script",
         json!({"turns": [[{"do": "sleep", "ms": 60000}]]}).to_string(),
-    ]);
-    let screenshots = lineage_bin()
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("ui-screenshots");
-    let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/browser.py"))
-        .args(["--url", &format!("http://127.0.0.1:{port}")])
-        .args([
+    ])
+    .to_string();
+    let screenshots = browse(
+        port,
+        &[
             "--root",
             &root,
             "--first",
             &first,
             "--second-label",
             "second",
-        ])
-        .args(["--second-spawn", &second_spawn.to_string()])
-        .args(["--screenshots", screenshots.to_str().unwrap()])
-        .output()
-        .expect("run tests/ui/browser.py");
-    assert!(
-        out.status.success(),
-        "the browser saw:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+            "--second-spawn",
+            &second_spawn,
+        ],
     );
     assert!(screenshots.join("tree.png").exists());
     drop(ui);
 
     // With a token, an API call without it is refused in one line (and nothing is read);
     // with it (here as the event stream passes it, in the query) it is answered.
-    let port = free_port().expect("a free port");
-    let _guarded = Ui(Command::new(lineage_bin())
-        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
-        .args(["ui", "--listen", &format!("127.0.0.1:{port}")])
-        .env("LINEAGE_UI_TOKEN", "a-long-random-token")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start lineage ui with a token"));
-    wait_for(
-        Duration::from_secs(30),
-        "lineage ui (token) to serve",
-        || matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(()),
-    );
+    let token = [("LINEAGE_UI_TOKEN", "a-long-random-token".to_owned())];
+    let (_guarded, port) = start_ui(&c, &[], &token);
     let (code, body) = lineage_testkit::http_get(port, "/api/cluster").unwrap();
     assert_eq!(code, 401, "{body}");
     assert!(body.contains("#token=") && !body.contains('\n'), "{body}");
@@ -172,48 +191,15 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
 
 #[test]
 fn u1_z2_an_observers_page_reads_the_tree_and_cannot_act() {
+    browser_installed();
     let c = Cluster::start_secured(3);
-    let root_script = json!({"turns": [[child_script(
-        "first",
-        "node-2",
-        json!([{"do": "reply", "content": "first is done"}]),
-    )]], "after": {"do": "echo"}});
-    let root = id_of(
-        &c.spawn(&[
-            "--node",
-            "node-1",
-            "--prompt",
-            "go",
-            "--script",
-            &root_script.to_string(),
-        ])["session"],
-    );
-    let first = wait_for(Duration::from_secs(30), "the first child", || {
-        c.tree(&root)
-            .into_iter()
-            .find(|r| r["label"] == "first")
-            .and_then(|r| r["session"].as_str().map(str::to_owned))
-    });
-    let port = free_port().expect("a free port");
-    let _ui = Ui(Command::new(lineage_bin())
-        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
-        .args([
-            "ui",
-            "--read-only",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("NATS_USER", "observer")
-        .env("NATS_PASSWORD", c.nats_password("observer"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start lineage ui as the observer"));
-    wait_for(
-        Duration::from_secs(30),
-        "the observer's page to serve",
-        || matches!(lineage_testkit::http_get(port, "/"), Ok((200, _))).then_some(()),
-    );
+    let (root, first) =
+        root_with_first_child(&c, json!([{"do": "reply", "content": "first is done"}]));
+    let observer = [
+        ("NATS_USER", "observer".to_owned()),
+        ("NATS_PASSWORD", c.nats_password("observer")),
+    ];
+    let (_ui, port) = start_ui(&c, &["--read-only"], &observer);
     // The server refuses every action in one line, and the tree is still there after.
     let (code, body) = lineage_testkit::http(
         "POST",
@@ -229,25 +215,19 @@ fn u1_z2_an_observers_page_reads_the_tree_and_cannot_act() {
         body.contains(&first) && !body.contains("disposed"),
         "{body}"
     );
-
-    let screenshots = lineage_bin()
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("ui-screenshots");
-    let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/browser.py"))
-        .args(["--observer", "--url", &format!("http://127.0.0.1:{port}")])
-        .args(["--root", &root, "--first", &first, "--second-label", "-"])
-        .args(["--second-spawn", "[]"])
-        .args(["--screenshots", screenshots.to_str().unwrap()])
-        .output()
-        .expect("run tests/ui/browser.py");
-    assert!(
-        out.status.success(),
-        "the observer's browser saw:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    browse(
+        port,
+        &[
+            "--observer",
+            "--root",
+            &root,
+            "--first",
+            &first,
+            "--second-label",
+            "-",
+            "--second-spawn",
+            "[]",
+        ],
     );
     // Everything the observer's page read, it was allowed to (the session log by direct get
     // included), and it sent no action to the cluster: no permission violation at all.

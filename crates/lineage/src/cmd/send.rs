@@ -3,7 +3,7 @@
 
 use lineage_bus::control::ControlError;
 use lineage_core::ids::RequestId;
-use lineage_protocol::control::FollowupRequest;
+use lineage_protocol::control::{FollowupReply, FollowupRequest};
 
 use crate::client::{control, parse_session, print_json};
 use crate::global::Global;
@@ -22,6 +22,30 @@ pub struct Args {
     pub request_id: Option<String>,
 }
 
+/// Sends `content` to `session` as a followup with `request_id` (a fresh UUIDv7 when `None`):
+/// what `lineage send` and `lineage ui`'s followup box do.
+pub(crate) async fn followup(
+    g: &Global,
+    session: &str,
+    content: String,
+    request_id: Option<RequestId>,
+) -> Result<FollowupReply, ControlError> {
+    let session = parse_session("session", session)?;
+    let request_id = match request_id {
+        Some(r) => r,
+        None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
+            .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
+    };
+    control(g)
+        .await?
+        .followup(&FollowupRequest {
+            session,
+            content,
+            request_id: Some(request_id),
+        })
+        .await
+}
+
 /// Sends the followup and prints how it was delivered.
 pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     let Args {
@@ -29,20 +53,10 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         content,
         request_id,
     } = args;
-    let session = parse_session("session", &session)?;
-    let request_id = match request_id {
-        Some(r) => RequestId::parse(&r).map_err(|e| usage(format!("--request-id: {e}")))?,
-        None => RequestId::parse(&uuid::Uuid::now_v7().to_string())
-            .map_err(|e| usage(format!("cannot mint a request id: {e}")))?,
-    };
-    let reply = control(g)
-        .await?
-        .followup(&FollowupRequest {
-            session,
-            content,
-            request_id: Some(request_id),
-        })
-        .await?;
+    let request_id = request_id
+        .map(|r| RequestId::parse(&r).map_err(|e| usage(format!("--request-id: {e}"))))
+        .transpose()?;
+    let reply = followup(g, &session, content, request_id).await?;
     if g.json {
         print_json(&reply);
     } else {

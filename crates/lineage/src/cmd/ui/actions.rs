@@ -8,8 +8,7 @@ use axum::response::Response;
 use axum::Json;
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_core::authority::InterruptAuthority;
-use lineage_core::ids::RequestId;
-use lineage_protocol::control::{FollowupRequest, InterruptRequest};
+use lineage_protocol::control::InterruptRequest;
 use lineage_registry::{Consistency, RegistryClient};
 use serde::Deserialize;
 
@@ -56,27 +55,13 @@ async fn followup(
     id: &str,
     content: String,
 ) -> Result<serde_json::Value, ControlError> {
-    let session = parse_session("session", id)?;
     if content.trim().is_empty() {
         return Err(ControlError::new(
             ErrorCode::BadRequest,
             "the followup is empty; write what the session should do next",
         ));
     }
-    let request_id = RequestId::parse(&uuid::Uuid::now_v7().to_string()).map_err(|e| {
-        ControlError::new(
-            ErrorCode::Internal,
-            format!("cannot mint a request id: {e}"),
-        )
-    })?;
-    let reply = control(g)
-        .await?
-        .followup(&FollowupRequest {
-            session,
-            content,
-            request_id: Some(request_id),
-        })
-        .await?;
+    let reply = crate::cmd::send::followup(g, id, content, None).await?;
     let mut json = encoded(&reply)?;
     json["words"] = crate::output::followup_words(&reply).into();
     Ok(json)
