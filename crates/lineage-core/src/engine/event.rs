@@ -49,6 +49,18 @@ pub enum TurnOutcome {
     Cancelled,
 }
 
+impl TurnOutcome {
+    /// The outcome once the turn's files were checkpointed (issue 39): a turn whose files
+    /// could not be stored (`Err`, one line) does not end as completed; a failed or
+    /// cancelled turn keeps its own reason.
+    pub fn with_checkpoint(self, checkpoint: Result<(), String>) -> TurnOutcome {
+        match (checkpoint, self) {
+            (Err(reason), TurnOutcome::Completed) => TurnOutcome::Failed(reason),
+            (_, outcome) => outcome,
+        }
+    }
+}
+
 /// What happened, as the executor reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {

@@ -1057,3 +1057,25 @@ fn parent_in_turn_of(shape: Option<SubagentShape>) -> AgentEngine {
     }
     e
 }
+
+#[test]
+fn k1_a_turn_whose_files_were_not_checkpointed_does_not_end_completed() {
+    let lost = Err("the turn's files were not checkpointed (over its cap)".to_owned());
+    assert_eq!(
+        TurnOutcome::Completed.with_checkpoint(lost.clone()),
+        TurnOutcome::Failed("the turn's files were not checkpointed (over its cap)".into())
+    );
+    assert_eq!(
+        TurnOutcome::Failed("agent died".into()).with_checkpoint(lost.clone()),
+        TurnOutcome::Failed("agent died".into()),
+        "a failed turn keeps its own reason"
+    );
+    assert_eq!(
+        TurnOutcome::Cancelled.with_checkpoint(lost),
+        TurnOutcome::Cancelled
+    );
+    assert_eq!(
+        TurnOutcome::Completed.with_checkpoint(Ok(())),
+        TurnOutcome::Completed
+    );
+}

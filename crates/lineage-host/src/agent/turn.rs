@@ -140,10 +140,7 @@ impl AgentTask {
         };
         // The turn's files, stored before its end is written (issue 39): a turn whose files
         // could not be stored does not end as completed.
-        let outcome = match (self.checkpoint().await, outcome) {
-            (Err(e), TurnOutcome::Completed) => TurnOutcome::Failed(e),
-            (_, outcome) => outcome,
-        };
+        let outcome = outcome.with_checkpoint(self.checkpoint().await);
         // Host shutdown: no settlement, the session stays resumable.
         let ended = outcome.clone();
         let event = match self.done || self.stop.is_cancelled() {
