@@ -164,3 +164,20 @@ if [ ! -x "$HARNESSES/node_modules/.bin/claude-agent-acp" ] \
     echo "install-deps: no npm: the real agent harnesses are not installed; tests/c4_real_harnesses.rs skips" >&2
   fi
 fi
+
+# The trace collector of tests/u2_traces_collector.rs (issue 36, U2): Jaeger v1.75.0's
+# all-in-one, a Go tool pinned in tools/jaeger (go.mod, go.sum), built once per machine into
+# ~/go/bin/jaeger-v1.75.0 (a few minutes).
+JAEGER_BIN="$HOME/go/bin/jaeger-v1.75.0"
+if [ ! -x "$JAEGER_BIN" ]; then
+  if have go; then
+    echo "install-deps: building Jaeger v1.75.0 (tools/jaeger; a few minutes, once per machine)"
+    mkdir -p "$HOME/go/bin"
+    (cd "$(dirname "$0")/../tools/jaeger" \
+      && go build -o "$JAEGER_BIN.tmp" github.com/jaegertracing/jaeger/cmd/jaeger \
+      && mv "$JAEGER_BIN.tmp" "$JAEGER_BIN") \
+      || echo "install-deps: Jaeger not built; tests/u2_traces_collector.rs will fail" >&2
+  else
+    echo "install-deps: no Go: Jaeger is not built; tests/u2_traces_collector.rs will fail" >&2
+  fi
+fi

@@ -10,8 +10,17 @@
 //! [`crate::control::request`] and the host's publishes read it, so a request sent while serving
 //! another carries the same trace id.
 //!
-//! Ids come from std hashing (a per-process random `RandomState` over the time, a counter and
-//! the thread), not from a random number crate.
+//! # Spans
+//!
+//! An operation's span gets its identity from [`open_span`]: when the process exports traces
+//! (an OpenTelemetry layer from `tracing-opentelemetry` is installed and the span is enabled
+//! for it), the span continues its parent context and its OpenTelemetry span context (ids and
+//! the sampler's decision) becomes the operation's [`TraceContext`], so what the operation
+//! sends on names the exported span. Without a layer the context is made here, so the trace id
+//! still travels (and logs correlate) where nothing is exported.
+//!
+//! Ids made here come from std hashing (a per-process random `RandomState` over the time, a
+//! counter and the thread), not from a random number crate.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -19,6 +28,9 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The header name.
 pub const TRACEPARENT: &str = "traceparent";
@@ -158,6 +170,57 @@ impl TraceContext {
     pub fn inject(&self, headers: &mut async_nats::HeaderMap) {
         headers.insert(TRACEPARENT, self.traceparent().as_str());
     }
+}
+
+impl TraceContext {
+    /// As an OpenTelemetry span context from elsewhere (a parent).
+    pub fn to_otel(&self) -> SpanContext {
+        let flags = if self.sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
+        SpanContext::new(
+            TraceId::from_bytes(self.trace_id),
+            SpanId::from_bytes(self.span_id),
+            flags,
+            true,
+            TraceState::default(),
+        )
+    }
+
+    /// From an OpenTelemetry span context; `None` when it is not valid (all-zero ids).
+    pub fn from_otel(ctx: &SpanContext) -> Option<Self> {
+        ctx.is_valid().then(|| TraceContext {
+            trace_id: ctx.trace_id().to_bytes(),
+            span_id: ctx.span_id().to_bytes(),
+            sampled: ctx.is_sampled(),
+        })
+    }
+}
+
+/// Opens an operation on `span`, a span just created: it continues `parent`, or the task's
+/// [`current`] context, or starts a trace. Returns (the operation's context, its parent).
+///
+/// With an OpenTelemetry layer the span takes the parent (`set_parent`) and the operation's
+/// context is the span's own (its ids, and sampled as the sampler decided); without one, or
+/// when the layer's filter left the span out, it is a child of the parent made here.
+pub fn open_span(
+    span: &tracing::Span,
+    parent: Option<TraceContext>,
+) -> (TraceContext, Option<TraceContext>) {
+    let parent = parent.or_else(current);
+    if let Some(p) = parent {
+        // Refused only when no layer records this span: then the fallback below applies.
+        let _ =
+            span.set_parent(opentelemetry::Context::new().with_remote_span_context(p.to_otel()));
+    }
+    let exported = TraceContext::from_otel(span.context().span().span_context());
+    let ctx = exported.unwrap_or_else(|| match parent {
+        Some(p) => p.child(),
+        None => TraceContext::new_root(),
+    });
+    (ctx, parent)
 }
 
 tokio::task_local! {

@@ -154,7 +154,7 @@ pub(crate) fn spawn_inbox_consumer(
                         }
                     }
                     Ok(Err(e)) => {
-                        op.record("error", &e);
+                        op.fail(&e);
                         tracing::warn!(%session, error = %e, "message not accepted; leaving it in the inbox");
                         return;
                     }

@@ -5,16 +5,19 @@
 //!
 //! Every lifecycle operation runs inside one `info` span named after it: `spawn`, `start` (the
 //! hosting node's half of a spawn), `settle`, `resume`, `drain`, `stop`, `release`, `report`,
-//! `followup`, `interrupt`, `turn` and `inbox` (a delivery from the durable inbox). Each has the
+//! `followup`, `interrupt`, `invoke_agent` (a turn, see [`genai`]) and `inbox` (a delivery
+//! from the durable inbox). Each has the
 //! same fields, recorded when known: `node`, `session`, `run`, `parent`, `shape`,
-//! `stop_reason`, `error`, and the trace context: `trace_id`, `span_id` and `parent_span_id`.
+//! `stop_reason`, `error` (also the exported span's error status), and `trace_id` (for the
+//! logs).
 //!
 //! The context of an operation is a child of the one it was started from: the `traceparent` of
 //! the control request or inbox message that started it (extracted by the service and the
 //! inbox consumer), or the enclosing operation on this node (`lineage_bus::trace::current`),
-//! or, failing both, a new trace. While the operation runs its context is the task's current
-//! one, so the control requests, inbox publishes and lifecycle events it sends carry it on.
-//! An exporter (the node's OTLP layer) reads the three id fields to give the span its identity.
+//! or, failing both, a new trace ([`lineage_bus::trace::open_span`]: with the node's
+//! OpenTelemetry layer the exported span's own ids). While the operation runs its context is
+//! the task's current one, so the control requests, inbox publishes and lifecycle events it
+//! sends carry it on.
 //!
 //! # Metrics
 //!
@@ -37,24 +40,14 @@ pub(crate) struct Op {
     pub(crate) span: tracing::Span,
 }
 
-/// A context for a new operation: a child of `parent`, or of the task's current one, or a new
-/// trace. Returns (the operation's context, its parent).
-pub(crate) fn op_context(parent: Option<TraceContext>) -> (TraceContext, Option<TraceContext>) {
-    match parent.or_else(lineage_bus::trace::current) {
-        Some(p) => (p.child(), Some(p)),
-        None => (TraceContext::new_root(), None),
-    }
-}
-
 /// `op_span!("name", node)` or `op_span!("name", node, parent_ctx_option)`, optionally followed
 /// by `; extra = field, ...`: an [`Op`] whose span carries the common fields (see the module
-/// documentation).
+/// documentation), opened by [`lineage_bus::trace::open_span`].
 macro_rules! op_span {
     ($name:literal, $node:expr) => {
         $crate::telemetry::op_span!($name, $node, None)
     };
     ($name:literal, $node:expr, $parent:expr $(; $($extra:tt)+)?) => {{
-        let (ctx, parent) = $crate::telemetry::op_context($parent);
         let span = tracing::info_span!(
             $name,
             node = %$node,
@@ -64,14 +57,12 @@ macro_rules! op_span {
             shape = tracing::field::Empty,
             stop_reason = tracing::field::Empty,
             error = tracing::field::Empty,
-            trace_id = %ctx.trace_id_hex(),
-            span_id = %ctx.span_id_hex(),
-            parent_span_id = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
             $($($extra)+)?
         );
-        if let Some(p) = parent {
-            span.record("parent_span_id", p.span_id_hex().as_str());
-        }
+        let (ctx, _) = lineage_bus::trace::open_span(&span, $parent);
+        span.record("trace_id", ctx.trace_id_hex().as_str());
         $crate::telemetry::Op { ctx, span }
     }};
 }
@@ -82,6 +73,13 @@ impl Op {
     pub(crate) fn record(&self, field: &'static str, value: impl std::fmt::Display) -> &Self {
         self.span.record(field, tracing::field::display(value));
         self
+    }
+
+    /// Records why the operation failed: its `error` field and the exported span's status.
+    pub(crate) fn fail(&self, error: impl std::fmt::Display) -> &Self {
+        let error = error.to_string();
+        self.record("error", &error)
+            .record("otel.status_description", &error)
     }
 
     /// Records a field when there is a value.
@@ -112,9 +110,46 @@ impl Op {
     {
         let out = self.enter(fut).await;
         if let Err(e) = &out {
-            self.record("error", e);
+            self.fail(e);
         }
         out
+    }
+}
+
+/// The OpenTelemetry GenAI semantic conventions a turn's span follows (agent spans,
+/// "Semantic Conventions for GenAI agent and framework spans"), pinned at
+/// [`genai::SEMCONV_VERSION`]. They are experimental upstream: a newer version may rename an
+/// attribute, and lineage moves when it pins the newer one.
+///
+/// A turn is one `invoke_agent` span (kind internal: the agent runs on this node), named
+/// `invoke_agent <agent>`, with
+/// - `gen_ai.operation.name` = `invoke_agent`;
+/// - `gen_ai.agent.name` = the agent's profile (or `script`, `acp` for agents given inline);
+/// - `gen_ai.conversation.id` = the session;
+/// - `gen_ai.usage.input_tokens` = the tokens in the agent's context at the turn's end, when
+///   it reported usage (ACP's `usage_update` reports the context it holds, which is what its
+///   model read last; output tokens are not reported, so they are not set);
+/// - `lineage.context_window`: the context window's size, when reported.
+///
+/// A child's spans hang under the span of the turn that spawned it: its `spawn` runs inside
+/// that turn, its `start` continues the spawn's `traceparent`, its turns the start's.
+pub mod genai {
+    /// The semantic conventions version followed (the `opentelemetry-semantic-conventions`
+    /// crate's `SCHEMA_URL` names the same).
+    pub const SEMCONV_VERSION: &str = "1.42.0";
+    /// `gen_ai.operation.name` of a turn.
+    pub const INVOKE_AGENT: &str = "invoke_agent";
+    /// The attributes a turn's span sets, by their names in the conventions.
+    pub const ATTRIBUTES: [&str; 4] = [
+        "gen_ai.operation.name",
+        "gen_ai.agent.name",
+        "gen_ai.conversation.id",
+        "gen_ai.usage.input_tokens",
+    ];
+
+    /// The span's name: `invoke_agent <agent>`.
+    pub fn span_name(agent: &str) -> String {
+        format!("{INVOKE_AGENT} {agent}")
     }
 }
 

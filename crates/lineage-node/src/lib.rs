@@ -8,7 +8,7 @@
 //! | [`warm`] | sandboxes made ahead for sandboxed profiles' spawns | V2 |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` | O2 |
 //! | [`metrics`] | the Prometheus text of `/metrics` | O2 |
-//! | [`otlp`] | OTLP/HTTP JSON trace export as a `tracing` layer | O2 |
+//! | [`otlp`] | trace export over OTLP (http/protobuf, gRPC, TLS) on the OpenTelemetry SDK, from `OTEL_*` | O2, U2 |
 //! | [`error`] | [`NodeError`] | |
 
 #![deny(missing_docs)]

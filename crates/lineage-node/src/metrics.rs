@@ -23,7 +23,7 @@
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
 //! | `lineage_registry_snapshot_bytes`, `lineage_registry_snapshots_built_total`, `lineage_registry_snapshots_installed_total` | gauge, counter | voters only: size of the last snapshot built, snapshots built and installed since start |
 //! | `lineage_registry_request_results` | gauge | voters only: accepted commands' results kept for retries by request id (`retention.request_results_ms`) |
-//! | `lineage_otlp_spans_exported_total`, `_dropped_total`, `_failed_total` | counter | when OTLP export is on |
+//! | `lineage_otlp_spans_exported_total`, `_failed_total` | counter | when OTLP export is on |
 
 use std::collections::BTreeMap;
 
@@ -344,13 +344,8 @@ impl Collector for Families {
                     o.exported,
                 ),
                 (
-                    "lineage_otlp_spans_dropped",
-                    "Spans dropped because the export queue was full.",
-                    o.dropped,
-                ),
-                (
                     "lineage_otlp_spans_failed",
-                    "Spans lost in failed OTLP requests.",
+                    "Spans in OTLP exports that failed (after the exporter's retries).",
                     o.failed,
                 ),
             ] {
@@ -423,7 +418,6 @@ mod tests {
             }),
             otlp: Some(OtlpStats {
                 exported: 5,
-                dropped: 0,
                 failed: 1,
             }),
         };

@@ -167,9 +167,8 @@ pub(crate) async fn batch_writes(
 
 /// Serves client writes and reads for one member.
 /// The span of one client request served here, when the request carries a `traceparent`: a
-/// child of the caller's context, named `registry.write` or `registry.read`, with the
-/// `trace_id`, `span_id` and `parent_span_id` fields an exporter gives it its identity from.
-/// (Raft replication serves many writes at once and is not traced.) Untraced requests, such as
+/// child of the caller's context ([`lineage_bus::trace::open_span`]), named `registry.write` or
+/// `registry.read`. (Raft replication serves many writes at once and is not traced.) Untraced requests, such as
 /// lease heartbeats, get no span.
 pub(crate) fn request_span(
     is_write: bool,
@@ -179,12 +178,11 @@ pub(crate) fn request_span(
     let Some(parent) = parent else {
         return tracing::Span::none();
     };
-    let ctx = parent.child();
-    let (trace_id, span_id, parent_span_id) =
-        (ctx.trace_id_hex(), ctx.span_id_hex(), parent.span_id_hex());
-    if is_write {
-        tracing::info_span!("registry.write", raft_id, %trace_id, %span_id, %parent_span_id)
+    let span = if is_write {
+        tracing::info_span!("registry.write", raft_id, trace_id = %parent.trace_id_hex())
     } else {
-        tracing::info_span!("registry.read", raft_id, %trace_id, %span_id, %parent_span_id)
-    }
+        tracing::info_span!("registry.read", raft_id, trace_id = %parent.trace_id_hex())
+    };
+    lineage_bus::trace::open_span(&span, Some(parent));
+    span
 }

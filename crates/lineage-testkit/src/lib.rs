@@ -31,6 +31,7 @@ pub mod binary;
 pub mod bus;
 pub mod cli;
 pub mod cluster;
+pub mod jaeger;
 pub mod nats;
 pub mod nats_cluster;
 pub mod node;

@@ -58,29 +58,24 @@ async fn traced(
         .ok()
         .and_then(|v| TraceContext::parse(v.trim()).ok());
     let telemetry = crate::telemetry::init_cli();
-    // Without an exporter the CLI's own span is never seen: the caller's context goes out as
-    // is, so the nodes' spans hang under the caller's span.
-    let ctx = match (caller, telemetry.exporting()) {
-        (Some(c), true) => c.child(),
-        (Some(c), false) => c,
-        (None, _) => TraceContext::new_root(),
-    };
     let span = tracing::info_span!(
         "cli",
         command,
         error = tracing::field::Empty,
-        trace_id = %ctx.trace_id_hex(),
-        span_id = %ctx.span_id_hex(),
-        parent_span_id = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     );
-    if let Some(c) = caller.filter(|c| c.span_id != ctx.span_id) {
-        span.record("parent_span_id", c.span_id_hex().as_str());
-    }
+    // Without an exporter the CLI's own span is never seen: the caller's context goes out as
+    // is, so the nodes' spans hang under the caller's span.
+    let ctx = match (caller, telemetry.exporting()) {
+        (Some(c), false) => c,
+        (caller, _) => lineage_bus::trace::open_span(&span, caller).0,
+    };
     let outcome = lineage_bus::trace::scope(ctx, fut)
         .instrument(span.clone())
         .await;
     if let Err(e) = &outcome {
         span.record("error", e.message.as_str());
+        span.record("otel.status_description", e.message.as_str());
     }
     drop(span);
     telemetry.shutdown().await;

@@ -1,15 +1,15 @@
-//! Logging and trace export (O2).
+//! Logging and trace export (O2, U2).
 //!
 //! - Logs: readable lines on a terminal, JSON lines otherwise, on stderr; `RUST_LOG` filters
 //!   (default `info,openraft=warn`). Only `lineage node` logs; other verbs print their result.
-//! - Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is
-//!   set, spans of the lineage crates at `info` and above go to that collector as OTLP/HTTP
-//!   JSON (`lineage_node::otlp`; `http://` only), whatever `RUST_LOG` says.
+//! - Traces: when the standard `OTEL_*` variables ask for it (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//!   ...; see `lineage_node::otlp`), spans of the lineage crates at `info` and above go to
+//!   that collector over OTLP (http/protobuf or gRPC, TLS), whatever `RUST_LOG` says.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use lineage_node::otlp::{self, OtlpConfig, OtlpHandle, OtlpLayer};
+use lineage_node::otlp::{self, OtlpHandle, OtlpSettings};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -35,18 +35,14 @@ impl Telemetry {
     }
 }
 
-/// The OTLP layer when the environment asks for one; otherwise why not (one line), if it
-/// asked for one that cannot work.
-fn otlp_layer(node: Option<&str>) -> (Option<OtlpLayer>, Option<OtlpHandle>, Option<String>) {
-    let Some(cfg) = OtlpConfig::from_env(node) else {
-        return (None, None, None);
-    };
-    match otlp::start(cfg) {
-        Ok((layer, handle)) => {
-            handle.register_global();
-            (Some(layer), Some(handle), None)
-        }
-        Err(why) => (None, None, Some(why)),
+/// The exporter when the environment asks for one; otherwise why not (one line), if it asked
+/// for one that cannot work.
+fn otlp_export(node: Option<&str>) -> (Option<OtlpHandle>, Option<String>) {
+    let started = OtlpSettings::from_env(|name| std::env::var(name).ok(), node)
+        .and_then(|settings| settings.map(|s| otlp::start(&s)).transpose());
+    match started {
+        Ok(handle) => (handle, None),
+        Err(why) => (None, Some(why)),
     }
 }
 
@@ -74,38 +70,42 @@ pub fn init(node: Option<&str>) -> Telemetry {
             .with_filter(filter)
             .boxed()
     };
-    let (layer, handle, warning) = otlp_layer(node);
+    let (handle, warning) = otlp_export(node);
     let installed = tracing_subscriber::registry()
         .with(logs)
-        .with(layer.map(|l| l.with_filter(otlp_filter())))
+        .with(
+            handle
+                .as_ref()
+                .map(|h| h.layer().with_filter(otlp_filter())),
+        )
         .try_init()
         .is_ok();
     if let Some(why) = warning {
         tracing::warn!("{why}");
     }
-    if installed && handle.is_some() {
+    let handle = handle.filter(|_| installed);
+    if let Some(h) = &handle {
+        h.register_global();
         tracing::info!("OTLP trace export on");
     }
-    Telemetry {
-        otlp: handle.filter(|_| installed),
-    }
+    Telemetry { otlp: handle }
 }
 
 /// The other verbs: no logs, only the OTLP exporter when configured (so the command's `cli`
 /// span joins the trace its requests start).
 pub fn init_cli() -> Telemetry {
-    let (layer, handle, warning) = otlp_layer(None);
+    let (handle, warning) = otlp_export(None);
     if let Some(why) = warning {
         eprintln!("warning: {why}");
     }
-    let Some(layer) = layer else {
+    let Some(handle) = handle else {
         return Telemetry::default();
     };
     let installed = tracing_subscriber::registry()
-        .with(layer.with_filter(otlp_filter()))
+        .with(handle.layer().with_filter(otlp_filter()))
         .try_init()
         .is_ok();
     Telemetry {
-        otlp: handle.filter(|_| installed),
+        otlp: installed.then_some(handle),
     }
 }

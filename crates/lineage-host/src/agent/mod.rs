@@ -124,6 +124,10 @@ pub(crate) struct AgentTask {
     pub(crate) trace: Option<TraceContext>,
     /// Trace contexts of queued waking messages, by log sequence.
     pub(crate) wake_traces: HashMap<u64, TraceContext>,
+    /// The agent's name in its turns' `invoke_agent` spans: the profile (or `script`, `acp`).
+    pub(crate) agent_name: String,
+    /// The latest usage the driver reported in the turn running now (the span's tokens).
+    pub(crate) turn_usage: Option<lineage_core::usage::SessionUsage>,
     /// The seq of the waking message staged last (its trace is recorded when it is answered).
     pub(crate) staged_wake: Option<u64>,
     /// The reply the running turn recorded (for its `turn-end` output).
@@ -291,7 +295,10 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
             return Err(e.into());
         }
     };
+    let agent_name = lineage_drivers::driver::provider_of(&init.spec);
     let mut task = AgentTask {
+        agent_name,
+        turn_usage: None,
         shared: shared.clone(),
         session: session.clone(),
         engine,

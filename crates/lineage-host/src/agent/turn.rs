@@ -35,24 +35,42 @@ type Birth =
     Pin<Box<dyn Future<Output = (u64, SubagentShape, Result<SpawnReply, HostError>)> + Send>>;
 
 impl AgentTask {
-    /// Runs one turn in a `turn` span that joins the trace of its waking message.
+    /// Runs one turn in an `invoke_agent` span (the OpenTelemetry GenAI conventions, see
+    /// [`crate::telemetry::genai`]) that joins the trace of its waking message.
     pub(crate) async fn take_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
         let parent = self
             .engine
             .next_wake_seq()
             .and_then(|seq| self.wake_traces.remove(&seq));
-        let op =
-            op_span!("turn", self.shared.node(), parent; index = self.engine.next_turn_index());
+        let op = op_span!("invoke_agent", self.shared.node(), parent;
+            index = self.engine.next_turn_index(),
+            otel.name = crate::telemetry::genai::span_name(&self.agent_name).as_str(),
+            gen_ai.operation.name = crate::telemetry::genai::INVOKE_AGENT,
+            gen_ai.agent.name = self.agent_name.as_str(),
+            gen_ai.conversation.id = %self.session,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            lineage.context_window = tracing::field::Empty,
+        );
         op.record("session", &self.session)
             .record_opt("parent", self.header.parent_session())
             .record_opt("run", self.run.as_ref().map(|r| &r.run_id))
             .record_opt("shape", self.shape.map(|s| s.as_str()));
         self.trace = Some(op.ctx);
+        self.turn_usage = None;
         op.enter(self.run_turn(rx)).await;
         op.record("stop_reason", self.engine.last_stop().as_str());
+        if let Some(usage) = self.turn_usage.take() {
+            // As i64: the bridge exports a u64 field as text.
+            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            op.span
+                .record("gen_ai.usage.input_tokens", int(usage.used_tokens));
+            if let Some(size) = usage.size_tokens {
+                op.span.record("lineage.context_window", int(size));
+            }
+        }
     }
 
-    /// The turn itself, inside its `turn` span.
+    /// The turn itself, inside its `invoke_agent` span.
     async fn run_turn(&mut self, rx: &mut mpsc::UnboundedReceiver<AgentCmd>) {
         // A child of the agent's stop token: host shutdown cancels the turn too.
         let token = self.stop.child_token();
@@ -253,6 +271,7 @@ impl AgentTask {
     ) {
         let TurnRequest { action, reply } = request;
         if let TurnAction::Usage(usage) = action {
+            self.turn_usage = Some(usage.clone());
             // Best effort and fenced by the epoch: no log record, nothing waits on it.
             if let Err(e) = self
                 .shared
