@@ -149,7 +149,13 @@ fn u1_a_tree_is_seen_live_in_a_browser_and_bad_ids_are_readable() {
         "--prompt",
         "more",
         "--script",
-        json!({"turns": [[{"do": "sleep", "ms": 60000}]]}).to_string(),
+        // Its first turn sleeps until the page interrupts it; its second (the page's
+        // followup) runs four seconds, which the page shows under way, then done.
+        json!({"turns": [
+            [{"do": "sleep", "ms": 60000}],
+            [{"do": "sleep", "ms": 4000}, {"do": "reply", "content": "second turn done"}]
+        ]})
+        .to_string(),
     ])
     .to_string();
     let screenshots = browse(
@@ -199,7 +205,19 @@ fn u1_z2_an_observers_page_reads_the_tree_and_cannot_act() {
         ("NATS_USER", "observer".to_owned()),
         ("NATS_PASSWORD", c.nats_password("observer")),
     ];
-    let (_ui, port) = start_ui(&c, &["--read-only"], &observer);
+    // Not told --read-only: the observer's credentials make the page read only (it asks the
+    // server what they allow); the operator's do not.
+    let operator = [
+        ("NATS_USER", "operator".to_owned()),
+        ("NATS_PASSWORD", c.nats_password("operator")),
+    ];
+    let (operators_page, port) = start_ui(&c, &[], &operator);
+    let (code, body) = lineage_testkit::http_get(port, "/api/mode").unwrap();
+    assert_eq!((code, body.as_str()), (200, r#"{"read_only":false}"#));
+    drop(operators_page);
+    let (_ui, port) = start_ui(&c, &[], &observer);
+    let (code, body) = lineage_testkit::http_get(port, "/api/mode").unwrap();
+    assert_eq!((code, body.as_str()), (200, r#"{"read_only":true}"#));
     // The server refuses every action in one line, and the tree is still there after.
     let (code, body) = lineage_testkit::http(
         "POST",

@@ -13,9 +13,12 @@ Checks, in order:
 - an unknown session in the URL and a malformed id each show a readable message, and the page
   keeps working;
 - from the second child's view, an interrupt (asked first) cancels its turn and a followup is
-  delivered, both in its transcript; an empty followup is refused with a readable message;
+  delivered, both in its transcript; its live output (the node's turn-start and turn-end as they
+  are published) shows the cancelled turn, then the followup's turn under way before its end,
+  then its end; an empty followup is refused with a readable message;
 - the drain button asks first (dismissed: nothing changes); confirmed, the tree is drained,
-  children first (the root in the report's last wave), and the tree shows it disposed.
+  children first (the root in the report's last wave), its waves drawn as bars from the drain's
+  progress messages while it runs, and the tree shows it disposed.
 """
 
 import argparse
@@ -93,8 +96,15 @@ def main():
             failures.append("spawning the second child failed: %s" % spawned.stderr)
         wait_for("the second child appears without a reload",
                  lambda: args.second_label in text(), within=30)
-        second = next((r.text.split()[0] for r in driver.find_elements(By.TAG_NAME, "tr")
-                       if args.second_label in r.text.split()), "")
+        # Read from the rows in a wait: the page redraws every second, and a row read while it
+        # is replaced is stale (then read again).
+        found = {}
+        def second_row():
+            found["id"] = next((r.text.split()[0] for r in driver.find_elements(By.TAG_NAME, "tr")
+                                if args.second_label in r.text.split()), "")
+            return found["id"]
+        wait_for("the second child's row", second_row)
+        second = found.get("id", "")
         feed = lambda: driver.find_element(By.ID, "feed").text
         wait_for("the live feed shows the second child's start, from the lifecycle subjects",
                  lambda: second and any("subagent/start" in l and second in l for l in feed().splitlines()))
@@ -117,14 +127,27 @@ def main():
         # followup, from its session's view; its transcript shows both.
         driver.get("%s/#/session/%s" % (args.url, second))
         wait_for("the second child's view", lambda: "Transcript" in text())
+        wait_for("its live output stream is open",
+                 lambda: driver.execute_script("return output.source !== null && output.source.readyState === 1"))
+        live = lambda: driver.find_element(By.ID, "output").text
         driver.find_element(By.ID, "interrupt").click()
         driver.switch_to.alert.accept()
         wait_for("the interrupt cancelled its turn",
                  lambda: "cancelled" in driver.find_element(By.ID, "action-result").text)
+        wait_for("its live output shows the cancelled turn", lambda: "cancelled" in live())
         driver.find_element(By.ID, "followup").send_keys("a followup from the page")
         driver.find_element(By.ID, "send").click()
         wait_for("the followup was delivered",
                  lambda: "delivered" in driver.find_element(By.ID, "action-result").text)
+        # The followup's turn sleeps four seconds: the page shows it started before its end
+        # was published, then its end.
+        after_cancel = lambda: live().split("cancelled", 1)[-1]
+        if wait_for("its live output shows the followup's turn under way",
+                    lambda: "started" in after_cancel()):
+            if "completed" in after_cancel():
+                failures.append("the turn's start was shown only after its end:\n%s" % live())
+            shot("output-live")
+        wait_for("its live output shows the turn's end", lambda: "completed" in after_cancel())
         wait_for("its transcript shows the followup",
                  lambda: "a followup from the page" in text() and "interrupted" in text())
         driver.find_element(By.ID, "send").click()
@@ -163,6 +186,13 @@ def main():
             waves = json.loads(driver.find_element(By.ID, "drain-result").get_attribute("data-report"))
             if args.root not in waves[-1] or args.first not in sum(waves[:-1], []):
                 failures.append("not children first: %s" % waves)
+            # The bars came from the progress messages, one per wave at least, each wave done.
+            bars = driver.find_element(By.ID, "drain-progress")
+            lines = bars.text.splitlines()
+            updates = int(bars.get_attribute("data-updates") or 0)
+            if (len(lines) != len(waves) or not lines[0].startswith("wave 0 (leaves)")
+                    or not all(l.endswith("done") for l in lines) or updates < len(waves)):
+                failures.append("the drain's progress bars (%d updates): %s" % (updates, bars.text))
         wait_for("every session of the tree shows disposed",
                  lambda: text().count("disposed") >= 3 and "running" not in text())
         shot("drained")

@@ -689,13 +689,13 @@ consumer (its description names the session). */}}
     "allow_responses" true)
   "operator" (dict
     "publish" (dict
-      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p)) $reads $jsRead $jsView $jsWorkspaces $srvAsk)
+      "allow" (concat (list (printf "%s.ctl.*" $p) (printf "%s.node.*.status" $p) "$SYS.REQ.USER.INFO") $reads $jsRead $jsView $jsWorkspaces $srvAsk)
       "deny" (list (printf "%s.registry.write.read" $p)))
     "subscribe" (dict "allow" (append $watch (printf "%s.session.*.approval" $p)))
     "allow_responses" true)
   "observer" (dict
     "publish" (dict
-      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead (list (printf "%s.DIRECT.GET.%s" $api $events)) $srvAsk)
+      "allow" (concat (list (printf "%s.ctl.status" $p) (printf "%s.node.*.status" $p)) $reads $jsRead (list (printf "%s.DIRECT.GET.%s" $api $events) "$SYS.REQ.USER.INFO") $srvAsk)
       "deny" (list (printf "%s.registry.write.read" $p)))
     "subscribe" (dict "allow" $watch))
 }}

@@ -83,6 +83,12 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     Ok(())
 }
 
+/// A new drain id, for a drain whose progress is followed (its progress subject's token).
+pub(crate) fn new_drain_id() -> Result<DrainId, ControlError> {
+    DrainId::parse(&uuid::Uuid::now_v7().to_string())
+        .map_err(|e| ControlError::new(ErrorCode::Internal, format!("drain id: {e}")))
+}
+
 /// The drain with live progress: mints a drain id and draws each progress message on stderr
 /// ([`crate::progress::LiveBars`]) until the reply arrives ([`ControlClient::drain_with_progress`]
 /// subscribes first, and drains without progress when it cannot); then it ends an open line.
@@ -91,8 +97,7 @@ async fn drain_live(
     roots: Vec<SessionId>,
 ) -> Result<DrainReport, ControlError> {
     use std::io::Write;
-    let id = DrainId::parse(&uuid::Uuid::now_v7().to_string())
-        .map_err(|e| ControlError::new(ErrorCode::Internal, format!("drain id: {e}")))?;
+    let id = new_drain_id()?;
     let mut bars = crate::progress::LiveBars::new();
     let draw = |text: String| {
         if !text.is_empty() {

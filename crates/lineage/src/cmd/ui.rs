@@ -12,12 +12,14 @@
 //! | `/api/session/<id>` | the registry's record and the session's log events |
 //! | `/api/cluster` | `lineage status --json` |
 //! | `/api/events?parents=<id>,<id>` | server-sent events: each lifecycle message (start, end, report, settled) published for those parents' children, as `lineage watch` shows it |
-//! | `POST /api/drain/<root>` | `lineage drain <root> --json`: the report (waves, leaves first); the page asks for confirmation first |
+//! | `/api/output/<id>` | server-sent events: the session's turn output as it comes (turn-start, text chunks, turn-end), as its node publishes it |
+//! | `POST /api/drain/<root>` | `lineage drain <root>`: newline-delimited JSON, each progress message (the plan, each wave's disposals) as it comes, then the report (waves, leaves first); the page asks for confirmation first and draws the waves' bars |
 //! | `POST /api/send/<id>` `{"content"}` | `lineage send`: a followup (a fresh request id per call) |
 //! | `POST /api/interrupt/<id>` | `lineage interrupt`, as its parent (its user when top-level); the page asks first |
 //!
-//! With `--read-only` (an observer's page) `/api/mode` says so, the page shows no actions and
-//! the server refuses them (403). An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
+//! With `--read-only`, or credentials that may not publish the drain request (an observer's:
+//! [`rights`] asks the NATS server at start), the page is read only: `/api/mode` says so, the
+//! page shows no actions and the server refuses them (403). An error is `{"error": "<one line>"}` with the status of its kind (400 bad input, 404
 //! unknown, 503 the cluster), shown on the page; nothing is changed by a read. It listens on
 //! 127.0.0.1 by default; any other address needs `--token` (every API call then carries it as
 //! `Authorization: Bearer`; the page takes it from its URL's `#token=`), and says so at start.
@@ -42,6 +44,7 @@ use crate::global::{cluster, subjects, Global};
 use crate::output::usage;
 
 mod actions;
+mod rights;
 
 /// The page, with its script and style inline.
 pub const PAGE: &str = include_str!("ui/page.html");
@@ -76,7 +79,20 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     // Fail now, not at the first page, when the cluster cannot be reached; then every call
     // uses this one connection.
     let mut g = g.clone();
-    g.shared_nats = Some(connect(&g).await?);
+    let nats = connect(&g).await?;
+    // An observer's credentials give a read-only page, as --read-only does.
+    let rights = rights::ask(&nats, &cluster(&g), std::time::Duration::from_secs(2)).await;
+    let read_only = match &rights {
+        rights::Rights::ReadOnly { user, subject } if !args.read_only => {
+            println!(
+                "lineage ui: read only: NATS user {user} may not publish {subject} (an observer's \
+                 credentials); the page offers no actions"
+            );
+            true
+        }
+        _ => args.read_only,
+    };
+    g.shared_nats = Some(nats);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         ControlError::new(
             ErrorCode::Unavailable,
@@ -88,7 +104,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         true => " (API calls need the token: open the page with #token=...)",
         false => "",
     };
-    let mode = match args.read_only {
+    let mode = match read_only {
         true => ", read only",
         false => "",
     };
@@ -96,7 +112,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     let app = router(Ui {
         g,
         token: args.token,
-        read_only: args.read_only,
+        read_only,
     });
     axum::serve(listener, app)
         .with_graceful_shutdown(crate::client::wait_for_signal())
@@ -145,6 +161,7 @@ fn router(ui: Ui) -> Router {
         .route("/api/send/{id}", post(actions::send))
         .route("/api/interrupt/{id}", post(actions::interrupt))
         .route("/api/events", get(events))
+        .route("/api/output/{id}", get(output))
         .route_layer(middleware::from_fn_with_state(ui.clone(), authorized));
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -191,15 +208,19 @@ async fn authorized(State(ui): State<Ui>, request: Request, next: Next) -> Respo
     }
 }
 
-pub(crate) fn failure(code: ErrorCode, message: String) -> Response {
-    let status = match code {
+/// The HTTP status of an error code.
+pub(crate) fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
         ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::Refused => StatusCode::FORBIDDEN,
         ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, Json(json!({ "error": message }))).into_response()
+    }
+}
+
+pub(crate) fn failure(code: ErrorCode, message: String) -> Response {
+    (status_of(code), Json(json!({ "error": message }))).into_response()
 }
 
 pub(crate) fn answer(result: Result<serde_json::Value, ControlError>) -> Response {
@@ -266,17 +287,8 @@ async fn events(State(ui): State<Ui>, Query(q): Query<Parents>) -> Response {
         Ok(parents) => parents,
         Err(e) => return failure(e.code, e.message),
     };
-    let subscribed = async {
-        let nats = connect(&ui.g).await?;
-        let subject = format!("lineage.{}.parent.*.*", cluster(&ui.g));
-        nats.subscribe(subject.clone()).await.map_err(|e| {
-            ControlError::new(
-                ErrorCode::Unavailable,
-                format!("cannot subscribe to {subject}: {e}"),
-            )
-        })
-    };
-    let subscriber = match subscribed.await {
+    let subject = format!("lineage.{}.parent.*.*", cluster(&ui.g));
+    let subscriber = match subscribe(&ui.g, subject).await {
         Ok(subscriber) => subscriber,
         Err(e) => return failure(e.code, e.message),
     };
@@ -300,6 +312,38 @@ async fn events(State(ui): State<Ui>, Query(q): Query<Parents>) -> Response {
 }
 
 /// A session's registry record and its log's events.
+/// A subscription on the page's NATS connection.
+async fn subscribe(g: &Global, subject: String) -> Result<async_nats::Subscriber, ControlError> {
+    let nats = connect(g).await?;
+    nats.subscribe(subject.clone()).await.map_err(|e| {
+        ControlError::new(
+            ErrorCode::Unavailable,
+            format!("cannot subscribe to {subject}: {e}"),
+        )
+    })
+}
+
+/// `/api/output/<id>`: the session's turn output as its node publishes it (F1: turn-start,
+/// chunks, turn-end), one server-sent event per message, its JSON as is.
+async fn output(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
+    let session = match parse_session("session", &id) {
+        Ok(session) => session,
+        Err(e) => return failure(e.code, e.message),
+    };
+    let subject = format!("lineage.{}.session.{session}.output", cluster(&ui.g));
+    let subscriber = match subscribe(&ui.g, subject).await {
+        Ok(subscriber) => subscriber,
+        Err(e) => return failure(e.code, e.message),
+    };
+    let stream = futures::StreamExt::map(subscriber, |msg| {
+        let text = String::from_utf8_lossy(&msg.payload).into_owned();
+        Ok::<_, std::convert::Infallible>(Event::default().data(text))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
 async fn session_json(g: &Global, id: &str) -> Result<serde_json::Value, ControlError> {
     let session = parse_session("session", id)?;
     let nats = connect(g).await?;

@@ -2,17 +2,25 @@
 //! followup, interrupt its turn. Each sends what its verb sends (`lineage drain`, `send`,
 //! `interrupt`) and answers its reply, or the one-line error the cluster gave; the page asks for
 //! confirmation before a drain or an interrupt.
+//!
+//! A drain answers as it goes, as `lineage drain` draws its bars: newline-delimited JSON, one
+//! `{"progress": ...}` line per drain progress message (the plan, then each wave's disposals),
+//! then `{"report": ...}` or `{"error": ..., "status": ...}`. A bad root id is refused before
+//! anything starts, with its HTTP status. The drain goes on if the page goes away.
 
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_core::authority::InterruptAuthority;
 use lineage_protocol::control::InterruptRequest;
 use lineage_registry::{Consistency, RegistryClient};
 use serde::Deserialize;
+use serde_json::json;
 
-use super::{answer, Ui};
+use super::{answer, failure, status_of, Ui};
 use crate::client::{control, parse_session, registry_error};
 use crate::global::{cluster, Global};
 
@@ -22,17 +30,46 @@ fn encoded(value: impl serde::Serialize) -> Result<serde_json::Value, ControlErr
     })
 }
 
-/// `POST /api/drain/<root>`.
+/// `POST /api/drain/<root>`: the drain's progress as it comes, then its report.
 pub(super) async fn drain(State(ui): State<Ui>, Path(root): Path<String>) -> Response {
-    answer(drain_tree(&ui.g, &root).await)
-}
-
-async fn drain_tree(g: &Global, root: &str) -> Result<serde_json::Value, ControlError> {
-    let root = parse_session("root", root)?;
-    let client = control(g)
-        .await?
-        .with_timeout(std::time::Duration::from_millis(g.timeout_ms.max(60_000)));
-    encoded(client.drain(vec![root]).await?)
+    let started = async {
+        let root = parse_session("root", &root)?;
+        let id = crate::cmd::drain::new_drain_id()?;
+        let client = control(&ui.g)
+            .await?
+            .with_timeout(std::time::Duration::from_millis(
+                ui.g.timeout_ms.max(60_000),
+            ));
+        Ok::<_, ControlError>((root, id, client))
+    };
+    let (root, id, client) = match started.await {
+        Ok(started) => started,
+        Err(e) => return failure(e.code, e.message),
+    };
+    let (lines, rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    tokio::spawn(async move {
+        let outcome = client
+            .drain_with_progress(vec![root], id, |msg| {
+                if let Ok(progress) = msg {
+                    let _ = lines.send(json!({ "progress": progress }));
+                }
+            })
+            .await;
+        let last = match outcome.and_then(encoded) {
+            Ok(report) => json!({ "report": report }),
+            Err(e) => json!({ "error": e.message, "status": status_of(e.code).as_u16() }),
+        };
+        let _ = lines.send(last);
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        let line = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(format!("{line}\n")), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// `POST /api/send/<id>`'s body.
