@@ -122,6 +122,19 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             r#"lineage ls --root $ROOT --node node-2            # search: --root --parent --state --node --label --older-than, paged"#,
             Exits(0, "continuable*depth=1*node=node-2"),
         ),
+        // Issue 37: reading what an agent said.
+        (
+            r#"lineage show <child>                             # one session: in a turn or idle, turns, last reply and reports"#,
+            Exits(0, "reply*ready"),
+        ),
+        (
+            r#"lineage logs $ROOT                               # its transcript from the event log; -f follows it until it is disposed"#,
+            Exits(0, "spawned*(continuable) on node-2"),
+        ),
+        (
+            r#"lineage spawn --prompt hi --wait --script '{"turns":[[{"do":"reply","content":"hello"}]]}'   # the first turn's reply; exit 1 if it did not complete"#,
+            Exits(0, "hello"),
+        ),
         // README.md, "Files travel with the session" (issue 39).
         (
             r#"rm -rf /tmp/lineage-files /tmp/lineage-copy && mkdir /tmp/lineage-files && echo hello | tee /tmp/lineage-files/a.txt"#,

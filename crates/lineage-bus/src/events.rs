@@ -240,14 +240,25 @@ impl EventLogStore {
         &self,
         session: &SessionId,
     ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
+        self.read_after(session, LogCursor::default()).await
+    }
+
+    /// [`EventLogStore::read`] of what was appended after `cursor` (a cursor a read returned):
+    /// the new events and the cursor to read after them next (`cursor` itself when nothing is
+    /// new). How `lineage logs -f` follows a log.
+    pub async fn read_after(
+        &self,
+        session: &SessionId,
+        after: LogCursor,
+    ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
         let subject = self.subjects.session_events(session);
         let mut events = Vec::new();
-        let mut cursor = LogCursor::default();
+        let mut cursor = after;
         crate::direct::read_subject(
             &self.client,
             &self.subjects.events_stream(),
             &subject,
-            0,
+            after.last_stream_seq,
             "read a session log",
             |seq, payload| {
                 cursor.last_stream_seq = seq;

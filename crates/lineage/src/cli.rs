@@ -68,6 +68,18 @@ pub enum Verb {
         after_help = "Example:\n  lineage tree 0193...root\n  lineage tree 0193...root --json | jq ."
     )]
     Tree(crate::cmd::tree::Args),
+    /// Show one session: state (in a turn or idle), shape, label, node, turns and how the last
+    /// ended, usage, its last reply and reports.
+    #[command(
+        after_help = "Example:\n  lineage show 0193...\n  lineage show 0193... --json | jq .glance.last_reply"
+    )]
+    Show(crate::cmd::show::Args),
+    /// Print a session's transcript from its event log: turns, replies, reports, settlement,
+    /// children; -f follows it until the session is disposed.
+    #[command(
+        after_help = "Example:\n  lineage logs 0193...\n  lineage logs -f 0193...\n  lineage logs 0193... --json | jq -c 'select(.kind == \"turn/end\")'"
+    )]
+    Logs(crate::cmd::logs::Args),
     /// List and search sessions (Q4): by root, parent, state, node, label and age, paged,
     /// oldest first.
     #[command(

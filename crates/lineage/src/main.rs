@@ -43,6 +43,8 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         | Verb::Send(_)
         | Verb::Interrupt(_)
         | Verb::Tree(_)
+        | Verb::Show(_)
+        | Verb::Logs(_)
         | Verb::Ls(_)
         | Verb::Drain(_)
         | Verb::Watch(_)

@@ -6,8 +6,8 @@ use lineage_bus::trace::TraceContext;
 
 use crate::cli::{Cli, ConfigVerb, Verb};
 use crate::cmd::{
-    agents, config, drain, interrupt, ls, mcp, node, script, send, spawn, status, tree, ui, watch,
-    workspace,
+    agents, config, drain, interrupt, logs, ls, mcp, node, script, send, show, spawn, status, tree,
+    ui, watch, workspace,
 };
 use crate::global::Global;
 use crate::output::fail;
@@ -22,6 +22,8 @@ pub async fn run(cli: Cli) -> i32 {
         Verb::Send(_) => Some("send"),
         Verb::Interrupt(_) => Some("interrupt"),
         Verb::Tree(_) => Some("tree"),
+        Verb::Show(_) => Some("show"),
+        Verb::Logs(_) => Some("logs"),
         Verb::Ls(_) => Some("ls"),
         Verb::Drain(_) => Some("drain"),
         Verb::Watch(_) => Some("watch"),
@@ -43,7 +45,7 @@ pub async fn run(cli: Cli) -> i32 {
         None => run_verb(&g, cli.verb).await,
     };
     match outcome {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => fail(g.json, &e),
     }
 }
@@ -51,8 +53,8 @@ pub async fn run(cli: Cli) -> i32 {
 /// Runs one CLI command in its own trace (see [`run`]).
 async fn traced(
     command: &'static str,
-    fut: impl std::future::Future<Output = Result<(), ControlError>>,
-) -> Result<(), ControlError> {
+    fut: impl std::future::Future<Output = Result<i32, ControlError>>,
+) -> Result<i32, ControlError> {
     use tracing::Instrument;
     let caller = std::env::var("TRACEPARENT")
         .ok()
@@ -82,8 +84,10 @@ async fn traced(
     outcome
 }
 
-async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
-    match verb {
+/// Runs the verb; `Ok` holds the exit code (0, or what `spawn --wait` saw).
+async fn run_verb(g: &Global, verb: Verb) -> Result<i32, ControlError> {
+    let done = match verb {
+        Verb::Spawn(args) => return spawn::run(g, args).await,
         Verb::Node { config } => node::run(g, config).await,
         Verb::Dev {
             nodes,
@@ -92,10 +96,11 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
             dir,
             nats_port,
         } => crate::dev::dev(g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
-        Verb::Spawn(args) => spawn::run(g, args).await,
         Verb::Send(args) => send::run(g, args).await,
         Verb::Interrupt(args) => interrupt::run(g, args).await,
         Verb::Tree(args) => tree::run(g, args).await,
+        Verb::Show(args) => show::run(g, args).await,
+        Verb::Logs(args) => logs::run(g, args).await,
         Verb::Ls(args) => ls::run(g, args).await,
         Verb::Drain(args) => drain::run(g, args).await,
         Verb::Watch(args) => watch::run(g, args).await,
@@ -109,7 +114,8 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<(), ControlError> {
         Verb::Ui(args) => ui::run(g, args).await,
         // `main` hands these to the lab program before the runtime starts.
         Verb::Bench { .. } | Verb::Chaos { .. } => std::process::exit(crate::lab::forward()),
-    }
+    };
+    done.map(|()| 0)
 }
 
 /// Runs `fut` to its exit code on a new multi-threaded runtime and exits the process with it

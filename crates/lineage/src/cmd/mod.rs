@@ -10,6 +10,8 @@
 //! | [`send`] | `lineage send` (followup) |
 //! | [`interrupt`] | `lineage interrupt` |
 //! | [`tree`] | `lineage tree` |
+//! | [`show`] | `lineage show`: one session at a glance (issue 37) |
+//! | [`logs`] | `lineage logs [-f]`: a session's transcript from its event log (issue 37) |
 //! | [`ls`] | `lineage ls`: list and search sessions (Q4) |
 //! | [`drain`] | `lineage drain` |
 //! | [`watch`] | `lineage watch` |
@@ -25,11 +27,13 @@ pub mod agents;
 pub mod config;
 pub mod drain;
 pub mod interrupt;
+pub mod logs;
 pub mod ls;
 pub mod mcp;
 pub mod node;
 pub mod script;
 pub mod send;
+pub mod show;
 pub mod spawn;
 pub mod status;
 pub mod tree;

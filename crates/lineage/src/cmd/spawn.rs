@@ -4,6 +4,7 @@ use clap::ValueEnum;
 use lineage_bus::control::ControlError;
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, RequestId};
+use lineage_core::messages::StopReason;
 use lineage_protocol::control::SpawnRequest;
 use lineage_protocol::workspace::SpawnWorkspace;
 use lineage_protocol::AgentSpec;
@@ -82,6 +83,10 @@ pub struct Args {
         conflicts_with = "parent"
     )]
     pub git: Option<String>,
+    /// Wait for the first turn to end, then print its reply; the exit code says how it ended
+    /// (0 completed, 1 anything else, with the reason).
+    #[arg(long)]
+    pub wait: bool,
     /// The branch or tag --git clones.
     #[arg(
         long = "ref",
@@ -93,8 +98,11 @@ pub struct Args {
     pub reference: Option<String>,
 }
 
-/// Builds the spawn request from the flags, sends it and prints the new session.
-pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
+/// Builds the spawn request from the flags, sends it and prints the new session; with
+/// `--wait`, then the first turn's reply. Returns the exit code (not 0: `--wait` saw the first
+/// turn end other than completed).
+pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
+    let wait = args.wait;
     let agent = match (&args.script, &args.acp) {
         _ if args.profile.is_some() => AgentSpec::Profile {
             profile: args.profile.clone().unwrap_or_default(),
@@ -225,6 +233,21 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         remove_upload(&store, &request_id).await;
     }
     let reply = reply?;
+    if wait {
+        let turn = super::logs::first_turn(g, &reply.session).await?;
+        let code = i32::from(turn.stop_reason != StopReason::Completed);
+        if g.json {
+            print_json(&serde_json::json!({"spawn": reply, "turn": turn}));
+        } else {
+            println!("spawned {} on {}", reply.session, reply.node);
+            match &turn.error {
+                Some(error) => println!("turn 0 {}: {error}", turn.stop_reason.as_str()),
+                None => println!("turn 0 {}", turn.stop_reason.as_str()),
+            }
+            println!("{}", turn.reply.as_deref().unwrap_or("(no reply)"));
+        }
+        return Ok(code);
+    }
     if g.json {
         print_json(&reply);
     } else {
@@ -247,5 +270,5 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             );
         }
     }
-    Ok(())
+    Ok(0)
 }

@@ -1,0 +1,161 @@
+//! Reading what an agent said, through the CLI against a real cluster (issue 37, item 1):
+//! `lineage spawn --wait` prints the first turn's reply and exits by its outcome, `lineage show`
+//! gives one session at a glance (in a turn or idle, its last reply and reports), `lineage logs`
+//! prints its transcript from the event log and `logs -f` follows it until the session is
+//! disposed. Bad ids are one line with the right exit code.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use lineage_testkit::prelude::*;
+use serde_json::{json, Value};
+
+#[test]
+fn f2_spawn_wait_show_and_logs_read_what_the_agents_said() {
+    let c = Cluster::start(3);
+    // A root that spawns a child on node-2 (which reports, then replies), waits for it, and
+    // replies; then echoes every followup.
+    let script = json!({"turns": [[
+        spawn_step("continuable", "node-2", "look around", json!({"turns": [[
+            {"do": "report", "content": "found three files", "delivery": "quiet"},
+            {"do": "reply", "content": "child is done"}
+        ]]})),
+        {"do": "await_children", "timeout_ms": 20000},
+        {"do": "reply", "content": "root says hi"}
+    ]], "after": {"do": "echo"}})
+    .to_string();
+    let (code, out, err) = c.cli(&[
+        "spawn", "--node", "node-1", "--prompt", "go", "--script", &script, "--wait",
+    ]);
+    assert_eq!(code, 0, "spawn --wait: {err}\n{out}\n{}", c.logs());
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("spawned "), "{out}");
+    assert_eq!(lines[1..], ["turn 0 completed", "root says hi"], "{out}");
+    let root = lines[0].split_whitespace().nth(1).unwrap().to_owned();
+    let child = Cluster::children(&c.tree(&root), &root)
+        .pop()
+        .expect("the root's child");
+
+    // A first turn that fails: exit 1, the reason in the JSON.
+    let (code, out, err) = c.cli(&[
+        "--json",
+        "spawn",
+        "--prompt",
+        "go",
+        "--script",
+        r#"{"turns":[[{"do":"fail","reason":"the model went away"}]]}"#,
+        "--wait",
+    ]);
+    assert_eq!(code, 1, "{err}\n{out}");
+    let reply: Value = serde_json::from_str(out.trim()).expect("one JSON document");
+    assert_eq!(reply["turn"]["stop_reason"], "failed", "{reply}");
+    assert_eq!(reply["turn"]["error"], "the model went away", "{reply}");
+    assert!(reply["spawn"]["session"].is_string(), "{reply}");
+
+    // show: the root idle, its reply; the child's reports and settlement.
+    let (code, out, err) = c.cli(&["show", &root]);
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "state     running, idle",
+        "shape     root",
+        "node      node-1@1",
+        "turns     1 (last completed)",
+        "reply     root says hi",
+    ] {
+        assert!(out.contains(want), "{want:?} in\n{out}");
+    }
+    let (code, out, _) = c.cli(&["show", &child]);
+    assert_eq!(code, 0);
+    for want in [
+        "shape     continuable",
+        "node      node-2@",
+        &format!("parent    {root}"),
+        "reply     child is done",
+        "reports   - found three files",
+        "settled   completed",
+    ] {
+        assert!(out.contains(want), "{want:?} in\n{out}");
+    }
+    let shown = c.cli_json(&["show", &child]);
+    assert_eq!(shown["glance"]["reports"], json!(["found three files"]));
+    assert_eq!(shown["record"]["header"]["id"], child.as_str(), "{shown}");
+
+    // logs: the root's transcript, in order.
+    let (code, out, err) = c.cli(&["logs", &root]);
+    assert_eq!(code, 0, "{err}");
+    let expected = [
+        "── turn 0".to_owned(),
+        "user: go".to_owned(),
+        format!("spawned {child} (continuable) on node-2"),
+        "assistant: root says hi".to_owned(),
+        "── turn 0 completed".to_owned(),
+    ];
+    let mut at = 0;
+    for line in out.lines() {
+        if at < expected.len() && line.ends_with(expected[at].as_str()) {
+            at += 1;
+        }
+    }
+    assert_eq!(at, expected.len(), "{:?} in order in\n{out}", expected);
+    let (code, out, _) = c.cli(&["--json", "logs", &root]);
+    assert_eq!(code, 0);
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["kind"].to_string())
+        .collect();
+    assert!(kinds.contains(&"\"turn/end\"".to_owned()), "{kinds:?}");
+
+    // logs -f follows: a followup's turn shows up; a drain ends it.
+    let mut follow = Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
+        .args(["logs", "-f", &root])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("logs -f");
+    let (lines_tx, lines_rx) = mpsc::channel::<String>();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let (code, _, err) = c.cli(&["send", &root, "one more thing"]);
+    assert_eq!(code, 0, "{err}");
+    let mut seen = Vec::new();
+    wait_for(
+        Duration::from_secs(20),
+        "logs -f shows the followup's turn",
+        || {
+            seen.extend(lines_rx.try_iter());
+            seen.iter()
+                .any(|l| l.ends_with("assistant: one more thing"))
+                .then_some(())
+        },
+    );
+    let (code, _, err) = c.cli(&["drain", &root]);
+    assert_eq!(code, 0, "{err}");
+    let status = wait_for(
+        Duration::from_secs(20),
+        "logs -f to end once the root is disposed",
+        || follow.try_wait().ok().flatten(),
+    );
+    assert!(status.success(), "{status:?}");
+
+    // Bad ids: one line, the right exit code, the way out named.
+    let unknown = "01936c1e-7a3b-7cde-8f00-00000000beef";
+    for verb in ["show", "logs"] {
+        let (code, out, err) = c.cli(&[verb, unknown]);
+        assert_eq!(code, 3, "{verb}: {err}{out}");
+        assert!(
+            err.trim().lines().count() == 1
+                && err.contains("not in the registry of cluster")
+                && err.contains("lineage ls"),
+            "{verb}: {err}"
+        );
+        let (code, _, err) = c.cli(&[verb, "not-an-id"]);
+        assert_eq!(code, 2, "{verb}: {err}");
+    }
+}
