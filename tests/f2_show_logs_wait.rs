@@ -159,3 +159,125 @@ fn f2_spawn_wait_show_and_logs_read_what_the_agents_said() {
         assert_eq!(code, 2, "{verb}: {err}");
     }
 }
+
+/// The kinds of `watch`'s lines (its first column), in order.
+fn watch_kinds(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn f2_watch_replays_then_follows_and_ends_with_its_parent() {
+    let c = Cluster::start(3);
+    let child = |name: &str, sleep_ms: u64| {
+        spawn_step(
+            "continuable",
+            "node-2",
+            name,
+            json!({"turns": [[
+                {"do": "sleep", "ms": sleep_ms},
+                {"do": "report", "content": format!("{name} found it"), "delivery": "quiet"},
+                {"do": "reply", "content": format!("{name} done")}
+            ]]}),
+        )
+    };
+    // Three children that are done before anyone watches.
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[child("a", 0), child("b", 0), child("c", 0),
+            {"do": "await_children", "timeout_ms": 20000},
+            {"do": "reply", "content": "all three"}]], "after": {"do": "echo"}}),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the three children settled",
+        || {
+            let tree = c.tree(&root);
+            (tree.iter().filter(|r| r["state"] == "settled").count() == 3).then_some(())
+        },
+    );
+    // Started afterwards, watch replays all of it: three starts, three reports, three
+    // settlements, and stops at --count.
+    let (code, out, err) = c.cli(&["watch", &root, "--count", "9"]);
+    assert_eq!(code, 0, "{err}");
+    let mut kinds = watch_kinds(&out);
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "subagent-report",
+            "subagent-report",
+            "subagent-report",
+            "subagent-settled",
+            "subagent-settled",
+            "subagent-settled",
+            "subagent/start",
+            "subagent/start",
+            "subagent/start"
+        ],
+        "{out}"
+    );
+    // --since 0s replays nothing; the watch ends by itself once the parent is disposed.
+    let mut quiet = Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
+        .args(["watch", &root, "--since", "0s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, _, err) = c.cli(&["drain", &root]);
+    assert_eq!(code, 0, "{err}");
+    let status = wait_for(
+        Duration::from_secs(20),
+        "watch to end with its parent",
+        || quiet.try_wait().ok().flatten(),
+    );
+    assert!(status.success(), "{status:?}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(quiet.stdout.as_mut().unwrap(), &mut rest).unwrap();
+    assert!(!rest.contains("subagent/start"), "nothing replayed: {rest}");
+
+    // Started while a child runs: its start (replayed or live) and what comes after (its end
+    // is live only), each once.
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[child("slow", 2500)]], "after": {"do": "echo"}}),
+    );
+    let (code, out, err) = c.cli(&["watch", &root, "--count", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let mut kinds = watch_kinds(&out);
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "subagent-report",
+            "subagent-settled",
+            "subagent/end",
+            "subagent/start"
+        ],
+        "{out}"
+    );
+
+    // An unknown parent, or a cluster that does not answer: one line, at once.
+    let (code, _, err) = c.cli(&["watch", "01936c1e-7a3b-7cde-8f00-00000000beef"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("not in the registry") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let other = Command::new(lineage_bin())
+        .args(["--nats", &c.nats.url(), "--cluster", "prod", "watch", &root])
+        .output()
+        .expect("watch");
+    let (code, err) = (
+        other.status.code(),
+        String::from_utf8_lossy(&other.stderr).into_owned(),
+    );
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        err.contains("--cluster") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}

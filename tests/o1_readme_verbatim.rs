@@ -171,7 +171,7 @@ fn expectations() -> Vec<(&'static str, Expect)> {
             Exits(0, "pulled*/tmp/lineage-copy"),
         ),
         (
-            r#"lineage watch $ROOT                              # live start/end/report/settled of ROOT's children"#,
+            r#"lineage watch $ROOT                              # its children: starts, reports, settlements so far, then live"#,
             Until {
                 ready: "watching lineage.dev.parent.",
                 after: 3,

@@ -52,6 +52,52 @@ pub const NAK_DELAY: Duration = Duration::from_millis(200);
 /// (unless [`InboxDelivery::in_progress`] restarts the wait).
 pub const ACK_WAIT: Duration = Duration::from_secs(30);
 
+/// At most this many messages of one parent's inbox history are read.
+pub const HISTORY_MAX: usize = 10_000;
+
+/// Every message the inbox stream holds for `parent`, oldest first (at most [`HISTORY_MAX`]),
+/// as published: the payloads (what a consumer already acknowledged is still there until
+/// retention purges it). `lineage watch` replays a parent's reports and settlements from it,
+/// one stream message get per message (`$JS.API.STREAM.MSG.GET`, `next_by_subj`): no consumer,
+/// so the read-only observer may read it too.
+pub async fn history(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    parent: &SessionId,
+) -> Result<Vec<Vec<u8>>, BusError> {
+    use base64::Engine;
+    let api = format!("$JS.API.STREAM.MSG.GET.{}", subjects.inbox_stream());
+    let subject = subjects.parent_inbox(parent);
+    let mut payloads = Vec::new();
+    let mut next = 1u64;
+    while payloads.len() < HISTORY_MAX {
+        let ask = serde_json::json!({"seq": next, "next_by_subj": subject});
+        let reply = client
+            .request(api.clone(), ask.to_string().into())
+            .await
+            .map_err(|e| BusError::nats("read a parent's inbox history", e))?;
+        let body: serde_json::Value = serde_json::from_slice(&reply.payload).map_err(|e| {
+            BusError::nats("read a parent's inbox history", format!("not JSON: {e}"))
+        })?;
+        if body["error"]["code"] == 404 {
+            break;
+        }
+        let message = &body["message"];
+        let (Some(seq), Some(data)) = (message["seq"].as_u64(), message["data"].as_str()) else {
+            return Err(BusError::nats(
+                "read a parent's inbox history",
+                format!("unexpected answer: {body}"),
+            ));
+        };
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| BusError::nats("read a parent's inbox history", e))?;
+        payloads.push(payload);
+        next = seq + 1;
+    }
+    Ok(payloads)
+}
+
 impl ParentInbox {
     /// Binds to the inbox stream of a cluster with one replica ([`StreamOptions::default`]);
     /// see [`ParentInbox::open_with`].
