@@ -10,6 +10,7 @@
 //! | `config.rs` | the sections and their defaults, what a loaded config answers (node id, voters, NATS connect) |
 //! | `config/load.rs` | the sources merged with figment (file, `LINEAGE_` variables, flags), each value's source |
 //! | `config/validate.rs` | the rules checked before anything starts; the NATS keys' auth and TLS |
+//! | `config/explain.rs` | errors in the operator's words: the variable's name, the TOML line, values without Rust types |
 //! | `config/tests.rs` | every source, every bad key |
 
 use std::collections::BTreeMap;
@@ -22,6 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::NodeError;
 
+mod explain;
+pub use explain::plain as plain_expectation;
 mod load;
 #[cfg(test)]
 mod tests;

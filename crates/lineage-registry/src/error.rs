@@ -13,7 +13,7 @@ pub enum RegistryError {
     #[error("registry refused the command: {0}")]
     Refused(RegistryRefusal),
     /// No registry voter answered, or no leader is known right now.
-    #[error("registry unavailable in cluster {cluster}: {reason}; check that registry voters run and a quorum is up")]
+    #[error("registry unavailable in cluster {cluster}: {reason}; check that registry voters run and a quorum is up, and that --cluster (LINEAGE_CLUSTER) names your cluster")]
     Unavailable {
         /// The cluster name.
         cluster: String,

@@ -20,6 +20,7 @@ pub async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
     }
     let how = crate::nats_auth::client_connect(g, "lineage-cli")?;
     let url = lineage_bus::redact_url(&how.url);
+    check_nats_url(&url)?;
     tokio::time::timeout(Duration::from_secs(5), lineage_bus::connect_with(&how))
         .await
         .map_err(|_| {
@@ -31,6 +32,21 @@ pub async fn connect(g: &Global) -> Result<async_nats::Client, ControlError> {
             )
         })?
         .map_err(ControlError::from)
+}
+
+/// A NATS URL's scheme is one NATS speaks (`nats`, `tls`, `ws`, `wss`; none means `nats`): bad
+/// input otherwise (exit 2), before anything is tried.
+fn check_nats_url(urls: &str) -> Result<(), ControlError> {
+    for url in urls.split(',') {
+        if let Some((scheme, _)) = url.trim().split_once("://") {
+            if !["nats", "tls", "ws", "wss"].contains(&scheme) {
+                return Err(usage(format!(
+                    "--nats {url}: {scheme}:// is not a NATS URL; give nats://host:4222 (or tls://, ws://, wss://)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A session id from a flag or argument; a usage error naming `what` otherwise.

@@ -15,6 +15,7 @@ pub const DEFAULT_CLUSTER: &str = "dev";
 
 /// Flags every verb understands.
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Cluster and connection (every verb)")]
 pub struct Global {
     /// NATS server URL [default: nats://127.0.0.1:4222, or the config's nats_url for `node`].
     #[arg(long = "nats", env = "NATS_URL", global = true)]

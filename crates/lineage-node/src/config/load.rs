@@ -10,6 +10,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 
 use crate::error::NodeError;
 
+use super::explain;
 use super::validate::validate;
 use super::{NodeConfig, REDACTED, SECRET_KEYS};
 
@@ -238,12 +239,26 @@ fn config_error(figment: &Figment, e: figment::Error) -> NodeError {
         } else {
             err.path.join(".")
         };
-        let source = describe(
-            err.metadata
-                .as_ref()
-                .or_else(|| figment.find_metadata(&key)),
-        );
-        let what = err.kind.to_string();
+        let metadata = err
+            .metadata
+            .as_ref()
+            .or_else(|| figment.find_metadata(&key));
+        let source = match metadata {
+            // The variable by its name, not "`LINEAGE_` environment variable(s)".
+            Some(m) if m.name.contains("LINEAGE_") && !key.is_empty() => {
+                format!("environment variable {}", explain::env_var_of(&key))
+            }
+            // The TOML file with the key's line, when it can be found.
+            Some(Metadata {
+                source: Some(figment::Source::File(path)),
+                ..
+            }) if !key.is_empty() => match explain::toml_line_in(path, &key) {
+                Some(line) => format!("{}, line {line}", path.display()),
+                None => describe(metadata),
+            },
+            _ => describe(metadata),
+        };
+        let what = explain::plain(&err.kind.to_string());
         if key.is_empty() {
             lines.push(format!("invalid config: {what} (from {source})"));
         } else {

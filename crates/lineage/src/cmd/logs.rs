@@ -90,18 +90,7 @@ pub(crate) async fn record_of(
     registry
         .session(session.clone(), Consistency::Linearizable)
         .await
-        .map_err(|e| match registry_error(e) {
-            // No registry answers under this name: the cluster name may be the wrong one.
-            e if e.code == ErrorCode::Unavailable => ControlError::new(
-                ErrorCode::Unavailable,
-                format!(
-                    "{} (asked cluster {}: check --cluster or LINEAGE_CLUSTER)",
-                    e.message,
-                    cluster(g)
-                ),
-            ),
-            e => e,
-        })?
+        .map_err(registry_error)?
         .ok_or_else(|| {
             ControlError::new(
                 ErrorCode::NotFound,

@@ -1,17 +1,18 @@
 //! `lineage spawn`: a top-level session, or a child of `--parent` (S1, S3, D4, T4).
 
 use clap::ValueEnum;
-use lineage_bus::control::ControlError;
+use lineage_bus::control::{ControlError, ErrorCode};
 use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, RequestId};
 use lineage_core::messages::StopReason;
 use lineage_protocol::control::SpawnRequest;
 use lineage_protocol::workspace::SpawnWorkspace;
 use lineage_protocol::AgentSpec;
+use lineage_registry::{Consistency, RegistryClient};
 
 use super::script::read_script;
 use crate::client::{connect, control, parse_session, print_json, remove_upload, upload_workspace};
-use crate::global::{subjects, Global};
+use crate::global::{cluster, subjects, Global};
 use crate::output::usage;
 
 /// The shape of a child (S1, S3).
@@ -96,6 +97,32 @@ pub struct Args {
         allow_hyphen_values = true
     )]
     pub reference: Option<String>,
+}
+
+/// `e` for a spawn on `node` nobody served, or, when the registry lists no such node, a
+/// one-line error that names the nodes there are.
+async fn unknown_node(g: &Global, node: &NodeId, e: ControlError) -> ControlError {
+    let Ok(nats) = connect(g).await else { return e };
+    let registry = RegistryClient::new(nats, cluster(g));
+    let Ok(nodes) = registry.nodes(Consistency::Linearizable).await else {
+        return e;
+    };
+    if nodes.iter().any(|n| &n.node == node) {
+        return e;
+    }
+    let names: Vec<String> = nodes.iter().map(|n| n.node.to_string()).collect();
+    ControlError::new(
+        ErrorCode::NotFound,
+        format!(
+            "--node {node}: no such node in cluster {}; its nodes are {} (lineage status)",
+            cluster(g),
+            if names.is_empty() {
+                "none yet".to_owned()
+            } else {
+                names.join(", ")
+            }
+        ),
+    )
 }
 
 /// Builds the spawn request from the flags, sends it and prints the new session; with
@@ -226,7 +253,15 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
         budget,
         workspace,
     };
+    let wanted = request.node.clone();
     let reply = control(g).await?.spawn(&request).await;
+    // Nobody serves the node asked for: say whether it is a node of this cluster at all.
+    let reply = match (reply, wanted) {
+        (Err(e), Some(node)) if e.code == ErrorCode::Unavailable => {
+            Err(unknown_node(g, &node, e).await)
+        }
+        (reply, _) => reply,
+    };
     // The hosting node copied the upload to the session's base (or the spawn failed): the
     // upload is this client's to remove.
     if let Some(store) = uploaded {

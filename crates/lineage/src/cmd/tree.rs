@@ -204,7 +204,7 @@ async fn read(
     if records.is_empty() {
         return Err(ControlError::new(
             ErrorCode::NotFound,
-            format!("session {root} is not in the registry; check the id with `lineage status`"),
+            format!("session {root} is not in the registry of cluster {}; check the id (lineage ls lists the sessions) and --cluster", crate::global::cluster(g)),
         ));
     }
     let nodes: std::collections::BTreeSet<NodeId> = records

@@ -135,8 +135,10 @@ impl DevCluster {
         };
         std::fs::create_dir_all(&dir)
             .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
+        // NATS' own port when it is free (every client defaults to it), else any free one.
         let port = match nats_port {
             Some(p) => p,
+            None if std::net::TcpListener::bind(("127.0.0.1", 4222)).is_ok() => 4222,
             None => lineage_bus::local_server::free_port()
                 .map_err(|e| usage(format!("no free port: {e}")))?,
         };
@@ -155,7 +157,13 @@ impl DevCluster {
         let nats = lineage_bus::local_server::NatsServer::start_on(port, store).map_err(|e| {
             ControlError::new(
                 ErrorCode::Unavailable,
-                format!("cannot start nats-server: {e}; run scripts/install-deps.sh"),
+                match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                    Err(_) => format!(
+                        "cannot start nats-server: port {port} is taken; pick another with \
+                         --nats-port, or leave it out for a free one"
+                    ),
+                    Ok(_) => format!("cannot start nats-server: {e}"),
+                },
             )
         })?;
         let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();

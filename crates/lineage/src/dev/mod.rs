@@ -63,6 +63,10 @@ async fn run_dev(
             n.log.display()
         );
     }
+    println!(
+        "in another terminal: export NATS_URL={}",
+        cluster.nats.url()
+    );
     let mut g = g.clone();
     g.nats = Some(cluster.nats.url());
     g.cluster = Some(cluster_name.clone());
