@@ -45,6 +45,25 @@ fn f2_each_message_names_the_way_out() {
         "{err}"
     );
 
+    // A top-level spawn's shape and label are honoured or refused, never dropped (item 5):
+    // one-shot and a label are a child's; refused in one line, nothing registered.
+    let before = c.cli_json(&["ls", "--all"])["sessions"]
+        .as_array()
+        .map(Vec::len);
+    assert!(before.is_some());
+    for (flag, value, says) in [
+        ("--shape", "one-shot", "leave --shape out"),
+        ("--label", "mine", "leave --label out"),
+    ] {
+        let (code, _, err) = c.cli(&["spawn", "--prompt", "hi", flag, value]);
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(one_line(&err) && err.contains(says), "{flag}: {err}");
+    }
+    let after = c.cli_json(&["ls", "--all"])["sessions"]
+        .as_array()
+        .map(Vec::len);
+    assert_eq!(before, after, "a refused spawn registers nothing");
+
     // Another cluster name: the registry does not answer, and --cluster is named.
     let url = c.nats.url();
     let (code, _, err) = lineage(&["--nats", &url, "--cluster", "prod", "status"], &[]);

@@ -189,6 +189,35 @@ impl TryFrom<RawHeader> for SessionHeader {
     }
 }
 
+/// What a top-level spawn may ask (issue 37: nothing it asks is silently dropped). A
+/// top-level session is continuable (it ends by a drain, the seed's rule), so `one-shot` is
+/// refused; a label names a child in its parent's tree, so a top-level one is refused too.
+/// `shape` and `label` are what the request gave.
+pub fn check_top_level(
+    shape: Option<crate::descriptor::SubagentShape>,
+    label: Option<&str>,
+) -> Result<(), CoreError> {
+    let refuse = |reason: &str| {
+        Err(CoreError::InvalidPayload {
+            what: "spawn",
+            reason: reason.to_owned(),
+        })
+    };
+    if shape == Some(crate::descriptor::SubagentShape::OneShot) {
+        return refuse(
+            "a top-level session is continuable (it ends by a drain); one-shot is a child's \
+             shape: give --parent, or leave --shape out",
+        );
+    }
+    if label.is_some() {
+        return refuse(
+            "a label names a child in its parent's tree; a top-level session has none: give \
+             --parent, or leave --label out",
+        );
+    }
+    Ok(())
+}
+
 impl SessionHeader {
     /// A top-level session: depth 0, no parent, no origin, its own root.
     pub fn top_level(
@@ -364,6 +393,25 @@ pub fn child_session_meta(
     };
     header.validate()?;
     Ok(header)
+}
+
+#[cfg(test)]
+mod top_level_tests {
+    use super::*;
+    use crate::descriptor::SubagentShape;
+
+    #[test]
+    fn a_top_level_spawn_is_continuable_and_unlabelled() {
+        assert!(check_top_level(None, None).is_ok());
+        assert!(check_top_level(Some(SubagentShape::Continuable), None).is_ok());
+        let one_shot = check_top_level(Some(SubagentShape::OneShot), None).unwrap_err();
+        assert!(one_shot.to_string().contains("give --parent"), "{one_shot}");
+        let labelled = check_top_level(None, Some("x")).unwrap_err();
+        assert!(
+            labelled.to_string().contains("leave --label out"),
+            "{labelled}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -418,6 +418,7 @@ impl Host {
     async fn route_spawn(&self, request: SpawnRequest, hop: Hop) -> Result<SpawnReply, HostError> {
         let max_depth = request.max_depth;
         let Some(parent) = request.parent.clone() else {
+            lineage_core::header::check_top_level(request.shape, request.label.as_deref())?;
             return self.shared.spawn_root(request, max_depth).await;
         };
         let handle = self.shared.live.handle(&parent);

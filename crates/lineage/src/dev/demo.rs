@@ -109,7 +109,6 @@ pub async fn run(g: &Global, cluster: &mut DevCluster) -> Result<(), ControlErro
         .spawn(&SpawnRequest {
             shape: Some(SubagentShape::Continuable),
             node: Some(node1),
-            label: Some("root".into()),
             max_depth: Some(lineage_core::depth::MaxDepth::from_u32(3)),
             ..SpawnRequest::new(AgentSpec::Script { script }, "plan the release")
         })
