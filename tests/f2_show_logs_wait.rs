@@ -281,3 +281,51 @@ fn f2_watch_replays_then_follows_and_ends_with_its_parent() {
         "{err}"
     );
 }
+
+#[test]
+fn f2_activity_in_a_turn_or_idle_is_visible() {
+    let c = Cluster::start(3);
+    // A root whose child on node-2 sleeps in its turn for a while.
+    let root = c.spawn_root(
+        "node-1",
+        &json!({"turns": [[spawn_step("continuable", "node-2", "think",
+            json!({"turns": [[{"do": "sleep", "ms": 8000}, {"do": "reply", "content": "ok"}]]}))]],
+            "after": {"do": "echo"}}),
+    );
+    let child = wait_for(Duration::from_secs(20), "the child in its turn", || {
+        let tree = c.cli_json(&["tree", &root]);
+        let rows = tree.as_array().cloned().unwrap_or_default();
+        let child = rows.iter().find(|r| r["session"] != root.as_str())?;
+        let root_row = rows.iter().find(|r| r["session"] == root.as_str())?;
+        (child["in_turn"] == true && root_row["in_turn"] == false)
+            .then(|| child["session"].as_str().unwrap().to_owned())
+    });
+    // The text forms say it too.
+    let (_, tree, _) = c.cli(&["tree", &root]);
+    assert!(
+        tree.lines()
+            .any(|l| l.contains(&child) && l.contains("activity=in-turn")),
+        "{tree}"
+    );
+    assert!(
+        tree.lines()
+            .any(|l| l.starts_with(&root) && l.contains("activity=idle")),
+        "{tree}"
+    );
+    let (_, show, _) = c.cli(&["show", &child]);
+    assert!(show.contains("state     running, in a turn"), "{show}");
+    let (_, status, _) = c.cli(&["status"]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.contains("node-2") && l.contains("(1 in a turn, 0 idle)")),
+        "{status}"
+    );
+    // And node-2's /metrics.
+    let (code, page) = c.nodes[1].http_get("/metrics").expect("metrics");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("lineage_agents{node=\"node-2\",activity=\"in_turn\"} 1"),
+        "{page}"
+    );
+}

@@ -78,6 +78,7 @@ async fn responder(client: async_nats::Client) {
                         owner: None,
                         shape: None,
                         depth: 0,
+                        in_turn: false,
                     }],
                 })),
                 other => control::encode_reply::<()>(&Err(ControlError::new(

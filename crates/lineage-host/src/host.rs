@@ -129,6 +129,7 @@ impl Host {
                         owner: h.owner.clone(),
                         shape: h.shape,
                         depth: h.header.delegation_depth().unwrap_or(0),
+                        in_turn: h.turn.lock().map(|t| t.is_some()).unwrap_or(false),
                     })
                     .collect()
             })

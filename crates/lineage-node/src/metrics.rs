@@ -7,6 +7,7 @@
 //! | metric | type | what |
 //! |---|---|---|
 //! | `lineage_live_agents` | gauge | agents live on this node |
+//! | `lineage_agents{activity}` | gauge | of those, `in_turn` (a turn runs now) and `idle` |
 //! | `lineage_sessions{state}` | gauge | sessions in the registry by state (`running`, `waiting`, `settled`, `disposed`), from this node's stale read |
 //! | `lineage_spawns_total{shape}` | counter | sessions registered by this node (`top-level`, `continuable`, `one-shot`) |
 //! | `lineage_settlements_total{stop_reason}` | counter | settlements committed by agents of this node |
@@ -97,6 +98,8 @@ pub struct MetricsPage {
     pub node: String,
     /// Live agents here.
     pub live_agents: usize,
+    /// Of those, the ones in a turn now (the others are idle).
+    pub in_turn: usize,
     /// The host's counters.
     pub host: HostMetricsSnapshot,
     /// Sessions by state, when the registry answered.
@@ -194,6 +197,15 @@ impl Collector for Families {
             "lineage_live_agents",
             "Agents live on this node.",
             page.live_agents as f64,
+        )?;
+        let idle = page.live_agents.saturating_sub(page.in_turn) as f64;
+        out.gauge(
+            "lineage_agents",
+            "Agents live on this node by activity: in a turn now, or idle (waiting for a message).",
+            &[
+                (&[("activity", "in_turn")], page.in_turn as f64),
+                (&[("activity", "idle")], idle),
+            ],
         )?;
         if let Some(sessions) = &page.sessions {
             let samples: Vec<([(&str, &str); 1], f64)> = sessions
@@ -378,6 +390,7 @@ mod tests {
         let page = MetricsPage {
             node: "node-1".into(),
             live_agents: 2,
+            in_turn: 1,
             host: HostMetricsSnapshot {
                 spawns: vec![("top-level", 1), ("continuable", 3), ("one-shot", 0)],
                 settlements: vec![("completed", 2), ("disposed", 1)],
@@ -445,6 +458,8 @@ mod tests {
             "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
             "lineage_registry_request_results{node=\"node-1\"} 17.0",
             "lineage_live_agents{node=\"node-1\"} 2.0",
+            "lineage_agents{node=\"node-1\",activity=\"in_turn\"} 1.0",
+            "lineage_agents{node=\"node-1\",activity=\"idle\"} 1.0",
             "# EOF",
         ] {
             assert!(

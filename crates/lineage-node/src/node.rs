@@ -299,6 +299,7 @@ impl Probe for NodeProbe {
             MetricsPage {
                 node: status.node.to_string(),
                 live_agents: status.live.len(),
+                in_turn: status.live.iter().filter(|a| a.in_turn).count(),
                 host: self.host.metrics().snapshot(),
                 sessions,
                 raft: self

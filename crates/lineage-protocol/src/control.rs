@@ -322,6 +322,10 @@ pub struct LiveAgent {
     pub shape: Option<SubagentShape>,
     /// Delegation depth.
     pub depth: u64,
+    /// Whether a turn runs now (false: idle, waiting for a message). Absent from older nodes:
+    /// read as false.
+    #[serde(default)]
+    pub in_turn: bool,
 }
 
 /// `status` reply.

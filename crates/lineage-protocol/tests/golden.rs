@@ -408,12 +408,19 @@ fn n3_status_agents_stop_bodies_are_pinned() {
                 owner: None,
                 shape: Some(SubagentShape::Continuable),
                 depth: 1,
+                in_turn: true,
             }],
         },
         &format!(
-            r#"{{"node":"node-1","cluster":"dev","live":[{{"session":"{B}","parent":"{A}","owner":null,"shape":"continuable","depth":1}}]}}"#
+            r#"{{"node":"node-1","cluster":"dev","live":[{{"session":"{B}","parent":"{A}","owner":null,"shape":"continuable","depth":1,"in_turn":true}}]}}"#
         ),
     );
+    // A node from before `in_turn` (issue 37) reads as idle.
+    let older: StatusReply = serde_json::from_str(&format!(
+        r#"{{"node":"node-1","cluster":"dev","live":[{{"session":"{B}","parent":null,"owner":null,"shape":null,"depth":0}}]}}"#
+    ))
+    .unwrap();
+    assert!(!older.live[0].in_turn);
     pin(
         &AgentsReply {
             node: Some(node("node-1")),

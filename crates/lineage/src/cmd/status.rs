@@ -18,7 +18,8 @@ struct Status {
     raft: lineage_registry::wire::RegistryStatus,
     nodes: Vec<lineage_registry::types::NodeRecord>,
     counts: BTreeMap<String, u64>,
-    live: BTreeMap<String, Option<usize>>,
+    /// Per node: (live agents, of which in a turn), when it answered.
+    live: BTreeMap<String, Option<(usize, usize)>>,
     now: u64,
 }
 
@@ -33,7 +34,8 @@ impl Status {
                 "lease_expires_at_ms": n.lease_expires_at_ms,
                 "last_heartbeat_age_ms": now.saturating_sub(n.last_heartbeat_ms),
                 "lease_live": n.lease_expires_at_ms > now,
-                "live_agents": live.get(n.node.as_str()).cloned().flatten(),
+                "live_agents": live.get(n.node.as_str()).cloned().flatten().map(|(all, _)| all),
+                "in_turn": live.get(n.node.as_str()).cloned().flatten().map(|(_, busy)| busy),
             })).collect::<Vec<_>>(),
             "sessions": self.counts,
         })
@@ -66,7 +68,8 @@ async fn read(g: &Global) -> Result<Status, ControlError> {
     let mut live = BTreeMap::new();
     for n in &nodes {
         let reply = per_node.on(&n.node).status().await;
-        live.insert(n.node.to_string(), reply.map(|r| r.live.len()).ok());
+        let counts = reply.map(|r| (r.live.len(), r.live.iter().filter(|a| a.in_turn).count()));
+        live.insert(n.node.to_string(), counts.ok());
     }
     Ok(Status {
         cluster: subjects.cluster().to_owned(),
@@ -120,7 +123,7 @@ pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
                 live.get(n.node.as_str())
                     .cloned()
                     .flatten()
-                    .map(|c| c.to_string())
+                    .map(|(all, busy)| format!("{all} ({busy} in a turn, {} idle)", all - busy))
                     .unwrap_or_else(|| "?".into())
             );
         }

@@ -22,18 +22,32 @@ pub struct Args {
     pub root: String,
 }
 
-/// Asks every node in `nodes` for its live agents; returns session -> (owner) for live ones.
+/// What a hosting node says of one of its live agents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiveView {
+    /// Its runtime owner (R1, R2).
+    pub owner: Option<SessionId>,
+    /// Whether a turn runs now (issue 37: in a turn, or idle).
+    pub in_turn: bool,
+}
+
+/// Asks every node in `nodes` for its live agents; returns session -> what its node says, for
+/// live ones.
 pub(crate) async fn live_owners(
     client: &ControlClient,
     nodes: impl IntoIterator<Item = NodeId>,
-) -> BTreeMap<SessionId, Option<SessionId>> {
+) -> BTreeMap<SessionId, LiveView> {
     let mut out = BTreeMap::new();
     let client = client.with_timeout(Duration::from_millis(1500));
     for node in nodes {
         let reply = client.on(&node).status().await;
         if let Ok(reply) = reply {
             for agent in reply.live {
-                out.insert(agent.session, agent.owner);
+                let view = LiveView {
+                    owner: agent.owner,
+                    in_turn: agent.in_turn,
+                };
+                out.insert(agent.session, view);
             }
         }
     }
@@ -94,7 +108,7 @@ pub(crate) fn subtree_usage(records: &[SessionRecord]) -> BTreeMap<SessionId, Us
 /// Renders a subtree (parents before children) as indented lines.
 pub(crate) fn render_tree(
     records: &[SessionRecord],
-    owners: &BTreeMap<SessionId, Option<SessionId>>,
+    owners: &BTreeMap<SessionId, LiveView>,
     now: u64,
 ) -> Vec<String> {
     let by_id: BTreeMap<&SessionId, &SessionRecord> =
@@ -111,16 +125,21 @@ pub(crate) fn render_tree(
         .collect();
     struct View<'a> {
         by_id: BTreeMap<&'a SessionId, &'a SessionRecord>,
-        owners: &'a BTreeMap<SessionId, Option<SessionId>>,
+        owners: &'a BTreeMap<SessionId, LiveView>,
         usage: BTreeMap<SessionId, UsageTotal>,
         now: u64,
     }
     fn walk(r: &SessionRecord, prefix: &str, v: &View<'_>, lines: &mut Vec<String>) {
         let (by_id, owners, now) = (&v.by_id, v.owners, v.now);
-        let owner = match owners.get(r.header.id()) {
-            Some(Some(o)) => short(o.as_str()),
-            Some(None) => "-".into(),
+        let live = owners.get(r.header.id());
+        let owner = match live.and_then(|l| l.owner.as_ref()) {
+            Some(o) => short(o.as_str()),
             None => "-".into(),
+        };
+        let activity = match live {
+            Some(LiveView { in_turn: true, .. }) => "  activity=in-turn",
+            Some(LiveView { in_turn: false, .. }) => "  activity=idle",
+            None => "",
         };
         let node = r
             .placement
@@ -140,7 +159,7 @@ pub(crate) fn render_tree(
         };
         let label = label_of(r).unwrap_or(std::borrow::Cow::Borrowed("-"));
         lines.push(format!(
-            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  label={}  age={}{usage}{deadline}",
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  label={}  age={}{activity}{usage}{deadline}",
             r.header.id(),
             shape_of(r),
             r.state.as_str(),
@@ -193,7 +212,7 @@ pub(crate) async fn tree_json(g: &Global, root: &str) -> Result<serde_json::Valu
 async fn read(
     g: &Global,
     root: &str,
-) -> Result<(Vec<SessionRecord>, BTreeMap<SessionId, Option<SessionId>>), ControlError> {
+) -> Result<(Vec<SessionRecord>, BTreeMap<SessionId, LiveView>), ControlError> {
     let root = parse_session("root", root)?;
     let control = control(g).await?;
     let registry = RegistryClient::new(control.nats().clone(), cluster(g));
@@ -215,10 +234,7 @@ async fn read(
     Ok((records, owners))
 }
 
-fn items(
-    records: &[SessionRecord],
-    owners: &BTreeMap<SessionId, Option<SessionId>>,
-) -> serde_json::Value {
+fn items(records: &[SessionRecord], owners: &BTreeMap<SessionId, LiveView>) -> serde_json::Value {
     let usage = subtree_usage(records);
     let items: Vec<_> = records
         .iter()
@@ -233,7 +249,8 @@ fn items(
                 "node": r.placement.as_ref().map(|p| p.node.to_string()),
                 "epoch": r.placement.as_ref().map(|p| p.epoch),
                 "live": owners.contains_key(r.header.id()),
-                "owner": owners.get(r.header.id()).cloned().flatten(),
+                "owner": owners.get(r.header.id()).and_then(|l| l.owner.clone()),
+                "in_turn": owners.get(r.header.id()).map(|l| l.in_turn),
                 "admission": r.admission,
                 "usage": r.usage,
                 "subtree_usage": usage.get(r.header.id()),
