@@ -21,6 +21,7 @@
 //! | `lineage_drains_total` / `lineage_drain_failures_total` | counter | drains coordinated here |
 //! | `lineage_drain_duration_seconds` | histogram | duration of completed drains |
 //! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
+//! | `lineage_raft_rpc_unanswered_total` | counter | voters only: openraft's RPCs that timed out or found nobody, not logged ([`crate::raft_noise`]) |
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
 //! | `lineage_registry_snapshot_bytes`, `lineage_registry_snapshots_built_total`, `lineage_registry_snapshots_installed_total` | gauge, counter | voters only: size of the last snapshot built, snapshots built and installed since start |
 //! | `lineage_registry_request_results` | gauge | voters only: accepted commands' results kept for retries by request id (`retention.request_results_ms`) |
@@ -55,6 +56,8 @@ pub struct RaftView {
     pub last_log_index: u64,
     /// Last index purged from the local log (behind a snapshot).
     pub purged_index: u64,
+    /// Unanswered Raft RPCs counted instead of logged ([`crate::raft_noise`]).
+    pub unanswered_rpcs: u64,
 }
 
 impl RaftView {
@@ -87,6 +90,7 @@ impl RaftView {
             applied_index: applied,
             last_log_index: m.last_log_index.unwrap_or(0),
             purged_index: m.purged.map(|l| l.index).unwrap_or(0),
+            unanswered_rpcs: crate::raft_noise::unanswered_rpcs(),
         }
     }
 }
@@ -306,6 +310,11 @@ impl Collector for Families {
             ] {
                 out.one(name, help, value as f64)?;
             }
+            out.counter(
+                "lineage_raft_rpc_unanswered",
+                "Raft RPCs to a member that timed out or found nobody (openraft retries them; counted here instead of logged as errors).",
+                &[(&[], r.unanswered_rpcs)],
+            )?;
         }
         if let Some(f) = &page.store {
             for (name, help, value) in [
@@ -421,6 +430,7 @@ mod tests {
                 applied_index: 9,
                 last_log_index: 11,
                 purged_index: 4,
+                unanswered_rpcs: 7,
             }),
             store: Some(lineage_registry::store_stats::StoreFigures {
                 build: std::time::Duration::from_millis(1500),
@@ -452,6 +462,7 @@ mod tests {
             "lineage_drain_duration_seconds_count{node=\"node-1\"} 1",
             "lineage_raft_commit_index{node=\"node-1\"} 10.0",
             "lineage_raft_purged_index{node=\"node-1\"} 4.0",
+            "lineage_raft_rpc_unanswered_total{node=\"node-1\"} 7",
             "lineage_otlp_spans_failed_total{node=\"node-1\"} 1",
             "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.5",
             "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096.0",

@@ -1,7 +1,9 @@
 //! Logging and trace export (O2, U2).
 //!
-//! - Logs: readable lines on a terminal, JSON lines otherwise, on stderr; `RUST_LOG` filters
-//!   (default `info,openraft=warn`). Only `lineage node` logs; other verbs print their result.
+//! - Logs: readable lines on a terminal, JSON lines otherwise (`message` and the event's
+//!   fields at the top level), on stderr; `RUST_LOG` filters (default `info,openraft=warn`);
+//!   openraft's expected RPC timeouts are counted, not logged
+//!   (`lineage_node::raft_noise`). Only `lineage node` logs; other verbs print their result.
 //! - Traces: when the standard `OTEL_*` variables ask for it (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 //!   ...; see `lineage_node::otlp`), spans of the lineage crates at `info` and above go to
 //!   that collector over OTLP (http/protobuf or gRPC, TLS), whatever `RUST_LOG` says.
@@ -10,7 +12,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use lineage_node::otlp::{self, OtlpHandle, OtlpSettings};
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterExt, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -56,6 +58,8 @@ fn otlp_filter() -> Targets {
 pub fn init(node: Option<&str>) -> Telemetry {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    // openraft's expected RPC timeouts are counted, not logged (raft_noise).
+    let filter = filter.and(lineage_node::raft_noise::RaftTimeouts);
     let logs = if std::io::stderr().is_terminal() {
         tracing_subscriber::fmt::layer()
             .compact()
@@ -65,6 +69,7 @@ pub fn init(node: Option<&str>) -> Telemetry {
     } else {
         tracing_subscriber::fmt::layer()
             .json()
+            .flatten_event(true)
             .with_current_span(true)
             .with_writer(std::io::stderr)
             .with_filter(filter)
