@@ -181,6 +181,7 @@ pub struct HostMetrics {
     drains: AtomicU64,
     drain_failures: AtomicU64,
     drain_duration: Latencies,
+    turn_duration: Latencies,
 }
 
 /// Upper bounds of the latency histograms' buckets, in ms (an observation past the last is
@@ -278,6 +279,8 @@ pub struct HostMetricsSnapshot {
     pub drain_failures: u64,
     /// Durations of the completed drains.
     pub drain_duration: LatencyHistogram,
+    /// Durations of the turns taken here, however they ended.
+    pub turn_duration: LatencyHistogram,
 }
 
 impl HostMetrics {
@@ -328,6 +331,10 @@ impl HostMetrics {
         }
     }
 
+    pub(crate) fn turned(&self, ms: u64) {
+        self.turn_duration.observe(ms);
+    }
+
     /// The current values.
     pub fn snapshot(&self) -> HostMetricsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -352,6 +359,7 @@ impl HostMetrics {
             drains: get(&self.drains),
             drain_failures: get(&self.drain_failures),
             drain_duration: self.drain_duration.snapshot(),
+            turn_duration: self.turn_duration.snapshot(),
         }
     }
 }

@@ -20,6 +20,8 @@
 //! | `lineage_inbox_lag_max_seconds` | gauge | the largest such lag since start |
 //! | `lineage_drains_total` / `lineage_drain_failures_total` | counter | drains coordinated here |
 //! | `lineage_drain_duration_seconds` | histogram | duration of completed drains |
+//! | `lineage_turn_duration_seconds` | histogram | duration of the turns taken here |
+//! | `lineage_build_info{version}` | gauge | 1, with the build's version |
 //! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
 //! | `lineage_raft_rpc_unanswered_total` | counter | voters only: openraft's RPCs that timed out or found nobody, not logged ([`crate::raft_noise`]) |
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
@@ -286,6 +288,16 @@ impl Collector for Families {
             "lineage_drain_duration_seconds",
             "Duration of the completed drains coordinated by this node.",
             &h.drain_duration,
+        )?;
+        out.histogram(
+            "lineage_turn_duration_seconds",
+            "Duration of the turns taken on this node, however they ended.",
+            &h.turn_duration,
+        )?;
+        out.gauge(
+            "lineage_build_info",
+            "This build: always 1, its version as a label.",
+            &[(&[("version", env!("CARGO_PKG_VERSION"))], 1.0)],
         )?;
         if let Some(r) = &page.raft {
             for (name, help, value) in [

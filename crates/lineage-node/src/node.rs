@@ -318,8 +318,10 @@ impl Probe for NodeProbe {
             if self.nats.connection_state() != async_nats::connection::State::Connected {
                 return Err("NATS is not connected".into());
             }
+            // Within 1 s, inside the chart's probe timeout (2 s): a registry that does not
+            // answer by then is not ready (issue 37).
             match tokio::time::timeout(
-                Duration::from_secs(3),
+                READY_WITHIN,
                 self.registry.status(Consistency::Linearizable),
             )
             .await
@@ -327,11 +329,14 @@ impl Probe for NodeProbe {
                 Ok(Ok(s)) if s.leader.is_some() => Ok(()),
                 Ok(Ok(_)) => Err("registry has no leader".into()),
                 Ok(Err(e)) => Err(format!("registry unreachable: {e}")),
-                Err(_) => Err("registry did not answer within 3 s".into()),
+                Err(_) => Err(format!("registry did not answer within {READY_WITHIN:?}")),
             }
         })
     }
 }
+
+/// How long `/readyz` waits for the registry: under the chart's readiness probe timeout.
+const READY_WITHIN: Duration = Duration::from_millis(900);
 
 /// The bridge a hosted agent starts as its MCP server: this binary's `mcp` verb.
 fn tools_bridge() -> Vec<String> {

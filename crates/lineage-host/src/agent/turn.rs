@@ -57,7 +57,11 @@ impl AgentTask {
             .record_opt("shape", self.shape.map(|s| s.as_str()));
         self.trace = Some(op.ctx);
         self.turn_usage = None;
+        let began = self.shared.now();
         op.enter(self.run_turn(rx)).await;
+        self.shared
+            .metrics
+            .turned(self.shared.now().saturating_sub(began));
         op.record("stop_reason", self.engine.last_stop().as_str());
         if let Some(usage) = self.turn_usage.take() {
             // As i64: the bridge exports a u64 field as text.
