@@ -15,7 +15,7 @@
 //!    [{"do": "reply", "content": "starting"},
 //!     {"do": "spawn", "shape": "continuable", "prompt": "dig",
 //!      "agent": {"driver": "script", "script": {"turns": [[{"do": "report", "content": "found it", "delivery": "wakeup"}]]}}},
-//!     {"do": "wait_children"}],
+//!     {"do": "await_children"}],
 //!    [{"do": "echo"}]
 //!  ],
 //!  "after": {"do": "reply", "content": "done"}}
@@ -102,7 +102,9 @@ pub enum Step {
     /// await received (one a line, `(nothing arrived)` when none did), one line per child for a
     /// list, `refused: <why>`, or `no spawn` (H1: actions during a turn).
     ReplyResult,
-    /// Do not finish before every owned child settled.
+    /// A marker, kept for old scripts: the turn goes on and ends by itself; the children's
+    /// reports and settlements wake later turns. To receive them in this turn, use
+    /// [`Step::AwaitChildren`].
     WaitChildren,
     /// During the turn, send a followup to a continuable child (M3): `child`, or the last
     /// child spawned in this turn when absent.
