@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `lineage_live_agents` | gauge | agents live on this node |
 //! | `lineage_agents{activity}` | gauge | of those, `in_turn` (a turn runs now) and `idle` |
-//! | `lineage_sessions{state}` | gauge | sessions in the registry by state (`running`, `waiting`, `settled`, `disposed`), from this node's stale read |
+//! | `lineage_sessions{state}` | gauge | sessions in the registry by state (`running`, `waiting`, `settled`, `disposed`), from this node's stale read: registry-wide, so every node shows the same counts (aggregate with `max()`, not `sum()`) |
 //! | `lineage_spawns_total{shape}` | counter | sessions registered by this node (`top-level`, `continuable`, `one-shot`) |
 //! | `lineage_settlements_total{stop_reason}` | counter | settlements committed by agents of this node |
 //! | `lineage_resumes_total` | counter | cold resumes done here |
@@ -222,7 +222,7 @@ impl Collector for Families {
                 samples.iter().map(|(l, v)| (&l[..], *v)).collect();
             out.gauge(
                 "lineage_sessions",
-                "Sessions in the registry by state (this node's stale read).",
+                "Sessions in the registry by state: registry-wide, the same on every node (this node's stale read); aggregate across nodes with max(), not sum().",
                 &samples,
             )?;
         }
