@@ -12,6 +12,19 @@ use std::time::Duration;
 use lineage_testkit::prelude::*;
 use serde_json::{json, Value};
 
+/// Drains `root` and waits for `follower` (a `logs -f` or a `watch` of it) to end by itself,
+/// with success.
+fn drain_and_see_it_end(c: &Cluster, root: &str, follower: &mut std::process::Child, what: &str) {
+    let (code, _, err) = c.cli(&["drain", root]);
+    assert_eq!(code, 0, "{err}");
+    let status = wait_for(
+        Duration::from_secs(20),
+        format!("{what} to end once {root} is disposed"),
+        || follower.try_wait().ok().flatten(),
+    );
+    assert!(status.success(), "{what}: {status:?}");
+}
+
 #[test]
 fn f2_spawn_wait_show_and_logs_read_what_the_agents_said() {
     let c = Cluster::start(3);
@@ -135,14 +148,7 @@ fn f2_spawn_wait_show_and_logs_read_what_the_agents_said() {
                 .then_some(())
         },
     );
-    let (code, _, err) = c.cli(&["drain", &root]);
-    assert_eq!(code, 0, "{err}");
-    let status = wait_for(
-        Duration::from_secs(20),
-        "logs -f to end once the root is disposed",
-        || follow.try_wait().ok().flatten(),
-    );
-    assert!(status.success(), "{status:?}");
+    drain_and_see_it_end(&c, &root, &mut follow, "logs -f");
 
     // Bad ids: one line, the right exit code, the way out named.
     let unknown = "01936c1e-7a3b-7cde-8f00-00000000beef";
@@ -227,14 +233,7 @@ fn f2_watch_replays_then_follows_and_ends_with_its_parent() {
         .spawn()
         .expect("watch");
     std::thread::sleep(Duration::from_millis(1500));
-    let (code, _, err) = c.cli(&["drain", &root]);
-    assert_eq!(code, 0, "{err}");
-    let status = wait_for(
-        Duration::from_secs(20),
-        "watch to end with its parent",
-        || quiet.try_wait().ok().flatten(),
-    );
-    assert!(status.success(), "{status:?}");
+    drain_and_see_it_end(&c, &root, &mut quiet, "watch");
     let mut rest = String::new();
     std::io::Read::read_to_string(quiet.stdout.as_mut().unwrap(), &mut rest).unwrap();
     assert!(!rest.contains("subagent/start"), "nothing replayed: {rest}");

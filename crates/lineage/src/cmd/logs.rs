@@ -223,11 +223,12 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn event(seq: u64, kind: &str, data: serde_json::Value) -> SessionEvent {
+    /// A log event (for this module's tests and `show`'s).
+    pub(crate) fn event(seq: u64, kind: &str, data: serde_json::Value) -> SessionEvent {
         SessionEvent {
             seq,
             kind: kind.into(),

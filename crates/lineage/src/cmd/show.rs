@@ -172,16 +172,8 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::logs::tests::event;
     use serde_json::json;
-
-    fn event(seq: u64, kind: &str, data: serde_json::Value) -> SessionEvent {
-        SessionEvent {
-            seq,
-            kind: kind.into(),
-            data,
-            at_ms: 1,
-        }
-    }
 
     #[test]
     fn a_glance_says_whether_a_turn_runs_and_how_the_last_ended() {
