@@ -338,4 +338,13 @@ fn f2_activity_in_a_turn_or_idle_is_visible() {
         page.contains("lineage_build_info{node=\"node-1\",version=\""),
         "{page}"
     );
+    // Its NATS connection: up, never made again.
+    assert!(
+        page.contains("lineage_nats_connected{node=\"node-1\"} 1"),
+        "{page}"
+    );
+    assert!(
+        page.contains("lineage_nats_reconnects_total{node=\"node-1\"} 0"),
+        "{page}"
+    );
 }

@@ -7,6 +7,7 @@
 //! | metric | type | what |
 //! |---|---|---|
 //! | `lineage_live_agents` | gauge | agents live on this node |
+//! | `lineage_nats_connected`, `lineage_nats_reconnects_total` | gauge, counter | this node's NATS connection: up now; made again since start |
 //! | `lineage_agents{activity}` | gauge | of those, `in_turn` (a turn runs now) and `idle` |
 //! | `lineage_sessions{state}` | gauge | sessions in the registry by state (`running`, `waiting`, `settled`, `disposed`), from this node's stale read: registry-wide, so every node shows the same counts (aggregate with `max()`, not `sum()`) |
 //! | `lineage_spawns_total{shape}` | counter | sessions registered by this node (`top-level`, `continuable`, `one-shot`) |
@@ -97,6 +98,15 @@ impl RaftView {
     }
 }
 
+/// This node's NATS connection, as its client counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NatsView {
+    /// Connected now.
+    pub connected: bool,
+    /// Connections made since start (the first one included).
+    pub connects: u64,
+}
+
 /// Everything one `/metrics` page shows.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsPage {
@@ -106,6 +116,9 @@ pub struct MetricsPage {
     pub live_agents: usize,
     /// Of those, the ones in a turn now (the others are idle).
     pub in_turn: usize,
+    /// This node's NATS connection: connected now, and connections made since start (the
+    /// first one included).
+    pub nats: NatsView,
     /// The host's counters.
     pub host: HostMetricsSnapshot,
     /// Sessions by state, when the registry answered.
@@ -203,6 +216,16 @@ impl Collector for Families {
             "lineage_live_agents",
             "Agents live on this node.",
             page.live_agents as f64,
+        )?;
+        out.one(
+            "lineage_nats_connected",
+            "1 while this node's NATS connection is up, 0 while it reconnects.",
+            if page.nats.connected { 1.0 } else { 0.0 },
+        )?;
+        out.counter(
+            "lineage_nats_reconnects",
+            "Times this node's NATS connection was made again since start.",
+            &[(&[], page.nats.connects.saturating_sub(1))],
         )?;
         let idle = page.live_agents.saturating_sub(page.in_turn) as f64;
         out.gauge(
@@ -412,6 +435,10 @@ mod tests {
             node: "node-1".into(),
             live_agents: 2,
             in_turn: 1,
+            nats: NatsView {
+                connected: true,
+                connects: 3,
+            },
             host: HostMetricsSnapshot {
                 spawns: vec![("top-level", 1), ("continuable", 3), ("one-shot", 0)],
                 settlements: vec![("completed", 2), ("disposed", 1)],
@@ -481,6 +508,8 @@ mod tests {
             "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
             "lineage_registry_request_results{node=\"node-1\"} 17.0",
             "lineage_live_agents{node=\"node-1\"} 2.0",
+            "lineage_nats_connected{node=\"node-1\"} 1.0",
+            "lineage_nats_reconnects_total{node=\"node-1\"} 2",
             "lineage_agents{node=\"node-1\",activity=\"in_turn\"} 1.0",
             "lineage_agents{node=\"node-1\",activity=\"idle\"} 1.0",
             "# EOF",

@@ -300,6 +300,15 @@ impl Probe for NodeProbe {
                 node: status.node.to_string(),
                 live_agents: status.live.len(),
                 in_turn: status.live.iter().filter(|a| a.in_turn).count(),
+                nats: crate::metrics::NatsView {
+                    connected: self.nats.connection_state()
+                        == async_nats::connection::State::Connected,
+                    connects: self
+                        .nats
+                        .statistics()
+                        .connects
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                },
                 host: self.host.metrics().snapshot(),
                 sessions,
                 raft: self
