@@ -223,8 +223,6 @@ impl Fixture {
             profile,
             "--prompt",
             prompt,
-            "--label",
-            "root",
         ]);
         id_of(&reply["session"])
     }
