@@ -216,14 +216,9 @@ pub fn fixture(bins: &Path, rules: Value) -> Fixture {
 
 impl Fixture {
     pub fn spawn_root(&self, profile: &str, node: &str, prompt: &str) -> String {
-        let reply = self.cluster.spawn(&[
-            "--node",
-            node,
-            "--profile",
-            profile,
-            "--prompt",
-            prompt,
-        ]);
+        let reply = self
+            .cluster
+            .spawn(&["--node", node, "--profile", profile, "--prompt", prompt]);
         id_of(&reply["session"])
     }
 
