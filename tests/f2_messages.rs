@@ -39,7 +39,7 @@ fn f2_each_message_names_the_way_out() {
 
     // A node that is not in the cluster: the nodes there are.
     let (code, _, err) = c.cli(&["spawn", "--node", "node-9", "--prompt", "hi"]);
-    assert_eq!(code, 3, "{err}");
+    assert_eq!(code, 5, "{err}");
     assert!(
         one_line(&err) && err.contains("no such node") && err.contains("node-1, node-2, node-3"),
         "{err}"

@@ -99,8 +99,8 @@ pub struct Args {
     pub reference: Option<String>,
 }
 
-/// `e` for a spawn on `node` nobody served, or, when the registry lists no such node, a
-/// one-line error that names the nodes there are.
+/// `e` for a spawn on `node` nobody served, or, when the registry lists no such node, the
+/// same error in one line that names the nodes there are.
 async fn unknown_node(g: &Global, node: &NodeId, e: ControlError) -> ControlError {
     let Ok(nats) = connect(g).await else { return e };
     let registry = RegistryClient::new(nats, cluster(g));
@@ -111,8 +111,10 @@ async fn unknown_node(g: &Global, node: &NodeId, e: ControlError) -> ControlErro
         return e;
     }
     let names: Vec<String> = nodes.iter().map(|n| n.node.to_string()).collect();
+    // Still unavailable (5), as the start was: the birth was registered, and the sweep
+    // disposes it (S1).
     ControlError::new(
-        ErrorCode::NotFound,
+        e.code,
         format!(
             "--node {node}: no such node in cluster {}; its nodes are {} (lineage status)",
             cluster(g),
