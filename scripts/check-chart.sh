@@ -7,8 +7,8 @@
 #     (config/lineage.toml; [nats] and [agents] as in the issue-9 contract) with the expected
 #     values, and no secret value in any ConfigMap;
 #  2. every rendered manifest validated offline against the real Kubernetes schemas in strict
-#     mode (PyPI kubernetes-validate, Kubernetes $K8S_VERSIONS); the ServiceMonitor (a CRD it has
-#     no schema for) is skipped by name. The validator is shown to refuse a typo'd field and a
+#     mode (PyPI kubernetes-validate, Kubernetes $K8S_VERSIONS); the ServiceMonitor and the
+#     PrometheusRule (CRDs it has no schema for) are skipped by name. The validator is shown to refuse a typo'd field and a
 #     value set of ours (a typo in extraEnv, which the values schema lets through);
 #  3. bad values are refused by values.schema.json or the templates (voters=2, a null max depth,
 #     streamReplicas=2, auth without a Secret, an acp profile without a command, ...);
@@ -17,7 +17,16 @@
 #     wrong password and lets each role (voter, worker, operator, observer) publish/subscribe what
 #     it should and nothing it should not (nats-py); when config/nats-server.conf exists, the
 #     chart grants the same subjects per role as that file for cluster "dev";
-#  5. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
+#  5. the operations pack (issue 37, O2), with promtool (tools/promtool, built by
+#     scripts/install-deps.sh into ~/go/bin/promtool-v0.316.0; missing promtool fails the check):
+#     `promtool check rules` on charts/lineage/monitoring/rules.yaml and on the rules of the
+#     rendered PrometheusRule (the same groups, changed only as the values ask: shown with and
+#     without overrides), `promtool test rules` with monitoring/rules-test.yaml on both, every
+#     expression of the rules and of the Grafana dashboard (dashboards/lineage.json, each panel
+#     query checked by promtool as a recording rule) names only the metrics and labels of
+#     monitoring/metrics.txt; a typo'd expression, an unknown metric and a broken panel query
+#     are shown to fail;
+#  6. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
 #     lineage, the target dir from cargo metadata, so CARGO_TARGET_DIR counts), it loads the
 #     rendered lineage.toml as voter 0, the last voter and a worker would (`lineage config show`
 #     with the pods' environment; the voters through the StatefulSet's own entrypoint snippet),
@@ -68,7 +77,7 @@ render() {
   grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep 'value: client$' >/dev/null || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
   grep -q 'name: RUST_LOG$' "$tmp/$name.yaml" || fail "$name: RUST_LOG is not set"
   python3 - "$tmp/$name.yaml" "$n" "$name" <<'PY' || fail "$name: rendered YAML/TOML check"
-import re, sys, tomllib, yaml
+import json, re, sys, tomllib, yaml
 path, n, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 docs = [d for d in yaml.safe_load_all(open(path)) if d]
 def kinds(kind):
@@ -176,6 +185,9 @@ assert (workers is None) == bool(hpa), "replicas must be left to the HPA exactly
 if name in ("default", "five"):
     assert grace_ms == 30000 and spec(sts)["terminationGracePeriodSeconds"] == spec(dep)["terminationGracePeriodSeconds"] == 45
     assert not methods and not kinds("NetworkPolicy") and not kinds("ServiceMonitor")
+    # The operations pack is off by default: no PrometheusRule, no dashboard ConfigMap.
+    assert not kinds("PrometheusRule") and not [d for d in kinds("ConfigMap")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboard"]
     assert set(cfg["agents"]) == {"allow_raw_commands", "script", "acp-testagent"}, sorted(cfg["agents"])
     assert cfg["agents"]["allow_raw_commands"] is False
     assert cfg["agents"]["acp-testagent"] == {"driver": "acp", "command": "lineage-acp-testagent", "args": [], "env": {},
@@ -225,6 +237,15 @@ elif name == "secure":
     assert '"lineage.prod-eu.raft.>"' in conf and '"$JS.ACK.LINEAGE_PROD_EU_INBOX.>"' in conf
 elif name == "large":
     assert n == 5 and hpa and one("ServiceMonitor")
+    # The operations pack (monitoring.rules, monitoring.dashboard); their content: section 5.
+    pr = one("PrometheusRule")
+    assert pr["apiVersion"] == "monitoring.coreos.com/v1" and pr["metadata"]["labels"]["release"] == "prometheus", pr["metadata"]
+    assert pr["metadata"]["labels"]["app.kubernetes.io/component"] == "alerts" and pr["spec"]["groups"], pr["metadata"]
+    dash = one("ConfigMap", "dashboard")
+    assert dash["metadata"]["name"] == "t-lineage-dashboard", dash["metadata"]
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1", dash["metadata"]["labels"]
+    assert dash["metadata"]["annotations"] == {"grafana_folder": "lineage"}, dash["metadata"]
+    assert set(dash["data"]) == {"lineage.json"} and json.loads(dash["data"]["lineage.json"])["uid"] == "lineage-overview"
     assert grace_ms == 120500 and spec(sts)["terminationGracePeriodSeconds"] == spec(dep)["terminationGracePeriodSeconds"] == 136
     assert nats["creds"] == "/etc/lineage/nats/nats.creds" and nats["tls_ca"] == "/etc/lineage/nats/tls/ca.crt"
     assert "tls_cert" not in nats
@@ -276,7 +297,9 @@ validate() {
 import sys, yaml
 import kubernetes_validate as kv
 versions, files = sys.argv[1].split(), sys.argv[2:]
-SKIP = {("monitoring.coreos.com/v1", "ServiceMonitor")}  # a CRD: kubernetes-validate has no schema
+# CRDs of the prometheus-operator: kubernetes-validate has no schema for them (the PrometheusRule's
+# rules are checked by promtool in section 5).
+SKIP = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 bad = 0
 for path in files:
     for doc in yaml.safe_load_all(open(path)):
@@ -650,7 +673,328 @@ else
   echo "check-chart: skip comparing natsPermissions with $NATS_SERVER_CONF (not in this tree yet)"
 fi
 
-# ------------------------------------------------------------------ 5. the real loader
+# ------------------------------------------------------------------ 5. monitoring (operations pack)
+# promtool of Prometheus v3.16.0 (Go module v0.316.0), pinned in tools/promtool and built by
+# scripts/install-deps.sh. Not optional: without it the alerts would ship unchecked.
+PROMTOOL=${PROMTOOL:-$HOME/go/bin/promtool-v0.316.0}
+if [ ! -x "$PROMTOOL" ]; then
+  fail "promtool is missing ($PROMTOOL): run scripts/install-deps.sh (it builds tools/promtool with Go into ~/go/bin/promtool-v0.316.0) or set PROMTOOL"
+fi
+echo "check-chart: $("$PROMTOOL" --version 2>&1 | head -1) ($PROMTOOL)"
+MON=$CHART/monitoring
+# promtool_ok <what> <promtool args...>: runs promtool, shows its output on failure.
+promtool_ok() {
+  local what=$1; shift
+  "$PROMTOOL" "$@" >"$tmp/promtool.out" 2>&1 || { cat "$tmp/promtool.out" >&2; fail "promtool $*: $what"; }
+}
+promtool_ok "the chart's rules file" check rules "$MON/rules.yaml"
+echo "check-chart: ok   promtool check rules $MON/rules.yaml: $(grep -o 'SUCCESS: .*' "$tmp/promtool.out")"
+promtool_ok "unit tests of the alerts" test rules "$MON/rules-test.yaml"
+echo "check-chart: ok   promtool test rules $MON/rules-test.yaml: $(grep -c 'eval_time' "$MON/rules-test.yaml") alert evaluations in $(grep -c '^  - name:' "$MON/rules-test.yaml") tests"
+
+# The checks of the rules and the dashboard (python): metric and label names against
+# monitoring/metrics.txt, the dashboard's structure, its queries as recording rules for promtool.
+cat >"$tmp/monitoring.py" <<'PY'
+import json, re, sys, yaml
+
+def load_metrics(path):
+    known = {}
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        name, kind = parts[0], parts[1]
+        labels = set(parts[2].split(",")) if len(parts) > 2 else set()
+        assert kind in ("counter", "gauge", "histogram"), f"metrics.txt: {line}: type {kind}"
+        assert (kind == "counter") == name.endswith("_total"), f"metrics.txt: {name}: counters, and only they, end in _total"
+        if kind == "histogram":
+            known[name + "_bucket"] = labels | {"le"}
+            known[name + "_sum"] = known[name + "_count"] = labels
+        else:
+            known[name] = labels
+    return known
+
+SCRAPE = {"lineage_node", "job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
+STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+
+def names(expr):
+    """(metrics {name: [matcher labels]}, grouping labels) of a PromQL expression."""
+    e = STRING.sub('""', expr)
+    e = re.sub(r"\[[^\]]*\]", "", e)                      # range selectors and subqueries
+    e = re.sub(r"\boffset\s+-?[0-9a-z]+", "", e)
+    grouping = []
+    def group(m):
+        grouping.extend(x.strip() for x in m.group(2).split(",") if x.strip())
+        return " "
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", group, e)
+    matchers = []
+    def hold(m):
+        matchers.append(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", m.group(1)))
+        return "{#%d}" % (len(matchers) - 1)
+    e = re.sub(r"\{([^}]*)\}", hold, e)
+    metrics = {}
+    for m in re.finditer(r"(?<![A-Za-z0-9_:.$#])[A-Za-z_:][A-Za-z0-9_:]*", e):
+        rest = e[m.end():]
+        if rest.lstrip().startswith("(") or m.group(0).lower() in KEYWORDS:
+            continue
+        sel = re.match(r"\s*\{#(\d+)\}", rest)
+        metrics.setdefault(m.group(0), []).extend(matchers[int(sel.group(1))] if sel else [])
+    assert not re.search(r"(?<![A-Za-z0-9_:])\{#", e.replace(" ", "")), f"a selector without a metric name: {expr}"
+    return metrics, grouping
+
+def check_expr(where, expr, known, bad, node_filter=False):
+    metrics, grouping = names(expr)
+    if not metrics:
+        bad.append(f"{where}: names no metric: {expr}")
+    for metric, labels in metrics.items():
+        if metric not in known:
+            bad.append(f"{where}: {metric} is not a metric of monitoring/metrics.txt: {expr}")
+            continue
+        for label in labels:
+            if label not in known[metric] | SCRAPE:
+                bad.append(f"{where}: {metric} has no label {label}: {expr}")
+        if node_filter and metric != "up" and "lineage_node" not in labels:
+            bad.append(f'{where}: {metric} without lineage_node=~"$lineage_node": {expr}')
+    allowed = SCRAPE.union(*(known.get(m, set()) for m in metrics))
+    for label in grouping:
+        if label not in allowed:
+            bad.append(f"{where}: grouping label {label} is on none of {sorted(metrics)}: {expr}")
+    return metrics
+
+def rules(path, known, bad):
+    doc = yaml.safe_load(open(path))
+    n = 0
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            n += 1
+            where = f"{path.rsplit('/', 1)[-1]}: {r.get('alert') or r.get('record')}"
+            check_expr(where, r["expr"], known, bad)
+            if "alert" in r:
+                if r.get("labels", {}).get("severity") not in ("critical", "warning", "info"):
+                    bad.append(f"{where}: severity label {r.get('labels', {}).get('severity')!r}")
+                for a in ("summary", "description"):
+                    if not r.get("annotations", {}).get(a):
+                        bad.append(f"{where}: no {a} annotation")
+    return n
+
+def dashboard(path, known, bad, out):
+    d = json.load(open(path))
+    for key in ("uid", "title", "panels", "templating"):
+        if not d.get(key):
+            bad.append(f"dashboard: no {key}")
+    var = {v["name"]: v for v in d["templating"]["list"]}
+    if var.get("datasource", {}).get("type") != "datasource" or var["datasource"].get("query") != "prometheus":
+        bad.append("dashboard: no `datasource` variable of type datasource (prometheus)")
+    node = var.get("lineage_node", {})
+    q = node.get("query", {})
+    q = q.get("query") if isinstance(q, dict) else q
+    if node.get("type") != "query" or not re.fullmatch(r"label_values\((\w+), *lineage_node\)", q or ""):
+        bad.append(f"dashboard: the lineage_node variable is not label_values(<metric>, lineage_node): {q!r}")
+    else:
+        check_expr("dashboard variable lineage_node", re.fullmatch(r"label_values\((\w+), *lineage_node\)", q).group(1), known, bad)
+    ids, cells, recording, used = set(), {}, [], set()
+    for p in d["panels"]:
+        where = f"dashboard panel {p.get('id')} {p.get('title')!r}"
+        if p.get("id") in ids:
+            bad.append(f"{where}: duplicate id")
+        ids.add(p.get("id"))
+        g = p["gridPos"]
+        if g["x"] < 0 or g["x"] + g["w"] > 24:
+            bad.append(f"{where}: gridPos {g} is outside the 24 columns")
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                if (x, y) in cells:
+                    bad.append(f"{where}: overlaps panel {cells[(x, y)]}")
+                    break
+                cells[(x, y)] = p.get("id")
+        if p["type"] == "row":
+            continue
+        if p.get("datasource") != {"type": "prometheus", "uid": "${datasource}"}:
+            bad.append(f"{where}: datasource is not the $datasource variable: {p.get('datasource')}")
+        if not p.get("targets"):
+            bad.append(f"{where}: no query")
+        for t in p.get("targets", []):
+            expr = t.get("expr", "")
+            metrics = check_expr(where, expr, known, bad, node_filter=True)
+            used |= set(metrics)
+            for label in re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", t.get("legendFormat", "")):
+                if label not in SCRAPE.union(*(known.get(m, set()) for m in metrics)):
+                    bad.append(f"{where}: legend label {label} is on none of {sorted(metrics)}")
+            # The query as Prometheus gets it: Grafana's variables substituted.
+            promql = expr.replace("$lineage_node", ".*").replace("$__rate_interval", "5m").replace("$__interval", "1m")
+            if "$" in promql:
+                bad.append(f"{where}: an unknown variable in {expr}")
+            recording.append({"record": f"lineage_dashboard:panel_{p['id']}_{t.get('refId', 'A')}", "expr": promql})
+    yaml.safe_dump({"groups": [{"name": "lineage-dashboard-queries", "rules": recording}]}, open(out, "w"), sort_keys=False)
+    return len(d["panels"]), len(recording), used
+
+if __name__ == "__main__":
+    metrics_txt, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+    known = load_metrics(metrics_txt)
+    bad, said = [], []
+    for path in files:
+        if path.endswith(".json"):
+            panels, queries, used = dashboard(path, known, bad, out)
+            said.append(f"{path.rsplit('/', 1)[-1]}: {panels} panels, {queries} queries, {len(used)} metrics")
+        else:
+            said.append(f"{path.rsplit('/', 1)[-1]}: {rules(path, known, bad)} rules")
+    for b in bad:
+        print(f"check-chart: {b}", file=sys.stderr)
+    if bad:
+        sys.exit(1)
+    print("; ".join(said) + f" (of the {len(known)} series names of metrics.txt)")
+PY
+# prom_rules <rendered manifest> <out>: the rules file of its PrometheusRule (spec as it is).
+prom_rules() {
+  python3 -c 'import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "PrometheusRule"]
+assert len(docs) == 1, f"{len(docs)} PrometheusRules"
+assert docs[0]["apiVersion"] == "monitoring.coreos.com/v1" and set(docs[0]["spec"]) == {"groups"}
+yaml.safe_dump(docs[0]["spec"], open(sys.argv[2], "w"), sort_keys=False)' "$1" "$2" || fail "$1: no PrometheusRule to extract"
+}
+# test_rules_on <rules file>: rules-test.yaml run on another rules file.
+test_rules_on() {
+  sed "s|^  - rules.yaml$|  - $1|" "$MON/rules-test.yaml" >"$tmp/rules-test-on.yaml"
+  grep -q "^  - $1$" "$tmp/rules-test-on.yaml" || fail "could not point rules-test.yaml at $1"
+  promtool_ok "unit tests on $1" test rules "$tmp/rules-test-on.yaml"
+}
+
+python3 "$tmp/monitoring.py" "$MON/metrics.txt" "$tmp/dashboard-rules.yaml" "$MON/rules.yaml" "$CHART/dashboards/lineage.json" \
+  >"$tmp/mon.out" || fail "the rules' or the dashboard's queries name a metric or label not in $MON/metrics.txt (above)"
+echo "check-chart: ok   metric and label names of monitoring/metrics.txt only: $(cat "$tmp/mon.out")"
+promtool_ok "the dashboard's queries (as recording rules)" check rules "$tmp/dashboard-rules.yaml"
+echo "check-chart: ok   promtool check rules on the dashboard's queries (one recording rule each, \$lineage_node = .*): $(grep -o 'SUCCESS: .*' "$tmp/promtool.out")"
+
+# The rendered PrometheusRule (value set large): the groups of rules.yaml, LineageNodeDown's
+# up{job="lineage"} on the ServiceMonitor's job and namespace; promtool checks and tests them.
+prom_rules "$tmp/large.yaml" "$tmp/rendered-rules.yaml"
+promtool_ok "the rendered PrometheusRule's rules" check rules "$tmp/rendered-rules.yaml"
+echo "check-chart: ok   promtool check rules on the rendered PrometheusRule (large): $(grep -o 'SUCCESS: .*' "$tmp/promtool.out")"
+python3 - "$MON/rules.yaml" "$tmp/rendered-rules.yaml" <<'PY' || fail "the rendered PrometheusRule is not monitoring/rules.yaml"
+import sys, yaml
+shipped, rendered = (yaml.safe_load(open(p)) for p in sys.argv[1:])
+for g in shipped["groups"]:
+    for r in g["rules"]:
+        r["expr"] = r["expr"].replace('up{job="lineage"}', 'up{job="t-lineage", namespace="default"}')
+assert rendered == shipped, "the rendered groups differ from rules.yaml beyond the up selector"
+PY
+echo "check-chart: ok   the rendered PrometheusRule's groups are monitoring/rules.yaml's, up{job=\"t-lineage\", namespace=\"default\"} in LineageNodeDown"
+cat >"$tmp/mon-upselector.yaml" <<'EOF'
+monitoring:
+  rules:
+    enabled: true
+    upSelector: job="lineage"
+EOF
+helm template t "$CHART" -f "$tmp/mon-upselector.yaml" >"$tmp/mon-up.yaml" 2>"$tmp/mon.err" || { cat "$tmp/mon.err" >&2; fail "helm template monitoring.rules.upSelector"; }
+prom_rules "$tmp/mon-up.yaml" "$tmp/rendered-up-rules.yaml"
+python3 -c 'import sys, yaml; a, b = (yaml.safe_load(open(p)) for p in sys.argv[1:]); sys.exit(a != b)' \
+  "$MON/rules.yaml" "$tmp/rendered-up-rules.yaml" || fail "with upSelector job=\"lineage\" the rendered rules differ from rules.yaml"
+test_rules_on "$tmp/rendered-up-rules.yaml"
+echo "check-chart: ok   with monitoring.rules.upSelector=job=\"lineage\" the rendered rules are rules.yaml's and pass rules-test.yaml"
+
+# Overrides: threshold, for, severity, enabled, additionalRuleLabels, namespace, labels.
+cat >"$tmp/mon-overrides.yaml" <<'EOF'
+monitoring:
+  rules:
+    enabled: true
+    namespace: monitoring
+    labels: {release: kube-prometheus-stack}
+    additionalRuleLabels: {team: agents, severity: ignored}
+    alerts:
+      LineageInboxLagHigh: {threshold: 10, for: 15m}
+      LineageRegistryWriteLatencyHigh: {threshold: 0.5}
+      LineageNatsReconnecting: {for: 5m, severity: critical}
+      LineageDrainFailures: {enabled: false}
+  dashboard:
+    enabled: true
+    namespace: grafana
+    sidecarLabel: grafana.example.com/dashboard
+    sidecarLabelValue: lineage
+    labels: {team: agents}
+EOF
+helm template t "$CHART" -f "$tmp/mon-overrides.yaml" >"$tmp/mon-ov.yaml" 2>"$tmp/mon.err" || { cat "$tmp/mon.err" >&2; fail "helm template with monitoring overrides"; }
+prom_rules "$tmp/mon-ov.yaml" "$tmp/rendered-ov-rules.yaml"
+promtool_ok "the rendered rules with overrides" check rules "$tmp/rendered-ov-rules.yaml"
+python3 - "$MON/rules.yaml" "$tmp/mon-ov.yaml" "$CHART/dashboards/lineage.json" <<'PY' || fail "monitoring overrides are not applied as values.yaml says"
+import json, sys, yaml
+shipped = {r["alert"]: r for g in yaml.safe_load(open(sys.argv[1]))["groups"] for r in g["rules"]}
+docs = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d]
+pr = next(d for d in docs if d["kind"] == "PrometheusRule")
+assert pr["metadata"]["namespace"] == "monitoring" and pr["metadata"]["labels"]["release"] == "kube-prometheus-stack", pr["metadata"]
+got = {r["alert"]: r for g in pr["spec"]["groups"] for r in g["rules"]}
+assert set(got) == set(shipped) - {"LineageDrainFailures"}, sorted(set(shipped) ^ set(got))
+lag = got["LineageInboxLagHigh"]
+assert lag["expr"].rstrip().endswith("> 10") and lag["for"] == "15m", lag
+assert lag["expr"].rstrip()[:-len("> 10")] == shipped["LineageInboxLagHigh"]["expr"].rstrip()[:-len("> 5")], lag["expr"]
+assert got["LineageRegistryWriteLatencyHigh"]["expr"].rstrip().endswith("> 0.5"), got["LineageRegistryWriteLatencyHigh"]
+assert got["LineageNatsReconnecting"]["for"] == "5m" and got["LineageNatsReconnecting"]["labels"]["severity"] == "critical"
+assert got["LineageNodeDown"]["expr"] == 'up{job="t-lineage", namespace="default"} == 0', got["LineageNodeDown"]["expr"]
+for name, r in got.items():
+    assert r["labels"]["team"] == "agents", (name, r["labels"])
+    if name != "LineageNatsReconnecting":
+        assert r["labels"]["severity"] == shipped[name]["labels"]["severity"], (name, r["labels"])
+        assert r.get("for") == shipped[name].get("for") or name == "LineageInboxLagHigh", name
+    assert r["annotations"] == shipped[name]["annotations"], name
+cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "t-lineage-dashboard")
+assert cm["metadata"]["namespace"] == "grafana" and "annotations" not in cm["metadata"], cm["metadata"]
+assert cm["metadata"]["labels"]["grafana.example.com/dashboard"] == "lineage" and cm["metadata"]["labels"]["team"] == "agents"
+assert "grafana_dashboard" not in cm["metadata"]["labels"], cm["metadata"]["labels"]
+assert json.loads(cm["data"]["lineage.json"]) == json.load(open(sys.argv[3])), "the ConfigMap's dashboard is not dashboards/lineage.json"
+PY
+echo "check-chart: ok   monitoring overrides (threshold 10 and for 15m, threshold 0.5, severity, enabled false, additionalRuleLabels, namespaces, sidecar label) render as asked and pass promtool check rules"
+# Values the schema or the templates refuse.
+refuse "values.schema.json" "LineageNoSuchAlert" --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageNoSuchAlert.for=5m
+refuse "values.schema.json" "for" --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageInboxLagHigh.for=ten
+refuse "template guard" "LineageNatsDisconnected.threshold: this alert has no threshold" --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageNatsDisconnected.threshold=1
+if helm template --help 2>/dev/null | grep -- --skip-schema-validation >/dev/null; then
+  refuse "template guard" "monitoring.rules.alerts.LineageNoSuchAlert: no such alert in monitoring/rules.yaml" \
+    --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageNoSuchAlert.for=5m --skip-schema-validation
+fi
+# The schema's list of alert names is rules.yaml's.
+python3 - "$MON/rules.yaml" "$CHART/values.schema.json" <<'PY' || fail "values.schema.json's monitoring.rules.alerts names are not the alerts of rules.yaml"
+import json, sys, yaml
+alerts = sorted(r["alert"] for g in yaml.safe_load(open(sys.argv[1]))["groups"] for r in g["rules"])
+schema = json.load(open(sys.argv[2]))["properties"]["monitoring"]["properties"]["rules"]["properties"]["alerts"]
+assert sorted(schema["propertyNames"]["enum"]) == alerts, sorted(set(alerts) ^ set(schema["propertyNames"]["enum"]))
+PY
+echo "check-chart: ok   values.schema.json lists the $(grep -c '  - alert: ' "$MON/rules.yaml") alerts of rules.yaml for monitoring.rules.alerts"
+
+# The checks catch real mistakes: a typo'd expression (promtool check rules), a metric that does
+# not exist (the names check), a broken panel query (promtool on the dashboard's queries), and a
+# rule that does not fire (promtool test rules).
+sed 's/^        expr: lineage_nats_connected == 0$/        expr: lineage_nats_connected === 0/' "$MON/rules.yaml" >"$tmp/broken-rules.yaml"
+! cmp -s "$MON/rules.yaml" "$tmp/broken-rules.yaml" || fail "the mutation (=== in LineageNatsDisconnected) did not apply"
+if "$PROMTOOL" check rules "$tmp/broken-rules.yaml" >"$tmp/broken.out" 2>&1; then fail "promtool check rules accepts 'lineage_nats_connected === 0'"; fi
+grep -q 'parse error' "$tmp/broken.out" || { cat "$tmp/broken.out" >&2; fail "promtool: unexpected message for a typo'd expression"; }
+echo "check-chart: ok   refused: a typo'd rule (===): $(grep -m1 -o 'parse error.*' "$tmp/broken.out")"
+sed 's/lineage_drain_failures_total\[15m\]/lineage_drain_failure_total[15m]/' "$MON/rules.yaml" >"$tmp/typo-metric.yaml"
+! cmp -s "$MON/rules.yaml" "$tmp/typo-metric.yaml" || fail "the mutation (lineage_drain_failure_total) did not apply"
+if python3 "$tmp/monitoring.py" "$MON/metrics.txt" "$tmp/unused.yaml" "$tmp/typo-metric.yaml" >/dev/null 2>"$tmp/typo-metric.out"; then
+  fail "the names check accepts lineage_drain_failure_total"
+fi
+grep -q 'lineage_drain_failure_total is not a metric' "$tmp/typo-metric.out" || { cat "$tmp/typo-metric.out" >&2; fail "names check: unexpected message"; }
+echo "check-chart: ok   refused: a metric that does not exist: $(head -1 "$tmp/typo-metric.out" | sed 's/^check-chart: //' | cut -c1-110)"
+python3 - "$CHART/dashboards/lineage.json" "$tmp/broken-dashboard.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = next(p for p in d["panels"] if p["type"] == "timeseries")["targets"][0]
+t["expr"] = t["expr"].replace("sum by", "sum byy", 1)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+python3 "$tmp/monitoring.py" "$MON/metrics.txt" "$tmp/broken-dashboard-rules.yaml" "$tmp/broken-dashboard.json" >/dev/null 2>&1 || true
+if "$PROMTOOL" check rules "$tmp/broken-dashboard-rules.yaml" >"$tmp/broken.out" 2>&1; then fail "promtool accepts a panel query with 'sum byy'"; fi
+grep -q 'parse error' "$tmp/broken.out" || { cat "$tmp/broken.out" >&2; fail "promtool: unexpected message for a broken panel query"; }
+echo "check-chart: ok   refused: a broken panel query (sum byy): $(grep -m1 -o 'parse error.*' "$tmp/broken.out")"
+sed 's/^        expr: lineage_nats_connected == 0$/        expr: lineage_nats_connected == 2/' "$MON/rules.yaml" >"$tmp/silent-rules.yaml"
+! cmp -s "$MON/rules.yaml" "$tmp/silent-rules.yaml" || fail "the mutation (== 2 in LineageNatsDisconnected) did not apply"
+sed "s|^  - rules.yaml$|  - $tmp/silent-rules.yaml|" "$MON/rules-test.yaml" >"$tmp/rules-test-silent.yaml"
+if "$PROMTOOL" test rules "$tmp/rules-test-silent.yaml" >"$tmp/silent.out" 2>&1; then fail "promtool test rules passes a LineageNatsDisconnected that never fires"; fi
+grep -q 'alertname: LineageNatsDisconnected' "$tmp/silent.out" || { cat "$tmp/silent.out" >&2; fail "promtool test rules: unexpected message"; }
+echo "check-chart: ok   refused: rules-test.yaml fails when LineageNatsDisconnected never fires (== 2)"
+
+# ------------------------------------------------------------------ 6. the real loader
 bin=${LINEAGE_BIN:-}
 if [ -z "$bin" ]; then
   target=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null || echo target)

@@ -181,3 +181,23 @@ if [ ! -x "$JAEGER_BIN" ]; then
     echo "install-deps: no Go: Jaeger is not built; tests/u2_traces_collector.rs will fail" >&2
   fi
 fi
+
+# promtool for scripts/check-chart.sh (issue 37, operations pack O2: it checks and unit-tests the
+# chart's alerts and dashboard queries, and fails without it): Prometheus v3.16.0's promtool (Go
+# module github.com/prometheus/prometheus v0.316.0), a Go tool pinned in tools/promtool (go.mod,
+# go.sum), built once per machine into ~/go/bin/promtool-v0.316.0 (a few minutes).
+PROMTOOL_BIN="$HOME/go/bin/promtool-v0.316.0"
+if [ ! -x "$PROMTOOL_BIN" ]; then
+  if have go; then
+    echo "install-deps: building promtool v0.316.0 (tools/promtool; a few minutes, once per machine)"
+    mkdir -p "$HOME/go/bin"
+    (cd "$(dirname "$0")/../tools/promtool" \
+      && go build -trimpath \
+        -ldflags "-X github.com/prometheus/common/version.Version=3.16.0 -X github.com/prometheus/common/version.Branch=v0.316.0" \
+        -o "$PROMTOOL_BIN.tmp" github.com/prometheus/prometheus/cmd/promtool \
+      && mv "$PROMTOOL_BIN.tmp" "$PROMTOOL_BIN") \
+      || echo "install-deps: promtool not built; scripts/check-chart.sh will fail" >&2
+  else
+    echo "install-deps: no Go: promtool is not built; scripts/check-chart.sh will fail" >&2
+  fi
+fi
