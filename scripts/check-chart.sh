@@ -25,7 +25,9 @@
 #     expression of the rules and of the Grafana dashboard (dashboards/lineage.json, each panel
 #     query checked by promtool as a recording rule) names only the metrics and labels of
 #     monitoring/metrics.txt; a typo'd expression, an unknown metric and a broken panel query
-#     are shown to fail;
+#     are shown to fail; the PrometheusRule and the ServiceMonitor are validated against the
+#     prometheus-operator CRD schemas (npm @kubernetes-models/prometheus-operator in
+#     tools/prometheus-operator-models), shown to refuse a bad interval and a number label;
 #  6. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
 #     lineage, the target dir from cargo metadata, so CARGO_TARGET_DIR counts), it loads the
 #     rendered lineage.toml as voter 0, the last voter and a worker would (`lineage config show`
@@ -297,8 +299,8 @@ validate() {
 import sys, yaml
 import kubernetes_validate as kv
 versions, files = sys.argv[1].split(), sys.argv[2:]
-# CRDs of the prometheus-operator: kubernetes-validate has no schema for them (the PrometheusRule's
-# rules are checked by promtool in section 5).
+# CRDs of the prometheus-operator: kubernetes-validate has no schema for them (section 5 checks
+# them against the operator's CRD schemas, and the PrometheusRule's rules with promtool).
 SKIP = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 bad = 0
 for path in files:
@@ -944,6 +946,39 @@ assert "grafana_dashboard" not in cm["metadata"]["labels"], cm["metadata"]["labe
 assert json.loads(cm["data"]["lineage.json"]) == json.load(open(sys.argv[3])), "the ConfigMap's dashboard is not dashboards/lineage.json"
 PY
 echo "check-chart: ok   monitoring overrides (threshold 10 and for 15m, threshold 0.5, severity, enabled false, additionalRuleLabels, namespaces, sidecar label) render as asked and pass promtool check rules"
+# The prometheus-operator CRD schemas (monitoring.coreos.com/v1, npm @kubernetes-models/
+# prometheus-operator in tools/prometheus-operator-models, installed by scripts/install-deps.sh):
+# the PrometheusRule and the ServiceMonitor that kubernetes-validate skips (section 2).
+MODELS=tools/prometheus-operator-models
+tojson() { python3 -c 'import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(open(sys.argv[1])) if d], open(sys.argv[2], "w"))' "$1" "$2"; }
+if command -v node >/dev/null 2>&1 && [ -d "$MODELS/node_modules/@kubernetes-models/prometheus-operator" ]; then
+  tojson "$tmp/large.yaml" "$tmp/large.json"
+  tojson "$tmp/mon-ov.yaml" "$tmp/mon-ov.json"
+  node "$MODELS/validate.mjs" "$tmp/large.json" "$tmp/mon-ov.json" >"$tmp/crd.out" 2>&1 || { cat "$tmp/crd.out" >&2; fail "the prometheus-operator CRD schemas refuse a rendered object"; }
+  grep -q 'ok large.json: PrometheusRule/' "$tmp/crd.out" && grep -q 'ok large.json: ServiceMonitor/' "$tmp/crd.out" \
+    || { cat "$tmp/crd.out" >&2; fail "the CRD check did not see the large set's PrometheusRule and ServiceMonitor"; }
+  models=$(node -p 'require("./'"$MODELS"'/node_modules/@kubernetes-models/prometheus-operator/package.json").version')
+  echo "check-chart: ok   prometheus-operator CRD schemas (@kubernetes-models/prometheus-operator $models): $(grep -c '^ok ' "$tmp/crd.out") objects ($(sed 's/^ok //' "$tmp/crd.out" | paste -sd, | sed 's/,/, /g'))"
+  # ... and they refuse what the values schema and promtool let through: a ServiceMonitor
+  # interval that is no Prometheus duration, a rule's label that is not a string.
+  helm template t "$CHART" --set serviceMonitor.enabled=true --set 'serviceMonitor.interval=30 seconds' >"$tmp/bad-sm.yaml" \
+    || fail "helm template with serviceMonitor.interval='30 seconds' should render (the values schema does not check durations)"
+  tojson "$tmp/bad-sm.yaml" "$tmp/bad-sm.json"
+  if node "$MODELS/validate.mjs" "$tmp/bad-sm.json" >"$tmp/bad-sm.out" 2>&1; then fail "the CRD schema accepts serviceMonitor.interval '30 seconds'"; fi
+  grep -q 'interval must match pattern' "$tmp/bad-sm.out" || { cat "$tmp/bad-sm.out" >&2; fail "CRD check: unexpected message for a bad interval"; }
+  echo "check-chart: ok   refused --set serviceMonitor.interval='30 seconds': $(grep -o 'ServiceMonitor.*interval must match pattern' "$tmp/bad-sm.out")"
+  python3 -c 'import json, sys
+docs = json.load(open(sys.argv[1]))
+pr = next(d for d in docs if d["kind"] == "PrometheusRule")
+pr["spec"]["groups"][0]["rules"][0]["labels"]["priority"] = 1
+json.dump(docs, open(sys.argv[2], "w"))' "$tmp/large.json" "$tmp/bad-pr.json"
+  if node "$MODELS/validate.mjs" "$tmp/bad-pr.json" >"$tmp/bad-pr.out" 2>&1; then fail "the CRD schema accepts a rule label that is a number"; fi
+  grep -q 'labels/priority must be string' "$tmp/bad-pr.out" || { cat "$tmp/bad-pr.out" >&2; fail "CRD check: unexpected message for a number label"; }
+  echo "check-chart: ok   refused: a rule label that is a number: $(grep -o 'PrometheusRule.*must be string' "$tmp/bad-pr.out")"
+else
+  echo "check-chart: skip the prometheus-operator CRD schemas (node and npm ci in $MODELS; scripts/install-deps.sh does it)"
+fi
+
 # Values the schema or the templates refuse.
 refuse "values.schema.json" "LineageNoSuchAlert" --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageNoSuchAlert.for=5m
 refuse "values.schema.json" "for" --set monitoring.rules.enabled=true --set monitoring.rules.alerts.LineageInboxLagHigh.for=ten

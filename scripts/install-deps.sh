@@ -201,3 +201,18 @@ if [ ! -x "$PROMTOOL_BIN" ]; then
     echo "install-deps: no Go: promtool is not built; scripts/check-chart.sh will fail" >&2
   fi
 fi
+
+# The prometheus-operator CRD schemas for scripts/check-chart.sh (issue 37, O2: the chart's
+# PrometheusRule and ServiceMonitor, which kubernetes-validate has no schema for): npm
+# @kubernetes-models/prometheus-operator, pinned in tools/prometheus-operator-models (without it
+# that check is skipped, and says so).
+MODELS="$(dirname "$0")/../tools/prometheus-operator-models"
+if [ ! -d "$MODELS/node_modules/@kubernetes-models/prometheus-operator" ]; then
+  if have npm; then
+    echo "install-deps: installing the prometheus-operator CRD schemas (npm ci in tools/prometheus-operator-models)"
+    (cd "$MODELS" && npm ci --no-audit --no-fund --loglevel=error) \
+      || echo "install-deps: npm ci in tools/prometheus-operator-models failed; check-chart.sh skips the CRD schema check" >&2
+  else
+    echo "install-deps: no npm: check-chart.sh skips the prometheus-operator CRD schema check" >&2
+  fi
+fi
