@@ -80,8 +80,8 @@ pub enum Verb {
         after_help = "Example:\n  lineage logs 0193...\n  lineage logs -f 0193...\n  lineage logs 0193... --json | jq -c 'select(.kind == \"turn/end\")'"
     )]
     Logs(crate::cmd::logs::Args),
-    /// List and search sessions (Q4): by root, parent, state, node, label and age, paged,
-    /// oldest first.
+    /// List and search sessions: by root, parent, state, node, label and age, paged, oldest
+    /// first.
     #[command(
         after_help = "Example:\n  lineage ls --state running --node node-2\n  lineage ls --root 0193...root --label reviewer --older-than 10m\n  lineage ls --state disposed --limit 100 --after 1733000000123.0193...\n  lineage ls --all --json | jq '.sessions | length'"
     )]
@@ -99,7 +99,7 @@ pub enum Verb {
     /// Stream start/end/report/settled events of a parent's children.
     #[command(after_help = "Example:\n  lineage watch 0193...parent")]
     Watch(crate::cmd::watch::Args),
-    /// The agent profiles each node offers (T4): name, driver, tools, description.
+    /// The agent profiles each node offers: name, driver, tools, description.
     #[command(after_help = "Example:\n  lineage agents\n  lineage agents --json | jq .")]
     Agents,
     /// The stdio MCP server of a hosted agent: lineage's delegation tools, as its session.

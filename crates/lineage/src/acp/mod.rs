@@ -59,8 +59,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1800)]
     pub turn_timeout_s: u64,
     /// Upload the editor's project (each session/new's `cwd`, on this machine) as the
-    /// session's workspace (issue 39): its agent starts in those files on whichever node hosts
-    /// it (what .gitignore leaves out stays out; refused past the profile's cap).
+    /// session's workspace: its agent starts in those files on whichever node hosts it (what
+    /// .gitignore leaves out stays out; refused past the profile's cap).
     #[arg(long)]
     pub project: bool,
 }

@@ -49,7 +49,7 @@ pub struct Args {
     /// Preferred node.
     #[arg(long)]
     pub node: Option<String>,
-    /// Max delegation depth for this tree (D4): a non-negative integer.
+    /// Max delegation depth for this tree: a non-negative integer.
     #[arg(long, allow_hyphen_values = true)]
     pub max_depth: Option<String>,
     /// A label.
@@ -58,25 +58,25 @@ pub struct Args {
     /// Idempotency key: a retried spawn with the same id returns the first result.
     #[arg(long)]
     pub request_id: Option<String>,
-    /// Deadline (Q2), in ms from now: the new session and everything it spawns are drained
-    /// (stop reason `deadline`) then; a child never outlives its parent's deadline.
+    /// Deadline, in ms from now: the new session and everything it spawns are drained (stop
+    /// reason `deadline`) then; a child never outlives its parent's deadline.
     #[arg(long, value_name = "MS")]
     pub deadline_ms: Option<u64>,
-    /// Budget (Q3): tokens the new session's subtree may report in all; once reached, no child
-    /// is born under it and it is drained (stop reason `budget`).
+    /// Budget: tokens the new session's subtree may report in all; once reached, no child is
+    /// born under it and it is drained (stop reason `budget`).
     #[arg(long, value_name = "TOKENS")]
     pub budget_tokens: Option<u64>,
-    /// Budget (Q3): cost the subtree may report in all (in the agents' currency, e.g. 0.50).
+    /// Budget: cost the subtree may report in all (in the agents' currency, e.g. 0.50).
     #[arg(long, value_name = "AMOUNT", allow_hyphen_values = true)]
     pub budget_cost: Option<f64>,
-    /// The files the session starts in (issue 39). A top-level session: a directory, packed
-    /// here (honouring .gitignore, without .git) and uploaded to the cluster. A child
+    /// The files the session starts in. A top-level session: a directory, packed here
+    /// (honouring .gitignore, without .git) and uploaded to the cluster. A child
     /// (--parent): `inherit` (a copy of its parent's files; the default when the parent has
     /// a workspace) or `empty`.
     #[arg(long, value_name = "DIR|inherit|empty", conflicts_with = "git")]
     pub workspace: Option<String>,
-    /// A top-level session's files cloned by the hosting node from this git repository (issue
-    /// 39; the node's agents.git_protocols decide which URLs), at --ref.
+    /// A top-level session's files cloned by the hosting node from this git repository (the
+    /// node's agents.git_protocols decide which URLs), at --ref.
     #[arg(
         long,
         value_name = "URL",
