@@ -135,6 +135,9 @@ pub enum Verb {
     /// A session's files: its changes as a diff, its latest files, its changes applied.
     #[command(subcommand)]
     Workspace(crate::cmd::workspace::WorkspaceVerb),
+    /// Documentation generated from the CLI: `lineage docs cli-reference > docs/cli.md`.
+    #[command(subcommand, hide = true)]
+    Docs(crate::cmd::docs::DocsVerb),
     /// Benchmarks (percentiles, throughput, and a raw NATS round-trip baseline): runs the lab
     /// program, `lineage-lab bench` (built with `cargo build --release -p lineage-lab`).
     #[command(

@@ -52,7 +52,8 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         | Verb::Status
         | Verb::Workspace(_)
         | Verb::Config(_)
-        | Verb::Script(_) => false,
+        | Verb::Script(_)
+        | Verb::Docs(_) => false,
     };
     #[cfg(unix)]
     if !long_running {

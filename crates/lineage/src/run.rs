@@ -6,8 +6,8 @@ use lineage_bus::trace::TraceContext;
 
 use crate::cli::{Cli, ConfigVerb, Verb};
 use crate::cmd::{
-    agents, config, drain, interrupt, logs, ls, mcp, node, script, send, show, spawn, status, tree,
-    ui, watch, workspace,
+    agents, config, docs, drain, interrupt, logs, ls, mcp, node, script, send, show, spawn, status,
+    tree, ui, watch, workspace,
 };
 use crate::global::Global;
 use crate::output::fail;
@@ -35,6 +35,7 @@ pub async fn run(cli: Cli) -> i32 {
         | Verb::Dev { .. }
         | Verb::Config(_)
         | Verb::Script(_)
+        | Verb::Docs(_)
         | Verb::Bench { .. }
         | Verb::Chaos { .. }
         | Verb::Mcp
@@ -110,6 +111,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<i32, ControlError> {
         Verb::Acp(args) => crate::acp::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
+        Verb::Docs(verb) => docs::run(verb),
         Verb::Workspace(verb) => workspace::run(g, verb).await,
         Verb::Ui(args) => ui::run(g, args).await,
         // `main` hands these to the lab program before the runtime starts.

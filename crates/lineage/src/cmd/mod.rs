@@ -19,12 +19,14 @@
 //! | [`agents`] | `lineage agents` |
 //! | [`mcp`] | `lineage mcp`: a hosted agent's stdio MCP server (a bridge to its node's tools socket) |
 //! | [`config`] | `lineage config show` |
+//! | [`docs`] | `lineage docs cli-reference` (hidden): the CLI reference, `docs/cli.md`, generated |
 //! | [`script`] | `lineage script schema` / `check`: the scripted agent's language |
 //! | [`ui`] | `lineage ui`: the cluster in a browser (issue 36) |
 //! | [`workspace`] | `lineage workspace diff` / `pull` / `apply`: a session's files and changes (issue 39) |
 
 pub mod agents;
 pub mod config;
+pub mod docs;
 pub mod drain;
 pub mod interrupt;
 pub mod logs;
