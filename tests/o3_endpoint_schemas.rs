@@ -2,7 +2,7 @@
 //! its request body and reply envelope as `request_schema` / `response_schema` metadata, and
 //! they describe what a real node reads and answers. Checked with a validator this project did
 //! not write (Python `jsonschema`, Draft 2020-12, installed by `scripts/install-deps.sh`)
-//! against a real nats-server and a real node: the bodies the README sends validate, a
+//! against a real nats-server and a real node: the bodies `docs/nats.md` sends validate, a
 //! malformed one does not, and the node's own replies (a result and an error) validate.
 
 use std::process::Command;
@@ -76,12 +76,12 @@ fn o3_endpoint_metadata_schemas_describe_what_a_node_reads_and_answers() {
         schema_of(spawn, "request_schema"),
         schema_of(spawn, "response_schema"),
     );
-    // The README's `nats req lineage.dev.ctl.spawn` body, as a top-level session.
+    // `docs/nats.md`'s `nats req lineage.dev.ctl.spawn` body, as a top-level session.
     let body = json!({"shape": "continuable", "node": "node-1", "prompt": "work",
         "agent": {"driver": "script", "script": {"turns": [[
             {"do": "report", "content": "half way", "delivery": "quiet"},
             {"do": "reply", "content": "child done"}]], "after": {"do": "echo"}}}});
-    validate(&request, &body).expect("the README's spawn body");
+    validate(&request, &body).expect("docs/nats.md's spawn body");
     for bad in [
         json!({"prompt": "no agent"}),
         json!({"agent": {"driver": "script", "script": {"turns": [[{"do": "dance"}]]}}}),

@@ -1,7 +1,7 @@
-//! Inspecting a cluster with the real `nats` CLI (natscli v0.5.0), as README "Inspecting a
-//! cluster with the `nats` CLI" shows it, with the operator and observer users of the shipped
-//! permissions (O3, Z2), against three voters and a worker node under those permissions:
-//! `nats sub` on one parent shows exactly its children's start/end/inbox messages as JSON;
+//! Inspecting a cluster with the real `nats` CLI (natscli v0.5.0), as `docs/nats.md` shows it,
+//! with the operator and observer users of the shipped permissions (O3, Z2), against three
+//! voters and a worker node under those permissions: `nats sub` on one parent shows exactly its
+//! children's start/end/inbox messages as JSON;
 //! `nats micro ls` / `info` / `stats` list every node; `nats stream get` / `view` read the inbox;
 //! a malformed control request gets a one-line error (with the `Nats-Service-Error` headers,
 //! counted by `nats micro stats`); the registry's read side is the `lineage-registry` service of
