@@ -93,7 +93,7 @@ if ! have nats && have go; then
     || echo "install-deps: natscli not installed; the natscli test (o3_natscli) will skip" >&2
 fi
 
-# For the README test (o1_readme_verbatim, issue 15): jq, which the README's commands use (the
+# For the README test (o1_docs_verbatim): jq, which the README's commands use (the
 # test fails without it), and helm v3.22.0 for the chart README's `helm template` (without it
 # those commands are skipped; scripts/check-chart.sh installs the same helm when it runs).
 if ! have jq; then
@@ -101,7 +101,7 @@ if ! have jq; then
     echo "install-deps: installing jq (apt-get install jq)"
     { apt-get update -qq && apt-get install -y -qq jq; } >/dev/null 2>&1 || true
   fi
-  have jq || echo "install-deps: jq not installed (install it with your package manager); the README test (o1_readme_verbatim) will fail" >&2
+  have jq || echo "install-deps: jq not installed (install it with your package manager); the docs test (o1_docs_verbatim) will fail" >&2
 fi
 # Per-session agent sandboxes (issue 33, V1, V2): bubblewrap. Without it nodes run agents
 # unsandboxed (and say so), and tests/v1_v2_isolation.rs fails with what to install.

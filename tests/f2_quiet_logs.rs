@@ -37,7 +37,7 @@ fn f2_an_idle_cluster_logs_no_error_and_json_lines_carry_their_message() {
     let (code, page) = c.nodes[0].http_get("/metrics").expect("metrics");
     assert_eq!(code, 200);
     assert!(
-        page.contains("lineage_raft_rpc_unanswered_total{node=\"node-1\"}"),
+        page.contains("lineage_raft_rpc_unanswered_total{lineage_node=\"node-1\"}"),
         "{page}"
     );
 }

@@ -324,27 +324,29 @@ fn f2_activity_in_a_turn_or_idle_is_visible() {
     let (code, page) = c.nodes[1].http_get("/metrics").expect("metrics");
     assert_eq!(code, 200);
     assert!(
-        page.contains("lineage_agents{node=\"node-2\",activity=\"in_turn\"} 1"),
+        page.contains("lineage_agents{lineage_node=\"node-2\",activity=\"in_turn\"} 1"),
         "{page}"
     );
     // node-1 timed the root's turn, which ended; every node names its build.
     let (_, page) = c.nodes[0].http_get("/metrics").expect("metrics");
     let turns = page
         .lines()
-        .find_map(|l| l.strip_prefix("lineage_turn_duration_seconds_count{node=\"node-1\"} "))
+        .find_map(|l| {
+            l.strip_prefix("lineage_turn_duration_seconds_count{lineage_node=\"node-1\"} ")
+        })
         .and_then(|n| n.trim().parse::<u64>().ok());
     assert!(turns.is_some_and(|n| n >= 1), "{page}");
     assert!(
-        page.contains("lineage_build_info{node=\"node-1\",version=\""),
+        page.contains("lineage_build_info{lineage_node=\"node-1\",version=\""),
         "{page}"
     );
     // Its NATS connection: up, never made again.
     assert!(
-        page.contains("lineage_nats_connected{node=\"node-1\"} 1"),
+        page.contains("lineage_nats_connected{lineage_node=\"node-1\"} 1"),
         "{page}"
     );
     assert!(
-        page.contains("lineage_nats_reconnects_total{node=\"node-1\"} 0"),
+        page.contains("lineage_nats_reconnects_total{lineage_node=\"node-1\"} 0"),
         "{page}"
     );
 }

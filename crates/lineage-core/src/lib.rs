@@ -13,6 +13,7 @@
 //! | [`depth`] | delegation depth, max depth validation, `SubagentDepthError` | D1–D4 |
 //! | [`budget`] | budgets of tokens and cost per subtree, and the refusal once spent | Q3 |
 //! | [`deadline`] | deadlines: a timeout to an absolute deadline, the subtrees the sweeper drains | Q2 |
+//! | [`idle`] | idle roots: the idle TTL a top-level session is drained after, and when it is due | Q2 |
 //! | [`fanout`] | fan-out caps: live children per parent, live descendants per tree | Q1 |
 //! | [`limits`] | `BirthLimits`: the max depth, fan-out caps and budget a birth carries | D4, Q1, Q3 |
 //! | [`header`] | the frozen `SessionHeader`, `child_session_meta` | L1–L4 |
@@ -51,6 +52,7 @@ pub mod engine;
 pub mod error;
 pub mod fanout;
 pub mod header;
+pub mod idle;
 pub mod ids;
 pub mod index;
 pub mod journal;

@@ -184,9 +184,29 @@ pub enum StopReason {
     Deadline,
     /// `budget`: a budget over the child's subtree was spent (Q3) and it was drained.
     Budget,
+    /// `idle`: a top-level session stayed idle past its idle TTL ([`crate::idle`]) and its
+    /// tree was drained.
+    Idle,
 }
 
 impl StopReason {
+    /// Every stop reason, in declaration order.
+    pub const ALL: [StopReason; 8] = [
+        StopReason::Completed,
+        StopReason::Failed,
+        StopReason::Interrupted,
+        StopReason::Disposed,
+        StopReason::MaxTurns,
+        StopReason::Deadline,
+        StopReason::Budget,
+        StopReason::Idle,
+    ];
+
+    /// The stop reason spelt `text` ([`StopReason::as_str`]), if any.
+    pub fn parse(text: &str) -> Option<Self> {
+        StopReason::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+
     /// The wire spelling, e.g. `max_turns`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -197,6 +217,7 @@ impl StopReason {
             StopReason::MaxTurns => "max_turns",
             StopReason::Deadline => "deadline",
             StopReason::Budget => "budget",
+            StopReason::Idle => "idle",
         }
     }
 }
@@ -436,6 +457,7 @@ pub fn settlement_summary(
         StopReason::MaxTurns => "stopped at its turn limit",
         StopReason::Deadline => "ran past its deadline",
         StopReason::Budget => "ran out of budget",
+        StopReason::Idle => "was idle past its idle TTL",
     };
     let mut text = format!("subagent {} {what}", one_line(child_label_or_id));
     if let Some(output) = output.map(one_line).filter(|o| !o.is_empty()) {

@@ -34,7 +34,7 @@ use lineage_core::ids::SessionId;
 use lineage_core::lifecycle::{
     cut_short_birth, cut_short_run, expire_births, BirthExpiry, OverdueBirth,
 };
-use lineage_core::messages::{InboxMessage, LifecycleEvent};
+use lineage_core::messages::{InboxMessage, LifecycleEvent, StopReason};
 use lineage_registry::state::OVERDUE_BIRTHS_PAGE;
 use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionRecord};
 
@@ -152,6 +152,7 @@ impl Shared {
         let disposed = self
             .registry
             .write(Command::Dispose {
+                stop_reason: Some(StopReason::Failed),
                 request_id,
                 at_ms: self.now(),
                 session: session.clone(),

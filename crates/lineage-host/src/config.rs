@@ -48,6 +48,10 @@ pub struct HostConfig {
     /// request id (`retention.request_results_ms`); `None`: the registry's built-in window
     /// (`lineage_registry::state::REQUEST_RETENTION_MS`, a day).
     pub request_results_kept: Option<Duration>,
+    /// How long a top-level session born here may stay idle before its tree is drained with
+    /// stop reason `idle` (`limits.idle_root_ms`), when its spawn gives none; `None`: roots
+    /// stay until drained.
+    pub idle_root: Option<lineage_core::idle::IdleTtl>,
 }
 
 impl HostConfig {
@@ -71,6 +75,7 @@ impl HostConfig {
                 lineage_core::retention::DEFAULT_DISPOSED_AFTER_MS,
             )),
             request_results_kept: None,
+            idle_root: None,
         }
     }
 }

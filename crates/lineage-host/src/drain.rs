@@ -280,7 +280,7 @@ impl Shared {
                 .map(|(id, node)| {
                     let this = Arc::clone(self);
                     async move {
-                        let kind = this.dispose(&id).await;
+                        let kind = this.dispose(&id, reason).await;
                         (id, node, kind)
                     }
                 })
@@ -343,9 +343,14 @@ impl Shared {
     }
 
     /// One registry dispose.
-    async fn dispose(&self, session: &SessionId) -> Result<DisposalKind, HostError> {
+    async fn dispose(
+        &self,
+        session: &SessionId,
+        reason: StopReason,
+    ) -> Result<DisposalKind, HostError> {
         let response = self
             .write(|request_id, at_ms| Command::Dispose {
+                stop_reason: Some(reason),
                 request_id,
                 at_ms,
                 session: session.clone(),

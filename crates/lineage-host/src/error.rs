@@ -110,6 +110,26 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// When this error refuses what was asked (a rule said no, or the request was bad), the
+    /// rule's short name for `lineage_refusals_total{reason}`: a registry refusal's kind (e.g.
+    /// `fan_out_exceeded`), `depth_exceeded`, `not_authorized` or `bad_request`. `None` for
+    /// what is not a refusal (unavailable, internal, ...).
+    pub fn refusal_reason(&self) -> Option<&'static str> {
+        match self {
+            HostError::Refused(refusal) => Some(refusal.kind()),
+            HostError::Core(CoreError::DepthOverflow { .. } | CoreError::Depth(_)) => {
+                Some("depth_exceeded")
+            }
+            HostError::Core(CoreError::NotAuthorized { .. }) | HostError::NotAuthorized(_) => {
+                Some("not_authorized")
+            }
+            other => match other.code() {
+                ErrorCode::BadRequest => Some("bad_request"),
+                _ => None,
+            },
+        }
+    }
+
     /// The control-service error code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {

@@ -63,17 +63,23 @@ impl Host {
             }
         };
         let node = config.node.clone();
+        let metrics = Arc::new(HostMetrics::default());
+        let registry = Arc::new(crate::timed_registry::TimedRegistry {
+            inner: deps.registry,
+            metrics: metrics.clone(),
+            clock: deps.clock.clone(),
+        });
         let shared = Arc::new(Shared {
             mint: IdMint::new(deps.clock.clone()),
             cfg: config,
             bus: ports,
-            registry: deps.registry,
+            registry,
             clock: deps.clock,
             drivers: deps.drivers,
             live: Live::new(node.clone()),
             lifetime: Lifetime::new(node, shutdown),
             lease: crate::lease::LeaseMarks::default(),
-            metrics: HostMetrics::default(),
+            metrics,
             results_swept_at_ms: std::sync::atomic::AtomicU64::new(0),
             just_packed: Default::default(),
         });
@@ -111,6 +117,21 @@ impl Host {
         let mut offer = self.shared.drivers.offer();
         offer.node = Some(self.shared.cfg.node.clone());
         offer
+    }
+
+    /// Tokens in the context of the agents live here, as they last reported, summed.
+    pub fn context_tokens(&self) -> u64 {
+        self.shared
+            .live
+            .agents
+            .lock()
+            .map(|agents| {
+                agents
+                    .values()
+                    .map(|h| h.context_tokens.load(std::sync::atomic::Ordering::Relaxed))
+                    .fold(0u64, u64::saturating_add)
+            })
+            .unwrap_or(0)
     }
 
     /// What this node hosts now.

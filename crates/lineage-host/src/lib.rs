@@ -30,6 +30,7 @@
 //! | [`births`] | the birth sweeper: dispose births no node started in time, tell the parent | S1, M2 |
 //! | [`budgets`] | the budget sweeper: drain subtrees whose budget is spent, stop reason `budget` | Q3 |
 //! | [`deadlines`] | the deadline sweeper: drain subtrees past their deadline, stop reason `deadline` | Q2 |
+//! | `idle` | the idle sweep: drain this node's roots idle past their idle TTL, stop reason `idle` | Q2 |
 //! | [`retention`] | the retention sweeper: purge disposed sessions past `retention.disposed_after_ms` (record, log, inbox, workspace objects) | Q5 |
 //! | `sweeps` | the background loops: lease heartbeat, and the birth, deadline/budget/retention and takeover sweeps on their periods | S1, Q2, Q3, Q5, K1 |
 //! | [`fence`] | after a lease lapse, stop the agents whose sessions moved to another node | K1, R1 |
@@ -40,6 +41,7 @@
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
 //! | [`service`] | the `lineage` control service on the host's control transport (on NATS the `lineage` micro service); dispatches each op by its hop (`Lineage-Forwarded`) | N3, O3 |
 //! | `workspace` | a session's files: an upload or a parent's copy as its base, materialized at each launch, checkpointed at each turn's end (issue 39) | C1, K1 |
+//! | `timed_registry` | the registry port with every write timed (`lineage_registry_write_duration_seconds`) | O2 |
 //! | [`telemetry`] | operation spans with W3C trace context; [`HostMetrics`] counters | O2 |
 //! | [`error`] | [`HostError`], the crate's one error enum | |
 
@@ -58,6 +60,7 @@ pub mod fence;
 pub mod followup;
 pub mod handoff;
 pub mod host;
+mod idle;
 pub mod interrupt;
 mod lease;
 mod lifetime;
@@ -76,6 +79,7 @@ pub mod spawn;
 pub mod start;
 mod sweeps;
 pub mod telemetry;
+mod timed_registry;
 mod workspace;
 
 pub use agent::{AgentRecord, AGENT_EVENT};

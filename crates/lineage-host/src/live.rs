@@ -31,6 +31,13 @@ pub(crate) struct AgentHandle {
     pub(crate) stop: CancellationToken,
     /// Its own directory of files and their caps, when it has a workspace (issue 39).
     pub(crate) workspace: Option<(std::path::PathBuf, lineage_workspace::Caps)>,
+    /// A top-level session's idle TTL ([`crate::idle`]).
+    pub(crate) idle_ttl: Option<lineage_core::idle::IdleTtl>,
+    /// Since when nothing happened to it, ms: its last turn's end, the last message accepted
+    /// into its log, or its launch (the agent task keeps it).
+    pub(crate) idle_since_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Tokens in its context, as it last reported (`lineage_agent_context_tokens`).
+    pub(crate) context_tokens: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The live agents of a node, and what is on its way to be live.

@@ -242,6 +242,8 @@ impl Shared {
                 has_children: !record.children.is_empty(),
                 one_shot: None,
                 epoch: Some(placement.epoch),
+                idle_ttl: agent.idle_ttl_ms,
+                usage: record.usage.as_deref().cloned(),
             },
         )
         .await?;

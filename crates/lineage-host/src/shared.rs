@@ -38,7 +38,7 @@ pub(crate) struct Shared {
     pub(crate) lifetime: Lifetime,
     /// The node lease as this node last saw it ([`crate::fence`]).
     pub(crate) lease: LeaseMarks,
-    pub(crate) metrics: HostMetrics,
+    pub(crate) metrics: Arc<HostMetrics>,
     /// When the stored results were last swept ([`crate::retention`]; ms, 0: never).
     pub(crate) results_swept_at_ms: std::sync::atomic::AtomicU64,
     /// Snapshots this node packed for a child's base, kept for a child that starts here
@@ -84,10 +84,11 @@ impl Shared {
     pub(crate) async fn set_state(
         &self,
         session: &SessionId,
-        state: SessionState,
+        (state, stop_reason): (SessionState, Option<lineage_core::messages::StopReason>),
         epoch: Option<u64>,
     ) -> Result<(), HostError> {
         self.write(|request_id, at_ms| Command::SetState {
+            stop_reason,
             request_id,
             at_ms,
             session: session.clone(),

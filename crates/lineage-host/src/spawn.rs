@@ -101,6 +101,23 @@ impl Shared {
         max_depth: Option<MaxDepth>,
         adopt: bool,
     ) -> Result<SpawnReply, HostError> {
+        let (began, shape) = (self.now(), spec.shape);
+        let out = self
+            .birth_of_child(parent, spec, request_id, max_depth, adopt)
+            .await;
+        let took = self.now().saturating_sub(began);
+        self.metrics.spawn_outcome(&out, took, Some(shape));
+        out
+    }
+
+    async fn birth_of_child(
+        self: &Arc<Self>,
+        parent: ParentCtx,
+        spec: ChildSpec,
+        request_id: RequestId,
+        max_depth: Option<MaxDepth>,
+        adopt: bool,
+    ) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
         // 1-3: depth, policy and deadline, all synchronous (C2: before the first await).
         let deadline = spec.timeout_ms.map(|t| t.deadline_from(self.now()));
@@ -287,6 +304,18 @@ impl Shared {
         request: SpawnRequest,
         max_depth: Option<MaxDepth>,
     ) -> Result<SpawnReply, HostError> {
+        let began = self.now();
+        let out = self.birth_of_root(request, max_depth).await;
+        let took = self.now().saturating_sub(began);
+        self.metrics.spawn_outcome(&out, took, None);
+        out
+    }
+
+    async fn birth_of_root(
+        self: &Arc<Self>,
+        request: SpawnRequest,
+        max_depth: Option<MaxDepth>,
+    ) -> Result<SpawnReply, HostError> {
         self.lifetime.check_running()?;
         let session = self.mint.session();
         lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
@@ -325,6 +354,10 @@ impl Shared {
             },
             kind: BirthKind::TopLevel {
                 policy: request.policy.unwrap_or_default(),
+                idle_ttl_ms: lineage_core::idle::IdleTtl::effective(
+                    request.idle_ttl_ms,
+                    self.cfg.idle_root,
+                ),
             },
             workspace,
         };
@@ -421,6 +454,11 @@ impl Host {
             lineage_core::header::check_top_level(request.shape, request.label.as_deref())?;
             return self.shared.spawn_root(request, max_depth).await;
         };
+        if request.idle_ttl_ms.is_some() {
+            return Err(HostError::BadRequest(
+                "an idle TTL ends a top-level session's tree; a child ends with its parent: leave --idle-ttl out, or spawn without --parent".to_owned(),
+            ));
+        }
         let handle = self.shared.live.handle(&parent);
         let Some(handle) = handle else {
             return self.spawn_elsewhere(parent, request, hop).await;

@@ -114,7 +114,7 @@ impl Shared {
                 ));
                 (log, Some(shape), preset, child_policy_view(policy))
             }
-            BirthKind::TopLevel { policy } => (
+            BirthKind::TopLevel { policy, .. } => (
                 SessionLog::create(session.clone(), vec![]),
                 None,
                 header.agent_preset().cloned(),
@@ -122,9 +122,14 @@ impl Shared {
             ),
         };
         let mut log = log;
+        let idle_ttl = match &request.kind {
+            BirthKind::TopLevel { idle_ttl_ms, .. } => *idle_ttl_ms,
+            BirthKind::Child { .. } => None,
+        };
         let record = AgentRecord {
             agent: request.agent.clone(),
             policy_view,
+            idle_ttl_ms: idle_ttl,
         };
         let record = serde_json::to_value(&record)
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
@@ -237,6 +242,10 @@ impl Shared {
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
+        let idle_ttl = match &kind {
+            BirthKind::TopLevel { idle_ttl_ms, .. } => *idle_ttl_ms,
+            BirthKind::Child { .. } => None,
+        };
         let (descriptor, run) = match kind {
             BirthKind::Child {
                 descriptor,
@@ -282,6 +291,8 @@ impl Shared {
                 has_children: false,
                 // Registered with its node: placement epoch 1.
                 epoch: Some(1),
+                idle_ttl,
+                usage: None,
                 one_shot: result_tx,
             },
         )
@@ -360,6 +371,7 @@ impl Shared {
     pub(crate) async fn dispose_unstarted(&self, session: &SessionId) {
         let _ = self
             .write(|request_id, at_ms| Command::Dispose {
+                stop_reason: Some(StopReason::Failed),
                 request_id,
                 at_ms,
                 session: session.clone(),

@@ -98,6 +98,15 @@ pub(crate) async fn start(shared: &Arc<Shared>) -> Result<(), HostError> {
             ),
             Err(e) => tracing::warn!(error = %e, "budget sweep failed"),
         }
+        match sweeper.sweep_idle_roots().await {
+            Ok(r) if r.drained.is_empty() && r.failed.is_empty() => {}
+            Ok(r) => tracing::info!(
+                drained = r.drained.len(),
+                failed = r.failed.len(),
+                "drained roots idle past their idle TTL"
+            ),
+            Err(e) => tracing::warn!(error = %e, "idle sweep failed"),
+        }
         match sweeper.sweep_retention().await {
             Ok(r) if r.purged.is_empty() => {}
             Ok(r) => tracing::info!(

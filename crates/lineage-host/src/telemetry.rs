@@ -153,15 +153,7 @@ pub mod genai {
     }
 }
 
-const STOP_REASONS: [StopReason; 7] = [
-    StopReason::Completed,
-    StopReason::Failed,
-    StopReason::Interrupted,
-    StopReason::Disposed,
-    StopReason::MaxTurns,
-    StopReason::Deadline,
-    StopReason::Budget,
-];
+const STOP_REASONS: [StopReason; 8] = StopReason::ALL;
 
 /// Counters of one host, incremented where things happen. All relaxed atomics: they never
 /// block or fail the operation they count.
@@ -182,6 +174,11 @@ pub struct HostMetrics {
     drain_failures: AtomicU64,
     drain_duration: Latencies,
     turn_duration: Latencies,
+    spawn_duration: Latencies,
+    registry_write_duration: Latencies,
+    settlement_duration: Latencies,
+    refusals: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    cost_micros: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// Upper bounds of the latency histograms' buckets, in ms (an observation past the last is
@@ -281,6 +278,18 @@ pub struct HostMetricsSnapshot {
     pub drain_duration: LatencyHistogram,
     /// Durations of the turns taken here, however they ended.
     pub turn_duration: LatencyHistogram,
+    /// Durations of the spawns of top-level and continuable sessions answered here, from the
+    /// request to the new session live (a one-shot spawn's reply waits for its whole run, so
+    /// it is not counted).
+    pub spawn_duration: LatencyHistogram,
+    /// Durations of this node's registry writes, retries included.
+    pub registry_write_duration: LatencyHistogram,
+    /// Durations of the settlements committed here (log flush and registry write).
+    pub settlement_duration: LatencyHistogram,
+    /// Spawns refused here, by reason (the rule's name, e.g. `depth_exceeded`), sorted.
+    pub refusals: Vec<(&'static str, u64)>,
+    /// Cost the agents of this node reported, in millionths, by currency, sorted.
+    pub cost_micros: Vec<(String, u64)>,
 }
 
 impl HostMetrics {
@@ -335,6 +344,51 @@ impl HostMetrics {
         self.turn_duration.observe(ms);
     }
 
+    /// A spawn answered here after `ms`: its duration when it is live (a one-shot's reply
+    /// waits for the whole run: not a spawn's duration), or its refusal's reason.
+    pub(crate) fn spawn_outcome(
+        &self,
+        out: &Result<lineage_protocol::control::SpawnReply, crate::error::HostError>,
+        ms: u64,
+        shape: Option<SubagentShape>,
+    ) {
+        match (out, shape) {
+            (Ok(_), Some(SubagentShape::OneShot)) => {}
+            (Ok(_), None | Some(SubagentShape::Continuable)) => self.spawn_duration.observe(ms),
+            (Err(e), _) => {
+                if let Some(reason) = e.refusal_reason() {
+                    self.refused(reason);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn registry_wrote(&self, ms: u64) {
+        self.registry_write_duration.observe(ms);
+    }
+
+    pub(crate) fn settlement_took(&self, ms: u64) {
+        self.settlement_duration.observe(ms);
+    }
+
+    /// A spawn refused for `reason` ([`crate::error::HostError::refusal_reason`]).
+    pub(crate) fn refused(&self, reason: &'static str) {
+        if let Ok(mut refusals) = self.refusals.lock() {
+            *refusals.entry(reason).or_default() += 1;
+        }
+    }
+
+    /// Cost an agent reported since its previous report, in millionths of `currency`.
+    pub(crate) fn cost_added(&self, currency: &str, micros: u64) {
+        if micros == 0 {
+            return;
+        }
+        if let Ok(mut cost) = self.cost_micros.lock() {
+            let sum = cost.entry(currency.to_owned()).or_default();
+            *sum = sum.saturating_add(micros);
+        }
+    }
+
     /// The current values.
     pub fn snapshot(&self) -> HostMetricsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -360,6 +414,19 @@ impl HostMetrics {
             drain_failures: get(&self.drain_failures),
             drain_duration: self.drain_duration.snapshot(),
             turn_duration: self.turn_duration.snapshot(),
+            spawn_duration: self.spawn_duration.snapshot(),
+            registry_write_duration: self.registry_write_duration.snapshot(),
+            settlement_duration: self.settlement_duration.snapshot(),
+            refusals: self
+                .refusals
+                .lock()
+                .map(|r| r.iter().map(|(k, v)| (*k, *v)).collect())
+                .unwrap_or_default(),
+            cost_micros: self
+                .cost_micros
+                .lock()
+                .map(|c| c.iter().map(|(k, v)| (k.clone(), *v)).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -378,7 +445,26 @@ mod tests {
         m.inbox_accepted(40);
         m.drained(true, 12);
         m.drained(false, 99);
+        m.refused("depth_exceeded");
+        m.refused("depth_exceeded");
+        m.refused("fan_out_exceeded");
+        m.cost_added("USD", 1_500);
+        m.cost_added("USD", 500);
+        m.cost_added("credits", 0);
+        m.registry_wrote(7);
         let s = m.snapshot();
+        assert_eq!(
+            s.refusals,
+            vec![("depth_exceeded", 2), ("fan_out_exceeded", 1)]
+        );
+        assert_eq!(s.cost_micros, vec![("USD".to_owned(), 2_000)]);
+        assert_eq!(
+            (
+                s.registry_write_duration.count,
+                s.registry_write_duration.sum_ms
+            ),
+            (1, 7)
+        );
         assert_eq!(
             s.spawns,
             vec![("top-level", 1), ("continuable", 0), ("one-shot", 1)]

@@ -38,6 +38,7 @@ async fn k1_x1_an_agent_whose_session_is_disposed_behind_its_node_stops_within_a
     let disposed = cluster
         .registry
         .write(Command::Dispose {
+            stop_reason: None,
             request_id: RequestId::parse("0190abcd-0000-7000-8000-00000000d15e").unwrap(),
             at_ms: 1,
             session: child.clone(),
@@ -179,6 +180,7 @@ async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_o
     let disposed = cluster
         .registry
         .write(Command::Dispose {
+            stop_reason: None,
             request_id: RequestId::parse("0190abcd-0000-7000-8000-00000000d15f").unwrap(),
             at_ms: 1,
             session: target.clone(),

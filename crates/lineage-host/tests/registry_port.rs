@@ -100,6 +100,7 @@ async fn suite(port: &dyn RegistryPort) {
     // Dispose refused while a child is undisposed; admission closed refuses new children.
     let refused = port
         .write(Command::Dispose {
+            stop_reason: None,
             request_id: rid(),
             at_ms: 3,
             session: root_id.clone(),
@@ -124,6 +125,7 @@ async fn suite(port: &dyn RegistryPort) {
         HostError::Refused(RegistryRefusal::AdmissionClosed { .. })
     ));
     port.write(Command::Dispose {
+        stop_reason: None,
         request_id: rid(),
         at_ms: 4,
         session: child_id.clone(),
@@ -131,6 +133,7 @@ async fn suite(port: &dyn RegistryPort) {
     .await
     .unwrap();
     port.write(Command::Dispose {
+        stop_reason: None,
         request_id: rid(),
         at_ms: 5,
         session: root_id.clone(),

@@ -213,6 +213,11 @@ pub struct LimitsSection {
     /// Live descendants per tree, the root not counted (Q1); absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_descendants: Option<u32>,
+    /// How long a top-level session may stay idle (no turn, nothing arriving, no descendant
+    /// starting or running) before its tree is drained with stop reason `idle`, in ms, when its
+    /// spawn gives no `--idle-ttl`; absent: roots stay until drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_root_ms: Option<u64>,
 }
 
 /// `[tools]`: how hosted agents reach lineage's delegation tools (T1). Every agent can start
@@ -298,6 +303,7 @@ impl Default for NodeConfig {
                 max_depth: MaxDepth::from_u32(8),
                 max_children: None,
                 max_descendants: None,
+                idle_root_ms: None,
             },
             lease: LeaseSection {
                 lease_ms: 3000,

@@ -9,6 +9,7 @@
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` | O2 |
 //! | [`metrics`] | the Prometheus text of `/metrics` | O2 |
 //! | [`otlp`] | trace export over OTLP (http/protobuf, gRPC, TLS) on the OpenTelemetry SDK, from `OTEL_*` | O2, U2 |
+//! | [`process`] | the process's CPU, memory and descriptors from `/proc/self` (`process_*`) | O2 |
 //! | [`raft_noise`] | openraft's expected RPC timeouts and unreachable members counted, not logged as errors | O2 |
 //! | [`error`] | [`NodeError`] | |
 
@@ -21,6 +22,7 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod otlp;
+pub mod process;
 pub mod raft_noise;
 pub mod warm;
 

@@ -1,7 +1,8 @@
 //! The node's `/metrics` page (O2): OpenMetrics text, encoded by `prometheus-client` from a
 //! snapshot of the node's counters taken at each scrape ([`MetricsPage`], a `Collector`).
 //!
-//! Every series has a `node` label. Counters are written `<family>_total`; latencies are
+//! Every series has a `lineage_node` label (the node's id; not `node`, which Kubernetes
+//! service discovery and kube-state-metrics use for the machine). Counters are written `<family>_total`; latencies are
 //! histograms (`_bucket{le}`, `_sum`, `_count`; bounds from 5 ms to 60 s). Families:
 //!
 //! | metric | type | what |
@@ -22,7 +23,14 @@
 //! | `lineage_drains_total` / `lineage_drain_failures_total` | counter | drains coordinated here |
 //! | `lineage_drain_duration_seconds` | histogram | duration of completed drains |
 //! | `lineage_turn_duration_seconds` | histogram | duration of the turns taken here |
+//! | `lineage_spawn_duration_seconds` | histogram | spawns of top-level and continuable sessions answered here, from the request to the session live (a one-shot's reply waits for its run: not counted) |
+//! | `lineage_registry_write_duration_seconds` | histogram | this node's registry writes, retries included |
+//! | `lineage_settlement_duration_seconds` | histogram | settlements committed here (log flush and registry write) |
+//! | `lineage_refusals_total{reason}` | counter | spawns refused here, by the rule that refused (`depth_exceeded`, `fan_out_exceeded`, `budget_spent`, `admission_closed`, `bad_request`, ...) |
+//! | `lineage_agent_context_tokens` | gauge | tokens in the context of the agents live here, as they last reported |
+//! | `lineage_agent_cost_total{currency}` | counter | cost the agents of this node reported, in the currency's units |
 //! | `lineage_build_info{version}` | gauge | 1, with the build's version |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | counter, gauge | this process, from `/proc/self` (Linux) |
 //! | `lineage_raft_term`, `lineage_raft_leader`, `lineage_raft_commit_index`, `lineage_raft_applied_index`, `lineage_raft_last_log_index`, `lineage_raft_purged_index` | gauge | voters only |
 //! | `lineage_raft_rpc_unanswered_total` | counter | voters only: openraft's RPCs that timed out or found nobody, not logged ([`crate::raft_noise`]) |
 //! | `lineage_registry_load_seconds`, `lineage_registry_snapshot_build_seconds`, `lineage_registry_snapshot_install_seconds` | gauge | voters only: the last load at open, snapshot build, snapshot install |
@@ -121,6 +129,10 @@ pub struct MetricsPage {
     pub nats: NatsView,
     /// The host's counters.
     pub host: HostMetricsSnapshot,
+    /// Tokens in the context of the agents live here, as they last reported.
+    pub context_tokens: u64,
+    /// The process's own figures, where `/proc` has them.
+    pub process: Option<crate::process::ProcessFigures>,
     /// Sessions by state, when the registry answered.
     pub sessions: Option<BTreeMap<String, u64>>,
     /// Raft, on a voter.
@@ -138,7 +150,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[derive(Debug)]
 struct Families(MetricsPage);
 
-/// Encodes families into `encoder`, each sample with its `node` label and `labels`.
+/// Encodes families into `encoder`, each sample with its `lineage_node` label and `labels`.
 struct Out<'a, 'b> {
     encoder: DescriptorEncoder<'a>,
     node: &'b str,
@@ -197,9 +209,71 @@ impl Out<'_, '_> {
     }
 }
 
+impl Out<'_, '_> {
+    /// `lineage_agent_cost_total{currency}`, in the currency's units.
+    fn cost(&mut self, micros: &[(String, u64)]) -> Result<(), std::fmt::Error> {
+        let mut family = self.encoder.encode_descriptor(
+            "lineage_agent_cost",
+            "Cost the agents of this node reported, in units of the currency.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (currency, micros) in micros {
+            let labels = with_node(self.node, &[("currency", currency.as_str())]);
+            ConstCounter::new(*micros as f64 / 1_000_000.0)
+                .encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    /// The `process_*` families.
+    fn process(&mut self, p: &crate::process::ProcessFigures) -> Result<(), std::fmt::Error> {
+        let mut family = self.encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "User and system CPU time of this process, seconds.",
+            None,
+            MetricType::Counter,
+        )?;
+        let labels = with_node(self.node, &[]);
+        ConstCounter::new(p.cpu_seconds).encode(family.encode_family(&labels)?)?;
+        for (name, help, value) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory of this process.",
+                p.resident_bytes as f64,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory of this process.",
+                p.virtual_bytes as f64,
+            ),
+            (
+                "process_open_fds",
+                "Open file descriptors.",
+                p.open_fds as f64,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of this process, seconds since the Unix epoch.",
+                p.start_time_seconds,
+            ),
+        ] {
+            self.one(name, help, value)?;
+        }
+        if let Some(max) = p.max_fds {
+            self.one(
+                "process_max_fds",
+                "The soft limit on open file descriptors.",
+                max as f64,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 fn with_node<'a>(node: &'a str, labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut all = Vec::with_capacity(labels.len() + 1);
-    all.push(("node", node));
+    all.push(("lineage_node", node));
     all.extend_from_slice(labels);
     all
 }
@@ -317,6 +391,39 @@ impl Collector for Families {
             "Duration of the turns taken on this node, however they ended.",
             &h.turn_duration,
         )?;
+        out.histogram(
+            "lineage_spawn_duration_seconds",
+            "Spawns of top-level and continuable sessions answered by this node, from the request to the session live (one-shot spawns, whose reply waits for the run, are not counted).",
+            &h.spawn_duration,
+        )?;
+        out.histogram(
+            "lineage_registry_write_duration_seconds",
+            "This node's registry writes, retries included.",
+            &h.registry_write_duration,
+        )?;
+        out.histogram(
+            "lineage_settlement_duration_seconds",
+            "Settlements committed on this node: the log flush and the registry write.",
+            &h.settlement_duration,
+        )?;
+        let refusals: Vec<([(&str, &str); 1], u64)> = h
+            .refusals
+            .iter()
+            .map(|(reason, n)| ([("reason", *reason)], *n))
+            .collect();
+        let refusals: Vec<(&[(&str, &str)], u64)> =
+            refusals.iter().map(|(l, v)| (&l[..], *v)).collect();
+        out.counter(
+            "lineage_refusals",
+            "Spawns refused by this node, by the rule that refused them.",
+            &refusals,
+        )?;
+        out.one(
+            "lineage_agent_context_tokens",
+            "Tokens in the context of the agents live on this node, as they last reported.",
+            page.context_tokens as f64,
+        )?;
+        out.cost(&h.cost_micros)?;
         out.gauge(
             "lineage_build_info",
             "This build: always 1, its version as a label.",
@@ -392,6 +499,9 @@ impl Collector for Families {
                 &[(&[], f.installed_total)],
             )?;
         }
+        if let Some(p) = &page.process {
+            out.process(p)?;
+        }
         if let Some(o) = &page.otlp {
             for (name, help, value) in [
                 (
@@ -430,7 +540,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_prometheus_text_with_help_type_and_node_labels() {
+    fn renders_prometheus_text_with_help_type_and_lineage_node_labels() {
         let page = MetricsPage {
             node: "node-1".into(),
             live_agents: 2,
@@ -455,8 +565,16 @@ mod tests {
                     count: 1,
                     sum_ms: 45,
                 },
+                refusals: vec![("fan_out_exceeded", 3)],
+                cost_micros: vec![("USD".to_owned(), 250_000)],
                 ..Default::default()
             },
+            context_tokens: 1200,
+            process: Some(crate::process::ProcessFigures {
+                cpu_seconds: 1.5,
+                open_fds: 9,
+                ..Default::default()
+            }),
             sessions: Some(
                 [("running".to_owned(), 2), ("settled".to_owned(), 1)]
                     .into_iter()
@@ -486,32 +604,38 @@ mod tests {
         let text = page.render();
         for line in [
             "# TYPE lineage_spawns counter",
-            "lineage_spawns_total{node=\"node-1\",shape=\"continuable\"} 3",
-            "lineage_settlements_total{node=\"node-1\",stop_reason=\"completed\"} 2",
-            "lineage_sessions{node=\"node-1\",state=\"settled\"} 1.0",
+            "lineage_spawns_total{lineage_node=\"node-1\",shape=\"continuable\"} 3",
+            "lineage_settlements_total{lineage_node=\"node-1\",stop_reason=\"completed\"} 2",
+            "lineage_sessions{lineage_node=\"node-1\",state=\"settled\"} 1.0",
             "# TYPE lineage_inbox_lag_seconds histogram",
-            "lineage_inbox_lag_seconds_sum{node=\"node-1\"} 1.234",
-            "lineage_inbox_lag_seconds_count{node=\"node-1\"} 4",
-            "lineage_inbox_lag_seconds_bucket{le=\"0.005\",node=\"node-1\"} 1",
-            "lineage_inbox_lag_seconds_bucket{le=\"0.1\",node=\"node-1\"} 3",
-            "lineage_inbox_lag_seconds_bucket{le=\"1.0\",node=\"node-1\"} 4",
-            "lineage_inbox_lag_seconds_bucket{le=\"+Inf\",node=\"node-1\"} 4",
-            "lineage_inbox_lag_max_seconds{node=\"node-1\"} 0.9",
-            "lineage_drain_duration_seconds_sum{node=\"node-1\"} 0.045",
-            "lineage_drain_duration_seconds_count{node=\"node-1\"} 1",
-            "lineage_raft_commit_index{node=\"node-1\"} 10.0",
-            "lineage_raft_purged_index{node=\"node-1\"} 4.0",
-            "lineage_raft_rpc_unanswered_total{node=\"node-1\"} 7",
-            "lineage_otlp_spans_failed_total{node=\"node-1\"} 1",
-            "lineage_registry_snapshot_build_seconds{node=\"node-1\"} 1.5",
-            "lineage_registry_snapshot_bytes{node=\"node-1\"} 4096.0",
-            "lineage_registry_snapshots_built_total{node=\"node-1\"} 2",
-            "lineage_registry_request_results{node=\"node-1\"} 17.0",
-            "lineage_live_agents{node=\"node-1\"} 2.0",
-            "lineage_nats_connected{node=\"node-1\"} 1.0",
-            "lineage_nats_reconnects_total{node=\"node-1\"} 2",
-            "lineage_agents{node=\"node-1\",activity=\"in_turn\"} 1.0",
-            "lineage_agents{node=\"node-1\",activity=\"idle\"} 1.0",
+            "lineage_inbox_lag_seconds_sum{lineage_node=\"node-1\"} 1.234",
+            "lineage_inbox_lag_seconds_count{lineage_node=\"node-1\"} 4",
+            "lineage_inbox_lag_seconds_bucket{le=\"0.005\",lineage_node=\"node-1\"} 1",
+            "lineage_inbox_lag_seconds_bucket{le=\"0.1\",lineage_node=\"node-1\"} 3",
+            "lineage_inbox_lag_seconds_bucket{le=\"1.0\",lineage_node=\"node-1\"} 4",
+            "lineage_inbox_lag_seconds_bucket{le=\"+Inf\",lineage_node=\"node-1\"} 4",
+            "lineage_inbox_lag_max_seconds{lineage_node=\"node-1\"} 0.9",
+            "lineage_drain_duration_seconds_sum{lineage_node=\"node-1\"} 0.045",
+            "lineage_drain_duration_seconds_count{lineage_node=\"node-1\"} 1",
+            "lineage_raft_commit_index{lineage_node=\"node-1\"} 10.0",
+            "lineage_raft_purged_index{lineage_node=\"node-1\"} 4.0",
+            "lineage_raft_rpc_unanswered_total{lineage_node=\"node-1\"} 7",
+            "lineage_otlp_spans_failed_total{lineage_node=\"node-1\"} 1",
+            "lineage_registry_snapshot_build_seconds{lineage_node=\"node-1\"} 1.5",
+            "lineage_registry_snapshot_bytes{lineage_node=\"node-1\"} 4096.0",
+            "lineage_registry_snapshots_built_total{lineage_node=\"node-1\"} 2",
+            "lineage_registry_request_results{lineage_node=\"node-1\"} 17.0",
+            "lineage_live_agents{lineage_node=\"node-1\"} 2.0",
+            "lineage_nats_connected{lineage_node=\"node-1\"} 1.0",
+            "lineage_nats_reconnects_total{lineage_node=\"node-1\"} 2",
+            "lineage_agents{lineage_node=\"node-1\",activity=\"in_turn\"} 1.0",
+            "lineage_agents{lineage_node=\"node-1\",activity=\"idle\"} 1.0",
+            "lineage_refusals_total{lineage_node=\"node-1\",reason=\"fan_out_exceeded\"} 3",
+            "lineage_agent_cost_total{lineage_node=\"node-1\",currency=\"USD\"} 0.25",
+            "lineage_agent_context_tokens{lineage_node=\"node-1\"} 1200.0",
+            "lineage_registry_write_duration_seconds_count{lineage_node=\"node-1\"} 0",
+            "process_open_fds{lineage_node=\"node-1\"} 9.0",
+            "process_cpu_seconds_total{lineage_node=\"node-1\"} 1.5",
             "# EOF",
         ] {
             assert!(

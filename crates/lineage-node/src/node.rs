@@ -102,6 +102,10 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
         max_children: config.limits.max_children,
         max_descendants: config.limits.max_descendants,
     };
+    host_cfg.idle_root = config
+        .limits
+        .idle_root_ms
+        .and_then(|ms| lineage_core::idle::IdleTtl::named("limits.idle_root_ms", ms).ok());
     host_cfg.streams = lineage_bus::StreamOptions {
         replicas: usize::from(config.nats.stream_replicas),
         update: config.nats.update_streams,
@@ -310,6 +314,8 @@ impl Probe for NodeProbe {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 },
                 host: self.host.metrics().snapshot(),
+                context_tokens: self.host.context_tokens(),
+                process: crate::process::ProcessFigures::read(),
                 sessions,
                 raft: self
                     .member

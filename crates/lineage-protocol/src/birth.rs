@@ -54,6 +54,9 @@ pub enum BirthKind {
         /// Its own policy view (what its children inherit, C2).
         #[serde(default)]
         policy: ParentPolicyView,
+        /// Its idle TTL ([`lineage_core::idle`]): the spawn's, else the spawning node's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
     },
     /// A child of a live parent.
     Child {

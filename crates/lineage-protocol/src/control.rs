@@ -134,6 +134,11 @@ pub struct SpawnRequest {
     /// it, no child is registered under it and it is drained with stop reason `budget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<lineage_core::budget::Budget>,
+    /// Top-level only: how long it may stay idle (no turn of its own, nothing arriving, no
+    /// descendant starting or running) before its tree is drained with stop reason `idle`.
+    /// Absent: the spawning node's `limits.idle_root_ms`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
     /// The files the new session starts in (issue 39): a root's upload, or a child's
     /// `inherit` (the default when its parent has a workspace) or `empty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +166,7 @@ impl SpawnRequest {
             policy: None,
             timeout_ms: None,
             budget: None,
+            idle_ttl_ms: None,
             workspace: None,
         }
     }

@@ -72,6 +72,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         }),
         timeout_ms: Some(lineage_core::deadline::Timeout::named("timeout_ms", 30_000).unwrap()),
         budget: None,
+        idle_ttl_ms: None,
         workspace: Some(lineage_protocol::workspace::SpawnWorkspace::Inherit),
     };
     pin(
@@ -80,6 +81,25 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
             r#"{{"parent":"{A}","shape":"one-shot","agent":{{"driver":"profile","profile":"coder"}},"prompt":"go","node":"node-2","label":"leaf","persona":"terse","tool_filter":["read"],"max_depth":3,"request_id":"{R}","cwd":null,"preset":null,"policy":{{"has_approval_service":true}},"timeout_ms":30000,"workspace":"inherit"}}"#
         ),
     );
+    // A root's idle TTL, in ms; 0 is refused where the request is read.
+    let root = SpawnRequest {
+        idle_ttl_ms: Some(lineage_core::idle::IdleTtl::named("idle_ttl_ms", 600_000).unwrap()),
+        ..SpawnRequest::new(
+            AgentSpec::Profile {
+                profile: "coder".into(),
+            },
+            "hi",
+        )
+    };
+    let text = serde_json::to_string(&root).unwrap();
+    assert!(text.ends_with(r#""idle_ttl_ms":600000}"#), "{text}");
+    assert_eq!(serde_json::from_str::<SpawnRequest>(&text).unwrap(), root);
+    let zero = serde_json::from_str::<SpawnRequest>(
+        r#"{"agent":{"driver":"profile","profile":"coder"},"idle_ttl_ms":0}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(zero.contains("idle_ttl_ms 0 ms is out of range"), "{zero}");
     // What a client writes least: only the agent.
     let short: SpawnRequest =
         serde_json::from_str(r#"{"agent":{"driver":"acp","command":["a","--stdio"]}}"#).unwrap();
@@ -155,6 +175,7 @@ fn n3_start_request_is_pinned() {
         limits: Default::default(),
         kind: BirthKind::TopLevel {
             policy: Default::default(),
+            idle_ttl_ms: None,
         },
         workspace: None,
     };

@@ -133,6 +133,7 @@ pub struct RegistryState {
 }
 
 use lineage_core::limits::BirthLimits;
+use lineage_core::messages::StopReason;
 
 /// The most records one [`RegistryState::spent_budgets`] answer holds (the sweeper's page).
 pub const SPENT_BUDGETS_PAGE: usize = 256;
@@ -231,8 +232,9 @@ impl RegistryState {
                 session,
                 state,
                 expected_epoch,
+                stop_reason,
                 ..
-            } => self.set_state(*at_ms, session, *state, *expected_epoch),
+            } => self.set_state(*at_ms, session, (*state, *stop_reason), *expected_epoch),
             Command::RecordUsage {
                 at_ms,
                 session,
@@ -241,7 +243,12 @@ impl RegistryState {
                 ..
             } => self.record_usage(*at_ms, session, usage, *expected_epoch),
             Command::CloseAdmission { at_ms, roots, .. } => self.close_admission(*at_ms, roots),
-            Command::Dispose { at_ms, session, .. } => self.dispose(*at_ms, session),
+            Command::Dispose {
+                at_ms,
+                session,
+                stop_reason,
+                ..
+            } => self.dispose(*at_ms, session, *stop_reason),
             Command::Heartbeat {
                 at_ms,
                 node,

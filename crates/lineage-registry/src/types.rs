@@ -109,6 +109,11 @@ pub struct SessionRecord {
     /// subtree's sum, and any budget above it, stays what it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purged_usage: Option<Box<lineage_core::usage::UsageTotal>>,
+    /// Why it ended, once `settled` or `disposed`: its settlement's reason, or else the reason
+    /// of whatever disposed it (a drain's `disposed`, `deadline`, `budget`, `idle`). Cleared
+    /// when a settled session runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<lineage_core::messages::StopReason>,
 }
 
 impl SessionRecord {
@@ -132,6 +137,7 @@ impl SessionRecord {
             fan_out: Default::default(),
             budget: None,
             purged_usage: None,
+            stop_reason: None,
         }
     }
 

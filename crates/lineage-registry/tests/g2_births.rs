@@ -184,6 +184,7 @@ fn g2_a_starting_session_cannot_be_claimed_change_state_or_take_children() {
     ] {
         for fence in [None, Some(1)] {
             let set = Command::SetState {
+                stop_reason: None,
                 request_id: rid(
                     &format!("set-{}-{fence:?}", state.as_str()).replace(['(', ')'], "")
                 ),
@@ -199,6 +200,7 @@ fn g2_a_starting_session_cannot_be_claimed_change_state_or_take_children() {
     }
     // set_state disposed is still use_dispose (the rule about the command, first).
     let set_disposed = Command::SetState {
+        stop_reason: None,
         request_id: rid("set-disposed"),
         at_ms: 20,
         session: sid(1),
@@ -248,6 +250,7 @@ fn s1_a_starting_session_may_be_disposed_and_then_never_starts() {
     s.apply(&root(1, 10, Some(50)));
     assert!(matches!(
         s.apply(&Command::Dispose {
+            stop_reason: None,
             request_id: rid("d"),
             at_ms: 20,
             session: sid(1),

@@ -473,6 +473,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             state,
             fence,
         } => Command::SetState {
+            stop_reason: None,
             request_id: req(r),
             at_ms: at,
             session: sid(id),
@@ -490,6 +491,7 @@ fn to_command(model: &Model, op: &Op) -> Option<Command> {
             roots: ids.iter().map(|i| sid(*i)).collect(),
         },
         Op::Dispose { req: r, id } => Command::Dispose {
+            stop_reason: None,
             request_id: req(r),
             at_ms: at,
             session: sid(id),

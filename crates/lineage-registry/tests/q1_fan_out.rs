@@ -64,6 +64,7 @@ fn refused(s: &mut RegistryState, parent: u32, n: u32, fan_out: FanOut) -> Regis
 
 fn dispose(s: &mut RegistryState, n: u32) {
     let got = s.apply(&Command::Dispose {
+        stop_reason: None,
         request_id: RequestId::parse(&format!("dispose-{n}")).unwrap(),
         at_ms: 1_000,
         session: sid(n),

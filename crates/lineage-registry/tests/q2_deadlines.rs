@@ -137,6 +137,7 @@ fn q2_overdue_deadlines_are_indexed_earliest_first_and_forgotten_once_disposed()
     assert_eq!(overdue(&back, 10_000), overdue(&s, 10_000));
     assert_eq!(back.digest(), s.digest());
     let got = s.apply(&Command::Dispose {
+        stop_reason: None,
         request_id: RequestId::parse("dispose-3").unwrap(),
         at_ms: 5_000,
         session: sid(3),

@@ -135,6 +135,7 @@ fn q3_a_tree_past_its_budget_refuses_a_spawn_with_the_numbers_and_changes_nothin
     // Disposed (children first), the holder is no longer listed.
     for n in [4, 3, 2, 1] {
         let got = s.apply(&Command::Dispose {
+            stop_reason: None,
             request_id: RequestId::parse(&format!("dispose-{n}")).unwrap(),
             at_ms: 1_000,
             session: sid(n),

@@ -194,6 +194,7 @@ fn q4_the_indexes_follow_state_changes_moves_label_changes_and_disposal() {
         let epoch = record.placement.as_ref().map_or(0, |p| p.epoch);
         let cmd = match rng.below(4) {
             0 => Command::SetState {
+                stop_reason: None,
                 request_id: rid("state", n),
                 at_ms: 5_000,
                 session: sid(n),
@@ -231,6 +232,7 @@ fn q4_the_indexes_follow_state_changes_moves_label_changes_and_disposal() {
                 && rng.below(2) == 0
             {
                 s.apply(&Command::Dispose {
+                    stop_reason: None,
                     request_id: rid(&format!("dispose-{}", rng.below(1_000_000)), n),
                     at_ms: 6_000,
                     session: sid(n),

@@ -58,6 +58,7 @@ fn child(s: &mut RegistryState, at: u64, parent: &SessionId, id: SessionId) {
 
 fn dispose(s: &mut RegistryState, at: u64, id: &SessionId) {
     let got = s.apply(&Command::Dispose {
+        stop_reason: None,
         request_id: rid(&format!("dispose-{id}"), at),
         at_ms: at,
         session: id.clone(),

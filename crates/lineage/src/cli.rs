@@ -46,7 +46,7 @@ pub enum Verb {
         /// Working directory for data and logs (default: a new temp dir).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// NATS port for the local server (default: a free port).
+        /// NATS port for the local server (default: 4222 when it is free, else a free port).
         #[arg(long)]
         nats_port: Option<u16>,
     },

@@ -15,15 +15,8 @@ use super::{AgentEngine, EngineCommand, RecordedState};
 /// Reads a stop reason the engine wrote with [`StopReason::as_str`] (the activation keeps the
 /// text it was given).
 pub fn stop_reason_from(text: Option<&str>) -> StopReason {
-    match text {
-        Some("failed") => StopReason::Failed,
-        Some("interrupted") => StopReason::Interrupted,
-        Some("disposed") => StopReason::Disposed,
-        Some("max_turns") => StopReason::MaxTurns,
-        Some("deadline") => StopReason::Deadline,
-        Some("budget") => StopReason::Budget,
-        Some(_) | None => StopReason::Completed,
-    }
+    text.and_then(StopReason::parse)
+        .unwrap_or(StopReason::Completed)
 }
 
 impl AgentEngine {

@@ -273,20 +273,14 @@ fn m2_settlement_summary_is_one_line_and_bounded() {
 
 #[test]
 fn m2_stop_reason_spellings_are_snake_case() {
-    for r in [
-        StopReason::Completed,
-        StopReason::Failed,
-        StopReason::Interrupted,
-        StopReason::Disposed,
-        StopReason::MaxTurns,
-        StopReason::Deadline,
-        StopReason::Budget,
-    ] {
+    for r in StopReason::ALL {
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
             format!("\"{}\"", r.as_str())
         );
+        assert_eq!(StopReason::parse(r.as_str()), Some(r));
     }
+    assert_eq!(StopReason::parse("idle"), Some(StopReason::Idle));
     assert_eq!(StopReason::MaxTurns.as_str(), "max_turns");
     assert_eq!(
         serde_json::to_string(&Delivery::Wakeup).unwrap(),

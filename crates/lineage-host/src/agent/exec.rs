@@ -130,7 +130,7 @@ impl AgentTask {
                     };
                     if let Err(e) = self
                         .shared
-                        .set_state(&self.session, state, self.epoch)
+                        .set_state(&self.session, (state, None), self.epoch)
                         .await
                     {
                         tracing::warn!(session = %self.session, error = %e, state = state.as_str(), "cannot record the state");
@@ -161,10 +161,15 @@ impl AgentTask {
                     stop_reason,
                     ..
                 } => {
+                    let began = self.shared.now();
                     let committed = match gate {
                         Ok(()) => self.commit(dispose, with_log, stop_reason).await,
                         Err(e) => Err(HostError::Unavailable(e)),
                     };
+                    if committed.is_ok() {
+                        let took = self.shared.now().saturating_sub(began);
+                        self.shared.metrics.settlement_took(took);
+                    }
                     if let Err(e) = committed {
                         // Never notify before the commit: stop here, resumable later.
                         tracing::error!(session = %self.session, error = %e, "settlement not committed; not notifying");
@@ -243,6 +248,9 @@ impl AgentTask {
                 let outcome = match (failed, answer) {
                     (Some(e), _) => Err(HostError::Unavailable(e)),
                     (None, Answer::Accepted) => {
+                        // Something arrived: its tree is active ([`crate::idle`]).
+                        self.idle_since_ms
+                            .store(self.shared.now(), std::sync::atomic::Ordering::Relaxed);
                         if let Some(lag) = inbox_lag {
                             self.shared.metrics.inbox_accepted(lag);
                         }
@@ -305,6 +313,7 @@ impl AgentTask {
             let write = async move {
                 shared
                     .write(|request_id, at_ms| Command::Dispose {
+                        stop_reason: Some(stop),
                         request_id,
                         at_ms,
                         session: session.clone(),
@@ -327,7 +336,11 @@ impl AgentTask {
             // `settled` (undisposed children): its log is durable first.
             self.flush().await?;
             self.shared
-                .set_state(&self.session, SessionState::Settled, self.epoch)
+                .set_state(
+                    &self.session,
+                    (SessionState::Settled, Some(stop)),
+                    self.epoch,
+                )
                 .await?;
         }
         self.shared.metrics.settled(stop);

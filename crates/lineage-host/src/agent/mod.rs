@@ -70,6 +70,10 @@ pub(crate) struct AgentInit {
     /// The placement epoch this agent holds (1 at birth; the claim's on resume): its registry
     /// state writes are fenced by it (K1).
     pub(crate) epoch: Option<u64>,
+    /// A top-level session's idle TTL ([`lineage_core::idle`]), from its agent record.
+    pub(crate) idle_ttl: Option<lineage_core::idle::IdleTtl>,
+    /// The usage its registry record holds (a resume): where its context and cost stood.
+    pub(crate) usage: Option<lineage_core::usage::SessionUsage>,
 }
 
 /// Who waits for an engine answer.
@@ -111,6 +115,8 @@ pub(crate) struct AgentTask {
     /// Whether the settlement commit also disposed the session (one-shot runs).
     pub(crate) disposed_at_settle: bool,
     pub(crate) turn_slot: Arc<Mutex<Option<CancellationToken>>>,
+    /// Shared with its handle: since when nothing happened to it ([`crate::idle`]).
+    pub(crate) idle_since_ms: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) stop: CancellationToken,
     pub(crate) done: bool,
     pub(crate) want_turn: bool,
@@ -128,6 +134,11 @@ pub(crate) struct AgentTask {
     pub(crate) agent_name: String,
     /// The latest usage the driver reported in the turn running now (the span's tokens).
     pub(crate) turn_usage: Option<lineage_core::usage::SessionUsage>,
+    /// Tokens in its context, as it last reported (shared with its handle, for /metrics).
+    pub(crate) context_tokens: Arc<std::sync::atomic::AtomicU64>,
+    /// The cumulative cost it last reported (the registry's record at a resume), in
+    /// millionths of the currency: what a new report adds to `lineage_agent_cost_total`.
+    pub(crate) cost_seen: Option<(String, u64)>,
     /// The seq of the waking message staged last (its trace is recorded when it is answered).
     pub(crate) staged_wake: Option<u64>,
     /// The reply the running turn recorded (for its `turn-end` output).
@@ -243,6 +254,10 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         .await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let turn_slot = Arc::new(Mutex::new(None));
+    let idle_since_ms = Arc::new(std::sync::atomic::AtomicU64::new(shared.now()));
+    let context_tokens = Arc::new(std::sync::atomic::AtomicU64::new(
+        init.usage.as_ref().map(|u| u.used_tokens).unwrap_or(0),
+    ));
     let stop = shared.lifetime.shutdown.child_token();
     let handle = AgentHandle {
         tx: tx.clone(),
@@ -255,6 +270,9 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         tool_filter: init.descriptor.as_ref().and_then(|d| d.tool_filter.clone()),
         stop: stop.clone(),
         workspace: workspace.as_ref().map(|w| (w.dir.clone(), w.caps)),
+        idle_ttl: init.idle_ttl,
+        idle_since_ms: idle_since_ms.clone(),
+        context_tokens: context_tokens.clone(),
     };
     if let Err(e) = shared.live.insert(session.clone(), handle) {
         driver.shutdown().await;
@@ -299,6 +317,11 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
     let mut task = AgentTask {
         agent_name,
         turn_usage: None,
+        context_tokens,
+        cost_seen: init
+            .usage
+            .as_ref()
+            .and_then(|u| Some((u.currency.clone()?, u.cost_micros?))),
         shared: shared.clone(),
         session: session.clone(),
         engine,
@@ -319,6 +342,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         unopened_inbox: Some(tx.clone()),
         disposed_at_settle: false,
         turn_slot,
+        idle_since_ms,
         stop: stop.clone(),
         done: false,
         want_turn: false,

@@ -20,4 +20,8 @@ pub struct AgentRecord {
     /// The session's own policy view (what its children inherit).
     #[serde(default)]
     pub policy_view: ParentPolicyView,
+    /// A top-level session's idle TTL ([`lineage_core::idle`]), kept here so a cold resume
+    /// elsewhere keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
 }

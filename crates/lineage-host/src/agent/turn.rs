@@ -238,7 +238,10 @@ impl AgentTask {
         }
     }
 
+    /// The turn is over: the agent is idle from now ([`crate::idle`]).
     fn clear_slot(&self) {
+        self.idle_since_ms
+            .store(self.shared.now(), std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut slot) = self.turn_slot.lock() {
             *slot = None;
         }
@@ -276,6 +279,19 @@ impl AgentTask {
         let TurnRequest { action, reply } = request;
         if let TurnAction::Usage(usage) = action {
             self.turn_usage = Some(usage.clone());
+            self.context_tokens
+                .store(usage.used_tokens, std::sync::atomic::Ordering::Relaxed);
+            // The report is cumulative: what it adds to the last one seen is the new cost.
+            if let (Some(micros), Some(currency)) = (usage.cost_micros, usage.currency.as_deref()) {
+                let before = match &self.cost_seen {
+                    Some((seen, before)) if seen == currency => *before,
+                    _ => 0,
+                };
+                self.shared
+                    .metrics
+                    .cost_added(currency, micros.saturating_sub(before));
+                self.cost_seen = Some((currency.to_owned(), micros.max(before)));
+            }
             // Best effort and fenced by the epoch: no log record, nothing waits on it.
             if let Err(e) = self
                 .shared

@@ -176,6 +176,7 @@ async fn client(
                             })
                     }
                     "dispose" => Some(RegistryCommand::Dispose {
+                        stop_reason: None,
                         request_id,
                         at_ms: now_ms(),
                         session,

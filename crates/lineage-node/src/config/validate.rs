@@ -24,6 +24,19 @@ pub(super) fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), Nod
     if let Err(e) = NodeId::parse(&config.node.id) {
         return fail("node.id", e.to_string());
     }
+    if let Some(ms) = config.limits.idle_root_ms {
+        if let Err(e) = lineage_core::idle::IdleTtl::named("limits.idle_root_ms", ms) {
+            let reason = match e {
+                lineage_core::CoreError::InvalidPayload { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            let reason = reason.replace(
+                ", or leave it out to use the node's limits.idle_root_ms",
+                ", or leave it out: roots stay until drained",
+            );
+            return fail("limits.idle_root_ms", reason);
+        }
+    }
     let voters = config.registry.voters.len();
     if ![1, 3, 5].contains(&voters) {
         return fail(

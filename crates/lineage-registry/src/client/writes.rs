@@ -145,6 +145,7 @@ impl RegistryClient {
         state: SessionState,
     ) -> Result<(), RegistryError> {
         let cmd = Command::SetState {
+            stop_reason: None,
             expected_epoch: None,
             request_id,
             at_ms,
@@ -185,6 +186,7 @@ impl RegistryClient {
         session: SessionId,
     ) -> Result<bool, RegistryError> {
         let cmd = Command::Dispose {
+            stop_reason: None,
             request_id,
             at_ms,
             session,

@@ -53,7 +53,7 @@ impl RegistryState {
         &mut self,
         at_ms: u64,
         session: &SessionId,
-        state: SessionState,
+        (state, stop_reason): (SessionState, Option<StopReason>),
         expected_epoch: Option<u64>,
     ) -> Refusal {
         if state == SessionState::Disposed {
@@ -75,6 +75,13 @@ impl RegistryState {
         }
         fenced(record, session, expected_epoch)?;
         record.state = state;
+        record.stop_reason = match state {
+            SessionState::Settled => stop_reason.or(record.stop_reason),
+            SessionState::Starting
+            | SessionState::Running
+            | SessionState::Waiting
+            | SessionState::Disposed => None,
+        };
         record.updated_at_ms = at_ms;
         Ok(CommandResponse::StateSet {
             session: session.clone(),
@@ -110,7 +117,12 @@ impl RegistryState {
         Ok(CommandResponse::AdmissionClosed { sessions: closed })
     }
 
-    pub(super) fn dispose(&mut self, at_ms: u64, session: &SessionId) -> Refusal {
+    pub(super) fn dispose(
+        &mut self,
+        at_ms: u64,
+        session: &SessionId,
+        stop_reason: Option<StopReason>,
+    ) -> Refusal {
         let record = self
             .sessions
             .get(session)
@@ -151,6 +163,7 @@ impl RegistryState {
             self.spent_budgets.remove(session);
             record.state = SessionState::Disposed;
             record.admission = Admission::Closed;
+            record.stop_reason = record.stop_reason.or(stop_reason);
             record.updated_at_ms = at_ms;
             self.disposed_by_age.insert((at_ms, session.clone()));
         }
@@ -253,7 +266,7 @@ impl RegistryState {
                 start_deadline_ms: deadline,
             });
         }
-        self.dispose(at_ms, session)
+        self.dispose(at_ms, session, Some(StopReason::Failed))
     }
 
     pub(super) fn heartbeat(

@@ -144,6 +144,7 @@ impl RegistryState {
             fan_out: effective_fan_out,
             budget: budget.filter(|b| !b.is_unlimited()).map(Box::new),
             purged_usage: None,
+            stop_reason: None,
         };
         if let Some(deadline) = record.start_deadline_ms {
             self.births_by_deadline.insert((deadline, id.clone()));

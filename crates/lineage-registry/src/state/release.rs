@@ -192,6 +192,7 @@ mod tests {
             CommandResponse::Refused(RegistryRefusal::UnknownSession { .. })
         ));
         let dispose = Command::Dispose {
+            stop_reason: None,
             request_id: rid("dispose"),
             at_ms: 7,
             session: sid(1),

@@ -349,6 +349,7 @@ mod tests {
             );
         }
         let out = s.apply(&Command::Dispose {
+            stop_reason: None,
             request_id: rid(n + 1),
             at_ms: u64::from(n) + 1,
             session: sid(2),

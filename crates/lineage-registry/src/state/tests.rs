@@ -201,6 +201,7 @@ fn x1_dispose_refused_while_children_live_and_admission_blocks_children() {
     s.apply(&child_cmd(&s.clone(), 1, 2));
     start(&mut s, 2);
     let d = Command::Dispose {
+        stop_reason: None,
         request_id: rid("d1"),
         at_ms: 3,
         session: sid(1),
@@ -222,6 +223,7 @@ fn x1_dispose_refused_while_children_live_and_admission_blocks_children() {
         CommandResponse::Refused(RegistryRefusal::AdmissionClosed { .. })
     ));
     let d2 = Command::Dispose {
+        stop_reason: None,
         request_id: rid("d2"),
         at_ms: 4,
         session: sid(2),
@@ -231,6 +233,7 @@ fn x1_dispose_refused_while_children_live_and_admission_blocks_children() {
         CommandResponse::Disposed { already: false, .. }
     ));
     let d1b = Command::Dispose {
+        stop_reason: None,
         request_id: rid("d1b"),
         at_ms: 5,
         session: sid(1),
@@ -270,6 +273,7 @@ fn k1_claim_records_the_run_and_running_state_in_the_same_write() {
     s.apply(&root_cmd(1, None));
     start(&mut s, 1);
     let set = Command::SetState {
+        stop_reason: None,
         request_id: rid("s"),
         at_ms: 3,
         session: sid(1),
@@ -327,6 +331,7 @@ fn k1_a_state_write_from_a_superseded_placement_is_refused() {
     };
     assert!(matches!(s.apply(&claim), CommandResponse::Placed { .. }));
     let set = |r: &str, expected_epoch| Command::SetState {
+        stop_reason: None,
         request_id: rid(r),
         at_ms: 6,
         session: sid(1),
@@ -412,6 +417,7 @@ fn q3_usage_is_recorded_replaced_and_fenced_by_the_epoch() {
     // A report that arrives after its session was disposed (a drain raced the turn that
     // spent it) still counts, fenced by the epoch as before.
     s.apply(&Command::Dispose {
+        stop_reason: None,
         request_id: rid("d1"),
         at_ms: 9,
         session: sid(1),
@@ -455,6 +461,7 @@ fn q4_the_index_rebuilt_at_load_is_the_index_apply_keeps() {
         }
     }
     s.apply(&Command::Dispose {
+        stop_reason: None,
         request_id: rid("d5"),
         at_ms: 9,
         session: sid(5),

@@ -156,6 +156,9 @@ pub enum Command {
         /// so a host whose session was claimed by another node (K1) cannot change its state.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expected_epoch: Option<u64>,
+        /// With `settled`: why its run ended, kept on the record (`lineage tree` shows it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<lineage_core::messages::StopReason>,
     },
     /// Close admission on whole subtrees (X1): one entry, so no child slips in halfway.
     CloseAdmission {
@@ -174,6 +177,10 @@ pub enum Command {
         at_ms: u64,
         /// The session.
         session: SessionId,
+        /// Why it ends (a drain's reason: `disposed`, `deadline`, `budget`, `idle`; a one-shot
+        /// run's own), kept on the record unless its settlement already gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<lineage_core::messages::StopReason>,
     },
     /// Renew a node's lease.
     Heartbeat {

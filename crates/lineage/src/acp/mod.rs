@@ -218,6 +218,8 @@ impl Front {
             }),
             timeout_ms: None,
             budget: None,
+            // The node's limits.idle_root_ms, as for any root.
+            idle_ttl_ms: None,
             workspace,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");

@@ -103,7 +103,10 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
     let activity = match (record.state.as_str(), seen.in_turn) {
         (state @ ("running" | "waiting"), true) => format!("{state}, in a turn"),
         (state @ ("running" | "waiting"), false) => format!("{state}, idle"),
-        (state, _) => state.to_owned(),
+        (state, _) => match record.stop_reason {
+            Some(stop) => format!("{state} ({})", stop.as_str()),
+            None => state.to_owned(),
+        },
     };
     let mut rows: Vec<(&str, String)> = vec![
         ("session", session.to_string()),

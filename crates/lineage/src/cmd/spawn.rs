@@ -62,6 +62,11 @@ pub struct Args {
     /// reason `deadline`) then; a child never outlives its parent's deadline.
     #[arg(long, value_name = "MS")]
     pub deadline_ms: Option<u64>,
+    /// A top-level session's idle TTL, e.g. 10m or 90s: once it has had no turn, no message
+    /// and no working child that long, its tree is drained (stop reason `idle`). Default: the
+    /// node's limits.idle_root_ms (none: it stays until `lineage drain`).
+    #[arg(long, value_name = "DURATION")]
+    pub idle_ttl: Option<String>,
     /// Budget: tokens the new session's subtree may report in all; once reached, no child is
     /// born under it and it is drained (stop reason `budget`).
     #[arg(long, value_name = "TOKENS")]
@@ -190,6 +195,25 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
             })?,
         ),
     };
+    let idle_ttl_ms = match args.idle_ttl.as_deref() {
+        None => None,
+        Some(text) => {
+            let ms = humantime::parse_duration(text)
+                .map_err(|e| {
+                    usage(format!(
+                        "--idle-ttl {text:?} is not a duration ({e}); give e.g. --idle-ttl 10m or 90s"
+                    ))
+                })?
+                .as_millis();
+            let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+            Some(
+                lineage_core::idle::IdleTtl::named("--idle-ttl", ms).map_err(|e| match e {
+                    lineage_core::error::CoreError::InvalidPayload { reason, .. } => usage(reason),
+                    other => usage(other.to_string()),
+                })?,
+            )
+        }
+    };
     let budget = match args.budget_cost {
         Some(c) if !c.is_finite() || c <= 0.0 => {
             return Err(usage(format!(
@@ -253,6 +277,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
         policy: None,
         timeout_ms: timeout,
         budget,
+        idle_ttl_ms,
         workspace,
     };
     let wanted = request.node.clone();

@@ -158,8 +158,13 @@ pub(crate) fn render_tree(
             (Some(at), _) => format!("  deadline=in {}", age(at - now)),
         };
         let label = label_of(r).unwrap_or(std::borrow::Cow::Borrowed("-"));
+        // Why it ended, once settled or disposed (a drain's reason, or its settlement's).
+        let stop = r
+            .stop_reason
+            .map(|s| format!("  stop={}", s.as_str()))
+            .unwrap_or_default();
         lines.push(format!(
-            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  label={}  age={}{activity}{usage}{deadline}",
+            "{prefix}{}  {}  {}  depth={}  node={}  owner={}  label={}  age={}{stop}{activity}{usage}{deadline}",
             r.header.id(),
             shape_of(r),
             r.state.as_str(),
@@ -244,6 +249,7 @@ fn items(records: &[SessionRecord], owners: &BTreeMap<SessionId, LiveView>) -> s
                 "parent": r.header.parent_session(),
                 "shape": shape_of(r),
                 "state": r.state.as_str(),
+                "stop_reason": r.stop_reason.map(|s| s.as_str()),
                 "label": label_of(r),
                 "depth": r.header.delegation_depth().unwrap_or(0),
                 "node": r.placement.as_ref().map(|p| p.node.to_string()),

@@ -173,8 +173,9 @@ impl DevCluster {
                 .map_err(|e| usage(format!("no free port: {e}")))?;
             let config = dir.join(format!("node-{i}.toml"));
             let text = format!(
-                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
+                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# A root idle this long is drained (stop reason idle); spawn --idle-ttl wins.\n[limits]\nidle_root_ms = {idle}\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
                 testagent = testagent_profile(),
+                idle = DEV_IDLE_ROOT_MS,
                 url = nats.url(),
                 data = dir.join(format!("data-{i}")).display(),
                 boot = i == 1,
@@ -234,6 +235,9 @@ const ECHO_PROFILE: &str =
 /// stdio), `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
 /// streamable HTTP, without a sandbox) and `acp-testagent-unsandboxed`, when the test agent is built next to this binary; `echo` (a scripted
 /// agent) always.
+/// `limits.idle_root_ms` of a `lineage dev` cluster: 30 minutes.
+pub const DEV_IDLE_ROOT_MS: u64 = 30 * 60 * 1000;
+
 fn testagent_profile() -> String {
     let agent = lineage_program()
         .ok()

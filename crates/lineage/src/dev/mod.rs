@@ -49,6 +49,10 @@ async fn run_dev(
     println!(
         "dev: agents.allow_raw_commands = true on every node (development only: requests may name any agent command line)"
     );
+    println!(
+        "dev: limits.idle_root_ms = {} (30 min): a top-level session idle that long is drained with its tree (stop reason idle); lineage spawn --idle-ttl sets it per root",
+        cluster::DEV_IDLE_ROOT_MS
+    );
     let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name).await?;
     println!(
         "cluster {cluster_name} up: NATS {} ; data and logs in {}",

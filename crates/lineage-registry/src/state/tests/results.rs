@@ -44,6 +44,7 @@ fn g2_stored_results_are_pruned_after_the_retention_window() {
     // A refusal or a retry far in the future prunes nothing (it changes nothing).
     let digest = s.digest();
     let late_dispose = Command::Dispose {
+        stop_reason: None,
         request_id: rid("d-late"),
         at_ms: 100 * REQUEST_RETENTION_MS,
         session: sid(9),
@@ -125,6 +126,7 @@ fn g2_request_id_reused_for_another_kind_is_refused() {
     let mut s = RegistryState::new();
     s.apply(&root_cmd(1, None));
     let d = Command::Dispose {
+        stop_reason: None,
         request_id: rid("r1"),
         at_ms: 3,
         session: sid(1),
