@@ -254,12 +254,25 @@ impl TurnCtx {
 
     /// Asks the host for `action` and waits for its outcome (the turn ended: refused).
     pub async fn act(&self, action: TurnAction) -> ActionOutcome {
+        self.act_later(action).await
+    }
+
+    /// Asks for `action` now and returns its outcome to come: the caller goes on meanwhile
+    /// (a spawn whose answer it collects later).
+    pub fn act_later(
+        &self,
+        action: TurnAction,
+    ) -> impl std::future::Future<Output = ActionOutcome> + Send + 'static {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send(TurnRequest { action, reply }).is_err() {
-            return ActionOutcome::Refused("the turn has ended".to_owned());
+        let sent = self.tx.send(TurnRequest { action, reply }).is_ok();
+        async move {
+            match sent {
+                true => rx
+                    .await
+                    .unwrap_or_else(|_| ActionOutcome::Refused("the turn has ended".to_owned())),
+                false => ActionOutcome::Refused("the turn has ended".to_owned()),
+            }
         }
-        rx.await
-            .unwrap_or_else(|_| ActionOutcome::Refused("the turn has ended".to_owned()))
     }
 }
 

@@ -105,6 +105,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             tool_filter,
             timeout_ms,
             workspace,
+            wait: _,
         } => DriverAction::Spawn(Box::new(ChildSpec {
             shape: *shape,
             agent: agent.as_deref().cloned().unwrap_or(AgentSpec::Script {
@@ -177,6 +178,48 @@ fn turn_action(step: &Step, last_child: Option<&SessionId>) -> Option<Result<Tur
 }
 
 /// The text a `reply_result` step replies with: the outcome of the turn's last action step.
+/// Waits for the spawns asked with `"await": false` (side by side) and renders each answer as
+/// one line: `<child>: <its result>` for a one-shot child, `spawned <child>`, or `refused: ...`.
+async fn collect(
+    spawning: Vec<BoxFuture<'static, ActionOutcome>>,
+    last_child: &mut Option<SessionId>,
+) -> Vec<String> {
+    let outcomes = futures::future::join_all(spawning).await;
+    outcomes
+        .iter()
+        .map(|outcome| {
+            let text = outcome_text(Some(outcome));
+            match outcome {
+                ActionOutcome::Born {
+                    child,
+                    result: Some(_),
+                } => {
+                    *last_child = Some(child.clone());
+                    format!("{child}: {text}")
+                }
+                ActionOutcome::Born { child, .. } => {
+                    *last_child = Some(child.clone());
+                    text
+                }
+                _ => text,
+            }
+        })
+        .collect()
+}
+
+/// An await's outcome as `reply_result` says it, after the collected spawns' lines.
+fn with_collected(collected: Vec<String>, outcome: &ActionOutcome) -> String {
+    let text = outcome_text(Some(outcome));
+    if collected.is_empty() {
+        return text;
+    }
+    let mut lines = collected;
+    if text != "(nothing arrived)" {
+        lines.push(text);
+    }
+    lines.join("\n")
+}
+
 fn outcome_text(outcome: Option<&ActionOutcome>) -> String {
     match outcome {
         None => "no spawn".to_owned(),
@@ -262,19 +305,38 @@ impl AgentDriver for ScriptDriver {
     ) -> BoxFuture<'a, Result<Vec<DriverAction>, DriverError>> {
         let steps = self.script.steps_for(&input);
         Box::pin(async move {
-            let mut last_outcome: Option<ActionOutcome> = None;
+            // What `reply_result` says: the last action step's outcome.
+            let mut last_outcome: Option<String> = None;
             let mut last_child: Option<SessionId> = None;
+            // Spawns asked with `"await": false`, whose answers the next await collects.
+            let mut spawning: Vec<BoxFuture<'static, ActionOutcome>> = Vec::new();
             for step in steps {
+                if let Step::Spawn { wait: false, .. } = &step {
+                    if let Some(DriverAction::Spawn(spec)) = step_action(&step, &input) {
+                        spawning.push(Box::pin(ctx.act_later(TurnAction::Spawn(spec))));
+                        last_outcome =
+                            Some("spawning (the next await_children collects it)".into());
+                    }
+                    continue;
+                }
                 if let Some(action) = turn_action(&step, last_child.as_ref()) {
+                    let collected = match &step {
+                        Step::AwaitChildren { .. } => {
+                            collect(std::mem::take(&mut spawning), &mut last_child).await
+                        }
+                        _ => Vec::new(),
+                    };
                     let outcome = match action {
                         Ok(action) => ctx.act(action).await,
                         Err(e) => ActionOutcome::Refused(e),
                     };
-                    last_outcome = Some(outcome);
+                    last_outcome = Some(with_collected(collected, &outcome));
                     continue;
                 }
                 let action = match &step {
-                    Step::ReplyResult => DriverAction::Reply(outcome_text(last_outcome.as_ref())),
+                    Step::ReplyResult => DriverAction::Reply(
+                        last_outcome.clone().unwrap_or_else(|| outcome_text(None)),
+                    ),
                     other => match step_action(other, &input) {
                         Some(action) => action,
                         None => continue,
@@ -296,7 +358,7 @@ impl AgentDriver for ScriptDriver {
                         if let ActionOutcome::Born { child, .. } = &outcome {
                             last_child = Some(child.clone());
                         }
-                        last_outcome = Some(outcome);
+                        last_outcome = Some(outcome_text(Some(&outcome)));
                         continue;
                     }
                     DriverAction::WaitChildren => continue,
@@ -310,6 +372,8 @@ impl AgentDriver for ScriptDriver {
                     return Ok(vec![DriverAction::Fail(e)]);
                 }
             }
+            // What no await collected is seen through before the turn ends.
+            collect(spawning, &mut last_child).await;
             Ok(Vec::new())
         })
     }

@@ -95,6 +95,11 @@ pub enum Step {
         /// when the parent has a workspace) or `"empty"`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         workspace: Option<crate::workspace::SpawnWorkspace>,
+        /// `"await": false`: the script goes on at once instead of waiting for the spawn's
+        /// answer (a one-shot child's result), so one-shot spawns in a row run side by side;
+        /// the next `await_children` step (or the turn's end) collects their results.
+        #[serde(rename = "await", default = "yes", skip_serializing_if = "is_true")]
+        wait: bool,
     },
     /// Reply with the outcome of this turn's last action step (a spawn, followup, interrupt,
     /// list or await), received inside the turn: a one-shot child's output (its stop reason
@@ -161,6 +166,14 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn quiet() -> Delivery {

@@ -34,6 +34,7 @@ fn h1_script_language_is_pinned() {
                 tool_filter: None,
                 timeout_ms: None,
                 workspace: None,
+                wait: true,
             },
             Step::WaitChildren,
             Step::Sleep { ms: 5 },
@@ -61,6 +62,15 @@ fn h1_script_language_is_pinned() {
             },
         }
     );
+    // A spawn step that does not wait for its answer says so; one that waits says nothing.
+    let Step::Spawn { wait, .. } =
+        &Script::from_json(r#"{"turns":[[{"do":"spawn","shape":"one-shot","await":false}]]}"#)
+            .unwrap()
+            .turns[0][0]
+    else {
+        panic!("a spawn step")
+    };
+    assert!(!wait);
     // Issue 39: a spawn step names its child's files, inherit or empty.
     let Step::Spawn { workspace, .. } = &Script::from_json(
         r#"{"turns":[[{"do":"spawn","shape":"one-shot","workspace":"empty"}]]}"#,
