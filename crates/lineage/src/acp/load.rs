@@ -1,8 +1,9 @@
 //! `session/load` of a root (F3): the tree from the registry, every transcript from its log,
 //! wherever the sessions run.
 //!
-//! The root's transcript (`turn/user`, `turn/assistant`) is replayed as user and agent message
-//! chunks; each descendant is announced from its registry record, parents before children (in
+//! The root's transcript is replayed as what each part is ([`super::replay`]: the user's
+//! messages as user chunks, the replies as agent chunks, a child's reports and settlement
+//! notices as that child's messages and end, never as the user speaking); each descendant is announced from its registry record, parents before children (in
 //! depth order), and, for a client with the `subagents` capability, its own transcript is
 //! replayed under its own session id. Then the tree is live like a new one.
 
@@ -14,8 +15,9 @@ use lineage_core::lifecycle::SessionState;
 use lineage_registry::{Consistency, RegistryClient};
 
 use super::feed::label_of;
-use super::show::{agent_text, user_text};
-use super::tree::ChildState;
+use super::replay::Replayed;
+use super::show::{notification, user_text};
+use super::tree::{ChildState, Emit};
 use super::{lock, refuse, Front};
 
 /// Replays `session`'s transcript to the client.
@@ -30,12 +32,18 @@ async fn replay(front: &Front, logs: &EventLogStore, session: &SessionId) -> Res
         return Ok(());
     };
     let id = session.to_string();
-    for event in events {
-        let text = || event.data["text"].as_str().unwrap_or_default().to_owned();
-        let n = match event.kind.as_str() {
-            "turn/user" => user_text(&id, text()),
-            "turn/assistant" => agent_text(&id, text()),
-            _ => continue,
+    let shows = lock(&front.tree).shows_subagents();
+    for part in super::replay::transcript(session, &events) {
+        let n = match part {
+            Replayed::User(text) => user_text(&id, text),
+            Replayed::Shown(emit @ Emit::Text { .. }) => match notification(emit) {
+                Some(n) => n,
+                None => continue,
+            },
+            Replayed::Shown(emit) => match shows.then(|| notification(emit)).flatten() {
+                Some(n) => n,
+                None => continue,
+            },
         };
         if let Err(e) = client.send_notification(n) {
             return Err(Error::new(
@@ -81,7 +89,6 @@ pub(crate) async fn load(
     }
     lock(&front.tree).add_root(root.clone());
     let logs = EventLogStore::reader(front.nats.clone(), front.subjects.clone());
-    replay(front, &logs, &root).await?;
     records.sort_by_key(|r| r.depth());
     let shows = lock(&front.tree).shows_subagents();
     for r in records.iter().filter(|r| r.id() != &root) {
@@ -102,7 +109,11 @@ pub(crate) async fn load(
         });
         let emits = lock(&front.tree).add_known(parent.clone(), r.id().clone(), title, state);
         front.emit(emits);
-        if shows {
+    }
+    // Every session is announced before any transcript names it (a report, an end).
+    replay(front, &logs, &root).await?;
+    if shows {
+        for r in records.iter().filter(|r| r.id() != &root) {
             replay(front, &logs, r.id()).await?;
         }
     }

@@ -8,6 +8,7 @@
 //! | [`feed`] | the bus subscriptions the tree is fed from |
 //! | [`show`] | `Emit`s as ACP `session/update` notifications |
 //! | [`load`] | `session/load`: the tree from the registry and every session's transcript from its log |
+//! | `replay` | a loaded transcript as what each part is (the user's messages, replies, a child's reports and end), pure |
 //! | [`approve`] | a root agent's permission requests, asked of the editor (`session/request_permission`) |
 //!
 //! Each ACP session is a top-level lineage session of the profile, hosted in the cluster and
@@ -20,6 +21,7 @@
 pub mod approve;
 pub mod feed;
 pub mod load;
+mod replay;
 pub mod show;
 pub mod tree;
 

@@ -10,6 +10,9 @@
 //!   the `subagents` capability: announced (title from its label, cancel allowed) before its
 //!   first traffic, `running` while a turn runs, `idle` between turns and once it ended; its
 //!   own text and the reports it sends appear under its own session id.
+//! - A child's state is sent when it changes, never twice in a row: its announcement says
+//!   `running`, so the first turn's start sends nothing more; a new run of a child already
+//!   known (a resume) is a state change, not a second announcement.
 //! - A turn whose text was not streamed (a driver that does not stream) shows its recorded reply
 //!   once, at its end.
 
@@ -146,6 +149,8 @@ pub struct FrontTree {
     streamed: BTreeSet<(SessionId, u64)>,
     /// Events of sessions whose parent is not known yet, oldest first.
     waiting: VecDeque<Observed>,
+    /// The state last sent for each descendant shown.
+    shown: BTreeMap<SessionId, ChildState>,
 }
 
 impl FrontTree {
@@ -181,6 +186,7 @@ impl FrontTree {
         self.parents.insert(child.clone(), parent.clone());
         let mut out = Vec::new();
         if self.subagents {
+            self.shown.insert(child.clone(), state);
             out.push(Emit::Announce {
                 parent,
                 child,
@@ -221,6 +227,7 @@ impl FrontTree {
             .collect();
         for s in gone {
             self.parents.remove(&s);
+            self.shown.remove(&s);
         }
     }
 
@@ -286,14 +293,22 @@ impl FrontTree {
             } => {
                 let new = !self.parents.contains_key(&child);
                 self.parents.insert(child.clone(), parent.clone());
-                if self.subagents {
-                    let title = label.unwrap_or_else(|| format!("{provider} {}", short(&child)));
-                    out.push(Emit::Announce {
-                        parent,
-                        child,
-                        title,
-                        state: ChildState::Running,
-                    });
+                match (self.subagents, new) {
+                    (false, _) => {}
+                    (true, true) => {
+                        let title =
+                            label.unwrap_or_else(|| format!("{provider} {}", short(&child)));
+                        self.shown.insert(child.clone(), ChildState::Running);
+                        out.push(Emit::Announce {
+                            parent,
+                            child,
+                            title,
+                            state: ChildState::Running,
+                        });
+                    }
+                    (true, false) => {
+                        self.state(parent, child, ChildState::Running, None, out);
+                    }
                 }
                 new
             }
@@ -303,12 +318,8 @@ impl FrontTree {
                 stop_reason,
             } => {
                 if self.subagents {
-                    out.push(Emit::State {
-                        parent,
-                        child,
-                        state: ChildState::Idle,
-                        note: Some(format!("ended: {}", stop_reason.as_str())),
-                    });
+                    let note = Some(format!("ended: {}", stop_reason.as_str()));
+                    self.state(parent, child, ChildState::Idle, note, out);
                 }
                 false
             }
@@ -351,12 +362,9 @@ impl FrontTree {
                     turn,
                     request_ids,
                 }),
-                (false, Some(parent)) => out.push(Emit::State {
-                    parent,
-                    child: session,
-                    state: ChildState::Running,
-                    note: None,
-                }),
+                (false, Some(parent)) => {
+                    self.state(parent, session, ChildState::Running, None, out)
+                }
                 (false, None) => {}
             },
             TurnOutput::Chunk { turn, text, .. } => {
@@ -386,16 +394,34 @@ impl FrontTree {
                         outcome,
                         error,
                     }),
-                    (false, Some(parent)) => out.push(Emit::State {
-                        parent,
-                        child: session,
-                        state: ChildState::Idle,
-                        note: None,
-                    }),
+                    (false, Some(parent)) => {
+                        self.state(parent, session, ChildState::Idle, None, out)
+                    }
                     (false, None) => {}
                 }
             }
         }
+    }
+
+    /// A child's state update, sent when it changes what was shown or carries a note.
+    fn state(
+        &mut self,
+        parent: SessionId,
+        child: SessionId,
+        state: ChildState,
+        note: Option<String>,
+        out: &mut Vec<Emit>,
+    ) {
+        if note.is_none() && self.shown.get(&child) == Some(&state) {
+            return;
+        }
+        self.shown.insert(child.clone(), state);
+        out.push(Emit::State {
+            parent,
+            child,
+            state,
+            note,
+        });
     }
 }
 

@@ -223,3 +223,46 @@ fn f1_cancel_finds_the_root_of_a_descendant_and_close_forgets_the_tree() {
     t.remove_root(&sid(1));
     assert!(!t.knows(&sid(1)) && !t.knows(&sid(2)) && !t.knows(&sid(3)));
 }
+
+#[test]
+fn f2_a_childs_state_is_sent_once_per_change_and_a_new_run_is_not_a_second_announcement() {
+    let mut t = FrontTree::new(true);
+    t.add_root(sid(1));
+    let announced = t.observe(start(1, 2, Some("scout")));
+    assert!(matches!(
+        announced.as_slice(),
+        [Emit::Announce {
+            state: ChildState::Running,
+            ..
+        }]
+    ));
+    // The announcement said `running`: its first turn's start adds nothing.
+    assert_eq!(t.observe(turn_start(2, 0, &[])), []);
+    let idle = Emit::State {
+        parent: sid(1),
+        child: sid(2),
+        state: ChildState::Idle,
+        note: None,
+    };
+    assert_eq!(t.observe(turn_end(2, 0, None)), std::slice::from_ref(&idle));
+    // A resumed child starts a new run: running again, not announced again.
+    let running = Emit::State {
+        parent: sid(1),
+        child: sid(2),
+        state: ChildState::Running,
+        note: None,
+    };
+    assert_eq!(t.observe(start(1, 2, Some("scout"))), [running]);
+    assert_eq!(t.observe(turn_start(2, 1, &[])), []);
+    assert_eq!(t.observe(turn_end(2, 1, None)), [idle]);
+    // Its end is sent even though it is idle already: it says how the run ended.
+    let ended = t.observe(Observed::End {
+        parent: sid(1),
+        child: sid(2),
+        stop_reason: StopReason::Completed,
+    });
+    assert!(
+        matches!(ended.as_slice(), [Emit::State { note: Some(_), .. }]),
+        "{ended:?}"
+    );
+}
