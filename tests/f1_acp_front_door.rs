@@ -203,6 +203,19 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
         used * 5,
         "{row}"
     );
+    // ... and the editor is told, as the root's `usage_update` at the turn's end.
+    editor
+        .wait("the root's usage_update", |seen| {
+            seen.iter().any(|n| {
+                let u = serde_json::to_value(&n.update).unwrap();
+                n.session_id.to_string() == root
+                    && u["sessionUpdate"] == "usage_update"
+                    && u["size"] == 200_000
+                    && u["used"].as_u64().is_some_and(|t| t >= 100 && t % 100 == 0)
+                    && u["cost"]["currency"] == "USD"
+            })
+        })
+        .await;
 
     // F2: the child is announced on the root's session, titled by its label, before any of
     // its own traffic; its reply shows under its own session id.

@@ -597,6 +597,7 @@ pub async fn output_publish_subscribe(b: &dyn Backend) {
         text: format!("t{seq}"),
     };
     let end = TurnOutput::TurnEnd {
+        usage: None,
         session_id: sid(1),
         turn: 0,
         outcome: TurnEndOutcome::Completed,

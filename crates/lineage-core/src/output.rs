@@ -77,6 +77,10 @@ pub enum TurnOutput {
         /// The reply the turn recorded, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reply: Option<String>,
+        /// The usage the agent last reported in the turn (context tokens, cumulative cost), if
+        /// it reported any: what an editor shows as the session's `usage_update`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::usage::SessionUsage>,
         /// When (ms since the epoch).
         at_ms: u64,
     },
@@ -180,6 +184,7 @@ mod tests {
             r#"{"v":1,"kind":"chunk","session_id":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","turn":0,"seq":1,"text":"Hel"}"#
         );
         let end = TurnOutput::TurnEnd {
+            usage: None,
             session_id: sid(),
             turn: 0,
             outcome: TurnEndOutcome::Completed,

@@ -80,7 +80,13 @@ impl TurnStream {
     }
 
     /// Publishes the last chunks, then the turn's end.
-    pub(super) async fn close(self, outcome: &TurnOutcome, reply: Option<String>, at_ms: u64) {
+    pub(super) async fn close(
+        self,
+        outcome: &TurnOutcome,
+        reply: Option<String>,
+        usage: Option<lineage_core::usage::SessionUsage>,
+        at_ms: u64,
+    ) {
         let TurnStream {
             output,
             session,
@@ -103,6 +109,7 @@ impl TurnStream {
             outcome,
             error,
             reply,
+            usage,
             at_ms,
         };
         publish(output.as_ref(), end).await;

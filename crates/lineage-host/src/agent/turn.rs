@@ -175,7 +175,9 @@ impl AgentTask {
         // end is durable).
         let reply = self.turn_reply.take();
         if self.flush().await.is_ok() {
-            stream.close(&ended, reply, self.shared.now()).await;
+            stream
+                .close(&ended, reply, self.turn_usage.clone(), self.shared.now())
+                .await;
         }
     }
 

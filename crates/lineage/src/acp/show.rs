@@ -3,9 +3,9 @@
 //! as a `session_message` in the reporting child's own session.
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, IdleStateUpdate, RunningStateUpdate, SessionCancelCapabilities,
-    SessionId as AcpSessionId, SessionMessage, SessionNotification, SessionUpdate, StateUpdate,
-    SubagentSessionCapabilities, SubagentUpdate,
+    ContentBlock, ContentChunk, Cost, IdleStateUpdate, RunningStateUpdate,
+    SessionCancelCapabilities, SessionId as AcpSessionId, SessionMessage, SessionNotification,
+    SessionUpdate, StateUpdate, SubagentSessionCapabilities, SubagentUpdate, UsageUpdate,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::Client;
@@ -65,6 +65,18 @@ pub(crate) fn notification(emit: Emit) -> Option<SessionNotification> {
                     .content(vec![ContentBlock::from(text)]),
             ),
         ),
+        Emit::Usage {
+            session,
+            used,
+            size,
+            cost,
+        } => {
+            let mut update = UsageUpdate::new(used, size);
+            if let Some((micros, currency)) = cost {
+                update = update.cost(Cost::new(micros as f64 / 1_000_000.0, currency));
+            }
+            SessionNotification::new(session.to_string(), SessionUpdate::UsageUpdate(update))
+        }
         Emit::RootTurnStarted { .. } | Emit::RootTurnEnded { .. } => return None,
     })
 }

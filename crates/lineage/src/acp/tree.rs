@@ -13,6 +13,9 @@
 //! - A child's state is sent when it changes, never twice in a row: its announcement says
 //!   `running`, so the first turn's start sends nothing more; a new run of a child already
 //!   known (a resume) is a state change, not a second announcement.
+//! - The usage an agent reported in a turn (context tokens and window, cumulative cost) is sent
+//!   at the turn's end as its session's `usage_update`, when it gave its window's size (ACP
+//!   requires it).
 //! - A turn whose text was not streamed (a driver that does not stream) shows its recorded reply
 //!   once, at its end.
 
@@ -115,6 +118,17 @@ pub enum Emit {
         message_id: String,
         /// The text.
         text: String,
+    },
+    /// `usage_update` on `session`: its context and cost, as its agent last reported.
+    Usage {
+        /// The session.
+        session: SessionId,
+        /// Tokens in its context.
+        used: u64,
+        /// Its context window.
+        size: u64,
+        /// Its cumulative cost: millionths of the currency, and the currency.
+        cost: Option<(u64, String)>,
     },
     /// A root's turn began (the front door matches the request ids to its prompts).
     RootTurnStarted {
@@ -376,6 +390,7 @@ impl FrontTree {
                 outcome,
                 error,
                 reply,
+                usage,
                 ..
             } => {
                 let streamed = self.streamed.remove(&(session.clone(), turn));
@@ -386,6 +401,18 @@ impl FrontTree {
                             text,
                         });
                     }
+                }
+                if let Some((usage, size)) = usage.and_then(|u| Some((u.clone(), u.size_tokens?))) {
+                    let cost = match (usage.cost_micros, usage.currency) {
+                        (Some(micros), Some(currency)) => Some((micros, currency)),
+                        _ => None,
+                    };
+                    out.push(Emit::Usage {
+                        session: session.clone(),
+                        used: usage.used_tokens,
+                        size,
+                        cost,
+                    });
                 }
                 match (root, parent) {
                     (true, _) => out.push(Emit::RootTurnEnded {

@@ -33,6 +33,7 @@ fn turn_start(session: u32, turn: u64, ids: &[&str]) -> Observed {
 
 fn turn_end(session: u32, turn: u64, reply: Option<&str>) -> Observed {
     Observed::Output(TurnOutput::TurnEnd {
+        usage: None,
         session_id: sid(session),
         turn,
         outcome: TurnEndOutcome::Completed,
@@ -264,5 +265,49 @@ fn f2_a_childs_state_is_sent_once_per_change_and_a_new_run_is_not_a_second_annou
     assert!(
         matches!(ended.as_slice(), [Emit::State { note: Some(_), .. }]),
         "{ended:?}"
+    );
+}
+
+#[test]
+fn f1_a_turns_usage_is_sent_at_its_end_when_the_window_is_known() {
+    let mut t = FrontTree::new(false);
+    t.add_root(sid(1));
+    let end = |turn, usage| {
+        Observed::Output(TurnOutput::TurnEnd {
+            session_id: sid(1),
+            turn,
+            outcome: TurnEndOutcome::Completed,
+            error: None,
+            reply: None,
+            usage,
+            at_ms: 0,
+        })
+    };
+    let usage = lineage_core::usage::SessionUsage {
+        used_tokens: 100,
+        size_tokens: Some(200_000),
+        cost_micros: Some(500),
+        currency: Some("USD".into()),
+    };
+    let out = t.observe(end(0, Some(usage.clone())));
+    assert_eq!(
+        out[0],
+        Emit::Usage {
+            session: sid(1),
+            used: 100,
+            size: 200_000,
+            cost: Some((500, "USD".into()))
+        }
+    );
+    assert!(matches!(out[1], Emit::RootTurnEnded { .. }));
+    // Without its window's size (ACP requires one) nothing is sent.
+    let unsized_usage = lineage_core::usage::SessionUsage {
+        size_tokens: None,
+        ..usage
+    };
+    let out = t.observe(end(1, Some(unsized_usage)));
+    assert!(
+        matches!(out.as_slice(), [Emit::RootTurnEnded { .. }]),
+        "{out:?}"
     );
 }
