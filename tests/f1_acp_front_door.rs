@@ -157,6 +157,32 @@ fn states(seen: &[SessionNotification], child: &str) -> Vec<String> {
         .collect()
 }
 
+/// `session`'s event log, as `lineage --json logs` prints it.
+fn log_of(cluster: &Cluster, session: &str) -> Vec<serde_json::Value> {
+    let (code, out, err) = cluster.cli(&["--json", "logs", session]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `inbox/accepted` of a child's settlement notice in `root`'s log, once there is one.
+async fn wait_settlement_accepted(cluster: &Cluster, root: &str) -> serde_json::Value {
+    for _ in 0..200 {
+        let found = log_of(cluster, root).into_iter().find(|e| {
+            e["kind"] == "inbox/accepted" && e["data"]["message"]["kind"] == "subagent-settled"
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no settlement notice accepted by {root}: {:#?}",
+        log_of(cluster, root)
+    );
+}
+
 fn prompt(session: &str, text: &str) -> PromptRequest {
     PromptRequest::new(
         session.to_owned(),
@@ -192,8 +218,7 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     let said = text_in(&editor.seen(), &root, true);
     assert!(said.starts_with("tool spawn_subagent: "), "{said}");
     // The usage the agent reported with its turn is recorded, and summed over the tree.
-    // (The test agent reports 100 tokens and 0.0005 USD per turn; the child's settlement may
-    // have woken the root for a second turn already.)
+    // (The test agent reports 100 tokens and 0.0005 USD per turn.)
     let row = cluster.row(&root, &root);
     let used = row["usage"]["used_tokens"].as_u64().unwrap_or(0);
     assert!(used >= 100 && used.is_multiple_of(100), "{row}");
@@ -240,6 +265,10 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
     assert!(announce < first_own, "announced before its traffic");
     let row = cluster.row(&root, &child);
     assert_eq!(row["node"], "node-2", "{row}");
+    // An editor's root takes turns for its prompts only: the kid's settlement notice is
+    // accepted quietly and waits for the next prompt (nothing streams after `end_turn`).
+    let notice = wait_settlement_accepted(&cluster, &root).await;
+    assert_eq!(notice["data"]["wake"], false, "{notice}");
 
     // session/cancel on a descendant interrupts its turn: a second child (the test agent)
     // takes a slow turn (10 s unless cancelled); cancelled once its turn runs, it goes idle.
@@ -250,6 +279,14 @@ async fn f1_f2_f3_an_editor_opens_a_session_sees_its_subagents_loads_it_back_and
         .block_task()
         .await
         .expect("the second prompt");
+    // ... and the prompt's turn took it, with the prompt.
+    let took = log_of(&cluster, &root).into_iter().any(|e| {
+        e["kind"] == "turn/start"
+            && e["data"]["inputs"]
+                .as_array()
+                .is_some_and(|i| i.contains(&notice["seq"]))
+    });
+    assert!(took, "{:#?}", log_of(&cluster, &root));
     let slowpoke = announced(&editor.seen(), &root)
         .into_iter()
         .find(|(_, title)| title.as_deref() == Some("slowpoke"))

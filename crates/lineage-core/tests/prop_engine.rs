@@ -294,7 +294,7 @@ proptest! {
         shape in prop_oneof![Just(None), Just(Some(SubagentShape::Continuable)), Just(Some(SubagentShape::OneShot))],
         steps in proptest::collection::vec(step(), 0..60),
     ) {
-        let init = EngineInit {
+        let init = EngineInit { wake_on: Default::default(),
             session: sid(2),
             parent: shape.map(|_| sid(1)),
             shape,

@@ -244,6 +244,7 @@ impl Shared {
                 epoch: Some(placement.epoch),
                 idle_ttl: agent.idle_ttl_ms,
                 usage: record.usage.as_deref().cloned(),
+                wake_on: agent.wake_on.unwrap_or_default(),
             },
         )
         .await?;

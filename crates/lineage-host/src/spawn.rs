@@ -358,6 +358,7 @@ impl Shared {
                     request.idle_ttl_ms,
                     self.cfg.idle_root,
                 ),
+                wake_on: request.wake_on,
             },
             workspace,
         };
@@ -454,6 +455,11 @@ impl Host {
             lineage_core::header::check_top_level(request.shape, request.label.as_deref())?;
             return self.shared.spawn_root(request, max_depth).await;
         };
+        if request.wake_on.is_some() {
+            return Err(HostError::BadRequest(
+                "what wakes a session is chosen for a top-level session; a child wakes on its messages: leave wake_on out, or spawn without a parent".to_owned(),
+            ));
+        }
         if request.idle_ttl_ms.is_some() {
             return Err(HostError::BadRequest(
                 "an idle TTL ends a top-level session's tree; a child ends with its parent: leave --idle-ttl out, or spawn without --parent".to_owned(),

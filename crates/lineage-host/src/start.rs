@@ -122,14 +122,19 @@ impl Shared {
             ),
         };
         let mut log = log;
-        let idle_ttl = match &request.kind {
-            BirthKind::TopLevel { idle_ttl_ms, .. } => *idle_ttl_ms,
-            BirthKind::Child { .. } => None,
+        let (idle_ttl, wake_on) = match &request.kind {
+            BirthKind::TopLevel {
+                idle_ttl_ms,
+                wake_on,
+                ..
+            } => (*idle_ttl_ms, *wake_on),
+            BirthKind::Child { .. } => (None, None),
         };
         let record = AgentRecord {
             agent: request.agent.clone(),
             policy_view,
             idle_ttl_ms: idle_ttl,
+            wake_on,
         };
         let record = serde_json::to_value(&record)
             .map_err(|e| HostError::Internal(format!("cannot encode the agent record: {e}")))?;
@@ -242,9 +247,13 @@ impl Shared {
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
-        let idle_ttl = match &kind {
-            BirthKind::TopLevel { idle_ttl_ms, .. } => *idle_ttl_ms,
-            BirthKind::Child { .. } => None,
+        let (idle_ttl, wake_on) = match &kind {
+            BirthKind::TopLevel {
+                idle_ttl_ms,
+                wake_on,
+                ..
+            } => (*idle_ttl_ms, wake_on.unwrap_or_default()),
+            BirthKind::Child { .. } => (None, Default::default()),
         };
         let (descriptor, run) = match kind {
             BirthKind::Child {
@@ -293,6 +302,7 @@ impl Shared {
                 epoch: Some(1),
                 idle_ttl,
                 usage: None,
+                wake_on,
                 one_shot: result_tx,
             },
         )

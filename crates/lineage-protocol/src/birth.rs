@@ -57,6 +57,9 @@ pub enum BirthKind {
         /// Its idle TTL ([`lineage_core::idle`]): the spawn's, else the spawning node's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
+        /// What wakes it into a turn (absent: `every`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wake_on: Option<lineage_core::engine::WakeOn>,
     },
     /// A child of a live parent.
     Child {

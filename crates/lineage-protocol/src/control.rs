@@ -139,6 +139,11 @@ pub struct SpawnRequest {
     /// Absent: the spawning node's `limits.idle_root_ms`, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
+    /// Top-level only: what wakes it into a turn. `every` (default): a followup, a child's
+    /// settlement or a `wakeup` report; `prompts`: a followup only, children's messages wait
+    /// for the next one (an editor's root, `lineage acp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_on: Option<lineage_core::engine::WakeOn>,
     /// The files the new session starts in (issue 39): a root's upload, or a child's
     /// `inherit` (the default when its parent has a workspace) or `empty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +172,7 @@ impl SpawnRequest {
             timeout_ms: None,
             budget: None,
             idle_ttl_ms: None,
+            wake_on: None,
             workspace: None,
         }
     }

@@ -73,6 +73,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         timeout_ms: Some(lineage_core::deadline::Timeout::named("timeout_ms", 30_000).unwrap()),
         budget: None,
         idle_ttl_ms: None,
+        wake_on: None,
         workspace: Some(lineage_protocol::workspace::SpawnWorkspace::Inherit),
     };
     pin(
@@ -176,6 +177,7 @@ fn n3_start_request_is_pinned() {
         kind: BirthKind::TopLevel {
             policy: Default::default(),
             idle_ttl_ms: None,
+            wake_on: None,
         },
         workspace: None,
     };

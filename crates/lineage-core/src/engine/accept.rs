@@ -27,6 +27,8 @@ impl AgentEngine {
             request_id,
             settled_child,
         } = arrival;
+        // What does not wake this agent waits for its next turn (an editor's root: a prompt).
+        let wake = wake && self.wake_on.wakes(&message);
         let record = Accepted {
             message,
             wake,

@@ -66,6 +66,7 @@ mod tests {
 
     fn engine(shape: Option<SubagentShape>) -> AgentEngine {
         let init = EngineInit {
+            wake_on: Default::default(),
             session: sid(2),
             parent: shape.map(|_| sid(1)),
             shape,

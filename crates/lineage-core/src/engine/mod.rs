@@ -81,6 +81,34 @@ pub struct EngineInit {
     pub label: Option<String>,
     /// One-shot: the descriptor is not in the log yet and goes in at the first pre-step.
     pub descriptor_pending: bool,
+    /// What wakes it into a turn ([`WakeOn`]).
+    pub wake_on: WakeOn,
+}
+
+/// What wakes an idle agent into a turn.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeOn {
+    /// A followup, a child's settlement notice or a `wakeup` report (the seed's rule).
+    #[default]
+    Every,
+    /// A user's message only: a child's reports and settlement notices are accepted and wait
+    /// for the next prompt's turn (an editor's root: no turn runs that no prompt asked for).
+    Prompts,
+}
+
+impl WakeOn {
+    /// Whether `message`, sent waking, wakes an agent with this rule.
+    pub fn wakes(self, message: &TurnMessage) -> bool {
+        match (self, message) {
+            (WakeOn::Every, _) | (WakeOn::Prompts, TurnMessage::User { .. }) => true,
+            (
+                WakeOn::Prompts,
+                TurnMessage::SubagentReport { .. } | TurnMessage::SubagentSettled { .. },
+            ) => false,
+        }
+    }
 }
 
 /// The fingerprint of a spawn call: FNV-1a (64 bit) of its canonical JSON, in hex. Equal specs
@@ -111,6 +139,7 @@ pub struct AgentEngine {
     shape: Option<SubagentShape>,
     label: Option<String>,
     descriptor_pending: bool,
+    wake_on: WakeOn,
     activation: Option<Activation>,
     wake: VecDeque<(u64, TurnMessage)>,
     quiet: Vec<(u64, TurnMessage)>,
@@ -392,3 +421,5 @@ impl AgentEngine {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wake_tests;

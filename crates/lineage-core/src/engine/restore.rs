@@ -130,6 +130,7 @@ pub fn fold(
         shape: init.shape,
         label: init.label,
         descriptor_pending: init.descriptor_pending,
+        wake_on: init.wake_on,
         activation,
         wake: VecDeque::new(),
         quiet: Vec::new(),

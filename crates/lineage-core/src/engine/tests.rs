@@ -11,6 +11,7 @@ use crate::ids::sid;
 
 fn engine(shape: Option<SubagentShape>) -> AgentEngine {
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: shape.map(|_| sid(1)),
         shape,
@@ -225,6 +226,7 @@ fn k1_a_checkpoint_is_written_with_its_turns_end_and_before_the_settlement_is_to
         changed: Some(2),
     };
     let init = || EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: Some(sid(1)),
         shape: Some(SubagentShape::Continuable),
@@ -283,6 +285,7 @@ fn k1_a_checkpoint_is_written_with_its_turns_end_and_before_the_settlement_is_to
 fn k1_a_one_shot_result_carries_the_childs_changes_and_none_without_a_workspace() {
     let base = crate::workspace::WorkspaceSnapshot::whole("s.base".into(), "SHA-256=b".into());
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: Some(sid(1)),
         shape: Some(SubagentShape::OneShot),
@@ -438,6 +441,7 @@ fn k1_restore_closes_a_cut_short_turn_and_queues_what_no_turn_consumed() {
         ev(4, accepted("two", "b")),
     ];
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: Some(sid(1)),
         shape: Some(SubagentShape::Continuable),
@@ -663,6 +667,7 @@ fn h1_k1_messages_a_turn_received_while_waiting_are_not_handed_to_a_turn_again_a
     keep(&e.handle(from_child(11, false, 41), 6));
     assert_eq!(e.pending(), (1, 0), "the second report came after the wait");
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: None,
         shape: None,
@@ -731,6 +736,7 @@ fn f1_a_turn_names_the_followups_it_took_and_a_restore_remembers_queued_ones() {
         ev(4, accepted("two", "queued")),
     ];
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: None,
         shape: None,
@@ -775,6 +781,7 @@ fn t5_a_resumed_turn_asking_for_a_spawn_the_lost_turn_made_gets_that_child_once(
         // The node died here: no turn/end.
     ];
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: None,
         shape: None,
@@ -868,6 +875,7 @@ fn t5_a_turn_that_spawns_nothing_does_not_use_up_the_lost_turns_calls() {
         ),
     ];
     let init = EngineInit {
+        wake_on: Default::default(),
         session: sid(2),
         parent: None,
         shape: None,

@@ -74,6 +74,8 @@ pub(crate) struct AgentInit {
     pub(crate) idle_ttl: Option<lineage_core::idle::IdleTtl>,
     /// The usage its registry record holds (a resume): where its context and cost stood.
     pub(crate) usage: Option<lineage_core::usage::SessionUsage>,
+    /// What wakes it into a turn (a top-level session's choice, from its agent record).
+    pub(crate) wake_on: lineage_core::engine::WakeOn,
 }
 
 /// Who waits for an engine answer.
@@ -292,6 +294,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         && init.descriptor.is_some()
         && log.descriptor_event().is_none();
     let engine_init = EngineInit {
+        wake_on: init.wake_on,
         session: session.clone(),
         parent: init.header.parent_session().cloned(),
         shape: init.shape,

@@ -24,4 +24,7 @@ pub struct AgentRecord {
     /// elsewhere keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_ttl_ms: Option<lineage_core::idle::IdleTtl>,
+    /// A top-level session's waking rule (absent: `every`), kept for its cold resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_on: Option<lineage_core::engine::WakeOn>,
 }

@@ -222,6 +222,10 @@ impl Front {
             budget: None,
             // The node's limits.idle_root_ms, as for any root.
             idle_ttl_ms: None,
+            // An editor's root takes turns for its prompts only: its children's reports and
+            // settlements wait for the next prompt (no turn streams after `end_turn`, and
+            // session/cancel always hits the turn the editor asked for).
+            wake_on: Some(lineage_core::engine::WakeOn::Prompts),
             workspace,
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");

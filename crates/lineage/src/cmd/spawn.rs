@@ -278,6 +278,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
         timeout_ms: timeout,
         budget,
         idle_ttl_ms,
+        wake_on: None,
         workspace,
     };
     let wanted = request.node.clone();
