@@ -64,6 +64,21 @@ pub fn expectations() -> Vec<(&'static str, Expect)> {
             r#"lineage send $S 'are you there?'                 # refused: it is disposed (exit 4)"#,
             Exits(4, "is disposed; start a new session instead"),
         ),
+        (
+            r#"I=$(lineage --json spawn --idle-ttl 2s --prompt hi --script '{"turns":[[{"do":"reply","content":"hi"}]],"after":{"do":"echo"}}' | jq -r .session)"#,
+            Sets {
+                var: "I",
+                value: "*-*-*-*-*",
+            },
+        ),
+        (
+            r#"lineage logs -f $I                               # its transcript, until the idle drain disposes it"#,
+            Exits(0, "assistant: hi"),
+        ),
+        (
+            r#"lineage tree $I                                  # ... disposed ... stop=idle"#,
+            Exits(0, "disposed*stop=idle"),
+        ),
         // "Following a tree": two starts, one report, two settlements.
         (
             r#"T=$(lineage --json spawn --node node-1 --prompt 'fan out' --script '{"turns":[[{"do":"spawn","shape":"continuable","node":"node-2","label":"left","prompt":"go left","agent":{"driver":"script","script":{"turns":[[{"do":"report","content":"left half way","delivery":"quiet"},{"do":"reply","content":"left done"}]]}}},{"do":"spawn","shape":"continuable","node":"node-3","label":"right","prompt":"go right","agent":{"driver":"script","script":{"turns":[[{"do":"reply","content":"right done"}]]}}},{"do":"await_children","timeout_ms":10000},{"do":"reply_result"}]]}' | jq -r .session)"#,
