@@ -123,6 +123,10 @@ for table, keys in schema.items():
             assert isinstance(body.get("pass_env", []), list)
             wd = body.get("workdir", "session")
             assert wd in ("session", "data_dir") or wd.startswith("/"), (prof, wd)
+    elif table == "limits":
+        assert keys <= set(cfg[table]) <= keys | {"idle_root_ms"}, (table, sorted(cfg[table]))
+        idle = cfg[table].get("idle_root_ms")
+        assert idle is None or (isinstance(idle, int) and 1 <= idle <= 2592000000), cfg[table]
     elif keys is not None:
         assert set(cfg[table]) == keys, (table, sorted(cfg[table]))
 assert list(cfg["registry"]["voters"]) == [str(i) for i in range(1, n + 1)], cfg["registry"]["voters"]

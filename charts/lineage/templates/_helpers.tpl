@@ -197,6 +197,9 @@ election_max_ms = {{ int64 .Values.registry.electionMaxMs }}
 
 [limits]
 max_depth = {{ int64 .Values.limits.maxDepth }}
+{{- with .Values.limits.idleRootMs }}
+idle_root_ms = {{ int64 . }}
+{{- end }}
 
 [lease]
 lease_ms = {{ int64 .Values.lease.leaseMs }}
