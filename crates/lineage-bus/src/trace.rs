@@ -257,7 +257,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Decodes exactly `N` bytes of lowercase hex.
-pub fn decode_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+fn decode_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let bytes = text.as_bytes();
     if bytes.len() != N * 2 {
         return None;
@@ -275,7 +275,7 @@ pub fn decode_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 }
 
 /// A fresh, non-zero span id.
-pub fn new_span_id() -> [u8; 8] {
+fn new_span_id() -> [u8; 8] {
     nonzero_random().to_be_bytes()
 }
 
