@@ -282,7 +282,7 @@ pub struct HostMetricsSnapshot {
     /// request to the new session live (a one-shot spawn's reply waits for its whole run, so
     /// it is not counted).
     pub spawn_duration: LatencyHistogram,
-    /// Durations of this node's registry writes, retries included.
+    /// Durations of this node's registry writes, once per try (from the request to the answer).
     pub registry_write_duration: LatencyHistogram,
     /// Durations of the settlements committed here (log flush and registry write).
     pub settlement_duration: LatencyHistogram,

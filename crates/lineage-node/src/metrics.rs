@@ -24,7 +24,7 @@
 //! | `lineage_drain_duration_seconds` | histogram | duration of completed drains |
 //! | `lineage_turn_duration_seconds` | histogram | duration of the turns taken here |
 //! | `lineage_spawn_duration_seconds` | histogram | spawns of top-level and continuable sessions answered here, from the request to the session live (a one-shot's reply waits for its run: not counted) |
-//! | `lineage_registry_write_duration_seconds` | histogram | this node's registry writes, retries included |
+//! | `lineage_registry_write_duration_seconds` | histogram | this node's registry writes, each from the request to the registry's answer (a write tried again after the registry was unavailable counts once per try) |
 //! | `lineage_settlement_duration_seconds` | histogram | settlements committed here (log flush and registry write) |
 //! | `lineage_refusals_total{reason}` | counter | spawns refused here, by the rule that refused (`depth_exceeded`, `fan_out_exceeded`, `budget_spent`, `admission_closed`, `bad_request`, ...) |
 //! | `lineage_agent_context_tokens` | gauge | tokens in the context of the agents live here, as they last reported |
@@ -398,7 +398,7 @@ impl Collector for Families {
         )?;
         out.histogram(
             "lineage_registry_write_duration_seconds",
-            "This node's registry writes, retries included.",
+            "This node's registry writes, each from the request to the registry's answer (once per try).",
             &h.registry_write_duration,
         )?;
         out.histogram(
