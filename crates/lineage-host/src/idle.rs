@@ -6,7 +6,9 @@
 //! with a TTL that [`idle_verdict`] finds due, the registry's record of its subtree is read and
 //! the root is drained only if no descendant is starting or running ([`tree_busy`]): a child
 //! still at work keeps its root, and the child's settlement, accepted into the root's log,
-//! starts the idle time again. A drain that fails is retried by the next sweep.
+//! starts the idle time again. A busy tree is activity too: the root's idle time starts again
+//! from that read, so a root with a long-running child costs one subtree read per TTL, not one
+//! per sweep. A drain that fails is retried by the next sweep.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,8 +50,13 @@ impl Shared {
         for root in self.idle_roots_due(self.now()) {
             let records = self.registry.subtree(root.clone()).await?;
             let descendants = records.iter().filter(|r| r.id() != &root).map(|r| r.state);
-            if !tree_busy(descendants) {
-                quiet.push(root);
+            match tree_busy(descendants) {
+                false => quiet.push(root),
+                true => {
+                    if let Some(handle) = self.live.handle(&root) {
+                        handle.idle_since_ms.store(self.now(), Ordering::Relaxed);
+                    }
+                }
             }
         }
         Ok(self.drain_subtrees(quiet, StopReason::Idle).await)
