@@ -129,7 +129,13 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
                     && s.name == "inbox"
                     && s.parent.as_ref().is_some_and(|p| settle_ids.contains(&p))
             });
+            // The spawn the CLI asked for (the root's own spawn of its child is one too, and
+            // may be exported in an earlier batch).
+            let asked = mine
+                .iter()
+                .any(|s| s.parent.as_deref() == Some(caller_span) && s.name == "spawn");
             let all = has("node-1", "spawn")
+                && asked
                 && notice_taken
                 && has("node-2", "start")
                 && has("node-2", "invoke_agent script")
