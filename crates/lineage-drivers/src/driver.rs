@@ -449,6 +449,7 @@ impl DriverFactory for ScriptDrivers {
                 driver: crate::profiles::ProfileDriver::Script,
                 tools: false,
                 description: "scripted agent: the request carries the script".into(),
+                a2a: false,
             }],
         }
     }

@@ -96,6 +96,10 @@ pub struct AgentProfile {
     /// files off its agents (a node's `--git` clone and a child's inherited copy still work).
     #[serde(default = "yes")]
     pub workspace_uploads: bool,
+    /// Whether `lineage a2a` offers this profile as an A2A agent, with its card (A1). False
+    /// when absent: nothing is reachable over A2A unless the operator says so.
+    #[serde(default)]
+    pub a2a: bool,
 }
 
 fn yes() -> bool {
@@ -152,6 +156,7 @@ impl AgentProfile {
             workspace_max_bytes: None,
             workspace_max_files: None,
             workspace_uploads: true,
+            a2a: false,
         }
     }
 }
@@ -431,6 +436,7 @@ impl AgentProfiles {
                 driver: p.driver,
                 tools: p.tools,
                 description: p.description.clone(),
+                a2a: p.a2a,
             })
             .collect()
     }

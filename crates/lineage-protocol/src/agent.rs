@@ -56,4 +56,7 @@ pub struct ProfileInfo {
     pub tools: bool,
     /// The operator's description.
     pub description: String,
+    /// Whether `lineage a2a` offers it as an A2A agent (A1; absent: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub a2a: bool,
 }

@@ -453,6 +453,7 @@ fn n3_status_agents_stop_bodies_are_pinned() {
                 driver: ProfileDriver::Acp,
                 tools: true,
                 description: "an ACP coder".into(),
+                a2a: false,
             }],
         },
         r#"{"node":"node-1","allow_raw_commands":false,"profiles":[{"name":"coder","driver":"acp","tools":true,"description":"an ACP coder"}]}"#,

@@ -117,6 +117,12 @@ pub enum Verb {
         after_help = "Example:\n  lineage acp --profile delegator --nats nats://127.0.0.1:4222"
     )]
     Acp(crate::acp::Args),
+    /// An A2A gateway: each profile marked `a2a = true` is an A2A agent with its card; a task
+    /// is a lineage session, its context the root (JSON-RPC, streaming over SSE).
+    #[command(
+        after_help = "Example:\n  LINEAGE_A2A_TOKEN=$(openssl rand -hex 16) lineage a2a --listen 127.0.0.1:8484\n  curl http://127.0.0.1:8484/agents/echo/.well-known/agent-card.json"
+    )]
+    A2a(crate::a2a::Args),
     /// The cluster in a browser: sessions, live trees, transcripts, nodes (serves on
     /// 127.0.0.1:7474 by default).
     #[command(

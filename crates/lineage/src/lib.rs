@@ -17,6 +17,7 @@
 //! | [`output`] | human and `--json` output, one-line errors, exit codes |
 //! | [`progress`] | live per-wave bars of `lineage drain` on a terminal |
 
+pub mod a2a;
 pub mod acp;
 pub mod cli;
 pub mod client;

@@ -35,6 +35,7 @@ fn quiet_on_closed_pipe(verb: &cli::Verb) {
         Verb::Node { .. }
         | Verb::Dev { .. }
         | Verb::Acp(_)
+        | Verb::A2a(_)
         | Verb::Ui(_)
         | Verb::Mcp
         | Verb::Bench { .. }

@@ -39,7 +39,8 @@ pub async fn run(cli: Cli) -> i32 {
         | Verb::Bench { .. }
         | Verb::Chaos { .. }
         | Verb::Mcp
-        | Verb::Acp(_) => None,
+        | Verb::Acp(_)
+        | Verb::A2a(_) => None,
     };
     let outcome = match command {
         Some(command) => traced(command, run_verb(&g, cli.verb)).await,
@@ -109,6 +110,7 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<i32, ControlError> {
         Verb::Agents => agents::run(g).await,
         Verb::Mcp => mcp::run().await,
         Verb::Acp(args) => crate::acp::run(g, args).await,
+        Verb::A2a(args) => crate::a2a::run(g, args).await,
         Verb::Config(ConfigVerb::Show { config }) => config::show(g, config),
         Verb::Script(verb) => script::run(verb),
         Verb::Docs(verb) => docs::run(verb),

@@ -141,7 +141,7 @@ fn listen_address(listen: &str, token: Option<&str>) -> Result<SocketAddr, Contr
 }
 
 /// Whether `given` is `token`, in time that does not depend on where they differ.
-fn same_token(given: &str, token: &str) -> bool {
+pub(crate) fn same_token(given: &str, token: &str) -> bool {
     given.len() == token.len()
         && given
             .bytes()
