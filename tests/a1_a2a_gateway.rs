@@ -422,7 +422,7 @@ fn a1_a_task_outlives_the_node_hosting_it_and_the_gateway_serving_its_stream() {
     assert!(
         replies(task)
             .iter()
-            .any(|r| r.starts_with("echo: after the loss")),
+            .any(|r| r.starts_with("echo: ") && r.contains("after the loss")),
         "{after}"
     );
     let now_on = task["metadata"]["lineage"]["node"].as_str().unwrap();
@@ -452,10 +452,7 @@ fn a1_a_task_outlives_the_node_hosting_it_and_the_gateway_serving_its_stream() {
         .iter()
         .filter_map(|e| e["event"]["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
         .collect();
-    assert!(
-        texts.iter().any(|t| t.starts_with("echo: slow again")),
-        "{events:?}"
-    );
+    assert!(texts.iter().any(|t| t.contains("slow again")), "{events:?}");
     assert_eq!(
         event_kind(&events.last().unwrap()["event"]),
         "statusUpdate:TASK_STATE_INPUT_REQUIRED"

@@ -105,7 +105,16 @@ pub(crate) async fn stream(
                 return;
             }
         };
-        let task = cluster.task_of(&read, None).await;
+        let mut task = cluster.task_of(&read, None).await;
+        if let Until::TurnOf(Some(request)) = &until {
+            // The message was delivered, but its session may not have logged it yet: the task
+            // works on it all the same.
+            let taken = read.log.turn_that_took(Some(request)).is_some();
+            if !taken && !task.status.state.is_terminal() {
+                task.status.state = TaskState::Working;
+                task.status.message = None;
+            }
+        }
         let (id, context) = (task.id.to_string(), task.context_id.clone());
         if !send(Ok(StreamResponse::Task(task))) {
             return;
