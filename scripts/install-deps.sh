@@ -65,6 +65,18 @@ if ! python3 -c 'import mcp' >/dev/null 2>&1; then
   fi
 fi
 
+# The official Python A2A SDK (PyPI a2a-sdk): the A2A client of the gateway test
+# (a1_a2a_gateway) and of README's "A2A" example, which fail without it.
+if ! python3 -c 'import a2a.client' >/dev/null 2>&1; then
+  if have pip || have pip3; then
+    echo "install-deps: installing the Python A2A SDK (pip install a2a-sdk==1.3.0)"
+    "$(command -v pip || command -v pip3)" install --quiet 'a2a-sdk==1.3.0' >/dev/null 2>&1 \
+      || echo "install-deps: the Python A2A SDK is not installed (pip install a2a-sdk failed); a1_a2a_gateway will fail" >&2
+  else
+    echo "install-deps: no pip: the Python A2A SDK is not installed; a1_a2a_gateway will fail" >&2
+  fi
+fi
+
 # A JSON Schema validator this project did not write (PyPI jsonschema), for the script schema
 # test (cli_verbs o1_script_schema_...), which fails without it.
 if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then

@@ -458,3 +458,19 @@ fn a1_a_task_outlives_the_node_hosting_it_and_the_gateway_serving_its_stream() {
         "statusUpdate:TASK_STATE_INPUT_REQUIRED"
     );
 }
+
+#[test]
+fn a1_the_readme_shows_the_a2a_example_it_runs() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+    let readme = std::fs::read_to_string(format!("{root}README.md")).unwrap();
+    let example = std::fs::read_to_string(format!("{root}examples/a2a_hello.py")).unwrap();
+    let shown = readme
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README's A2A section shows a ```python block");
+    assert_eq!(
+        shown, example,
+        "README's python block and examples/a2a_hello.py differ: copy the file into the block"
+    );
+}

@@ -14,8 +14,9 @@ use crate::parse::DocCommand;
 /// The pages whose ```sh blocks run, relative to the workspace root, in this order: later
 /// pages may use what earlier ones set (`docs/nats.md` logs in with the passwords
 /// `docs/security.md` exports).
-pub const PAGES: [&str; 9] = [
+pub const PAGES: [&str; 10] = [
     "README.md",
+    "docs/a2a.md",
     "docs/getting-started.md",
     "docs/concepts.md",
     "docs/deploy.md",

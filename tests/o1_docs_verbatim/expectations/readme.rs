@@ -1,4 +1,4 @@
-//! README.md: the two commands and the five-minute tour. The watch sees the child's
+//! README.md: the two commands, the five-minute tour and the A2A example. The watch sees the child's
 //! interrupted turn end.
 
 use super::Expect::{self, DevCluster, Exits, Sets, Skip, Until};
@@ -60,6 +60,28 @@ pub fn expectations() -> Vec<(&'static str, Expect)> {
         (
             r#"lineage drain $ROOT                              # admission closed, leaves first, across nodes;"#,
             Exits(0, "drained 2 sessions"),
+        ),
+        // "A2A": the gateway in front of `lineage dev` (its `echo` profile is marked), and the
+        // official Python SDK's client against it (issue 38).
+        (
+            r#"export LINEAGE_A2A_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"#,
+            Sets {
+                var: "LINEAGE_A2A_TOKEN",
+                value: "*",
+            },
+        ),
+        (
+            r#"lineage a2a                                      # serves each a2a profile at http://127.0.0.1:8484/agents/<name>"#,
+            Until {
+                ready: "lineage a2a: echo at http://127.0.0.1:8484/agents/<name> (bearer token required)",
+                after: 1,
+                line: "lineage a2a: echo",
+                code: 0,
+            },
+        ),
+        (
+            r#"python3 examples/a2a_hello.py http://127.0.0.1:8484/agents/echo 'hello over A2A'"#,
+            Exits(0, "reply: hello over A2A"),
         ),
     ]
 }

@@ -221,7 +221,7 @@ fn agent_message(task_id: &str, context_id: &str, text: String, id: String) -> M
 /// The artifact holding turn `index`'s reply.
 pub(crate) fn reply_artifact(index: u64, text: &str) -> Artifact {
     Artifact {
-        artifact_id: format!("turn-{index}").into(),
+        artifact_id: format!("turn-{index}"),
         name: Some(format!("reply of turn {index}")),
         description: None,
         parts: vec![Part::text(text)],

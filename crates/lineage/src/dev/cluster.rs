@@ -227,9 +227,9 @@ impl DevCluster {
     }
 }
 
-/// A scripted agent that replies with its prompt.
+/// A scripted agent that replies with its prompt; `lineage a2a` offers it as an A2A agent.
 const ECHO_PROFILE: &str =
-    "\n[agents.echo]\ndriver = \"script\"\ndescription = \"replies with its prompt\"\n";
+    "\n[agents.echo]\ndriver = \"script\"\na2a = true\ndescription = \"replies with its prompt\"\n";
 
 /// The `acp-testagent` profile, `delegator` (the same agent with lineage's tools over MCP,
 /// stdio), `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
