@@ -238,6 +238,22 @@ fn a1_the_python_a2a_sdk_sends_streams_gets_lists_and_cancels_tasks() {
     let line = refused(&["send", &planner, TOKEN, "psst", "--task", &kid]);
     assert!(line.contains("send messages to its root task"), "{line}");
 
+    // Each agent its own tasks: the roots of its profile, and messages to them only.
+    let mine = ok(&["list", &helper, TOKEN]);
+    let roots: Vec<&str> = mine["list"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(roots.contains(&id.as_str()), "{mine}");
+    assert!(
+        !roots.contains(&root.as_str()),
+        "a planner task is not helper's: {mine}"
+    );
+    let line = refused(&["send", &helper, TOKEN, "psst", "--task", &root]);
+    assert!(line.contains("is not a task of agent helper"), "{line}");
+
     // Cancel drains the tree, children first: canceled, and terminal.
     let canceled = ok(&["cancel", &planner, TOKEN, &root]);
     assert_eq!(

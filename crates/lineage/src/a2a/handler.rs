@@ -229,6 +229,13 @@ impl Agent {
                 read.record.header.root_session()
             )));
         }
+        if read.log.profile.as_deref() != Some(self.profile.as_str()) {
+            return Err(A2AError::invalid_params(format!(
+                "task {session} is not a task of agent {} (it runs {}); send it to its own agent",
+                self.profile,
+                read.log.profile.as_deref().unwrap_or("no profile")
+            )));
+        }
         if let Some(context) = &req.message.context_id {
             if context != read.record.header.root_session().as_str() {
                 return Err(A2AError::invalid_params(format!(
@@ -265,30 +272,17 @@ pub(crate) fn state_name(state: &a2a::TaskState) -> String {
         .unwrap_or_else(|| format!("{state:?}"))
 }
 
-/// A root of `profile` whose first turn takes `text`.
+/// A root of `profile` whose first turn takes `text` (the node's `limits.idle_root_ms` ends a
+/// task nobody writes to any more).
 fn spawn_request(profile: &str, text: String, request_id: RequestId) -> SpawnRequest {
     SpawnRequest {
-        parent: None,
-        shape: None,
-        agent: AgentSpec::Profile {
-            profile: profile.to_owned(),
-        },
-        prompt: text,
-        node: None,
-        label: None,
-        persona: None,
-        tool_filter: None,
-        max_depth: None,
         request_id: Some(request_id),
-        cwd: None,
-        preset: None,
-        policy: None,
-        timeout_ms: None,
-        budget: None,
-        // The node's limits.idle_root_ms ends a task nobody writes to any more.
-        idle_ttl_ms: None,
-        wake_on: None,
-        workspace: None,
+        ..SpawnRequest::new(
+            AgentSpec::Profile {
+                profile: profile.to_owned(),
+            },
+            text,
+        )
     }
 }
 
@@ -338,7 +332,7 @@ impl RequestHandler for Agent {
         _params: &ServiceParams,
         req: ListTasksRequest,
     ) -> Result<ListTasksResponse, A2AError> {
-        super::list::list(&self.cluster, req).await
+        super::list::list(&self.cluster, &self.profile, req).await
     }
 
     async fn cancel_task(

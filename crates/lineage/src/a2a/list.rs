@@ -1,5 +1,5 @@
-//! `ListTasks` (A1): the sessions of a context (its root's tree), or without one every
-//! top-level session, oldest first, a page at a time from the registry's listing (the page
+//! `ListTasks` (A1): the sessions of a context (its root's tree), or without one the
+//! top-level sessions of the agent's profile, oldest first, a page at a time from the registry's listing (the page
 //! token is its cursor, `<created_at_ms>.<id>`); `status` filters on the task state.
 
 use a2a::{A2AError, ListTasksRequest, ListTasksResponse};
@@ -16,6 +16,7 @@ const MAX_READS: usize = 20;
 /// One page of tasks.
 pub(crate) async fn list(
     cluster: &Cluster,
+    profile: &str,
     req: ListTasksRequest,
 ) -> Result<ListTasksResponse, A2AError> {
     let size = match req.page_size {
@@ -55,6 +56,9 @@ pub(crate) async fn list(
                 continue;
             }
             let read = cluster.read(record.header.id().as_str()).await?;
+            if top_level_only && read.log.profile.as_deref() != Some(profile) {
+                continue;
+            }
             let mut task = cluster.task_of(&read, req.history_length).await;
             if req.status.as_ref().is_some_and(|s| *s != task.status.state) {
                 continue;

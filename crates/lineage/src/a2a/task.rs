@@ -22,7 +22,12 @@ use lineage_core::journal::JournalEvent;
 use lineage_core::lifecycle::SessionState;
 use lineage_core::log::SessionEvent;
 use lineage_core::messages::StopReason;
+use lineage_protocol::agent::AgentSpec;
 use serde_json::Value;
+
+/// The kind of the host's record of what agent a session runs (`lineage_host`'s
+/// `AGENT_EVENT`; its `agent` field is the spawn's [`AgentSpec`]).
+const AGENT_RECORD: &str = "host/agent";
 
 /// One turn as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,12 +51,22 @@ pub(crate) struct TaskLog {
     pub history: Vec<(Role, String)>,
     /// Accepted messages: log seq, whether it wakes the session, the sender's request id.
     pub accepted: Vec<(u64, bool, Option<String>)>,
+    /// The profile the session runs, from its host's `host/agent` record (none for an agent
+    /// given by script or command line).
+    pub profile: Option<String>,
 }
 
 impl TaskLog {
     /// Folds a log (or adds the events after what was folded).
     pub(crate) fn fold(&mut self, events: &[SessionEvent]) {
         for event in events {
+            if event.kind == AGENT_RECORD && self.profile.is_none() {
+                if let Ok(AgentSpec::Profile { profile }) =
+                    serde_json::from_value(event.data["agent"].clone())
+                {
+                    self.profile = Some(profile);
+                }
+            }
             let Ok(Some(journal)) = JournalEvent::from_parts(&event.kind, &event.data) else {
                 continue;
             };
@@ -429,6 +444,29 @@ mod tests {
             "one reply, one artifact"
         );
         assert_eq!(t.context_id, "r");
+    }
+
+    #[test]
+    fn a1_a_task_knows_its_profile_from_the_hosts_record() {
+        let log = vec![
+            event(
+                1,
+                "host/agent",
+                json!({"agent": {"driver": "profile", "profile": "helper"}}),
+            ),
+            event(
+                2,
+                "host/agent",
+                json!({"agent": {"driver": "profile", "profile": "later"}}),
+            ),
+        ];
+        assert_eq!(TaskLog::of(&log).profile.as_deref(), Some("helper"));
+        let scripted = vec![event(
+            1,
+            "host/agent",
+            json!({"agent": {"driver": "script", "script": {"turns": []}}}),
+        )];
+        assert_eq!(TaskLog::of(&scripted).profile, None);
     }
 
     #[test]
