@@ -245,10 +245,15 @@ pub enum JournalEvent {
     /// creation window, a checkpoint before a `turn/end`; issue 39).
     #[serde(rename = "workspace/snapshot")]
     WorkspaceSnapshot(crate::workspace::WorkspaceSnapshot),
+    /// `driver/state`: what the session's driver keeps of its agent across a cold resume,
+    /// written with the `turn/end` of the turn that changed it (an A2A agent's remote task).
+    /// The driver reads the last one back at start; nothing else interprets it.
+    #[serde(rename = "driver/state")]
+    DriverState(Value),
 }
 
 /// Every kind a [`JournalEvent`] can have.
-pub const JOURNAL_KINDS: [&str; 12] = [
+pub const JOURNAL_KINDS: [&str; 13] = [
     "inbox/accepted",
     "turn/start",
     "turn/user",
@@ -261,6 +266,7 @@ pub const JOURNAL_KINDS: [&str; 12] = [
     "subagent/spawn-refused",
     "turn/inputs",
     crate::workspace::SNAPSHOT_EVENT,
+    "driver/state",
 ];
 
 impl JournalEvent {
@@ -279,6 +285,7 @@ impl JournalEvent {
             JournalEvent::SpawnRefused { .. } => JOURNAL_KINDS[9],
             JournalEvent::TurnInputs { .. } => JOURNAL_KINDS[10],
             JournalEvent::WorkspaceSnapshot(_) => JOURNAL_KINDS[11],
+            JournalEvent::DriverState(_) => JOURNAL_KINDS[12],
         }
     }
 

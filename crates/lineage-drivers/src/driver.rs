@@ -367,6 +367,19 @@ pub trait AgentDriver: Send {
     fn own_files(&self) -> Option<OwnFiles> {
         None
     }
+    /// What the driver keeps of its agent across a cold resume that the turn just run changed
+    /// (an A2A agent's remote task), taken once after each turn: the host writes it with the
+    /// turn's end (`driver/state`), and [`DriverStart::log`] holds it at the next start.
+    /// Default: none.
+    fn take_state(&mut self) -> Option<serde_json::Value> {
+        None
+    }
+    /// The session ends for good (a drain released it, not a hand-off or a host stop): the
+    /// agent's other side is told, when it has one (an A2A agent's remote task is cancelled).
+    /// Called before [`AgentDriver::shutdown`]. Default: nothing.
+    fn dispose<'a>(&'a mut self) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
     /// Tells the agent its current turn was cancelled (ACP `session/cancel`).
     fn cancel<'a>(&'a mut self) -> BoxFuture<'a, ()>;
     /// Stops the agent and frees its resources.

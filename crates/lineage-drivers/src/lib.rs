@@ -2,7 +2,8 @@
 //!
 //! A driver turns one turn's input into actions, or asks for actions during the turn through a
 //! [`TurnCtx`]; the host executes them. This crate holds the [`AgentDriver`] trait and its data,
-//! the two drivers (the deterministic scripted agent and the Agent Client Protocol driver), and
+//! the three drivers (the deterministic scripted agent, the Agent Client Protocol driver and the
+//! A2A driver of a remote agent), and
 //! agent profiles, the node-config decision of what a spec may run. It knows nothing of NATS, the
 //! registry or the host; the ACP SDK (`agent-client-protocol`) is a dependency of this crate only.
 //!
@@ -13,6 +14,7 @@
 //! | [`driver`] | the [`AgentDriver`] trait, [`DriverAction`] data, [`TurnCtx`] (actions during a turn), [`DriverFactory`], [`ScriptDrivers`], [`provider_of`] | H1 |
 //! | [`script`] | the deterministic scripted driver (the script's data types are `lineage_protocol::script`) | H1 |
 //! | [`acp`] | the ACP driver: an Agent Client Protocol agent as a subprocess over stdio (`acp/{start,live,process,text}.rs`) | H1, M4, K1 |
+//! | [`a2a`] | the A2A driver: a remote A2A agent (`a2a-client-lf`) as a session's agent, its task kept across a cold resume | A2 |
 //! | [`profiles`] | agent profiles: what a node runs, never a command line from the wire | T4 |
 //! | [`sandbox`] | per-session sandboxes (bubblewrap: user, pid, mount namespaces) and how a session's processes are recognised ([`sandbox::Confinement`]) | V1, V2 |
 //! | [`tools`] | lineage's delegation tools as an MCP server (`rmcp`) bound to one hosted session: each call is an action of its running turn | T1–T3, T5 |
@@ -21,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+pub mod a2a;
 pub mod acp;
 pub mod driver;
 pub mod error;

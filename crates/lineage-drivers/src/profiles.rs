@@ -33,7 +33,7 @@ pub use lineage_protocol::agent::{ProfileDriver, ProfileInfo};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentProfile {
-    /// `script` or `acp`.
+    /// `script`, `acp` or `a2a`.
     pub driver: ProfileDriver,
     /// The program (an absolute path or a name on the node's `PATH`); ACP only.
     #[serde(default)]
@@ -100,6 +100,14 @@ pub struct AgentProfile {
     /// when absent: nothing is reachable over A2A unless the operator says so.
     #[serde(default)]
     pub a2a: bool,
+    /// An `a2a` profile's remote agent: its base URL (`http://...`; its card is at
+    /// `<url>/.well-known/agent-card.json`). The operator's choice, never a request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The name of the node's environment variable holding the bearer token an `a2a` profile's
+    /// remote agent wants (read when a session starts; never logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_env: Option<String>,
 }
 
 fn yes() -> bool {
@@ -157,6 +165,8 @@ impl AgentProfile {
             workspace_max_files: None,
             workspace_uploads: true,
             a2a: false,
+            url: None,
+            bearer_env: None,
         }
     }
 }
@@ -210,6 +220,8 @@ pub enum Admitted {
     Script(crate::script::Script),
     /// An ACP subprocess (boxed: a launch is much larger than a script).
     Acp(Box<AcpLaunch>),
+    /// A remote A2A agent.
+    A2a(Box<crate::a2a::A2aLaunch>),
 }
 
 /// Exactly what to run for an ACP agent.
@@ -277,6 +289,15 @@ impl AgentProfiles {
                     return Err((
                         key("command"),
                         "a script profile runs no program; remove command/args or use driver = \"acp\"".into(),
+                    ))
+                }
+                ProfileDriver::A2a => crate::a2a::check_profile(p).map_err(|(k, why)| (key(k), why))?,
+                ProfileDriver::Script | ProfileDriver::Acp
+                    if p.url.is_some() || p.bearer_env.is_some() =>
+                {
+                    return Err((
+                        key("url"),
+                        "url and bearer_env name a remote agent: they are for driver = \"a2a\" profiles".into(),
                     ))
                 }
                 _ => {}
@@ -351,6 +372,26 @@ impl AgentProfiles {
                         format!(
                             "modes.{policy} must name a session mode the ACP agent offers (an acp profile only)"
                         ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks, once at the node's start, that every `a2a` profile's `bearer_env` is set in the
+    /// node's environment (`env`), so a missing secret stops the node with the key and one
+    /// line rather than failing each birth of the profile.
+    pub fn check_secrets(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), (String, String)> {
+        for (name, p) in &self.profiles {
+            if let (ProfileDriver::A2a, Some(var)) = (p.driver, &p.bearer_env) {
+                if env(var).is_none_or(|v| v.trim().is_empty()) {
+                    return Err((
+                        format!("agents.{name}.bearer_env"),
+                        format!("{var} is not set in this node's environment; set it to the remote agent's token (a Secret), or remove bearer_env"),
                     ));
                 }
             }

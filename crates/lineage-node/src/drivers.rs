@@ -146,6 +146,9 @@ impl DriverFactory for NodeDrivers {
             .admit(spec, Some(session), &self.data_dir, &env)?
         {
             Admitted::Script(script) => Ok(Box::new(ScriptDriver::new(script))),
+            Admitted::A2a(launch) => Ok(Box::new(lineage_drivers::a2a::A2aDriver::new(
+                *launch, session,
+            ))),
             Admitted::Acp(mut launch) => {
                 let own_files = self.own_files(&launch, session);
                 let tools = match (launch.tools, &self.tools) {
@@ -191,7 +194,7 @@ impl DriverFactory for NodeDrivers {
             .admit(spec, Some(session), &self.data_dir, &env)
             .ok()?
         {
-            Admitted::Script(_) => None,
+            Admitted::Script(_) | Admitted::A2a(_) => None,
             Admitted::Acp(launch) => self.own_files(&launch, session).map(|own| FilesRule {
                 caps: own.caps,
                 uploads: launch.workspace_uploads,

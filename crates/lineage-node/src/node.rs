@@ -29,6 +29,10 @@ use lineage_drivers::tools::socket::ToolsSocket;
 pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let node_id = config.node_id()?;
     resolve_isolation(&mut config)?;
+    config
+        .agents
+        .check_secrets(&|name| std::env::var(name).ok())
+        .map_err(|(key, why)| NodeError::Config(format!("invalid config key {key}: {why}")))?;
     let subjects = Subjects::new(&config.cluster).map_err(lineage_bus::BusError::from)?;
     std::fs::create_dir_all(&config.node.data_dir).map_err(|source| NodeError::Io {
         what: format!(

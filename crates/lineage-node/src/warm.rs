@@ -139,6 +139,7 @@ impl NodeDrivers {
         let launch = match self.profiles.admit(&spec, None, &self.data_dir, &env) {
             Ok(Admitted::Acp(launch)) => *launch,
             Ok(Admitted::Script(_)) => return Err("a script profile runs no process".into()),
+            Ok(Admitted::A2a(_)) => return Err("an a2a profile runs no process here".into()),
             Err(e) => return Err(e.to_string()),
         };
         let Some(mut plan) = launch.sandbox else {

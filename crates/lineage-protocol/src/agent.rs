@@ -33,14 +33,17 @@ pub enum ProfileDriver {
     Script,
     /// An Agent Client Protocol agent subprocess on stdio.
     Acp,
+    /// A remote A2A agent, reached at the card URL its profile names (A2): no process here.
+    A2a,
 }
 
 impl ProfileDriver {
-    /// `script` or `acp`.
+    /// `script`, `acp` or `a2a`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProfileDriver::Script => "script",
             ProfileDriver::Acp => "acp",
+            ProfileDriver::A2a => "a2a",
         }
     }
 }

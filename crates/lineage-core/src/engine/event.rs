@@ -112,6 +112,9 @@ pub enum EngineEvent {
     /// The session's files were stored as this snapshot (a checkpoint at its turn's end, issue
     /// 39): staged, written with the `turn/end` that follows.
     WorkspaceSaved(crate::workspace::WorkspaceSnapshot),
+    /// The driver's state of its agent changed in the turn that is ending (an A2A agent's
+    /// remote task): staged, written with the `turn/end` that follows, read back at a resume.
+    DriverState(serde_json::Value),
     /// A birth this agent asked for succeeded (a one-shot one with its result).
     ChildBorn {
         /// The child.

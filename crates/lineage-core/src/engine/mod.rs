@@ -339,6 +339,9 @@ impl AgentEngine {
                 self.workspace = Some(workspace_after(self.workspace.take(), &snapshot));
                 self.stage(JournalEvent::WorkspaceSnapshot(snapshot), &mut out);
             }
+            EngineEvent::DriverState(state) => {
+                self.stage(JournalEvent::DriverState(state), &mut out);
+            }
         }
         out
     }
@@ -368,7 +371,8 @@ impl AgentEngine {
             | EngineEvent::TurnAbandoned(_)
             | EngineEvent::Quiesce
             | EngineEvent::HandOff
-            | EngineEvent::WorkspaceSaved(_) => {}
+            | EngineEvent::WorkspaceSaved(_)
+            | EngineEvent::DriverState(_) => {}
         }
     }
 
@@ -419,6 +423,8 @@ impl AgentEngine {
     }
 }
 
+#[cfg(test)]
+mod driver_state_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

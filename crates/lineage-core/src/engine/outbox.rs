@@ -62,7 +62,8 @@ pub fn outbox_messages(
             | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }
             | JournalEvent::SpawnRefused { .. }
-            | JournalEvent::WorkspaceSnapshot(_) => {}
+            | JournalEvent::WorkspaceSnapshot(_)
+            | JournalEvent::DriverState(_) => {}
         }
     }
     Ok(messages)

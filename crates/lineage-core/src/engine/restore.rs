@@ -117,7 +117,10 @@ pub fn fold(
             JournalEvent::WorkspaceSnapshot(snapshot) => {
                 workspace = Some(super::workspace_after(workspace, &snapshot));
             }
-            JournalEvent::TurnUser { .. } | JournalEvent::SpawnRefused { .. } => {}
+            // The driver's own state is the driver's to read back (`DriverStart::log`).
+            JournalEvent::TurnUser { .. }
+            | JournalEvent::SpawnRefused { .. }
+            | JournalEvent::DriverState(_) => {}
         }
     }
     let activation = match (init.shape, &init.parent) {

@@ -43,7 +43,7 @@ use crate::error::DriverError;
 mod live;
 mod process;
 mod start;
-mod text;
+pub(crate) mod text;
 mod warm;
 
 pub use warm::{WarmPool, WarmSandbox};

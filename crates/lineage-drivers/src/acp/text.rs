@@ -90,7 +90,7 @@ fn event_text(data: &Value) -> String {
 }
 
 /// A turn message as prompt text.
-pub(super) fn render_message(message: &TurnMessage) -> String {
+pub(crate) fn render_message(message: &TurnMessage) -> String {
     match message {
         TurnMessage::User { content } => content.clone(),
         TurnMessage::SubagentReport {

@@ -98,6 +98,21 @@ impl AgentProfiles {
                 };
                 match p.driver {
                     ProfileDriver::Script => Ok(Admitted::Script(crate::script::Script::echo())),
+                    ProfileDriver::A2a => {
+                        let token = match &p.bearer_env {
+                            None => None,
+                            Some(name) => Some(env(name).ok_or_else(|| {
+                                DriverError::Unavailable(format!(
+                                    "a2a (profile {profile:?} takes its bearer token from {name}, which is not set on this node)"
+                                ))
+                            })?),
+                        };
+                        Ok(Admitted::A2a(Box::new(crate::a2a::A2aLaunch {
+                            url: p.url.clone().unwrap_or_default(),
+                            token,
+                            prompt_timeout_ms: p.prompt_timeout_ms,
+                        })))
+                    }
                     ProfileDriver::Acp => {
                         let mut vars = base_env(env);
                         for name in &p.pass_env {

@@ -121,6 +121,8 @@ pub(crate) struct AgentTask {
     pub(crate) idle_since_ms: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) stop: CancellationToken,
     pub(crate) done: bool,
+    /// A drain released it: it ends for good, and its driver is told ([`AgentDriver::dispose`]).
+    pub(crate) released: bool,
     pub(crate) want_turn: bool,
     /// Commands taken off the mailbox and not yet handled (a drain release that arrived during
     /// a turn waits here, with whatever came after it, until the turn is over).
@@ -348,6 +350,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         idle_since_ms,
         stop: stop.clone(),
         done: false,
+        released: false,
         want_turn: false,
         backlog: VecDeque::new(),
         pending: HashMap::new(),
@@ -450,6 +453,9 @@ impl AgentTask {
             tracing::debug!(session = %self.session, error = %e, "staged events not recorded at stop");
         }
         if let Some(mut driver) = self.driver.take() {
+            if self.released {
+                driver.dispose().await;
+            }
             driver.shutdown().await;
         }
         self.stop.cancel();
@@ -537,6 +543,7 @@ impl AgentTask {
                 self.cancel_turn();
                 self.feed(EngineEvent::Release(reason)).await;
                 self.done = true;
+                self.released = true;
                 let _ = reply.send(());
             }
         }

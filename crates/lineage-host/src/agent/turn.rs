@@ -160,6 +160,12 @@ impl AgentTask {
             Some(Err(e)) => TurnOutcome::Failed(e),
             Some(Ok(())) => TurnOutcome::Completed,
         };
+        // What the driver keeps of its agent across a resume (an A2A agent's remote task),
+        // written with the turn's end.
+        let state = self.driver.as_mut().and_then(|d| d.take_state());
+        if let Some(state) = state {
+            self.feed(EngineEvent::DriverState(state)).await;
+        }
         // The turn's files, stored before its end is written (issue 39): a turn whose files
         // could not be stored does not end as completed.
         let outcome = outcome.with_checkpoint(self.checkpoint().await);

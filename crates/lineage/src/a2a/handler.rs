@@ -35,6 +35,11 @@ use lineage_registry::{Consistency, RegistryClient, SessionRecord};
 use super::follow::{self, Until};
 use super::task::{task, TaskLog, TaskParts};
 
+/// How many times a followup the cluster could not take now is sent again, and how far apart:
+/// long enough for a dead node's lease to lapse and its session to resume elsewhere.
+const FOLLOWUP_RETRIES: u32 = 30;
+const FOLLOWUP_PAUSE: Duration = Duration::from_millis(500);
+
 /// How often a wait reads the log again.
 pub(crate) const POLL: Duration = Duration::from_millis(100);
 
@@ -251,15 +256,24 @@ impl Agent {
                 state_name(&state)
             )));
         }
-        self.cluster
-            .control
-            .followup(&FollowupRequest {
-                session: session.clone(),
-                content: text,
-                request_id: Some(request_id.clone()),
-            })
-            .await
-            .map_err(control_error)?;
+        let followup = FollowupRequest {
+            session: session.clone(),
+            content: text,
+            request_id: Some(request_id.clone()),
+        };
+        // The task's node may have just died: until its lease lapses nobody resumes the
+        // session elsewhere. The request id makes asking again safe (taken once).
+        let mut sent = self.cluster.control.followup(&followup).await;
+        for _ in 0..FOLLOWUP_RETRIES {
+            match &sent {
+                Err(e) if e.code == ErrorCode::Unavailable => {
+                    tokio::time::sleep(FOLLOWUP_PAUSE).await;
+                    sent = self.cluster.control.followup(&followup).await;
+                }
+                _ => break,
+            }
+        }
+        sent.map_err(control_error)?;
         Ok((session, Some(request_id.as_str().to_owned())))
     }
 }

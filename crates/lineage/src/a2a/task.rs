@@ -106,7 +106,8 @@ impl TaskLog {
                 | JournalEvent::Spawned { .. }
                 | JournalEvent::ChildResult { .. }
                 | JournalEvent::SpawnRefused { .. }
-                | JournalEvent::WorkspaceSnapshot(_) => {}
+                | JournalEvent::WorkspaceSnapshot(_)
+                | JournalEvent::DriverState(_) => {}
             }
         }
     }

@@ -57,7 +57,8 @@ pub(crate) fn transcript(session: &SessionId, events: &[SessionEvent]) -> Vec<Re
             | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }
             | JournalEvent::SpawnRefused { .. }
-            | JournalEvent::WorkspaceSnapshot(_) => {}
+            | JournalEvent::WorkspaceSnapshot(_)
+            | JournalEvent::DriverState(_) => {}
         }
     }
     out

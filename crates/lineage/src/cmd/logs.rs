@@ -38,7 +38,9 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(400);
 pub(crate) fn transcript_line(event: &SessionEvent) -> Option<String> {
     let journal = JournalEvent::from_parts(&event.kind, &event.data).ok()??;
     let text = match journal {
-        JournalEvent::Accepted(_) | JournalEvent::TurnInputs { .. } => return None,
+        JournalEvent::Accepted(_)
+        | JournalEvent::TurnInputs { .. }
+        | JournalEvent::DriverState(_) => return None,
         JournalEvent::TurnStart { index, .. } => format!("── turn {index}"),
         JournalEvent::TurnUser { text } => format!("user: {text}"),
         JournalEvent::TurnAssistant { text } => format!("assistant: {text}"),

@@ -31,9 +31,14 @@ pub(crate) async fn run(g: &Global, file: Option<std::path::PathBuf>) -> Result<
             std::process::exit(1);
         }
     });
+    // A config the node can only judge at its start (a sandbox it cannot make, a secret its
+    // environment lacks) is bad input like a bad key: exit 2.
     let outcome = lineage_node::node::run(loaded.config, shutdown)
         .await
-        .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.to_string()));
+        .map_err(|e| match e {
+            lineage_node::NodeError::Config(_) => usage(e.to_string()),
+            other => ControlError::new(ErrorCode::Unavailable, other.to_string()),
+        });
     telemetry.shutdown().await;
     outcome
 }

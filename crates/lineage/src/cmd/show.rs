@@ -81,7 +81,8 @@ pub(crate) fn glance(events: &[SessionEvent]) -> Glance {
             | JournalEvent::Spawned { .. }
             | JournalEvent::ChildResult { .. }
             | JournalEvent::SpawnRefused { .. }
-            | JournalEvent::WorkspaceSnapshot(_) => {}
+            | JournalEvent::WorkspaceSnapshot(_)
+            | JournalEvent::DriverState(_) => {}
         }
     }
     g
