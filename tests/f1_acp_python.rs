@@ -128,3 +128,111 @@ fn f1_f3_the_python_acp_sdk_opens_prompts_streams_cancels_loads_and_closes_a_ses
         assert_eq!(row["state"], "disposed", "{row}");
     }
 }
+
+/// Issue 38, as an editor tried it with the Python SDK: a child's settlement after `end_turn`
+/// wakes no turn (nothing streams until the next prompt), the next prompt's turn takes the
+/// notice, `session/cancel` cancels the prompt the editor sees, and `session/load` replays the
+/// notice as what it is, never as the user typing it.
+const WAKE_EDITOR: &str = r#"
+import asyncio, json, sys
+from acp import spawn_agent_process, text_block, PROTOCOL_VERSION
+
+class Editor:
+    def __init__(self):
+        self.updates = []
+    async def session_update(self, session_id, update, **kwargs):
+        text = getattr(getattr(update, "content", None), "text", None)
+        self.updates.append((session_id, update.session_update, text))
+    async def request_permission(self, *args, **kwargs):
+        raise RuntimeError("no permission requests expected")
+    def texts(self, session, kind):
+        return [t for (s, k, t) in self.updates if s == session and k == kind and t]
+
+async def main():
+    lineage, nats, cluster = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = ["--nats", nats, "--cluster", cluster, "acp", "--profile", "delegator"]
+    out = {}
+    editor = Editor()
+    async with spawn_agent_process(editor, lineage, *args) as (conn, _proc):
+        await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        session = (await conn.new_session(cwd="/tmp")).session_id
+        out["session"] = session
+        spawn = 'tool: spawn_subagent {"profile": "echo", "prompt": "hello child", "shape": "continuable", "label": "kid"}'
+        first = await conn.prompt(session_id=session, prompt=[text_block(spawn)])
+        out["first"] = first.stop_reason
+        ended = len(editor.texts(session, "agent_message_chunk"))
+        # The child settles right away; its notice must not start a turn nobody asked for.
+        await asyncio.sleep(4)
+        out["after_end_turn"] = editor.texts(session, "agent_message_chunk")[ended:]
+        # The next prompt takes the notice; a slow one is cancelled: the prompt sees it.
+        slow = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block("slow, and what did the kid say?")]))
+        await asyncio.sleep(2)
+        await conn.cancel(session_id=session)
+        out["cancelled"] = (await asyncio.wait_for(slow, 30)).stop_reason
+        out["second"] = (await conn.prompt(session_id=session, prompt=[text_block("thanks")])).stop_reason
+        out["second_reply"] = "".join(editor.texts(session, "agent_message_chunk")[ended:])
+    loaded = Editor()
+    async with spawn_agent_process(loaded, lineage, *args) as (other, _p2):
+        await other.initialize(protocol_version=PROTOCOL_VERSION)
+        await other.load_session(cwd="/tmp", session_id=session)
+        out["loaded_user"] = loaded.texts(session, "user_message_chunk")
+    print(json.dumps(out))
+
+try:
+    asyncio.run(main())
+except Exception:
+    import traceback
+    traceback.print_exc()
+    sys.exit(1)
+"#;
+
+#[test]
+fn f1_a_childs_settlement_after_end_turn_waits_for_the_next_prompt_in_the_python_sdk() {
+    python_acp_installed();
+    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
+    let out = Command::new("python3")
+        .args(["-c", WAKE_EDITOR])
+        .arg(lineage_bin())
+        .arg(cluster.nats.url())
+        .arg(&cluster.cluster)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the editor failed: {stderr}");
+    let v: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    assert_eq!(v["first"], "end_turn", "{v}");
+    assert_eq!(
+        v["after_end_turn"],
+        serde_json::json!([]),
+        "nothing streams after end_turn: {v}"
+    );
+    assert_eq!(
+        v["cancelled"], "cancelled",
+        "the cancel hit the prompt's turn: {v}"
+    );
+    assert_eq!(v["second"], "end_turn", "{v}");
+    // The settled kid's notice was in a prompt's turn: the slow one (cancelled) or the next.
+    let session = v["session"].as_str().unwrap();
+    let log = cluster.log(session);
+    let notice = log
+        .iter()
+        .find(|e| e.kind == "inbox/accepted" && e.data["message"]["kind"] == "subagent-settled")
+        .unwrap_or_else(|| panic!("the kid's notice is accepted: {log:?}"));
+    assert_eq!(notice.data["wake"], false, "accepted quietly");
+    // Replayed as the kid's, never as the user's words.
+    let user: Vec<&str> = v["loaded_user"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    assert!(user.iter().any(|t| t.contains("spawn_subagent")), "{v}");
+    assert!(
+        !user
+            .iter()
+            .any(|t| t.contains("settled") || t.contains("completed:")),
+        "a notice is not a user message: {v}"
+    );
+}
