@@ -58,6 +58,21 @@ fn a2_a_remote_a2a_agent_is_a_child_with_one_task_that_outlives_its_node_and_end
         &profiles(port),
     );
     let gateway = Gateway::start_on(&c, port);
+    // `lineage agents` shows the remote profile's driver and helper's A2A offer, never the
+    // remote's URL.
+    let (code, listed, _) = c.cli(&["agents"]);
+    assert_eq!(code, 0, "{listed}");
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name}: {listed}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("remote")[1], "a2a", "{listed}");
+    assert_eq!(line("helper")[3], "a2a", "{listed}");
+    assert!(!listed.contains(&port.to_string()), "{listed}");
     // A root on node-1 whose turn spawns the remote agent as a continuable child on node-2.
     let script = json!({
         "turns": [[{"do": "spawn", "shape": "continuable", "node": "node-2", "label": "far",

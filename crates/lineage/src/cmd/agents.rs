@@ -1,6 +1,6 @@
 //! `lineage agents` (T4): the agent profiles each live node offers, from its per-node
-//! `agents` endpoint. Names, drivers and descriptions only: a node never tells its command
-//! lines or environment.
+//! `agents` endpoint: names, drivers, whether they get lineage's tools and are offered over
+//! A2A (`lineage a2a`), descriptions. A node never tells its command lines, URLs or environment.
 
 use std::time::Duration;
 
@@ -49,11 +49,14 @@ pub(crate) async fn run(g: &Global) -> Result<(), ControlError> {
                 println!("{node}{raw}");
                 for p in r.profiles {
                     let tools = if p.tools { "tools" } else { "-" };
+                    // Offered over A2A by `lineage a2a` (issue 38).
+                    let a2a = if p.a2a { "a2a" } else { "-" };
                     println!(
-                        "  {:20} {:6} {:5}  {}",
+                        "  {:20} {:6} {:5} {:3}  {}",
                         p.name,
                         p.driver.as_str(),
                         tools,
+                        a2a,
                         p.description
                     );
                 }
