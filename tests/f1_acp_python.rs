@@ -236,3 +236,92 @@ fn f1_a_childs_settlement_after_end_turn_waits_for_the_next_prompt_in_the_python
         "a notice is not a user message: {v}"
     );
 }
+
+/// Issue 38: the editor's directory, mapped with `lineage acp --map-cwd DIR` under the profile's
+/// working directory (a tree the nodes have there), or refused in one line.
+const MAPPED_EDITOR: &str = r#"
+import asyncio, json, sys
+from acp import spawn_agent_process, text_block, PROTOCOL_VERSION
+
+class Editor:
+    def __init__(self):
+        self.texts = []
+    async def session_update(self, session_id, update, **kwargs):
+        text = getattr(getattr(update, "content", None), "text", None)
+        if update.session_update == "agent_message_chunk" and text:
+            self.texts.append(text)
+    async def request_permission(self, *args, **kwargs):
+        raise RuntimeError("no permission requests expected")
+
+async def main():
+    lineage, nats, cluster, root = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    args = ["--nats", nats, "--cluster", cluster, "acp", "--profile", "mapped", "--map-cwd", root]
+    out = {}
+    editor = Editor()
+    async with spawn_agent_process(editor, lineage, *args) as (conn, _proc):
+        await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        session = (await conn.new_session(cwd=root + "/app")).session_id
+        await conn.prompt(session_id=session, prompt=[text_block("sh: pwd")])
+        out["pwd"] = "".join(editor.texts)
+        try:
+            await conn.new_session(cwd="/somewhere/else")
+            out["outside"] = "accepted"
+        except Exception as e:
+            out["outside"] = str(e)
+    print(json.dumps(out))
+
+try:
+    asyncio.run(main())
+except Exception:
+    import traceback
+    traceback.print_exc()
+    sys.exit(1)
+"#;
+
+#[test]
+fn f1_an_editors_directory_is_mapped_under_the_profiles_workdir_or_refused() {
+    python_acp_installed();
+    let workdir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(workdir.path().join("app")).unwrap();
+    let agent = lineage_bin().with_file_name("lineage-acp-testagent");
+    let profile = format!(
+        "[agents.mapped]\ndriver = \"acp\"\ncommand = \"{}\"\nworkdir = \"{}\"\nisolation = \"none\"\n",
+        agent.display(),
+        workdir.path().display()
+    );
+    let cluster = Cluster::start_with_toml(1, &[], &profile);
+    let before = cluster.cli_json(&["ls", "--all"])["sessions"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let editor_root = "/home/someone/src";
+    let out = Command::new("python3")
+        .args(["-c", MAPPED_EDITOR])
+        .arg(lineage_bin())
+        .arg(cluster.nats.url())
+        .arg(&cluster.cluster)
+        .arg(editor_root)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the editor failed: {stderr}");
+    let v: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let expected = workdir.path().join("app");
+    assert!(
+        v["pwd"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&expected.display().to_string()),
+        "the agent runs in <workdir>/app: {v}"
+    );
+    let outside = v["outside"].as_str().unwrap_or_default();
+    assert!(
+        outside.contains("is not under --map-cwd /home/someone/src"),
+        "{v}"
+    );
+    let after = cluster.cli_json(&["ls", "--all"])["sessions"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(after, before + 1, "the refused session/new spawned nothing");
+}

@@ -35,6 +35,21 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     };
     let error = |what: &str| agent_error(&session, &program, what);
     let cwd = working_dir(settings, &error)?;
+    // The request's directory under the working directory (`lineage acp --map-cwd`, a spawn's
+    // `cwd`): it must be there.
+    let cwd = match &start.composition.cwd {
+        None => cwd,
+        Some(sub) => {
+            let dir = cwd.join(sub);
+            if !dir.is_dir() {
+                return Err(DriverError::BadRequest(format!(
+                    "the session's directory {} is not a directory on this node; create it under the profile's working directory or name another",
+                    dir.display()
+                )));
+            }
+            dir
+        }
+    };
 
     let Spawned {
         mut process,

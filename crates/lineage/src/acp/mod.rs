@@ -65,6 +65,48 @@ pub struct Args {
     /// .gitignore leaves out stays out; refused past the profile's cap).
     #[arg(long)]
     pub project: bool,
+    /// The editor's projects under DIR are at the same place under the profile's working
+    /// directory on the nodes (a tree they mount there): a session/new whose `cwd` is
+    /// DIR/a/b runs its agent in <workdir>/a/b; one outside DIR is refused with one line.
+    #[arg(long, value_name = "DIR", conflicts_with = "project")]
+    pub map_cwd: Option<std::path::PathBuf>,
+}
+
+/// The session's directory under the profile's working directory for the editor's `cwd`,
+/// when the editor's projects under `root` are mapped there (`--map-cwd`): the relative rest
+/// (`None` for `root` itself), or one line saying why it cannot be.
+pub(crate) fn mapped_cwd(
+    root: &std::path::Path,
+    editor: &std::path::Path,
+) -> Result<Option<String>, String> {
+    let outside = || {
+        format!(
+            "the editor's directory {} is not under --map-cwd {}: open a project under it (or run lineage acp --project to upload this one)",
+            editor.display(),
+            root.display()
+        )
+    };
+    if !editor.is_absolute() {
+        return Err(format!(
+            "the editor's directory {} is not absolute; ACP gives session/new an absolute cwd",
+            editor.display()
+        ));
+    }
+    let rest = editor.strip_prefix(root).map_err(|_| outside())?;
+    if rest
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(outside());
+    }
+    match rest.to_str() {
+        Some("") => Ok(None),
+        Some(rest) => Ok(Some(rest.to_owned())),
+        None => Err(format!(
+            "the editor's directory {} is not UTF-8; lineage names directories in UTF-8",
+            editor.display()
+        )),
+    }
 }
 
 /// How a prompt's turn ended.
@@ -89,6 +131,9 @@ pub(crate) struct Front {
     turn_timeout: Duration,
     /// Upload each session's `cwd` as its workspace (`--project`).
     project: bool,
+    /// The editor's directory whose projects the nodes have under the profile's working
+    /// directory (`--map-cwd`).
+    map_cwd: Option<std::path::PathBuf>,
     pub(crate) tree: Mutex<FrontTree>,
     pub(crate) client: OnceLock<ConnectionTo<Client>>,
     prompts: Mutex<HashMap<String, PromptWait>>,
@@ -169,6 +214,12 @@ impl Front {
                 format!("cannot mint a request id: {e}"),
             )
         })?;
+        // Issue 38: the editor's directory, mapped under the profile's working directory
+        // (`--map-cwd`), or refused before anything is spawned.
+        let cwd = match &self.map_cwd {
+            None => None,
+            Some(root) => mapped_cwd(root, &request.cwd).map_err(refuse)?,
+        };
         // Issue 39: the editor's project as the session's files, when asked (`--project`).
         let (workspace, uploaded) = match self.project {
             false => (None, None),
@@ -208,9 +259,10 @@ impl Front {
             max_depth: None,
             request_id: Some(request_id.clone()),
             // The editor's directory is on the editor's machine; the session runs in the
-            // profile's working directory, which the node's operator chooses (T4); with
-            // `--project` it starts in a copy of the editor's files there.
-            cwd: None,
+            // profile's working directory, which the node's operator chooses (T4): with
+            // `--map-cwd` in the same place under it, with `--project` in a copy of the
+            // editor's files there.
+            cwd,
             preset: None,
             // C2, C4: a person is behind this session (the editor's): its agent's permission
             // requests come here (`approve`), and its children's approval policy is `never`.
@@ -389,6 +441,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         profile: args.profile,
         turn_timeout: Duration::from_secs(args.turn_timeout_s.max(1)),
         project: args.project,
+        map_cwd: args.map_cwd,
         tree: Mutex::new(FrontTree::new(false)),
         client: OnceLock::new(),
         prompts: Mutex::new(HashMap::new()),
@@ -504,4 +557,28 @@ async fn serve(front: Arc<Front>) -> Result<(), Error> {
         )
         .connect_to(transport)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mapped_cwd;
+    use std::path::Path;
+
+    #[test]
+    fn f1_an_editors_directory_maps_under_the_workdir_or_is_refused_in_one_line() {
+        let root = Path::new("/home/me/src");
+        assert_eq!(mapped_cwd(root, Path::new("/home/me/src")), Ok(None));
+        assert_eq!(
+            mapped_cwd(root, Path::new("/home/me/src/app/web")),
+            Ok(Some("app/web".into()))
+        );
+        for outside in ["/home/me/other", "/home/me/srcx", "/home/me/src/../etc"] {
+            let why = mapped_cwd(root, Path::new(outside)).unwrap_err();
+            assert!(why.contains("--map-cwd"), "{outside}: {why}");
+            assert!(!why.contains('\n'));
+        }
+        assert!(mapped_cwd(root, Path::new("app"))
+            .unwrap_err()
+            .contains("absolute"));
+    }
 }
