@@ -310,8 +310,9 @@ pub struct DriverComposition {
     /// A top-level session whose policy has an approval service (opened through an editor,
     /// `lineage acp`): its agent's permission requests go to that person (C4).
     pub approval_service: bool,
-    /// The session's directory under its working directory: its header's `cwd` (a request's,
-    /// relative, no `..`; a child inherits its root's). `None`: the working directory itself.
+    /// A top-level session's directory under its working directory: its request's `cwd`
+    /// (relative, no `..`). `None`: the working directory itself (always for a child, which
+    /// works in its own).
     pub cwd: Option<std::path::PathBuf>,
 }
 

@@ -222,11 +222,14 @@ fn driver_composition(init: &AgentInit) -> lineage_drivers::driver::DriverCompos
         approval: (delegated && init.policy_view.has_approval_service)
             .then_some(lineage_core::policy::ApprovalPolicy::Never),
         approval_service: !delegated && init.policy_view.has_approval_service,
-        // Only a directory a request may name (relative, no `..`): anything else in a header
-        // is not applied.
-        cwd: lineage_drivers::profiles::request_subdir(init.header.cwd())
-            .ok()
-            .flatten(),
+        // A root's request directory (relative, no `..`); a child inherits the header's `cwd`
+        // but works in its own working directory (its subdirectory need not exist there).
+        cwd: match delegated {
+            true => None,
+            false => lineage_drivers::profiles::request_subdir(init.header.cwd())
+                .ok()
+                .flatten(),
+        },
     }
 }
 
