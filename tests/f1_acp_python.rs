@@ -77,22 +77,28 @@ fn python_acp_installed() {
     );
 }
 
-#[test]
-fn f1_f3_the_python_acp_sdk_opens_prompts_streams_cancels_loads_and_closes_a_session() {
-    python_acp_installed();
-    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
+/// Runs the editor `script` (python3 -c) against `cluster` with `lineage`, the NATS URL, the
+/// cluster's name and `extra` as its arguments; the JSON it printed.
+fn run_editor(script: &str, cluster: &Cluster, extra: &[&str]) -> Value {
     let out = Command::new("python3")
-        .args(["-c", EDITOR])
+        .args(["-c", script])
         .arg(lineage_bin())
         .arg(cluster.nats.url())
         .arg(&cluster.cluster)
+        .args(extra)
         .output()
         .expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the editor failed: {stderr}");
-    let v: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"))
+}
+
+#[test]
+fn f1_f3_the_python_acp_sdk_opens_prompts_streams_cancels_loads_and_closes_a_session() {
+    python_acp_installed();
+    let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
+    let v = run_editor(EDITOR, &cluster, &[]);
     assert_eq!(v["stop_reason"], "end_turn", "{v}");
     // Streamed: the test agent sends its reply in three chunks, each shown as it came.
     let chunks: Vec<&str> = v["chunks"]
@@ -190,18 +196,7 @@ except Exception:
 fn f1_a_childs_settlement_after_end_turn_waits_for_the_next_prompt_in_the_python_sdk() {
     python_acp_installed();
     let cluster = Cluster::start_with_toml(1, &[], &delegator_profiles());
-    let out = Command::new("python3")
-        .args(["-c", WAKE_EDITOR])
-        .arg(lineage_bin())
-        .arg(cluster.nats.url())
-        .arg(&cluster.cluster)
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the editor failed: {stderr}");
-    let v: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let v = run_editor(WAKE_EDITOR, &cluster, &[]);
     assert_eq!(v["first"], "end_turn", "{v}");
     assert_eq!(
         v["after_end_turn"],
@@ -294,19 +289,7 @@ fn f1_an_editors_directory_is_mapped_under_the_profiles_workdir_or_refused() {
         .as_array()
         .map_or(0, Vec::len);
     let editor_root = "/home/someone/src";
-    let out = Command::new("python3")
-        .args(["-c", MAPPED_EDITOR])
-        .arg(lineage_bin())
-        .arg(cluster.nats.url())
-        .arg(&cluster.cluster)
-        .arg(editor_root)
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the editor failed: {stderr}");
-    let v: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let v = run_editor(MAPPED_EDITOR, &cluster, &[editor_root]);
     let expected = workdir.path().join("app");
     assert!(
         v["pwd"]

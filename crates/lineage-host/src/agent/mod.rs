@@ -12,6 +12,7 @@
 
 mod actions;
 pub(crate) mod cmd;
+pub(crate) mod composition;
 mod exec;
 mod handoff;
 pub(crate) mod mail;
@@ -201,38 +202,6 @@ async fn materialize(
     }))
 }
 
-/// What the driver is given of the session's creation window (C4): its preset's prompt
-/// sections (the delegation statement and persona included), its tool filter, and its policy
-/// view (a child's is its delegated snapshot: sandbox mode, and approval `never` when its
-/// parent had an approval service). The same at birth and at every resume.
-fn driver_composition(init: &AgentInit) -> lineage_drivers::driver::DriverComposition {
-    let delegated = init.header.parent_session().is_some();
-    lineage_drivers::driver::DriverComposition {
-        delegated,
-        prompt_sections: init
-            .preset
-            .as_ref()
-            .map(|p| p.prompt_sections.clone())
-            .unwrap_or_default(),
-        tool_filter: init
-            .descriptor
-            .as_ref()
-            .and_then(|d| d.composition().tool_filter),
-        sandbox_mode: init.policy_view.sandbox_override,
-        approval: (delegated && init.policy_view.has_approval_service)
-            .then_some(lineage_core::policy::ApprovalPolicy::Never),
-        approval_service: !delegated && init.policy_view.has_approval_service,
-        // A root's request directory (relative, no `..`); a child inherits the header's `cwd`
-        // but works in its own working directory (its subdirectory need not exist there).
-        cwd: match delegated {
-            true => None,
-            false => lineage_drivers::profiles::request_subdir(init.header.cwd())
-                .ok()
-                .flatten(),
-        },
-    }
-}
-
 /// Starts the driver, registers the agent, publishes `subagent/start` (a child with a run),
 /// and spawns its task and its inbox consumer. Returns once the agent is live: idle, or due to
 /// take a turn on the waking messages its log holds unconsumed (the first prompt at birth).
@@ -261,7 +230,7 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
             session: session.clone(),
             log: init.log.events().to_vec(),
             resumed: init.resumed,
-            composition: driver_composition(&init),
+            composition: composition::driver_composition(&init),
         })
         .await?;
     let (tx, rx) = mpsc::unbounded_channel();
