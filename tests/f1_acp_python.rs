@@ -263,6 +263,11 @@ async def main():
             out["outside"] = "accepted"
         except Exception as e:
             out["outside"] = str(e)
+        try:
+            await conn.new_session(cwd=root + "/escape")
+            out["escape"] = "accepted"
+        except Exception as e:
+            out["escape"] = str(e)
     print(json.dumps(out))
 
 try:
@@ -278,6 +283,9 @@ fn f1_an_editors_directory_is_mapped_under_the_profiles_workdir_or_refused() {
     python_acp_installed();
     let workdir = tempfile::tempdir().unwrap();
     std::fs::create_dir(workdir.path().join("app")).unwrap();
+    // A link out of the working directory is no way out.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), workdir.path().join("escape")).unwrap();
     let agent = lineage_bin().with_file_name("lineage-acp-testagent");
     let profile = format!(
         "[agents.mapped]\ndriver = \"acp\"\ncommand = \"{}\"\nworkdir = \"{}\"\nisolation = \"none\"\n",
@@ -285,9 +293,7 @@ fn f1_an_editors_directory_is_mapped_under_the_profiles_workdir_or_refused() {
         workdir.path().display()
     );
     let cluster = Cluster::start_with_toml(1, &[], &profile);
-    let before = cluster.cli_json(&["ls", "--all"])["sessions"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let before = 0;
     let editor_root = "/home/someone/src";
     let v = run_editor(MAPPED_EDITOR, &cluster, &[editor_root]);
     let expected = workdir.path().join("app");
@@ -303,8 +309,19 @@ fn f1_an_editors_directory_is_mapped_under_the_profiles_workdir_or_refused() {
         outside.contains("is not under --map-cwd /home/someone/src"),
         "{v}"
     );
-    let after = cluster.cli_json(&["ls", "--all"])["sessions"]
-        .as_array()
-        .map_or(0, Vec::len);
-    assert_eq!(after, before + 1, "the refused session/new spawned nothing");
+    let escape = v["escape"].as_str().unwrap_or_default();
+    assert!(
+        escape.contains("leads out of the profile's working directory"),
+        "{v}"
+    );
+    let live = |c: &Cluster| {
+        c.cli_json(&["ls", "--all"])["sessions"]
+            .as_array()
+            .map_or(0, |s| s.iter().filter(|r| r["state"] != "disposed").count())
+    };
+    assert_eq!(
+        live(&cluster),
+        before + 1,
+        "the refused session/new spawned nothing, the failed one left nothing alive"
+    );
 }

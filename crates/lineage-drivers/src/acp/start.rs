@@ -47,6 +47,18 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
                     dir.display()
                 )));
             }
+            // A link inside the working directory may not lead the agent out of it.
+            let inside = match (dir.canonicalize(), cwd.canonicalize()) {
+                (Ok(real), Ok(base)) => real.starts_with(base),
+                _ => false,
+            };
+            if !inside {
+                return Err(DriverError::BadRequest(format!(
+                    "the session's directory {} leads out of the profile's working directory {} (a link); name a directory inside it",
+                    dir.display(),
+                    cwd.display()
+                )));
+            }
             dir
         }
     };

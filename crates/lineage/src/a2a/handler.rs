@@ -116,6 +116,13 @@ pub(crate) fn text_of(message: &Message) -> Result<String, A2AError> {
     }
 }
 
+impl Read {
+    /// The task's state now (no tree read: what a check before an operation needs).
+    pub(crate) fn state(&self) -> a2a::TaskState {
+        super::task::task_state(self.record.state, self.record.stop_reason, &self.log)
+    }
+}
+
 impl Cluster {
     /// The task's record, log and cursor; `TaskNotFound` for a session the registry lacks.
     pub(crate) async fn read(&self, id: &str) -> Result<Read, A2AError> {
@@ -249,7 +256,7 @@ impl Agent {
                 )));
             }
         }
-        let state = self.cluster.task_of(&read, Some(0)).await.status.state;
+        let state = read.state();
         if state.is_terminal() {
             return Err(A2AError::unsupported_operation(format!(
                 "task {session} is {}; it takes no more messages: send one without taskId for a new task",
@@ -355,7 +362,7 @@ impl RequestHandler for Agent {
         req: CancelTaskRequest,
     ) -> Result<Task, A2AError> {
         let read = self.cluster.read(req.id.as_str()).await?;
-        let state = self.cluster.task_of(&read, Some(0)).await.status.state;
+        let state = read.state();
         if state.is_terminal() {
             return Err(A2AError::new(
                 a2a::error_code::TASK_NOT_CANCELABLE,
@@ -382,7 +389,7 @@ impl RequestHandler for Agent {
         req: SubscribeToTaskRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
         let read = self.cluster.read(req.id.as_str()).await?;
-        let state = self.cluster.task_of(&read, Some(0)).await.status.state;
+        let state = read.state();
         if state.is_terminal() {
             return Err(A2AError::unsupported_operation(format!(
                 "task {} is {}; nothing more will happen to it (GetTask reads it)",
