@@ -1,6 +1,7 @@
 //! [`run`]: one `lineage` node — NATS connection, registry member (voters) or client, agent
 //! host with the `lineage` control service, HTTP probes — until shutdown.
 
+use lineage_registry::raft_types;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -324,7 +325,7 @@ impl Probe for NodeProbe {
                 raft: self
                     .member
                     .as_ref()
-                    .map(|raft| RaftView::from_metrics(&raft.metrics().borrow())),
+                    .map(|raft| RaftView::from_metrics(&raft_types::current_metrics(raft))),
                 store: self.store.as_ref().map(|s| s.figures()),
                 otlp: crate::otlp::global_stats(),
             }

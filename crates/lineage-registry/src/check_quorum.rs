@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::ServerState;
 use tokio::sync::watch;
 
@@ -155,7 +156,7 @@ pub(crate) async fn watch_quorum(
     let mut phase = Phase::Sending;
     loop {
         let (state, since, term) = {
-            let m = metrics.borrow_and_update();
+            let m = metrics.borrow_watched();
             (m.state, m.millis_since_quorum_ack, m.current_term)
         };
         let now_ms = ms(started.elapsed());

@@ -1,57 +1,57 @@
-//! Raft RPCs over NATS request/reply.
+//! Raft RPCs over NATS request/reply (openraft's `RaftNetworkV2`).
 //!
 //! The sender side ([`NatsNetworkFactory`], [`NatsNetwork`]) sends each RPC as JSON to
-//! `lineage.<cluster>.raft.<target>.<rpc>` with a deadline (openraft's hard TTL) and maps
-//! failures to openraft errors: no responders -> `Unreachable` (the target is down; openraft
-//! backs off), anything else (timeout, I/O, undecodable reply) -> `Network`. Snapshots use
-//! openraft's chunked transport; the chunk size is chosen below the server's `max_payload`.
-//! A snapshot chunk is framed, not JSON all through: the magic `LNCHNK1\n`, the length of the
-//! request's JSON without its data (u32, little endian), that JSON, then the chunk's bytes raw.
-//! (As JSON the bytes were an array of numbers, up to 4 characters each: a 1 MiB message carried
-//! 258 KB of snapshot, and 0.7 GB took about 3,000 chunks.) A receiver still takes a plain JSON
-//! request, so a member of the previous version can send to this one; the reverse needs the
-//! receivers upgraded first.
-//! An append-entries request of more than one entry that would exceed [`APPEND_BYTES_CAP`] (or
-//! the server's `max_payload`, if smaller) is answered with `PayloadTooLarge`, so openraft
-//! retries with fewer entries. openraft 0.9 gives an append only its heartbeat interval (the
-//! RPC's deadline is `heartbeat_interval`, fixed in its replication loop): a follower that is
-//! behind and loaded must decode, write and fsync one within that time, or the leader's
-//! retries of the same large batch time out one after another and the follower never catches
-//! up (seen in CI: a 10,000-session bench smoke on a debug build, 50 ms heartbeats, both
-//! followers timing out on every append until the writes' 10 s deadline).
+//! `lineage.<cluster>.raft.<target>.<rpc>` ([`subjects::raft_rpc`]) with a deadline (openraft's
+//! hard TTL) and maps failures to openraft errors: no responders -> `Unreachable` (the target is
+//! down; openraft backs off), a remote that answers with an error (its Raft stopped) ->
+//! `Unreachable` too, anything else (timeout, I/O, undecodable reply) -> `Network`.
 //!
-//! The receiver side (`serve_raft`) answers those subjects for one member.
+//! | file | what |
+//! |---|---|
+//! | `network.rs` | the sender: append-entries, vote, pre-vote, transfer-leader |
+//! | `network/snapshot.rs` | a full snapshot in chunks (both sides) |
+//! | `network/serve.rs` | the receiver ([`serve_raft`]) |
+//!
+//! An append-entries request of more than one entry that would exceed [`APPEND_BYTES_CAP`] (or
+//! the server's `max_payload`, if smaller) goes with as many entries as fit and answers
+//! `PartialSuccess` up to the last one sent, so openraft sends the rest next. openraft gives an
+//! append its heartbeat interval as deadline: a follower that is behind and loaded must decode,
+//! write and fsync one within that time, so catch-up sends more, smaller requests (seen in CI:
+//! a 10,000-session bench smoke on a debug build, 50 ms heartbeats, both followers timing out
+//! on every large append until the writes' 10 s deadline).
+//!
+//! The RPC tokens are this wire's (`append-v2`, ...): a member still on openraft 0.9 neither
+//! hears this one nor is answered by it; [`serve_raft`] says so in one line
+//! ([`subjects::is_openraft_09_rpc`]).
 
 use std::time::Duration;
 
 use async_nats::Client;
+use bytes::Bytes;
+use openraft::error::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{OptionalSend, RaftNetworkV2};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::check_quorum::StandAside;
+use crate::raft_types::{RaftMember, Snapshot, SnapshotData, TypeConfig, Vote};
+use crate::subjects::{self, RaftRpc};
+
+mod serve;
+mod snapshot;
+
+pub(crate) use serve::serve_raft;
+pub use snapshot::chunk_size_for;
 
 /// The most bytes of one append-entries request of several entries (see the module docs): at
 /// the slowest rates seen here (a debug build on 2 loaded cores) a follower takes it well within
 /// a 50 ms heartbeat; catch-up sends more requests instead of ones that never finish.
 pub const APPEND_BYTES_CAP: usize = 256 * 1024;
-use bytes::Bytes;
-use futures::StreamExt;
-use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use tokio::sync::watch;
-
-use crate::check_quorum::StandAside;
-use crate::error::RegistryError;
-use crate::raft_types::{RaftMember, RegistryRaft, TypeConfig};
-use crate::subjects::{self, RaftRpc};
-
-type RpcResult<T, E = openraft::error::Infallible> =
-    Result<T, RPCError<u64, RaftMember, RaftError<u64, E>>>;
 
 /// Creates one [`NatsNetwork`] per target member.
 #[derive(Clone)]
@@ -59,18 +59,20 @@ pub struct NatsNetworkFactory {
     client: Client,
     cluster: String,
     max_payload: usize,
+    chunk_bytes: usize,
     stand_aside: StandAside,
 }
 
 impl NatsNetworkFactory {
-    /// A factory sending over `client` for `cluster`; while `stand_aside` is set, no
-    /// append-entries leave ([`crate::check_quorum`]).
-    pub fn new(client: Client, cluster: String, stand_aside: StandAside) -> Self {
+    /// A factory sending over `client` for `cluster`, snapshots in chunks of `chunk_bytes`;
+    /// while `stand_aside` is set, no append-entries leave ([`crate::check_quorum`]).
+    pub fn new(client: Client, cluster: String, chunk_bytes: usize, stand_aside: StandAside) -> Self {
         let max_payload = client.server_info().max_payload;
         Self {
             client,
             cluster,
             max_payload,
+            chunk_bytes,
             stand_aside,
         }
     }
@@ -85,6 +87,7 @@ impl RaftNetworkFactory<TypeConfig> for NatsNetworkFactory {
             cluster: self.cluster.clone(),
             target,
             max_payload: self.max_payload,
+            chunk_bytes: self.chunk_bytes,
             stand_aside: self.stand_aside.clone(),
         }
     }
@@ -96,319 +99,263 @@ pub struct NatsNetwork {
     cluster: String,
     target: u64,
     max_payload: usize,
+    chunk_bytes: usize,
     stand_aside: StandAside,
 }
 
+/// An error on the way, as openraft's errors carry it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct WireError(String);
+pub(crate) struct WireError(pub(crate) String);
+
+/// A failed RPC: either openraft's error kind, unreachable or network.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// Nobody serves the subject (the member is down), or its Raft stopped.
+    Unreachable(WireError),
+    /// Timed out, undecodable, or the connection failed.
+    Network(WireError),
+}
+
+impl From<CallError> for RPCError<TypeConfig> {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Unreachable(w) => RPCError::Unreachable(Unreachable::new(&w)),
+            CallError::Network(w) => RPCError::Network(NetworkError::new(&w)),
+        }
+    }
+}
+
+impl From<CallError> for StreamingError<TypeConfig> {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Unreachable(w) => StreamingError::Unreachable(Unreachable::new(&w)),
+            CallError::Network(w) => StreamingError::Network(NetworkError::new(&w)),
+        }
+    }
+}
 
 impl NatsNetwork {
-    async fn call<Req, Resp, E>(
-        &self,
-        rpc: RaftRpc,
-        req: &Req,
-        deadline: Duration,
-    ) -> Result<Result<Resp, RaftError<u64, E>>, RPCError<u64, RaftMember, RaftError<u64, E>>>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let body = serde_json::to_vec(req)
-            .map_err(|e| RPCError::Network(NetworkError::new(&WireError(e.to_string()))))?;
-        self.call_body(rpc, body, deadline).await
-    }
-
-    async fn call_body<Resp, E>(
+    /// Sends `body` as `rpc` and decodes the reply as `Result<Resp, E>`; a remote error counts
+    /// as unreachable (its Raft has stopped).
+    pub(crate) async fn call_body<Resp, E>(
         &self,
         rpc: RaftRpc,
         body: Vec<u8>,
         deadline: Duration,
-    ) -> Result<Result<Resp, RaftError<u64, E>>, RPCError<u64, RaftMember, RaftError<u64, E>>>
+    ) -> Result<Resp, CallError>
     where
         Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        E: DeserializeOwned + std::fmt::Display,
     {
         if self.max_payload > 0 && body.len() > self.max_payload {
-            return Err(RPCError::Network(NetworkError::new(&WireError(format!(
+            return Err(CallError::Network(WireError(format!(
                 "{} request of {} bytes exceeds the NATS max payload {}",
                 rpc.token(),
                 body.len(),
                 self.max_payload
-            )))));
+            ))));
         }
         let subject = subjects::raft_rpc(&self.cluster, self.target, rpc);
         let reply = tokio::time::timeout(deadline, self.client.request(subject, Bytes::from(body)))
             .await
             .map_err(|_| {
-                RPCError::Network(NetworkError::new(&WireError(format!(
+                CallError::Network(WireError(format!(
                     "{} to raft member {} timed out after {deadline:?}",
                     rpc.token(),
                     self.target
-                ))))
+                )))
             })?;
-        let msg = match reply {
-            Ok(msg) => msg,
-            Err(e) => {
-                let err = WireError(format!(
-                    "{} to raft member {}: {e}",
-                    rpc.token(),
-                    self.target
-                ));
-                return Err(match e.kind() {
-                    async_nats::RequestErrorKind::NoResponders => {
-                        RPCError::Unreachable(Unreachable::new(&err))
-                    }
-                    _ => RPCError::Network(NetworkError::new(&err)),
-                });
+        let msg = reply.map_err(|e| {
+            let err = WireError(format!("{} to raft member {}: {e}", rpc.token(), self.target));
+            match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => CallError::Unreachable(err),
+                _ => CallError::Network(err),
             }
-        };
-        serde_json::from_slice::<Result<Resp, RaftError<u64, E>>>(&msg.payload).map_err(|e| {
-            RPCError::Network(NetworkError::new(&WireError(format!(
+        })?;
+        let decoded = serde_json::from_slice::<Result<Resp, E>>(&msg.payload).map_err(|e| {
+            CallError::Network(WireError(format!(
                 "undecodable {} reply from raft member {}: {e}",
                 rpc.token(),
                 self.target
-            ))))
+            )))
+        })?;
+        decoded.map_err(|e| {
+            CallError::Unreachable(WireError(format!(
+                "raft member {} answered {}: {e}",
+                self.target,
+                rpc.token()
+            )))
         })
     }
 
-    fn remote<E: std::error::Error>(
-        &self,
-        e: RaftError<u64, E>,
-    ) -> RPCError<u64, RaftMember, RaftError<u64, E>> {
-        RPCError::RemoteError(RemoteError::new(self.target, e))
+    /// Sends `req` as JSON.
+    async fn call<Req, Resp, E>(&self, rpc: RaftRpc, req: &Req, deadline: Duration) -> Result<Resp, CallError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: DeserializeOwned + std::fmt::Display,
+    {
+        let body = serde_json::to_vec(req).map_err(|e| CallError::Network(WireError(e.to_string())))?;
+        self.call_body::<Resp, E>(rpc, body, deadline).await
+    }
+
+    /// The most bytes one append-entries request of several entries may take.
+    fn append_cap(&self) -> usize {
+        match self.max_payload {
+            0 => APPEND_BYTES_CAP,
+            max => max.min(APPEND_BYTES_CAP),
+        }
     }
 }
 
-impl RaftNetwork<TypeConfig> for NatsNetwork {
+/// `rpc` encoded, with as many of its entries as fit in `cap` bytes (at least one): the body and
+/// the log id of the last entry left out of it, if any were.
+fn encode_append(
+    mut rpc: AppendEntriesRequest<TypeConfig>,
+    cap: usize,
+) -> Result<(Vec<u8>, Option<crate::raft_types::LogId>), serde_json::Error> {
+    let mut cut = None;
+    loop {
+        let body = serde_json::to_vec(&rpc)?;
+        if body.len() <= cap || rpc.entries.len() <= 1 {
+            return Ok((body, cut));
+        }
+        let keep = rpc.entries.len() / 2;
+        rpc.entries.truncate(keep);
+        cut = rpc.entries.last().map(|e| e.log_id);
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for NatsNetwork {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<u64>> {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         if self.stand_aside.is_set() {
             // A leader without its quorum withholds its appends so the others elect one.
             return Err(RPCError::Unreachable(Unreachable::new(&WireError(
                 "standing aside: no quorum acknowledged this leader (check-quorum)".to_owned(),
             ))));
         }
-        let n = rpc.entries.len() as u64;
         // Encoded once: the size check and the request share it.
-        let body = serde_json::to_vec(&rpc)
+        let (body, sent_up_to) = encode_append(rpc, self.append_cap())
             .map_err(|e| RPCError::Network(NetworkError::new(&WireError(e.to_string()))))?;
-        let cap = match self.max_payload {
-            0 => APPEND_BYTES_CAP,
-            max => max.min(APPEND_BYTES_CAP),
-        };
-        if n > 1 && body.len() > cap {
-            return Err(RPCError::PayloadTooLarge(
-                PayloadTooLarge::new_entries_hint((n / 2).max(1)),
-            ));
-        }
-        match self
-            .call_body(RaftRpc::Append, body, option.hard_ttl())
-            .await?
-        {
-            Ok(resp) => Ok(resp),
-            Err(e) => Err(self.remote(e)),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
-        let body = encode_chunk(rpc)
-            .map_err(|e| RPCError::Network(NetworkError::new(&WireError(e.to_string()))))?;
-        match self
-            .call_body(RaftRpc::Snapshot, body, option.hard_ttl())
-            .await?
-        {
-            Ok(resp) => Ok(resp),
-            Err(e) => Err(self.remote(e)),
-        }
+        let resp: AppendEntriesResponse<TypeConfig> = self
+            .call_body::<_, RaftError<TypeConfig>>(RaftRpc::Append, body, option.hard_ttl())
+            .await?;
+        Ok(match (resp, sent_up_to) {
+            // Only a prefix went: openraft sends the rest from there.
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (resp, _) => resp,
+        })
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<u64>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<u64>> {
-        match self.call(RaftRpc::Vote, &rpc, option.hard_ttl()).await? {
-            Ok(resp) => Ok(resp),
-            Err(e) => Err(self.remote(e)),
-        }
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        Ok(self
+            .call::<_, _, RaftError<TypeConfig>>(RaftRpc::Vote, &rpc, option.hard_ttl())
+            .await?)
     }
 
-    fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(100)))
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        Ok(self
+            .call::<_, _, RaftError<TypeConfig>>(RaftRpc::PreVote, &rpc, option.hard_ttl())
+            .await?)
     }
-}
 
-/// The snapshot chunk size that fits in one NATS message of `max_payload` bytes with room for
-/// the request's JSON (vote, snapshot meta, offset: far below 16 KiB).
-pub fn chunk_size_for(max_payload: usize) -> usize {
-    max_payload.saturating_sub(16 * 1024).max(1024)
-}
-
-const CHUNK_MAGIC: &[u8; 8] = b"LNCHNK1\n";
-
-/// A snapshot chunk as one message: magic, JSON length, the request's JSON without its data,
-/// the data.
-fn encode_chunk(mut rpc: InstallSnapshotRequest<TypeConfig>) -> Result<Vec<u8>, String> {
-    let data = std::mem::take(&mut rpc.data);
-    let head = serde_json::to_vec(&rpc).map_err(|e| e.to_string())?;
-    let len = u32::try_from(head.len()).map_err(|_| "snapshot request head too large")?;
-    let mut body = Vec::with_capacity(12 + head.len() + data.len());
-    body.extend_from_slice(CHUNK_MAGIC);
-    body.extend_from_slice(&len.to_le_bytes());
-    body.extend_from_slice(&head);
-    body.extend_from_slice(&data);
-    Ok(body)
-}
-
-/// The request a snapshot message carries: framed ([`encode_chunk`]) or plain JSON.
-fn decode_chunk(payload: &[u8]) -> Result<InstallSnapshotRequest<TypeConfig>, String> {
-    let Some(framed) = payload.strip_prefix(CHUNK_MAGIC.as_slice()) else {
-        return serde_json::from_slice(payload).map_err(|e| e.to_string());
-    };
-    let (len, rest) = framed
-        .split_first_chunk::<4>()
-        .ok_or("snapshot chunk cut short (no length)")?;
-    let len = u32::from_le_bytes(*len) as usize;
-    if rest.len() < len {
-        return Err("snapshot chunk cut short (head)".into());
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        snapshot::send(self, vote, snapshot, cancel, option).await
     }
-    let (head, data) = rest.split_at(len);
-    let mut rpc: InstallSnapshotRequest<TypeConfig> =
-        serde_json::from_slice(head).map_err(|e| e.to_string())?;
-    rpc.data = data.to_vec();
-    Ok(rpc)
-}
 
-/// Serves one snapshot chunk.
-async fn handle_chunk(payload: &[u8], raft: &RegistryRaft) -> Option<Vec<u8>> {
-    match decode_chunk(payload) {
-        Ok(rpc) => serde_json::to_vec(&raft.install_snapshot(rpc).await).ok(),
-        Err(e) => {
-            // No reply: the sender times out and maps it to a network error.
-            tracing::warn!(error = %e, "undecodable raft snapshot chunk");
-            None
-        }
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        Ok(self
+            .call::<_, _, openraft::error::Fatal<TypeConfig>>(
+                RaftRpc::TransferLeader,
+                &req,
+                option.hard_ttl(),
+            )
+            .await?)
     }
-}
 
-/// Serves Raft RPCs addressed to member `raft_id` until `stop` fires.
-pub(crate) async fn serve_raft(
-    client: Client,
-    cluster: String,
-    raft_id: u64,
-    raft: RegistryRaft,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), RegistryError> {
-    let mut sub = client
-        .subscribe(subjects::raft_rpc_wildcard(&cluster, raft_id))
-        .await
-        .map_err(|e| RegistryError::Nats(e.to_string()))?;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            msg = sub.next() => {
-                let Some(msg) = msg else { break };
-                if subjects::delivered_by_jetstream(&msg) {
-                    tracing::warn!(subject = %msg.subject, "dropped a Raft RPC delivered by JetStream (a redirected stored message, not a peer)");
-                    continue;
-                }
-                let Some(reply) = msg.reply.clone() else { continue };
-                let rpc = msg.subject.as_str().rsplit('.').next().and_then(RaftRpc::from_token);
-                let raft = raft.clone();
-                let client = client.clone();
-                tokio::spawn(async move {
-                    let body = match rpc {
-                        Some(RaftRpc::Append) => handle(&msg.payload, |r| async move { raft.append_entries(r).await }).await,
-                        Some(RaftRpc::Vote) => handle(&msg.payload, |r| async move { raft.vote(r).await }).await,
-                        Some(RaftRpc::Snapshot) => handle_chunk(&msg.payload, &raft).await,
-                        None => None,
-                    };
-                    if let Some(body) = body {
-                        if let Err(e) = client.publish(reply, Bytes::from(body)).await {
-                            tracing::debug!(error = %e, "raft rpc reply failed");
-                        }
-                    }
-                });
-            }
-        }
+    fn backoff(&self) -> Option<openraft::network::Backoff> {
+        Some(openraft::network::Backoff::new(std::iter::repeat(
+            Duration::from_millis(100),
+        )))
     }
-    let _ = sub.unsubscribe().await;
-    Ok(())
-}
-
-async fn handle<Req, Resp, E, F, Fut>(payload: &[u8], f: F) -> Option<Vec<u8>>
-where
-    Req: DeserializeOwned,
-    Resp: Serialize,
-    E: std::error::Error + Serialize,
-    F: FnOnce(Req) -> Fut,
-    Fut: std::future::Future<Output = Result<Resp, RaftError<u64, E>>>,
-{
-    let req: Req = match serde_json::from_slice(payload) {
-        Ok(r) => r,
-        Err(e) => {
-            // No reply: the sender times out and maps it to a network error.
-            tracing::warn!(error = %e, "undecodable raft rpc");
-            return None;
-        }
-    };
-    let result = f(req).await;
-    serde_json::to_vec(&result).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::CommandBatch;
+    use openraft::{Entry, EntryPayload, LogId};
 
-    fn chunk(data: Vec<u8>) -> InstallSnapshotRequest<TypeConfig> {
-        InstallSnapshotRequest {
-            vote: openraft::Vote::new_committed(3, 1),
-            meta: openraft::SnapshotMeta::default(),
-            offset: 4096,
-            data,
-            done: false,
+    fn entry(index: u64) -> crate::raft_types::Entry {
+        Entry {
+            log_id: LogId::new(
+                openraft::impls::leader_id_adv::LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
+            payload: EntryPayload::Normal(CommandBatch::default()),
+        }
+    }
+
+    fn append(entries: Vec<crate::raft_types::Entry>) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            entries,
+            leader_commit: None,
         }
     }
 
     #[test]
-    fn a_framed_chunk_carries_its_bytes_raw_and_decodes_back() {
-        let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
-        let body = encode_chunk(chunk(data.clone())).unwrap();
-        assert!(
-            body.len() < data.len() + 1024,
-            "raw bytes, not JSON numbers: {} for {}",
-            body.len(),
-            data.len()
-        );
-        let back = decode_chunk(&body).unwrap();
-        assert_eq!((back.offset, back.done, back.data), (4096, false, data));
+    fn an_append_that_fits_goes_whole() {
+        let (body, cut) = encode_append(append((1..=4).map(|i| entry(i)).collect()), 1 << 20).unwrap();
+        assert_eq!(cut, None);
+        let back: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(back.entries.len(), 4);
     }
 
     #[test]
-    fn a_plain_json_chunk_of_the_previous_version_is_still_taken() {
-        let json = serde_json::to_vec(&chunk(vec![1, 2, 3])).unwrap();
-        assert_eq!(decode_chunk(&json).unwrap().data, vec![1, 2, 3]);
+    fn an_append_over_the_cap_goes_with_a_prefix_and_names_its_last_entry() {
+        let whole = serde_json::to_vec(&append((1..=8).map(|i| entry(i)).collect())).unwrap();
+        let (body, cut) = encode_append(append((1..=8).map(|i| entry(i)).collect()), whole.len() / 2).unwrap();
+        let back: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&body).unwrap();
+        assert!(body.len() <= whole.len() / 2);
+        assert!(back.entries.len() < 8 && !back.entries.is_empty());
+        assert_eq!(cut, back.entries.last().map(|e| e.log_id));
     }
 
     #[test]
-    fn a_cut_chunk_is_refused() {
-        let body = encode_chunk(chunk(vec![9; 100])).unwrap();
-        assert!(decode_chunk(&body[..10]).unwrap_err().contains("cut short"));
-        assert!(decode_chunk(&body[..20]).unwrap_err().contains("cut short"));
-    }
-
-    #[test]
-    fn chunks_fill_the_message_but_stay_under_max_payload() {
-        assert_eq!(chunk_size_for(1024 * 1024), 1024 * 1024 - 16 * 1024);
-        assert_eq!(chunk_size_for(0), 1024);
+    fn one_entry_goes_even_over_the_cap() {
+        let (_, cut) = encode_append(append(vec![entry(1)]), 1).unwrap();
+        assert_eq!(cut, None);
     }
 }

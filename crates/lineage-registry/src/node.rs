@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_nats::Client;
 use lineage_core::ids::NodeId;
 use openraft::error::{InitializeError, RaftError};
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -161,14 +162,23 @@ impl RegistryNode {
             // Triggered by `trigger_snapshots` instead (crate::snapshot_policy).
             snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
-            snapshot_max_chunk_size: chunk as u64,
+            // A candidate first asks whether it would win (no term spent): a member cut off
+            // for a while rejoins without unseating a working leader.
+            enable_pre_vote: Some(true),
+            // Entries go to the followers as soon as the leader's append is queued, while its
+            // own fsync runs (the leader counts itself once the flush is done).
+            broadcast_submitted_on_append: Some(true),
             ..Default::default()
         }
         .validate()
         .map_err(raft_err)?;
         let stand_aside = StandAside::default();
-        let network =
-            NatsNetworkFactory::new(nats.clone(), config.cluster.clone(), stand_aside.clone());
+        let network = NatsNetworkFactory::new(
+            nats.clone(),
+            config.cluster.clone(),
+            chunk,
+            stand_aside.clone(),
+        );
         let raft = RegistryRaft::new(
             config.raft_id,
             Arc::new(raft_config),
@@ -368,7 +378,7 @@ impl RegistryNode {
 
     /// A copy of the current Raft metrics.
     pub fn raft_metrics(&self) -> Metrics {
-        self.raft.metrics().borrow().clone()
+        self.raft.metrics().borrow_watched().clone()
     }
 
     /// The openraft handle, for advanced operations (trigger a snapshot, wait for metrics).

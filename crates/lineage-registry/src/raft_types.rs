@@ -33,20 +33,39 @@ impl fmt::Display for RaftMember {
 
 openraft::declare_raft_types!(
     /// The registry's openraft types: log payload [`CommandBatch`] (group commit), response
-    /// [`BatchResponse`], Raft ids `u64`, members [`RaftMember`], snapshots as bytes.
+    /// [`BatchResponse`], Raft ids `u64`, members [`RaftMember`]; openraft's defaults otherwise
+    /// (terms `u64`, the leader id of the "advanced" mode, which is 0.9's default: stores written
+    /// by 0.9 read back unchanged).
     pub TypeConfig:
         D = CommandBatch,
         R = BatchResponse,
         NodeId = u64,
         Node = RaftMember,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// What a snapshot carries in memory (the state machine's and the network's snapshot data).
+pub type SnapshotData = Cursor<Vec<u8>>;
+
 /// The registry's Raft handle.
-pub type RegistryRaft = openraft::Raft<TypeConfig>;
+pub type RegistryRaft = openraft::Raft<TypeConfig, crate::storage::StateMachineStore>;
 /// A Raft log id.
-pub type LogId = openraft::LogId<u64>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+/// A Raft vote.
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+/// A log entry.
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+/// The membership as stored in the state machine.
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+/// A snapshot's meta.
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot as the state machine builds and installs it.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>;
 /// Raft metrics of one member.
-pub type Metrics = openraft::RaftMetrics<u64, RaftMember>;
+pub type Metrics = openraft::RaftMetrics<TypeConfig>;
+
+/// A copy of `raft`'s current metrics.
+pub fn current_metrics(raft: &RegistryRaft) -> Metrics {
+    use openraft::async_runtime::watch::WatchReceiver;
+    raft.metrics().borrow_watched().clone()
+}

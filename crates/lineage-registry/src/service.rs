@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use async_nats::Client;
 use bytes::Bytes;
 use futures::StreamExt;
-use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::{LinearizableReadError, RaftError};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -330,9 +331,9 @@ impl Server {
             }
         };
         if req.consistency == Consistency::Linearizable {
-            match self.raft.ensure_linearizable().await {
+            match self.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex).await {
                 Ok(_) => {}
-                Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                     return ReadReply::NotLeader {
                         leader: f.leader_id.filter(|l| *l != self.raft_id),
                     }
@@ -440,7 +441,7 @@ impl Server {
     }
 
     fn status(&self) -> RegistryStatus {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         RegistryStatus {
             responder: self.raft_id,

@@ -44,15 +44,11 @@
 //! Opening refuses a file that is not a redb database, or one that belongs to another cluster or
 //! Raft id, with [`RegistryError::CorruptDataDir`] naming the path. Nothing is ever reset.
 
-// openraft's trait methods fix the error type (`StorageError`, 224 bytes).
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
-use openraft::{AnyError, StorageError, StorageIOError, StoredMembership};
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 /// redb's page cache per registry member (redb's default is 1 GiB, which a long-running member
@@ -62,7 +58,7 @@ use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefi
 pub const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 use crate::error::RegistryError;
-use crate::raft_types::{LogId, RaftMember};
+use crate::raft_types::{LogId, StoredMembership};
 use crate::state::RegistryState;
 use crate::store_stats::StoreStats;
 
@@ -86,19 +82,14 @@ const FORMAT: &[u8] = b"lineage-registry/2";
 /// The file name inside the data directory.
 pub const DB_FILE: &str = "registry.redb";
 
-type StoreResult<T> = Result<T, StorageError<u64>>;
+/// openraft 0.10's storage traits answer `std::io::Error`.
+type StoreResult<T> = Result<T, std::io::Error>;
 
-fn io_err(
-    kind: fn(AnyError) -> StorageIOError<u64>,
-    e: impl std::fmt::Display,
-) -> StorageError<u64> {
-    StorageError::from(kind(AnyError::error(e.to_string())))
+fn read_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("reading the registry store: {e}"))
 }
-fn read_err(e: impl std::fmt::Display) -> StorageError<u64> {
-    io_err(StorageIOError::read, e)
-}
-fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
-    io_err(StorageIOError::write, e)
+fn write_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("writing the registry store: {e}"))
 }
 
 /// The in-memory state machine and what openraft needs to know about it.
@@ -106,7 +97,7 @@ fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
 pub(crate) struct SmData {
     pub(crate) state: RegistryState,
     pub(crate) last_applied: Option<LogId>,
-    pub(crate) last_membership: StoredMembership<u64, RaftMember>,
+    pub(crate) last_membership: StoredMembership,
 }
 
 /// Shared read access to the applied state (queries read it without going through Raft).

@@ -2,9 +2,10 @@
 //!
 //! | subject | who serves | what |
 //! |---|---|---|
-//! | `lineage.<cluster>.raft.<raft_id>.append` | member `<raft_id>` | Raft append-entries (and heartbeats) |
-//! | `lineage.<cluster>.raft.<raft_id>.vote` | member `<raft_id>` | Raft vote |
-//! | `lineage.<cluster>.raft.<raft_id>.snapshot` | member `<raft_id>` | one chunk of an install-snapshot |
+//! | `lineage.<cluster>.raft.<raft_id>.append-v2` | member `<raft_id>` | Raft append-entries (and heartbeats) |
+//! | `lineage.<cluster>.raft.<raft_id>.vote-v2` / `.prevote-v2` | member `<raft_id>` | Raft vote, pre-vote |
+//! | `lineage.<cluster>.raft.<raft_id>.snapshot-v2` | member `<raft_id>` | one chunk of a full snapshot |
+//! | `lineage.<cluster>.raft.<raft_id>.transfer-v2` | member `<raft_id>` | leadership handed to it |
 //! | `lineage.<cluster>.registry.write` | every member, queue group `registry` | a [`crate::Command`] from any process |
 //! | `lineage.<cluster>.registry.read` | every member, queue group `registry` | a query from any process |
 //! | `lineage.<cluster>.registry.<raft_id>.write` | member `<raft_id>` | a write sent straight to the known leader |
@@ -33,36 +34,54 @@ pub fn errors(cluster: &str, raft_id: u64) -> String {
     format!("lineage.{cluster}.registry.{raft_id}.errors")
 }
 
-/// The three Raft RPCs.
+/// The Raft RPCs of this build's wire (openraft 0.10). Their tokens end in `-v2`: a member of
+/// an older lineage (openraft 0.9, tokens `append`, `vote`, `snapshot`) neither hears them nor
+/// is heard (see [`is_openraft_09_rpc`]), so a group never mixes the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RaftRpc {
     /// Append entries (and heartbeats).
     Append,
     /// Vote.
     Vote,
-    /// One chunk of a snapshot.
+    /// Pre-vote: would the member vote for this candidate (no term is spent asking)?
+    PreVote,
+    /// One chunk of a full snapshot.
     Snapshot,
+    /// A leader hands leadership to this member.
+    TransferLeader,
 }
 
 impl RaftRpc {
+    /// Every RPC, for tests and docs.
+    pub const ALL: [RaftRpc; 5] = [
+        RaftRpc::Append,
+        RaftRpc::Vote,
+        RaftRpc::PreVote,
+        RaftRpc::Snapshot,
+        RaftRpc::TransferLeader,
+    ];
+
     /// The last subject token.
     pub fn token(self) -> &'static str {
         match self {
-            RaftRpc::Append => "append",
-            RaftRpc::Vote => "vote",
-            RaftRpc::Snapshot => "snapshot",
+            RaftRpc::Append => "append-v2",
+            RaftRpc::Vote => "vote-v2",
+            RaftRpc::PreVote => "prevote-v2",
+            RaftRpc::Snapshot => "snapshot-v2",
+            RaftRpc::TransferLeader => "transfer-v2",
         }
     }
 
     /// Parses the last subject token.
     pub fn from_token(token: &str) -> Option<Self> {
-        match token {
-            "append" => Some(RaftRpc::Append),
-            "vote" => Some(RaftRpc::Vote),
-            "snapshot" => Some(RaftRpc::Snapshot),
-            _ => None,
-        }
+        RaftRpc::ALL.into_iter().find(|rpc| rpc.token() == token)
     }
+}
+
+/// Whether `token` is a Raft RPC token of lineage builds on openraft 0.9 (`append`, `vote`,
+/// `snapshot`): a request on one comes from a member that was not upgraded.
+pub fn is_openraft_09_rpc(token: &str) -> bool {
+    matches!(token, "append" | "vote" | "snapshot")
 }
 
 /// `lineage.<cluster>.raft.<raft_id>.<rpc>`

@@ -4,7 +4,7 @@
 use lineage_registry::raft_types::TypeConfig;
 use lineage_registry::storage::{open_store, LogStore, StateMachineStore, DB_FILE};
 use lineage_registry::RegistryError;
-use openraft::testing::{StoreBuilder, Suite};
+use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
 
 struct RedbBuilder;
@@ -12,16 +12,18 @@ struct RedbBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
     async fn build(
         &self,
-    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<u64>> {
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("tempdir");
         let (log, sm) = open_store(dir.path(), "suite", 0).expect("open store");
         Ok((dir, log, sm))
     }
 }
 
-#[test]
-fn g3_redb_store_passes_openraft_suite() {
-    Suite::test_all(RedbBuilder).expect("openraft storage suite");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g3_redb_store_passes_openraft_suite() {
+    Suite::test_all(RedbBuilder)
+        .await
+        .expect("openraft storage suite");
 }
 
 #[test]
@@ -61,10 +63,12 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
 #[tokio::test]
 async fn g3_committed_id_is_written_with_the_next_log_transaction() {
     use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::{EntryPayload, LogId};
+    use lineage_registry::raft_types::Entry;
 
-    let id = |index: u64| LogId::new(CommittedLeaderId::new(1, 1), index);
-    let blank = |index: u64| Entry::<TypeConfig> {
+    let id = |index: u64| LogId::new(LeaderId { term: 1, node_id: 1 }, index);
+    let blank = |index: u64| Entry {
         log_id: id(index),
         payload: EntryPayload::Blank,
     };

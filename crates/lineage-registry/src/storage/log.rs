@@ -1,24 +1,21 @@
 //! The Raft log and vote of one member ([`LogStore`]): one redb transaction per `append`
 //! (one fsync), run in order on the `registry-log` writer thread (see [`super`]).
 
-// openraft's trait methods fix the error type (`StorageError`, 224 bytes).
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{mpsc, Arc, Mutex};
 
-use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{Entry, LogState, OptionalSend, RaftLogReader, Vote};
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
 use redb::{Database, Durability, ReadableTable};
 
-use crate::raft_types::{LogId, TypeConfig};
+use crate::raft_types::{Entry, LogId, TypeConfig, Vote};
 
 use super::{blocking, get_meta, put_meta, read_err, write_err, StoreResult, LOGS, META};
 
 /// Entries handed to `append` whose transaction has not committed yet, by index.
-pub(super) type Pending = Arc<Mutex<BTreeMap<u64, Entry<TypeConfig>>>>;
+pub(super) type Pending = Arc<Mutex<BTreeMap<u64, Entry>>>;
 
 /// A log transaction for the writer thread.
 pub(super) enum LogJob {
@@ -26,10 +23,11 @@ pub(super) enum LogJob {
         encoded: Vec<(u64, Vec<u8>)>,
         ids: Vec<LogId>,
         committed: Option<Vec<u8>>,
-        callback: LogFlushed<TypeConfig>,
+        callback: IOFlushed<TypeConfig>,
     },
     Truncate {
-        log_id: LogId,
+        /// The first index deleted.
+        from: u64,
         committed: Option<Vec<u8>>,
         done: tokio::sync::oneshot::Sender<StoreResult<()>>,
     },
@@ -77,16 +75,14 @@ pub(super) fn spawn_writer(
                                 }
                             }
                         }
-                        callback.log_io_completed(
-                            result.map_err(|e| std::io::Error::other(e.to_string())),
-                        );
+                        callback.io_completed(result);
                     }
                     LogJob::Truncate {
-                        log_id,
+                        from,
                         committed,
                         done,
                     } => {
-                        let result = with_db(&|db| truncate_from(db, log_id, committed.as_deref()));
+                        let result = with_db(&|db| truncate_from(db, from, committed.as_deref()));
                         let _ = done.send(result);
                     }
                     LogJob::Purge {
@@ -121,14 +117,14 @@ fn write_entries(
     txn.commit().map_err(write_err)
 }
 
-/// Deletes the entries from `log_id` on.
-fn truncate_from(db: &Database, log_id: LogId, committed: Option<&[u8]>) -> StoreResult<()> {
+/// Deletes the entries from index `from` on.
+fn truncate_from(db: &Database, from: u64, committed: Option<&[u8]>) -> StoreResult<()> {
     let mut txn = db.begin_write().map_err(write_err)?;
     txn.set_durability(Durability::Immediate);
     {
         let mut table = txn.open_table(LOGS).map_err(write_err)?;
         table
-            .retain_in::<u64, _>(log_id.index.., |_, _| false)
+            .retain_in::<u64, _>(from.., |_, _| false)
             .map_err(write_err)?;
     }
     write_committed(&txn, committed)?;
@@ -207,12 +203,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> StoreResult<Vec<Entry<TypeConfig>>> {
+    ) -> StoreResult<Vec<Entry>> {
         let bounds: (Bound<u64>, Bound<u64>) =
             (range.start_bound().cloned(), range.end_bound().cloned());
         // Pending first, then the database: an entry leaves the pending map only after its
         // transaction committed, so it is in one or the other.
-        let pending: Vec<Entry<TypeConfig>> = self
+        let pending: Vec<Entry> = self
             .pending
             .lock()
             .map_err(|_| read_err("pending entries lock poisoned"))?
@@ -221,16 +217,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .collect();
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOGS).map_err(read_err)?;
-        let mut out: BTreeMap<u64, Entry<TypeConfig>> = BTreeMap::new();
+        let mut out: BTreeMap<u64, Entry> = BTreeMap::new();
         for item in table.range::<u64>(bounds).map_err(read_err)? {
             let (k, v) = item.map_err(read_err)?;
-            let entry: Entry<TypeConfig> = serde_json::from_slice(v.value()).map_err(read_err)?;
+            let entry: Entry = serde_json::from_slice(v.value()).map_err(read_err)?;
             out.insert(k.value(), entry);
         }
         for entry in pending {
             out.insert(entry.log_id.index, entry);
         }
         Ok(out.into_values().collect())
+    }
+
+    async fn read_vote(&mut self) -> StoreResult<Option<Vote>> {
+        get_meta(&self.db, "vote")
     }
 }
 
@@ -256,7 +256,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let table = txn.open_table(LOGS).map_err(read_err)?;
         let last = match table.last().map_err(read_err)? {
             Some((_, v)) => {
-                let entry: Entry<TypeConfig> =
+                let entry: Entry =
                     serde_json::from_slice(v.value()).map_err(read_err)?;
                 Some(entry.log_id)
             }
@@ -272,14 +272,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<u64>) -> StoreResult<()> {
+    async fn save_vote(&mut self, vote: &Vote) -> StoreResult<()> {
         let db = self.db.clone();
         let vote = *vote;
         blocking(move || put_meta(&db, "vote", &vote, Durability::Immediate)).await
-    }
-
-    async fn read_vote(&mut self) -> StoreResult<Option<Vote<u64>>> {
-        get_meta(&self.db, "vote")
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> StoreResult<()> {
@@ -305,9 +301,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> StoreResult<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let mut encoded = Vec::new();
@@ -340,13 +336,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|_| write_err("the registry log writer stopped"))
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> StoreResult<()> {
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> StoreResult<()> {
+        let from = last_log_id.map_or(0, |l| l.index + 1);
         let committed = self.pending_committed()?;
         if let Ok(mut pending) = self.pending.lock() {
-            pending.retain(|index, _| *index < log_id.index);
+            pending.retain(|index, _| *index < from);
         }
         self.run_job(|done| LogJob::Truncate {
-            log_id,
+            from,
             committed,
             done,
         })

@@ -2,21 +2,18 @@
 //! [`RegistryState`], applied from the log, snapshotted to the snapshot file and loaded from
 //! it at open (see [`super`]).
 
-// openraft's trait methods fix the error type (`StorageError`, 224 bytes).
-#![allow(clippy::result_large_err)]
-
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use openraft::storage::RaftStateMachine;
-use openraft::{
-    AnyError, Entry, EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
-    StorageError, StorageIOError, StoredMembership,
-};
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use redb::{Database, Durability, ReadableTableMetadata};
 
-use crate::raft_types::{LogId, RaftMember, TypeConfig};
+use crate::raft_types::{
+    LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
 use crate::state::RegistryState;
 use crate::store_stats::StoreStats;
 use crate::types::BatchResponse;
@@ -32,7 +29,7 @@ pub(super) fn load_snapshot(
 ) -> Result<SmData, String> {
     let started = std::time::Instant::now();
     if let Some((meta, data)) = crate::snapshot_file::read(dir)? {
-        let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(&meta)
+        let meta: SnapshotMeta = serde_json::from_slice(&meta)
             .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
         let state = RegistryState::decode_snapshot(&data)
             .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
@@ -50,7 +47,7 @@ pub(super) fn load_snapshot(
     let data = table.get("data").map_err(|e| e.to_string())?;
     match (meta, data) {
         (Some(meta), Some(data)) => {
-            let meta: SnapshotMeta<u64, RaftMember> = serde_json::from_slice(meta.value())
+            let meta: SnapshotMeta = serde_json::from_slice(meta.value())
                 .map_err(|e| format!("snapshot meta is unreadable: {e}"))?;
             let state = RegistryState::decode_snapshot(data.value())
                 .map_err(|e| format!("snapshot data is unreadable: {e}"))?;
@@ -102,7 +99,7 @@ impl StateMachineStore {
     fn persist_snapshot(
         db: &Database,
         dir: &Path,
-        meta: &SnapshotMeta<u64, RaftMember>,
+        meta: &SnapshotMeta,
         data: &[u8],
     ) -> StoreResult<()> {
         let meta_bytes = serde_json::to_vec(meta).map_err(write_err)?;
@@ -127,7 +124,9 @@ impl StateMachineStore {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot> {
         let started = std::time::Instant::now();
         // Encoding a large state takes seconds of CPU: on a blocking thread, not on one of
         // the runtime's workers (which Raft's heartbeats and the NATS connection share).
@@ -147,14 +146,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let (bytes, last_applied, last_membership) = blocking(encode).await?;
         let db = self.db.clone();
         let seq: u64 = get_meta::<u64>(&db, "snapshot_seq")?.unwrap_or(0) + 1;
-        let snapshot_id = match last_applied {
-            Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
-            None => format!("none-{seq}"),
-        };
         let meta = SnapshotMeta {
             last_log_id: last_applied,
             last_membership,
-            snapshot_id,
         };
         let (meta2, dir) = (meta.clone(), self.dir.clone());
         let shared = Arc::new(bytes);
@@ -169,17 +163,16 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         self.stats.built(started.elapsed(), bytes.len() as u64);
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(bytes)),
+            snapshot: Cursor::new(bytes),
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = StateMachineStore;
 
-    async fn applied_state(
-        &mut self,
-    ) -> StoreResult<(Option<LogId>, StoredMembership<u64, RaftMember>)> {
+    async fn applied_state(&mut self) -> StoreResult<(Option<LogId>, StoredMembership)> {
         let data = self
             .data
             .read()
@@ -187,17 +180,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((data.last_applied, data.last_membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<BatchResponse>>
+    async fn apply<Strm>(&mut self, entries: Strm) -> StoreResult<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = StoreResult<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
+        // The entries openraft hands over at once, applied under one lock; each response is
+        // sent as soon as its entry is applied.
+        let entries: Vec<EntryResponder<TypeConfig>> = entries.try_collect().await?;
         let mut data = self
             .data
             .write()
             .map_err(|_| write_err("state machine lock poisoned"))?;
-        let mut out = Vec::new();
-        for entry in entries {
+        for (entry, responder) in entries {
             data.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Blank => BatchResponse::default(),
@@ -216,38 +210,31 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     BatchResponse::default()
                 }
             };
-            out.push(response);
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
         }
         self.stats.keeps_results(data.state.request_count());
-        Ok(out)
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, RaftMember>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
     ) -> StoreResult<()> {
         let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
         let size = bytes.len() as u64;
         let (db, dir, meta2) = (self.db.clone(), self.dir.clone(), meta.clone());
-        let signature = meta.signature();
         // Decoding (and later dropping) a large state takes seconds: on blocking threads.
         let state = blocking(move || {
-            let state = RegistryState::decode_snapshot(&bytes).map_err(|e| {
-                StorageError::from(StorageIOError::read_snapshot(
-                    Some(signature),
-                    AnyError::error(e),
-                ))
-            })?;
+            let state = RegistryState::decode_snapshot(&bytes)
+                .map_err(|e| read_err(format!("the snapshot received is unreadable: {e}")))?;
             Self::persist_snapshot(&db, &dir, &meta2, &bytes)?;
             Ok(state)
         })
@@ -266,15 +253,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot>> {
         let dir = self.dir.clone();
         let file = blocking(move || crate::snapshot_file::read(&dir).map_err(read_err)).await?;
         if let Some((meta, data)) = file {
-            let meta: SnapshotMeta<u64, RaftMember> =
+            let meta: SnapshotMeta =
                 serde_json::from_slice(&meta).map_err(read_err)?;
             return Ok(Some(Snapshot {
                 meta,
-                snapshot: Box::new(Cursor::new(data)),
+                snapshot: Cursor::new(data),
             }));
         }
         let txn = self.db.begin_read().map_err(read_err)?;
@@ -283,11 +270,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = table.get("data").map_err(read_err)?;
         match (meta, data) {
             (Some(meta), Some(data)) => {
-                let meta: SnapshotMeta<u64, RaftMember> =
+                let meta: SnapshotMeta =
                     serde_json::from_slice(meta.value()).map_err(read_err)?;
                 Ok(Some(Snapshot {
                     meta,
-                    snapshot: Box::new(Cursor::new(data.value().to_vec())),
+                    snapshot: Cursor::new(data.value().to_vec()),
                 }))
             }
             _ => Ok(None),

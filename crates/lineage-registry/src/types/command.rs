@@ -429,6 +429,13 @@ pub struct CommandBatch {
     pub commands: Vec<Command>,
 }
 
+impl std::fmt::Display for CommandBatch {
+    /// What openraft's logs show of an entry's payload: its size, not its contents.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "batch of {} commands", self.commands.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
