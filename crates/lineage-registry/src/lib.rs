@@ -12,7 +12,7 @@
 //! | [`types`] | `SessionRecord`, `NodeRecord`, `Command`, `CommandResponse`, `RegistryRefusal` | G1 |
 //! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
 //! | [`listing`] | list and search: derived indexes, filters, cursors, pages | Q4 |
-//! | [`storage`] | redb log store and state machine (openraft storage v2) | G3 |
+//! | [`storage`] | redb log store and state machine (openraft 0.10's storage traits) | G3 |
 //! | [`stored_descriptor`] | a record's descriptor as its compact JSON text (not a parsed tree: memory per session) | P1, Q5 |
 //! | [`snapshot_file`] | the last snapshot in its own file (tmp, fsync, rename), not in redb | G3 |
 //! | [`snapshot_policy`] | when a member builds a snapshot: after commands in proportion to the state | G3 |
@@ -20,9 +20,10 @@
 //! | [`raft_types`] | the openraft type configuration | G1 |
 //! | [`subjects`] | NATS subject names | N3 |
 //! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
-//! | [`network`] | Raft RPCs over NATS (append, vote, chunked snapshots) | G1 |
+//! | [`network`] | Raft RPCs over NATS (openraft's network v2: append, vote, pre-vote, full snapshots in chunks, leader transfer) | G1 |
 //! | [`check_quorum`] | a leader without a quorum's acknowledgement stands aside, so a slow leader does not stall the registry | G1, Z3 |
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, shutdown | G1, G3 |
+//! | [`leader_transfer`] | a leader hands leadership to an up-to-date voter before it stops | G4 |
 //! | `service` | the read endpoints of the `lineage-registry` micro service; answering writes and reads | G1, O3 |
 //! | `write_batch` | group commit: a member's queued commands proposed as one entry; snapshot triggers | G1, Q5 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
@@ -39,6 +40,7 @@ pub mod client;
 pub mod error;
 mod hedge;
 pub mod identity;
+pub mod leader_transfer;
 pub mod listing;
 pub mod network;
 pub mod node;

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 use crate::check_quorum::{watch_quorum, QuorumTimes, StandAside};
 use crate::client::RegistryClient;
 use crate::error::RegistryError;
+use crate::leader_transfer::HandOver;
 use crate::network::{chunk_size_for, serve_raft, NatsNetworkFactory};
 use crate::raft_types::{Metrics, RaftMember, RegistryRaft};
 use crate::service::{start_read_service, Server};
@@ -78,6 +79,9 @@ pub struct RegistryNodeConfig {
     pub max_in_snapshot_log_to_keep: u64,
     /// Snapshot chunk size in bytes; `None` derives it from the server's `max_payload`.
     pub snapshot_chunk_bytes: Option<usize>,
+    /// Whether a leader hands leadership over before it stops (G4; on by default: off only to
+    /// measure what a stop costs without it).
+    pub hand_over_on_shutdown: bool,
 }
 
 impl RegistryNodeConfig {
@@ -96,6 +100,7 @@ impl RegistryNodeConfig {
             snapshot_commands_since_last: 20_000,
             max_in_snapshot_log_to_keep: 1000,
             snapshot_chunk_bytes: None,
+            hand_over_on_shutdown: true,
         }
     }
 
@@ -168,6 +173,10 @@ impl RegistryNode {
             // Entries go to the followers as soon as the leader's append is queued, while its
             // own fsync runs (the leader counts itself once the flush is done).
             broadcast_submitted_on_append: Some(true),
+            // A restarted leader goes through an election like everyone: the state machine
+            // is in memory and the committed id on disk may lag (storage.rs), so a leader
+            // restored at once could serve a state older than what it had acknowledged.
+            enable_leader_restore: Some(false),
             ..Default::default()
         }
         .validate()
@@ -405,8 +414,36 @@ impl RegistryNode {
         self.local_state().map(|s| s.digest())
     }
 
+    /// Hands leadership to an up-to-date voter if this member leads ([`crate::leader_transfer`]),
+    /// waiting up to twice the longest election timeout for another leader.
+    pub async fn hand_over_leadership(&self) -> Result<HandOver, RegistryError> {
+        let within = self.config.election_timeout_max * 2;
+        let outcome = crate::leader_transfer::hand_over(&self.raft, within).await?;
+        let raft_id = self.config.raft_id;
+        match outcome {
+            HandOver::HandedTo(to) => {
+                tracing::info!(raft_id, to, "registry leadership handed over before stopping")
+            }
+            HandOver::NotTakenWithin(to) => tracing::warn!(
+                raft_id,
+                to,
+                within_ms = within.as_millis() as u64,
+                "registry leadership not taken over in time; stopping anyway (the others elect a leader)"
+            ),
+            HandOver::NotLeader | HandOver::NoOtherVoter => {}
+        }
+        Ok(outcome)
+    }
+
     /// Stops serving, shuts Raft down and closes the store (the directory can be reopened).
+    /// A leader first hands leadership over, unless
+    /// [`RegistryNodeConfig::hand_over_on_shutdown`] is off.
     pub async fn shutdown(mut self) -> Result<(), RegistryError> {
+        if self.config.hand_over_on_shutdown {
+            if let Err(e) = self.hand_over_leadership().await {
+                tracing::warn!(error = %e, "registry leadership hand-over failed; stopping anyway");
+            }
+        }
         self.stop_service();
         let _ = self.stop.send(true);
         for task in self.tasks.drain(..) {

@@ -90,3 +90,31 @@ async fn g3_committed_id_is_written_with_the_next_log_transaction() {
     let (mut log, _sm) = open_store(dir.path(), "c1", 1).unwrap();
     assert_eq!(log.read_committed().await.unwrap(), Some(id(2)));
 }
+
+#[tokio::test]
+async fn g3_a_saved_vote_means_every_entry_appended_before_it_is_durable() {
+    // openraft issue #2118: a member that takes office counts its whole log as flushed. It takes
+    // office only after saving its vote, so the vote must not overtake an append in flight.
+    use lineage_registry::raft_types::{Entry, Vote};
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::{EntryPayload, LogId, RaftLogReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
+    let blanks: Vec<Entry> = (1..=200)
+        .map(|index| Entry {
+            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+            payload: EntryPayload::Blank,
+        })
+        .collect();
+    // Queued, not awaited: nobody waits for these flushes.
+    for chunk in blanks.chunks(10) {
+        log.append(chunk.to_vec(), IOFlushed::noop()).await.unwrap();
+    }
+    log.save_vote(&Vote::new(2, 1)).await.unwrap();
+    drop((log, sm));
+    let (mut log, _sm) = open_store(dir.path(), "c1", 1).unwrap();
+    assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
+    assert_eq!(log.try_get_log_entries(1..=200).await.unwrap().len(), 200);
+}

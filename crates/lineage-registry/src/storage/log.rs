@@ -12,7 +12,7 @@ use redb::{Database, Durability, ReadableTable};
 
 use crate::raft_types::{Entry, LogId, TypeConfig, Vote};
 
-use super::{blocking, get_meta, put_meta, read_err, write_err, StoreResult, LOGS, META};
+use super::{get_meta, read_err, write_err, StoreResult, LOGS, META};
 
 /// Entries handed to `append` whose transaction has not committed yet, by index.
 pub(super) type Pending = Arc<Mutex<BTreeMap<u64, Entry>>>;
@@ -34,6 +34,11 @@ pub(super) enum LogJob {
     Purge {
         log_id: LogId,
         committed: Option<Vec<u8>>,
+        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
+    },
+    /// The vote, behind every append queued before it (see [`LogStore::save_vote`]).
+    Vote {
+        encoded: Vec<u8>,
         done: tokio::sync::oneshot::Sender<StoreResult<()>>,
     },
 }
@@ -93,6 +98,10 @@ pub(super) fn spawn_writer(
                         let result = with_db(&|db| purge_upto(db, log_id, committed.as_deref()));
                         let _ = done.send(result);
                     }
+                    LogJob::Vote { encoded, done } => {
+                        let result = with_db(&|db| write_vote(db, &encoded));
+                        let _ = done.send(result);
+                    }
                 }
             }
         })?;
@@ -114,6 +123,17 @@ fn write_entries(
         }
     }
     write_committed(&txn, committed)?;
+    txn.commit().map_err(write_err)
+}
+
+/// Writes the vote.
+fn write_vote(db: &Database, encoded: &[u8]) -> StoreResult<()> {
+    let mut txn = db.begin_write().map_err(write_err)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut meta = txn.open_table(META).map_err(write_err)?;
+        meta.insert("vote", encoded).map_err(write_err)?;
+    }
     txn.commit().map_err(write_err)
 }
 
@@ -163,7 +183,7 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// Queues a truncate or purge and waits for its commit.
+    /// Queues a truncate, purge or vote and waits for its commit.
     async fn run_job(
         &self,
         make: impl FnOnce(tokio::sync::oneshot::Sender<StoreResult<()>>) -> LogJob,
@@ -272,10 +292,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
+    /// The vote goes through the writer thread like the appends, so when it is saved every
+    /// entry appended before it is durable too. openraft 0.10 marks a new leader's whole log as
+    /// flushed when it takes office (openraft issue #2118), appends still in flight included;
+    /// a member takes office only after saving its vote for itself, and by then nothing it
+    /// appended before is in flight any more.
     async fn save_vote(&mut self, vote: &Vote) -> StoreResult<()> {
-        let db = self.db.clone();
-        let vote = *vote;
-        blocking(move || put_meta(&db, "vote", &vote, Durability::Immediate)).await
+        let encoded = serde_json::to_vec(vote).map_err(write_err)?;
+        self.run_job(|done| LogJob::Vote { encoded, done }).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> StoreResult<()> {
