@@ -106,10 +106,7 @@ async fn rolling_restart(hand_over: bool) -> Rolled {
         if hand_over && node.raft_metrics().current_leader == Some(node.raft_id()) {
             hand_overs.push(node.hand_over_leadership().await.unwrap());
         }
-        let was = node.raft_metrics().current_leader;
-        let t0 = Instant::now();
         node.shutdown().await.unwrap();
-        eprintln!("DEBUG stop {} (leader was {was:?}) took {:?}", i + 1, t0.elapsed());
         // A process restart: exit, start, open the store.
         tokio::time::sleep(DOWN).await;
         nodes[i] = Some(start(&server, cfg(i)).await);
@@ -131,7 +128,6 @@ async fn rolling_restart(hand_over: bool) -> Rolled {
 
     let mut times: Vec<Instant> = acks.lock().unwrap().iter().map(|(t, _)| *t).collect();
     times.sort();
-    for w in times.windows(2) { if w[1] - w[0] > Duration::from_millis(20) { eprintln!("DEBUG gap {:?} at {:?}", w[1]-w[0], w[0]-began); } }
     let longest_gap = times
         .windows(2)
         .filter(|w| w[1] >= began && w[0] <= ended)
