@@ -35,7 +35,7 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use crate::raft_types::RegistryRaft;
+use crate::raft_types::{millis_since_quorum_ack, RegistryRaft};
 
 /// The three durations of the rule, all derived from the longest election timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +157,7 @@ pub(crate) async fn watch_quorum(
     loop {
         let (state, since, term) = {
             let m = metrics.borrow_watched();
-            (m.state, m.millis_since_quorum_ack, m.current_term)
+            (m.state, millis_since_quorum_ack(&m), m.current_term)
         };
         let now_ms = ms(started.elapsed());
         let next = next_phase(phase, state, since, now_ms, times);

@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use async_nats::Client;
 use bytes::Bytes;
-use openraft::error::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::error::{
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
@@ -66,7 +68,12 @@ pub struct NatsNetworkFactory {
 impl NatsNetworkFactory {
     /// A factory sending over `client` for `cluster`, snapshots in chunks of `chunk_bytes`;
     /// while `stand_aside` is set, no append-entries leave ([`crate::check_quorum`]).
-    pub fn new(client: Client, cluster: String, chunk_bytes: usize, stand_aside: StandAside) -> Self {
+    pub fn new(
+        client: Client,
+        cluster: String,
+        chunk_bytes: usize,
+        stand_aside: StandAside,
+    ) -> Self {
         let max_payload = client.server_info().max_payload;
         Self {
             client,
@@ -167,7 +174,11 @@ impl NatsNetwork {
                 )))
             })?;
         let msg = reply.map_err(|e| {
-            let err = WireError(format!("{} to raft member {}: {e}", rpc.token(), self.target));
+            let err = WireError(format!(
+                "{} to raft member {}: {e}",
+                rpc.token(),
+                self.target
+            ));
             match e.kind() {
                 async_nats::RequestErrorKind::NoResponders => CallError::Unreachable(err),
                 _ => CallError::Network(err),
@@ -190,13 +201,19 @@ impl NatsNetwork {
     }
 
     /// Sends `req` as JSON.
-    async fn call<Req, Resp, E>(&self, rpc: RaftRpc, req: &Req, deadline: Duration) -> Result<Resp, CallError>
+    async fn call<Req, Resp, E>(
+        &self,
+        rpc: RaftRpc,
+        req: &Req,
+        deadline: Duration,
+    ) -> Result<Resp, CallError>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: DeserializeOwned + std::fmt::Display,
     {
-        let body = serde_json::to_vec(req).map_err(|e| CallError::Network(WireError(e.to_string())))?;
+        let body =
+            serde_json::to_vec(req).map_err(|e| CallError::Network(WireError(e.to_string())))?;
         self.call_body::<Resp, E>(rpc, body, deadline).await
     }
 
@@ -337,7 +354,8 @@ mod tests {
 
     #[test]
     fn an_append_that_fits_goes_whole() {
-        let (body, cut) = encode_append(append((1..=4).map(|i| entry(i)).collect()), 1 << 20).unwrap();
+        let (body, cut) =
+            encode_append(append((1..=4).map(entry).collect()), 1 << 20).unwrap();
         assert_eq!(cut, None);
         let back: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&body).unwrap();
         assert_eq!(back.entries.len(), 4);
@@ -345,8 +363,9 @@ mod tests {
 
     #[test]
     fn an_append_over_the_cap_goes_with_a_prefix_and_names_its_last_entry() {
-        let whole = serde_json::to_vec(&append((1..=8).map(|i| entry(i)).collect())).unwrap();
-        let (body, cut) = encode_append(append((1..=8).map(|i| entry(i)).collect()), whole.len() / 2).unwrap();
+        let whole = serde_json::to_vec(&append((1..=8).map(entry).collect())).unwrap();
+        let (body, cut) =
+            encode_append(append((1..=8).map(entry).collect()), whole.len() / 2).unwrap();
         let back: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&body).unwrap();
         assert!(body.len() <= whole.len() / 2);
         assert!(back.entries.len() < 8 && !back.entries.is_empty());

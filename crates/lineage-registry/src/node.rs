@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use async_nats::Client;
 use lineage_core::ids::NodeId;
-use openraft::error::{InitializeError, RaftError};
 use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::{InitializeError, RaftError};
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;

@@ -69,3 +69,12 @@ pub fn current_metrics(raft: &RegistryRaft) -> Metrics {
     use openraft::async_runtime::watch::WatchReceiver;
     raft.metrics().borrow_watched().clone()
 }
+
+/// How long ago (milliseconds) a quorum last acknowledged this leader; `None` on a member that
+/// is not a leader or never heard one.
+pub fn millis_since_quorum_ack(m: &Metrics) -> Option<u64> {
+    use openraft::Instant;
+    m.last_quorum_acked
+        .as_ref()
+        .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
+}

@@ -331,7 +331,11 @@ impl Server {
             }
         };
         if req.consistency == Consistency::Linearizable {
-            match self.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex).await {
+            match self
+                .raft
+                .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+                .await
+            {
                 Ok(_) => {}
                 Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                     return ReadReply::NotLeader {

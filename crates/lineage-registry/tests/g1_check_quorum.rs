@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use lineage_registry::client::NewSession;
+use lineage_registry::raft_types::millis_since_quorum_ack;
 use lineage_registry::{RegistryClient, RegistryNode};
 use lineage_testkit::NatsServer;
 
@@ -86,10 +87,7 @@ async fn g1_a_leader_standing_aside_with_a_longer_log_than_its_candidate_does_no
         Duration::from_secs(5),
         "the leader without a quorum for a while",
         || async move {
-            lead_ref
-                .raft_metrics()
-                .millis_since_quorum_ack
-                .is_some_and(|ms| ms > 1_000)
+            millis_since_quorum_ack(&lead_ref.raft_metrics()).is_some_and(|ms| ms > 1_000)
         },
     )
     .await;
@@ -107,9 +105,7 @@ async fn g1_a_leader_standing_aside_with_a_longer_log_than_its_candidate_does_no
             let agreed = l.is_some() && refs.iter().all(|n| n.raft_metrics().current_leader == l);
             let heard = refs.iter().any(|n| {
                 Some(n.raft_id()) == l
-                    && n.raft_metrics()
-                        .millis_since_quorum_ack
-                        .is_some_and(|ms| ms < 500)
+                    && millis_since_quorum_ack(&n.raft_metrics()).is_some_and(|ms| ms < 500)
             });
             l.filter(|_| agreed && heard)
         },

@@ -62,12 +62,20 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
 
 #[tokio::test]
 async fn g3_committed_id_is_written_with_the_next_log_transaction() {
-    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-    use openraft::impls::leader_id_adv::LeaderId;
-    use openraft::{EntryPayload, LogId};
     use lineage_registry::raft_types::Entry;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{EntryPayload, LogId};
 
-    let id = |index: u64| LogId::new(LeaderId { term: 1, node_id: 1 }, index);
+    let id = |index: u64| {
+        LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        )
+    };
     let blank = |index: u64| Entry {
         log_id: id(index),
         payload: EntryPayload::Blank,
@@ -104,7 +112,13 @@ async fn g3_a_saved_vote_means_every_entry_appended_before_it_is_durable() {
     let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
     let blanks: Vec<Entry> = (1..=200)
         .map(|index| Entry {
-            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
             payload: EntryPayload::Blank,
         })
         .collect();

@@ -113,10 +113,12 @@ pub(super) async fn send(
             (ChunkReply::Installed(resp), true) => return Ok(resp),
             (ChunkReply::Received(_), false) => offset = end,
             (other, _) => {
-                return Err(StreamingError::from(CallError::Network(WireError(format!(
-                    "raft member {} answered {other:?} to the chunk at {offset} (last: {})",
-                    net.target, head.done
-                )))))
+                return Err(StreamingError::from(CallError::Network(WireError(
+                    format!(
+                        "raft member {} answered {other:?} to the chunk at {offset} (last: {})",
+                        net.target, head.done
+                    ),
+                ))))
             }
         }
     }
@@ -252,9 +254,18 @@ mod tests {
     fn a_chunk_out_of_order_is_refused_and_the_next_try_starts_again() {
         let mut a = Assembly::default();
         a.take(head(0, false), b"abc").unwrap();
-        assert!(a.take(head(7, false), b"x").unwrap_err().contains("send again from 0"));
-        assert!(a.take(head(3, true), b"x").unwrap_err().contains("no snapshot"));
-        assert!(matches!(a.take(head(0, true), b"xyz"), Ok(Taken::Whole(..))));
+        assert!(a
+            .take(head(7, false), b"x")
+            .unwrap_err()
+            .contains("send again from 0"));
+        assert!(a
+            .take(head(3, true), b"x")
+            .unwrap_err()
+            .contains("no snapshot"));
+        assert!(matches!(
+            a.take(head(0, true), b"xyz"),
+            Ok(Taken::Whole(..))
+        ));
         let mut other = head(3, true);
         other.vote = Vote::new_committed(4, 2);
         a.take(head(0, false), b"abc").unwrap();

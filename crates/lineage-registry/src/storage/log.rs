@@ -276,8 +276,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let table = txn.open_table(LOGS).map_err(read_err)?;
         let last = match table.last().map_err(read_err)? {
             Some((_, v)) => {
-                let entry: Entry =
-                    serde_json::from_slice(v.value()).map_err(read_err)?;
+                let entry: Entry = serde_json::from_slice(v.value()).map_err(read_err)?;
                 Some(entry.log_id)
             }
             None => last_purged,

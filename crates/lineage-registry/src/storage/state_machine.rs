@@ -257,8 +257,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let dir = self.dir.clone();
         let file = blocking(move || crate::snapshot_file::read(&dir).map_err(read_err)).await?;
         if let Some((meta, data)) = file {
-            let meta: SnapshotMeta =
-                serde_json::from_slice(&meta).map_err(read_err)?;
+            let meta: SnapshotMeta = serde_json::from_slice(&meta).map_err(read_err)?;
             return Ok(Some(Snapshot {
                 meta,
                 snapshot: Cursor::new(data),
@@ -270,8 +269,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = table.get("data").map_err(read_err)?;
         match (meta, data) {
             (Some(meta), Some(data)) => {
-                let meta: SnapshotMeta =
-                    serde_json::from_slice(meta.value()).map_err(read_err)?;
+                let meta: SnapshotMeta = serde_json::from_slice(meta.value()).map_err(read_err)?;
                 Ok(Some(Snapshot {
                     meta,
                     snapshot: Cursor::new(data.value().to_vec()),
