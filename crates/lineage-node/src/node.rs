@@ -243,10 +243,12 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
         tracing::warn!("agents did not stop within 5 s; exiting anyway (they stay resumable)");
     }
     if let Some(member) = registry_node {
-        match tokio::time::timeout(step, member.shutdown()).await {
+        // Two steps: a leader first hands leadership over (bounded by twice the election
+        // timeout), then stops.
+        match tokio::time::timeout(step * 2, member.shutdown()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "registry member did not shut down cleanly"),
-            Err(_) => tracing::warn!("registry member did not stop within 5 s; exiting anyway"),
+            Err(_) => tracing::warn!("registry member did not stop within 10 s; exiting anyway"),
         }
     }
     let _ = tokio::time::timeout(step, nats.flush()).await;

@@ -1,17 +1,23 @@
 //! Check-quorum: a leader that has not heard from a quorum for a while stands aside.
 //!
-//! openraft 0.9 gives every append-entries its heartbeat interval as a hard deadline. A leader
+//! openraft gives every append-entries its heartbeat interval as a hard deadline. A leader
 //! whose link is slow (a round trip above the heartbeat interval) sees every append time out,
 //! so nothing commits; yet its followers still receive those appends, late, and each one resets
 //! their election timers, so they never elect a leader that could commit: the registry stalls
 //! for as long as the link is slow (seen in `tests/z3_voter_network_faults.rs`: 300 ms each
 //! way on the leader's link, no write for the whole fault).
 //!
-//! What etcd calls CheckQuorum, done here in the network layer because openraft 0.9 has no
-//! step-down or leadership transfer: a leader that has had no acknowledgement from a quorum
-//! for [`QuorumTimes::lost_after`] stops sending append-entries (the RPC answers `Unreachable`
-//! at once). Its followers' election timers then fire, they elect a leader among themselves, and
-//! the first message of the new term that reaches the old leader makes it a follower again.
+//! openraft 0.10 has a check-quorum of its own (a leader lease that refuses proposals, and
+//! with `quorum_loss_probe_interval` its heartbeats pause), but the leader still sends its
+//! uncommitted entries and those keep resetting the followers' timers: with this module off
+//! and openraft's probe on, the same z3 fault gave up all of its spawns and lasted 61 s; with
+//! it, one gave up and the fault healed after 4.7 s (ARCHITECTURE.md, the Raft RPC section).
+//!
+//! What etcd calls CheckQuorum, done here in the network layer: a leader that has had no
+//! acknowledgement from a quorum for [`QuorumTimes::lost_after`] stops sending append-entries
+//! (the RPC answers `Unreachable` at once). Its followers' election timers then fire, they elect
+//! a leader among themselves, and the first message of the new term that reaches the old leader
+//! makes it a follower again.
 //!
 //! The standing aside is bounded: after [`QuorumTimes::aside_for`] the leader sends again for
 //! [`QuorumTimes::probe_for`] (a probe), then stands aside again if still no quorum answered.

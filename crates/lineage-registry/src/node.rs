@@ -11,14 +11,15 @@
 //! Bootstrap happens exactly once: [`RegistryNode::initialize`] is a no-op on a member that
 //! already has a vote or a log (a restarted member never re-initializes).
 //!
-//! Writes are group-committed: openraft 0.9 appends and fsyncs every `client_write` on its own,
-//! one after the other, so one command per entry caps the leader at one fsync per command. The
-//! member instead queues the commands it receives and proposes them as one entry (a
-//! [`CommandBatch`](crate::types::CommandBatch)) whenever fewer than [`MAX_BATCHES_IN_FLIGHT`] entries of its own are still
-//! on their way to being applied: under load, everything that arrived meanwhile goes into the
-//! next entry (one fsync on the leader, one on each follower, for all of it); alone, a command
-//! goes at once. Each command is answered only after its entry is committed (fsync'd on a
-//! quorum) and applied, exactly as before.
+//! Writes are group-committed: the member queues the commands it receives and proposes them
+//! as one entry (a [`CommandBatch`](crate::types::CommandBatch)) whenever fewer than
+//! [`MAX_BATCHES_IN_FLIGHT`] entries of its own are still on their way to being applied: under
+//! load, everything that arrived meanwhile goes into the next entry (one fsync on the leader,
+//! one on each follower, for all of it); alone, a command goes at once. Each command is
+//! answered only after its entry is committed (fsync'd on a quorum) and applied.
+//!
+//! Stopping ([`RegistryNode::shutdown`]) hands leadership over first when this member leads
+//! ([`crate::leader_transfer`], G4).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged`, `snapshot_seq` |
+//! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged` (and `snapshot_seq`, which the openraft 0.9 build counted snapshots in: no longer written) |
 //! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` (payload: a [`crate::types::CommandBatch`]) |
 //! | `snapshot` | `&str` | stores written before the snapshot file: `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`); read when there is no snapshot file, emptied once one is written |
 //!
@@ -14,17 +14,15 @@
 //!
 //! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
 //! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
-//! Log transactions run on one writer thread, in the order openraft asks for them; `append`
-//! returns once its entries are queued (and readable: they wait in an in-memory map until their
-//! transaction committed) and reports the fsync through openraft's `LogFlushed` callback.
-//! openraft 0.9 itself waits for that callback before its next command (`RaftCore::append_to_log`),
-//! so a leader still sends new entries to its followers only after its own fsync (measured:
-//! the append-entries leave ~0.1 ms after the leader's commit; a write is two fsyncs in a row,
-//! the leader's then a follower's). `truncate` and `purge` wait for their turn on the thread and
-//! for their commit.
-//! (openraft 0.9 appends each `client_write` on its own and waits for it, so the leader's group
-//! commit happens one level up: a log entry carries a batch of commands, see
-//! [`crate::types::CommandBatch`].)
+//! Log transactions (append, truncate, purge, and the vote) run on one writer thread, in the
+//! order openraft asks for them; `append` returns once its entries are queued (and readable:
+//! they wait in an in-memory map until their transaction committed) and reports the fsync
+//! through openraft's `IOFlushed` callback. openraft 0.10 sends the entries to the followers as
+//! soon as `append` returns (`broadcast_submitted_on_append`), while the leader's own fsync
+//! runs. The vote goes through the same thread, so a saved vote means every append queued
+//! before it is durable (openraft issue #2118: a member that takes office counts its whole log
+//! as flushed). `truncate_after`, `purge` and `save_vote` wait for their turn and their commit.
+//! (A log entry carries a batch of commands, see [`crate::types::CommandBatch`].)
 //!
 //! The committed log id costs no I/O of its own: `save_committed` keeps it in memory and the next
 //! log transaction (append, truncate, purge) writes it along. It is only an optimization (the
@@ -49,7 +47,7 @@ use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
-use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 /// redb's page cache per registry member (redb's default is 1 GiB, which a long-running member
 /// fills with pages of log entries long since purged: under a steady churn its RSS grew by
@@ -250,20 +248,4 @@ fn get_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> StoreRe
             .map_err(read_err),
         None => Ok(None),
     }
-}
-
-fn put_meta<T: serde::Serialize>(
-    db: &Database,
-    key: &str,
-    value: &T,
-    durability: Durability,
-) -> StoreResult<()> {
-    let bytes = serde_json::to_vec(value).map_err(write_err)?;
-    let mut txn = db.begin_write().map_err(write_err)?;
-    txn.set_durability(durability);
-    {
-        let mut table = txn.open_table(META).map_err(write_err)?;
-        table.insert(key, bytes.as_slice()).map_err(write_err)?;
-    }
-    txn.commit().map_err(write_err)
 }

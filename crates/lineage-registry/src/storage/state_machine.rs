@@ -18,9 +18,7 @@ use crate::state::RegistryState;
 use crate::store_stats::StoreStats;
 use crate::types::BatchResponse;
 
-use super::{
-    blocking, get_meta, put_meta, read_err, write_err, SharedState, SmData, StoreResult, SNAPSHOT,
-};
+use super::{blocking, read_err, write_err, SharedState, SmData, StoreResult, SNAPSHOT};
 
 pub(super) fn load_snapshot(
     db: &Database,
@@ -145,7 +143,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         };
         let (bytes, last_applied, last_membership) = blocking(encode).await?;
         let db = self.db.clone();
-        let seq: u64 = get_meta::<u64>(&db, "snapshot_seq")?.unwrap_or(0) + 1;
         let meta = SnapshotMeta {
             last_log_id: last_applied,
             last_membership,
@@ -154,7 +151,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let shared = Arc::new(bytes);
         let written = shared.clone();
         blocking(move || {
-            put_meta(&db, "snapshot_seq", &seq, Durability::Immediate)?;
             Self::persist_snapshot(&db, &dir, &meta2, &written)
         })
         .await?;

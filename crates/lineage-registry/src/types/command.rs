@@ -418,9 +418,9 @@ impl CommandKind {
 /// What one Raft log entry carries: the commands a member received while the previous entries
 /// were being made durable, applied in order as if each were its own entry (group commit).
 ///
-/// openraft 0.9 writes (and fsyncs) every `client_write` as its own append before it takes the
-/// next one, so one command per entry would cost one fsync per command on the leader; a batch
-/// costs one for all of its commands. Batching is internal to the members: clients send and
+/// openraft 0.9 wrote (and fsynced) every `client_write` as its own append before it took the
+/// next one, so one command per entry cost one fsync per command on the leader; a batch costs
+/// one for all of its commands, and keeps an entry's encoding and apply per command cheap. Batching is internal to the members: clients send and
 /// receive single commands.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
