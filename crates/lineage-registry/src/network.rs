@@ -354,8 +354,7 @@ mod tests {
 
     #[test]
     fn an_append_that_fits_goes_whole() {
-        let (body, cut) =
-            encode_append(append((1..=4).map(entry).collect()), 1 << 20).unwrap();
+        let (body, cut) = encode_append(append((1..=4).map(entry).collect()), 1 << 20).unwrap();
         assert_eq!(cut, None);
         let back: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&body).unwrap();
         assert_eq!(back.entries.len(), 4);

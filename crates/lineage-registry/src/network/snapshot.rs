@@ -7,8 +7,9 @@
 //! were an array of numbers, up to 4 characters a byte). The receiver ([`Assembly`]) keeps one
 //! snapshot being received: a chunk at offset 0 starts one, a chunk must follow the bytes
 //! received so far for the same vote and snapshot, and the last one installs it
-//! (`Raft::install_full_snapshot`, which checks the vote). A chunk out of order is refused; the
-//! leader's next try starts again at offset 0.
+//! (`Raft::install_full_snapshot`, which checks the vote) before it answers, so the last chunk
+//! has [`INSTALL_WITHIN`] to be answered. A chunk out of order is refused; the leader's next
+//! try starts again at offset 0.
 
 use std::io::Cursor;
 use std::time::Duration;
@@ -23,6 +24,13 @@ use crate::raft_types::{RegistryRaft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use crate::subjects::RaftRpc;
 
 const MAGIC: &[u8; 8] = b"LNSNAP2\n";
+
+/// How long the last chunk may take: the receiver answers it once the snapshot is installed,
+/// which decodes and swaps the whole state (15 s for a million sessions, measured in
+/// `lineage bench scale`). Other chunks get openraft's `install_snapshot_timeout`; a last chunk
+/// under that deadline timed out while the install went on, and the leader sent the whole
+/// snapshot again.
+pub const INSTALL_WITHIN: Duration = Duration::from_secs(120);
 
 /// The snapshot chunk size that fits in one NATS message of `max_payload` bytes with room for
 /// the head's JSON (vote, snapshot meta, offset: far below 16 KiB).
@@ -104,10 +112,15 @@ pub(super) async fn send(
         };
         let body = encode(&head, &data[offset..end])
             .map_err(|e| StreamingError::from(CallError::Network(WireError(e))))?;
+        let within = if head.done {
+            deadline.max(INSTALL_WITHIN)
+        } else {
+            deadline
+        };
         let reply = tokio::select! {
             biased;
             closed = &mut cancel => return Err(StreamingError::Closed(closed)),
-            reply = net.call_body::<ChunkReply, String>(RaftRpc::Snapshot, body, deadline) => reply?,
+            reply = net.call_body::<ChunkReply, String>(RaftRpc::Snapshot, body, within) => reply?,
         };
         match (reply, head.done) {
             (ChunkReply::Installed(resp), true) => return Ok(resp),

@@ -150,10 +150,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let (meta2, dir) = (meta.clone(), self.dir.clone());
         let shared = Arc::new(bytes);
         let written = shared.clone();
-        blocking(move || {
-            Self::persist_snapshot(&db, &dir, &meta2, &written)
-        })
-        .await?;
+        blocking(move || Self::persist_snapshot(&db, &dir, &meta2, &written)).await?;
         // The blocking task dropped its handle: no copy of a snapshot that may be hundreds of MB.
         let bytes = Arc::try_unwrap(shared).unwrap_or_else(|still| (*still).clone());
         self.stats.built(started.elapsed(), bytes.len() as u64);
