@@ -236,6 +236,11 @@ async fn z2_worker_cannot_write_the_registry_as_a_voter_or_another_node_nor_spea
         "lineage.dev.raft.1.vote",
         "lineage.dev.raft.2.append",
         "lineage.dev.raft.3.snapshot",
+        "lineage.dev.raft.1.vote-v2",
+        "lineage.dev.raft.1.prevote-v2",
+        "lineage.dev.raft.2.append-v2",
+        "lineage.dev.raft.3.snapshot-v2",
+        "lineage.dev.raft.3.transfer-v2",
     ];
     let allowed = [
         "lineage.dev.registry.write.node-4",

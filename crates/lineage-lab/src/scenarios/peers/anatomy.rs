@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use lineage_registry::bench::RegisterBench;
+use lineage_registry::subjects::RaftRpc;
 
 use super::super::{Arrivals, Bench};
 
@@ -82,7 +83,9 @@ fn marks_of(seen: &[(async_nats::Message, Instant)]) -> Option<Marks> {
         .iter()
         .filter(|(m, at)| {
             at >= at_request
-                && m.subject.as_str().ends_with(".append")
+                && m.subject
+                    .as_str()
+                    .ends_with(&format!(".{}", RaftRpc::Append.token()))
                 && !m.payload.windows(13).any(|w| w == b"\"entries\":[]")
         })
         .collect();
