@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use async_nats::Client;
 use lineage_core::ids::NodeId;
-use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use tokio::sync::{mpsc, watch};
@@ -388,7 +387,7 @@ impl RegistryNode {
 
     /// A copy of the current Raft metrics.
     pub fn raft_metrics(&self) -> Metrics {
-        self.raft.metrics().borrow_watched().clone()
+        crate::raft_types::current_metrics(&self.raft)
     }
 
     /// The openraft handle, for advanced operations (trigger a snapshot, wait for metrics).

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use async_nats::Client;
 use bytes::Bytes;
 use futures::StreamExt;
-use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{LinearizableReadError, RaftError};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
@@ -445,7 +444,7 @@ impl Server {
     }
 
     fn status(&self) -> RegistryStatus {
-        let m = self.raft.metrics().borrow_watched().clone();
+        let m = crate::raft_types::current_metrics(&self.raft);
         let membership = m.membership_config.membership();
         RegistryStatus {
             responder: self.raft_id,

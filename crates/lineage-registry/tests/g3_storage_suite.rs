@@ -63,19 +63,10 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
 #[tokio::test]
 async fn g3_committed_id_is_written_with_the_next_log_transaction() {
     use lineage_registry::raft_types::Entry;
-    use openraft::impls::leader_id_adv::LeaderId;
     use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-    use openraft::{EntryPayload, LogId};
+    use openraft::EntryPayload;
 
-    let id = |index: u64| {
-        LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        )
-    };
+    let id = log_id;
     let blank = |index: u64| Entry {
         log_id: id(index),
         payload: EntryPayload::Blank,
@@ -104,21 +95,14 @@ async fn g3_a_saved_vote_means_every_entry_appended_before_it_is_durable() {
     // openraft issue #2118: a member that takes office counts its whole log as flushed. It takes
     // office only after saving its vote, so the vote must not overtake an append in flight.
     use lineage_registry::raft_types::{Entry, Vote};
-    use openraft::impls::leader_id_adv::LeaderId;
     use openraft::storage::{IOFlushed, RaftLogStorage};
-    use openraft::{EntryPayload, LogId, RaftLogReader};
+    use openraft::{EntryPayload, RaftLogReader};
 
     let dir = tempfile::tempdir().unwrap();
     let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
     let blanks: Vec<Entry> = (1..=200)
         .map(|index| Entry {
-            log_id: LogId::new(
-                LeaderId {
-                    term: 1,
-                    node_id: 1,
-                },
-                index,
-            ),
+            log_id: log_id(index),
             payload: EntryPayload::Blank,
         })
         .collect();
@@ -140,21 +124,12 @@ async fn g3_a_large_purge_does_not_balloon_the_store() {
     // only after it commits). Purged in bounded transactions, the file stays near its size.
     use lineage_registry::raft_types::Entry;
     use lineage_registry::types::CommandBatch;
-    use openraft::impls::leader_id_adv::LeaderId;
     use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-    use openraft::{EntryPayload, LogId, RaftLogReader};
+    use openraft::{EntryPayload, RaftLogReader};
 
     let dir = tempfile::tempdir().unwrap();
     let (mut log, sm) = open_store(dir.path(), "c1", 1).unwrap();
-    let id = |index: u64| {
-        LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        )
-    };
+    let id = log_id;
     let batch = CommandBatch::default();
     let n = 20_000u64;
     for start in (1..=n).step_by(500) {
@@ -187,4 +162,15 @@ async fn g3_a_large_purge_does_not_balloon_the_store() {
         .unwrap()
         .is_empty());
     drop((log, sm));
+}
+
+/// The id of entry `index` of term 1, leader 1.
+fn log_id(index: u64) -> lineage_registry::raft_types::LogId {
+    openraft::LogId::new(
+        openraft::impls::leader_id_adv::LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        index,
+    )
 }
