@@ -55,13 +55,14 @@ fi
 
 # The official Python MCP SDK: an MCP client this project did not write, for the delegation
 # tools test (t1_tools_python_mcp), which fails without it.
-if ! python3 -c 'import mcp' >/dev/null 2>&1; then
+# MCP tasks (a3_mcp_tasks) need its client extensions: 2.3 or later.
+if ! python3 -c 'import mcp.client.extension' >/dev/null 2>&1; then
   if have pip || have pip3; then
-    echo "install-deps: installing the Python MCP SDK (pip install mcp)"
-    "$(command -v pip || command -v pip3)" install --quiet mcp >/dev/null 2>&1 \
-      || echo "install-deps: the Python MCP SDK is not installed (pip install mcp failed); t1_tools_python_mcp will fail" >&2
+    echo "install-deps: installing the Python MCP SDK (pip install 'mcp>=2.3')"
+    "$(command -v pip || command -v pip3)" install --quiet 'mcp>=2.3' >/dev/null 2>&1 \
+      || echo "install-deps: the Python MCP SDK is not installed (pip install failed); t1_tools_python_mcp and a3_mcp_tasks will fail" >&2
   else
-    echo "install-deps: no pip: the Python MCP SDK is not installed; t1_tools_python_mcp will fail" >&2
+    echo "install-deps: no pip: the Python MCP SDK is not installed; t1_tools_python_mcp and a3_mcp_tasks will fail" >&2
   fi
 fi
 

@@ -65,6 +65,12 @@ pub struct ChildSpec {
     /// or `empty` (issue 39).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<lineage_protocol::workspace::SpawnWorkspace>,
+    /// The id the child is born with, when the caller needs it before the birth answers (an
+    /// MCP task handle names a one-shot child before its result, A3); minted by the host
+    /// ([`TurnCtx::mint_session`]). Never read from or written to the wire, and not part of
+    /// the call's fingerprint: a script or an agent cannot choose an id.
+    #[serde(skip)]
+    pub session: Option<SessionId>,
 }
 
 /// What kind of agent a session runs (P1): defined with the wire bodies in `lineage_protocol`.
@@ -133,6 +139,13 @@ pub enum TurnAction {
         /// The child.
         child: SessionId,
     },
+    /// Read a child's state and result from the registry and its log (A3: an MCP task's
+    /// `tasks/get`), [`ActionOutcome::ChildTask`]; refused for a session that is not this
+    /// agent's child. Nothing is consumed: its reports and settlement still reach the inbox.
+    ChildTask {
+        /// The child.
+        child: SessionId,
+    },
     /// Wait for children's reports and settlements, received in this turn
     /// ([`ActionOutcome::Arrived`]).
     WaitChildren {
@@ -198,8 +211,41 @@ pub enum ActionOutcome {
         /// Paths already as the child left them.
         already: usize,
     },
+    /// A child as the registry and its log tell it ([`TurnAction::ChildTask`]).
+    ChildTask(ChildTaskView),
     /// Refused, one line (the turn goes on; the driver decides).
     Refused(String),
+}
+
+/// A child read from the registry and its log ([`TurnAction::ChildTask`]): what an MCP task
+/// over it shows (A3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildTaskView {
+    /// The child.
+    pub session: SessionId,
+    /// Its registry state.
+    pub state: lineage_core::lifecycle::SessionState,
+    /// Why it ended, once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<lineage_core::messages::StopReason>,
+    /// `one-shot` or `continuable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<lineage_core::descriptor::SubagentShape>,
+    /// Its last assistant reply, from its log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// How its last turn ended (`completed`, `interrupted`, `failed`, ...), from its log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_turn: Option<lineage_core::messages::StopReason>,
+    /// When it was born (ms since the epoch).
+    pub created_at_ms: u64,
+    /// When its record last changed (ms since the epoch).
+    pub updated_at_ms: u64,
+    /// How long after its birth it stays readable, once that is known: a disposed child's
+    /// record and log are purged after the node's retention (Q5); `None` while it lives, or
+    /// when records are kept for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readable_for_ms: Option<u64>,
 }
 
 /// Where a turn's streamed assistant text goes as it comes (F1): the host publishes it on the
@@ -212,7 +258,11 @@ pub type OutputSink = std::sync::Arc<dyn Fn(String) + Send + Sync>;
 pub struct TurnCtx {
     tx: tokio::sync::mpsc::UnboundedSender<TurnRequest>,
     output: Option<OutputSink>,
+    ids: Option<SessionIds>,
 }
+
+/// Where a turn's fresh session ids come from: the host's id mint.
+pub type SessionIds = std::sync::Arc<dyn Fn() -> SessionId + Send + Sync>;
 
 impl std::fmt::Debug for TurnCtx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,7 +285,26 @@ impl TurnCtx {
     /// A context whose requests arrive on the returned receiver.
     pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<TurnRequest>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (TurnCtx { tx, output: None }, rx)
+        (
+            TurnCtx {
+                tx,
+                output: None,
+                ids: None,
+            },
+            rx,
+        )
+    }
+
+    /// The same context, minting session ids with `ids` ([`TurnCtx::mint_session`]).
+    pub fn with_ids(mut self, ids: SessionIds) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+
+    /// A fresh session id from the host's mint, for a child whose id the caller needs before
+    /// its birth answers ([`ChildSpec::session`]); `None` when the host gave no mint.
+    pub fn mint_session(&self) -> Option<SessionId> {
+        self.ids.as_ref().map(|ids| ids())
     }
 
     /// The same context, streaming the turn's text to `sink`.

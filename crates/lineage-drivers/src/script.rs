@@ -119,6 +119,7 @@ fn step_action(step: &Step, input: &TurnInput) -> Option<DriverAction> {
             timeout_ms: *timeout_ms,
             budget: None,
             workspace: workspace.clone(),
+            session: None,
         })),
         // Only meaningful during a turn (see `ScriptDriver::turn_with`); as data it is the reply
         // a turn without a spawn gives.
@@ -236,6 +237,12 @@ fn outcome_text(outcome: Option<&ActionOutcome>) -> String {
         }) => format!("spawned {child}"),
         Some(ActionOutcome::Refused(e)) => format!("refused: {e}"),
         Some(ActionOutcome::Done) => "done".to_owned(),
+        Some(ActionOutcome::ChildTask(view)) => format!(
+            "{} {}",
+            view.session,
+            view.stop_reason
+                .map_or(view.state.as_str(), |stop| stop.as_str())
+        ),
         Some(ActionOutcome::Applied { changed, already }) => {
             format!("applied {} change(s), {already} already so", changed.len())
         }

@@ -126,7 +126,7 @@ impl Shared {
         let child_depth = resolve_child_depth(parent_depth, max_depth)?;
         let policy = capture_delegated_policy_overrides(&parent.policy_view);
         // 4: the frozen header (L1).
-        let child_id = self.mint.session();
+        let child_id = spec.session.clone().unwrap_or_else(|| self.mint.session());
         let header = child_session_meta(
             &parent.header,
             child_id.clone(),
@@ -490,6 +490,7 @@ impl Host {
             timeout_ms: request.timeout_ms,
             budget: request.budget,
             workspace: request.workspace,
+            session: None,
         };
         let request_id = request
             .request_id

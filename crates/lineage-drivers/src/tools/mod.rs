@@ -16,6 +16,10 @@
 //! | `wait_for_children` | [`TurnAction::WaitChildren`] | the reports and settlements that arrived |
 //! | `apply_child_changes` | [`TurnAction::ApplyChildChanges`] (issue 39) | the paths changed in your files, or the conflicts (nothing written) |
 //!
+//! A client that declares MCP's tasks extension gets a one-shot `spawn_subagent` and a
+//! `wait_for_children` as tasks instead: a handle at once, then `tasks/get` and `tasks/cancel`
+//! ([`tasks`], A3).
+//!
 //! A refusal (depth exceeded, admission closed, unknown profile, not a child of yours, no turn
 //! running) is a tool error (`isError: true`) with one line a model can act on; malformed
 //! arguments too. Results are JSON text.
@@ -32,10 +36,14 @@
 //! | `tools/args.rs` | each tool's arguments ([`SpawnSubagent`], ...) and their enums ([`Shape`], [`ReportDelivery`], [`WaitFor`]) |
 //! | [`socket`] | the node's tools socket: a connection served as the session whose grant it presents |
 //! | [`http`] | the loopback HTTP endpoint for agents that take MCP over HTTP |
+//! | [`tasks`] | MCP tasks: task ids, their status and result (pure) |
+//! | `tools/task_calls.rs` | the calls answered with a task, `tasks/get`, `tasks/cancel` |
 
 mod args;
 pub mod http;
 pub mod socket;
+mod task_calls;
+pub mod tasks;
 
 pub use args::{
     ApplyChildChanges, InterruptChild, ListChildren, ReportDelivery, ReportToParent, SendToChild,
@@ -163,14 +171,17 @@ impl DelegationTools {
         })
     }
 
+    /// The one line for a call while no turn runs.
+    fn no_turn(&self) -> String {
+        format!(
+            "session {} takes no turn now: lineage's tools work only while you answer a prompt",
+            self.session
+        )
+    }
+
     /// Runs `action` in the session's running turn.
     async fn act(&self, action: TurnAction) -> Result<ActionOutcome, String> {
-        let ctx = self.slot.get().ok_or_else(|| {
-            format!(
-                "session {} takes no turn now: lineage's tools work only while you answer a prompt",
-                self.session
-            )
-        })?;
+        let ctx = self.slot.get().ok_or_else(|| self.no_turn())?;
         match ctx.act(action).await {
             ActionOutcome::Refused(why) => Err(why),
             outcome => Ok(outcome),
@@ -216,6 +227,85 @@ fn message_json(message: &TurnMessage) -> serde_json::Value {
     }
 }
 
+/// The child a `spawn_subagent` asks for; one line for a bad node id.
+fn child_spec(args: SpawnSubagent) -> Result<ChildSpec, String> {
+    let node = args
+        .node
+        .as_deref()
+        .map(NodeId::parse)
+        .transpose()
+        .map_err(|e| format!("node is not a node id ({e}); omit it to run the child anywhere"))?;
+    let shape = match args.shape {
+        Shape::OneShot => SubagentShape::OneShot,
+        Shape::Continuable => SubagentShape::Continuable,
+    };
+    Ok(ChildSpec {
+        shape,
+        agent: AgentSpec::Profile {
+            profile: args.profile,
+        },
+        prompt: args.prompt,
+        node,
+        label: args.label,
+        persona: args.persona,
+        tool_filter: args.tool_filter,
+        timeout_ms: args.timeout_ms,
+        budget: None,
+        workspace: args.workspace.map(|w| match w {
+            WorkspaceChoice::Inherit => SpawnWorkspace::Inherit,
+            WorkspaceChoice::Empty => SpawnWorkspace::Empty,
+        }),
+        session: None,
+    })
+}
+
+/// A spawn's answer: a one-shot child's output and stop reason, or a continuable child's id.
+fn born_json(outcome: ActionOutcome) -> serde_json::Value {
+    match outcome {
+        ActionOutcome::Born {
+            child,
+            result: Some(result),
+        } => {
+            let mut json = json!({
+                "child": child,
+                "output": result.output,
+                "stop_reason": result.stop_reason.as_str(),
+            });
+            let changed = result.changes.as_ref().map_or(0, |c| c.changed);
+            if let Some(sentence) = changes_sentence(&child, changed) {
+                json["changed_paths"] = json!(changed);
+                json["changes"] = json!(sentence);
+            }
+            json
+        }
+        ActionOutcome::Born {
+            child,
+            result: None,
+        } => json!({
+            "child": child,
+            "note": "running; its reports and result arrive later: call wait_for_children",
+        }),
+        other => json!({"outcome": format!("{other:?}")}),
+    }
+}
+
+/// The children and mode a `wait_for_children` names; one line for a bad child id.
+fn wait_args(args: WaitForChildren) -> Result<(Option<Vec<SessionId>>, WaitMode), String> {
+    let children = args
+        .children
+        .map(|list| {
+            list.iter()
+                .map(|c| session_arg("child", c))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let mode = match args.mode {
+        WaitFor::All => WaitMode::All,
+        WaitFor::Any => WaitMode::Any,
+    };
+    Ok((children, mode))
+}
+
 #[tool_router(router = tool_router)]
 impl DelegationTools {
     /// `spawn_subagent`.
@@ -227,64 +317,14 @@ impl DelegationTools {
         &self,
         Parameters(args): Parameters<SpawnSubagent>,
     ) -> Result<CallToolResult, ErrorData> {
-        let node = match args.node.as_deref().map(NodeId::parse).transpose() {
-            Ok(node) => node,
-            Err(e) => {
-                return answer(Err(format!(
-                    "node is not a node id ({e}); omit it to run the child anywhere"
-                )))
-            }
-        };
-        let shape = match args.shape {
-            Shape::OneShot => SubagentShape::OneShot,
-            Shape::Continuable => SubagentShape::Continuable,
-        };
-        let spec = ChildSpec {
-            shape,
-            agent: AgentSpec::Profile {
-                profile: args.profile,
-            },
-            prompt: args.prompt,
-            node,
-            label: args.label,
-            persona: args.persona,
-            tool_filter: args.tool_filter,
-            timeout_ms: args.timeout_ms,
-            budget: None,
-            workspace: args.workspace.map(|w| match w {
-                WorkspaceChoice::Inherit => SpawnWorkspace::Inherit,
-                WorkspaceChoice::Empty => SpawnWorkspace::Empty,
-            }),
+        let spec = match child_spec(args) {
+            Ok(spec) => spec,
+            Err(why) => return answer(Err(why)),
         };
         answer(
             self.act(TurnAction::Spawn(Box::new(spec)))
                 .await
-                .map(|outcome| match outcome {
-                    ActionOutcome::Born {
-                        child,
-                        result: Some(result),
-                    } => {
-                        let mut json = json!({
-                            "child": child,
-                            "output": result.output,
-                            "stop_reason": result.stop_reason.as_str(),
-                        });
-                        let changed = result.changes.as_ref().map_or(0, |c| c.changed);
-                        if let Some(sentence) = changes_sentence(&child, changed) {
-                            json["changed_paths"] = json!(changed);
-                            json["changes"] = json!(sentence);
-                        }
-                        json
-                    }
-                    ActionOutcome::Born {
-                        child,
-                        result: None,
-                    } => json!({
-                        "child": child,
-                        "note": "running; its reports and result arrive later: call wait_for_children",
-                    }),
-                    other => json!({"outcome": format!("{other:?}")}),
-                }),
+                .map(born_json),
         )
     }
 
@@ -409,27 +449,16 @@ impl DelegationTools {
         &self,
         Parameters(args): Parameters<WaitForChildren>,
     ) -> Result<CallToolResult, ErrorData> {
-        let children = match args
-            .children
-            .map(|list| {
-                list.iter()
-                    .map(|c| session_arg("child", c))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()
-        {
-            Ok(children) => children,
+        let timeout_ms = args.timeout_ms;
+        let (children, mode) = match wait_args(args) {
+            Ok(parsed) => parsed,
             Err(why) => return answer(Err(why)),
-        };
-        let mode = match args.mode {
-            WaitFor::All => WaitMode::All,
-            WaitFor::Any => WaitMode::Any,
         };
         answer(
             self.act(TurnAction::WaitChildren {
                 children,
                 mode,
-                timeout_ms: args.timeout_ms,
+                timeout_ms,
             })
             .await
             .map(|outcome| match outcome {
@@ -455,12 +484,46 @@ impl ServerHandler for DelegationTools {
         if let Some(why) = self.filtered(&request.name) {
             return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
         }
+        // A3: a client that takes tasks gets a handle for a long call.
+        if context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks())
+        {
+            if let Some(response) = self.call_as_task(&request).await {
+                return Ok(response);
+            }
+        }
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         self.tool_router.call(call).await
     }
 
+    /// `tasks/get` (A3): the task's children read from the registry and their logs.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.read_task(&request.task_id)
+            .await
+            .map(rmcp::model::GetTaskResult::new)
+    }
+
+    /// `tasks/cancel` (A3): interrupts the task's children still working.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel(&request.task_id).await
+    }
+
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut config = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        );
         config.instructions = Some(format!(
             "lineage delegation tools of session {}: start child agents, talk to them, wait for them, report to your parent.",
             self.session

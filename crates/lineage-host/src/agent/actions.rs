@@ -1,5 +1,6 @@
 //! Actions a turn asks for that go beyond the agent itself (M3, M4; H1): a followup to a child,
-//! an interrupt of a descendant, the list of its children, a wait for them.
+//! an interrupt of a descendant, the list of its children, a wait for them, one child read as an
+//! MCP task ([`super::child_task`], A3).
 //!
 //! Each runs beside the task as a [`Side`] future (a followup or interrupt may cross the bus to
 //! the child's node, which must not stop the task from serving its mailbox), and its outcome is
@@ -42,7 +43,7 @@ pub(super) enum SideDone {
 }
 
 impl AgentTask {
-    /// Starts `action` (one of the four served here) for the driver waiting on `reply`.
+    /// Starts `action` (one of those served here) for the driver waiting on `reply`.
     pub(super) async fn side_action(
         &mut self,
         action: TurnAction,
@@ -60,6 +61,9 @@ impl AgentTask {
             }
             TurnAction::Interrupt { child } => {
                 sides.push(interrupt(shared, session, child, reply));
+            }
+            TurnAction::ChildTask { child } => {
+                sides.push(super::child_task::read(shared, session, child, reply));
             }
             TurnAction::ListChildren => {
                 let reports = self

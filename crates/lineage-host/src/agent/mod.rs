@@ -11,6 +11,7 @@
 //! their kinds, for readers of a log.
 
 mod actions;
+mod child_task;
 pub(crate) mod cmd;
 pub(crate) mod composition;
 mod exec;

@@ -101,7 +101,10 @@ impl AgentTask {
         .await;
         self.turn_reply = None;
         let (ctx, mut requests) = TurnCtx::channel();
-        let ctx = ctx.with_output(stream.sink());
+        let mint = self.shared.mint.clone();
+        let ctx = ctx
+            .with_output(stream.sink())
+            .with_ids(std::sync::Arc::new(move || mint.session()));
         let input = TurnInput {
             turn_index: index,
             messages,
@@ -348,6 +351,7 @@ impl AgentTask {
             }
             side @ (TurnAction::Followup { .. }
             | TurnAction::Interrupt { .. }
+            | TurnAction::ChildTask { .. }
             | TurnAction::ListChildren
             | TurnAction::ApplyChildChanges { .. }
             | TurnAction::WaitChildren { .. }) => self.side_action(side, id, sides).await,
