@@ -10,6 +10,10 @@ JSON line on stdout (a stream prints one line per event, as it comes), an error 
     client.py cancel URL TOKEN ID
     client.py subscribe URL TOKEN ID
     client.py raw URL TOKEN BODY       (a hand-made JSON-RPC body: the HTTP status and reply)
+    client.py push-set URL TOKEN TASK WEBHOOK [--id ID] [--push-token T] [--bearer B]
+    client.py push-get URL TOKEN TASK ID
+    client.py push-list URL TOKEN TASK
+    client.py push-delete URL TOKEN TASK ID
 
 TOKEN `-` sends no Authorization header. URL is the agent's base URL (its card is at
 URL/.well-known/agent-card.json).
@@ -26,7 +30,12 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import (
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    TaskPushNotificationConfig,
     GetTaskRequest,
     ListTasksRequest,
     Message,
@@ -103,6 +112,31 @@ async def run(args):
     elif args.op == "subscribe":
         async for event in c.subscribe(SubscribeToTaskRequest(id=args.id)):
             emit("event", {"event": MessageToDict(event)})
+    elif args.op == "push-set":
+        config = TaskPushNotificationConfig(task_id=args.task, url=args.webhook)
+        if args.id:
+            config.id = args.id
+        if args.push_token:
+            config.token = args.push_token
+        if args.bearer:
+            config.authentication.CopyFrom(AuthenticationInfo(scheme="Bearer", credentials=args.bearer))
+        made = await c.create_task_push_notification_config(config)
+        emit("push", {"config": MessageToDict(made)})
+    elif args.op == "push-get":
+        got = await c.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=args.task, id=args.id)
+        )
+        emit("push", {"config": MessageToDict(got)})
+    elif args.op == "push-list":
+        listed = await c.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=args.task)
+        )
+        emit("push", {"list": MessageToDict(listed)})
+    elif args.op == "push-delete":
+        await c.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=args.task, id=args.id)
+        )
+        emit("push", {"deleted": args.id})
     await c.close()
 
 
@@ -128,6 +162,24 @@ def main():
     s.add_argument("token")
     s.add_argument("--context")
     s.add_argument("--status")
+    s = sub.add_parser("push-set")
+    s.add_argument("url")
+    s.add_argument("token")
+    s.add_argument("task")
+    s.add_argument("webhook")
+    s.add_argument("--id")
+    s.add_argument("--push-token")
+    s.add_argument("--bearer")
+    for op in ("push-get", "push-delete"):
+        s = sub.add_parser(op)
+        s.add_argument("url")
+        s.add_argument("token")
+        s.add_argument("task")
+        s.add_argument("id")
+    s = sub.add_parser("push-list")
+    s.add_argument("url")
+    s.add_argument("token")
+    s.add_argument("task")
     s = sub.add_parser("raw")
     s.add_argument("url")
     s.add_argument("token")

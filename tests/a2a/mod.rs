@@ -36,9 +36,15 @@ impl Gateway {
 
     /// On `port`, once it serves (its first line printed).
     pub fn start_on(c: &Cluster, port: u16) -> Gateway {
+        Gateway::start_with(c, port, &[])
+    }
+
+    /// On `port` with more arguments of `lineage a2a`.
+    pub fn start_with(c: &Cluster, port: u16, extra: &[&str]) -> Gateway {
         let mut child = Command::new(lineage_bin())
             .args(["--nats", &c.nats.url(), "--cluster", &c.cluster])
             .args(["a2a", "--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env("LINEAGE_A2A_TOKEN", TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

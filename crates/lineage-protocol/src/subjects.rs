@@ -148,6 +148,12 @@ impl Subjects {
         format!("LINEAGE_{}_WORKSPACES", self.stream_token())
     }
 
+    /// `LINEAGE_<CLUSTER>_A2A_PUSH`: the Key-Value bucket of the A2A gateways' push
+    /// notification configs and what each has delivered (issue 38, A1).
+    pub fn a2a_push_bucket(&self) -> String {
+        format!("LINEAGE_{}_A2A_PUSH", self.stream_token())
+    }
+
     /// `LINEAGE_<CLUSTER>_EVENTS`: the JetStream stream of session event logs.
     pub fn events_stream(&self) -> String {
         format!("LINEAGE_{}_EVENTS", self.stream_token())

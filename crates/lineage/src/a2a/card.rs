@@ -1,5 +1,5 @@
 //! An A2A profile's Agent Card, pure (A1): its name and description from the profile, one
-//! skill, JSON-RPC at the agent's URL, streaming on, push notifications off, and the bearer
+//! skill, JSON-RPC at the agent's URL, streaming and push notifications on, and the bearer
 //! scheme when the gateway asks for a token.
 
 use std::collections::HashMap;
@@ -40,7 +40,7 @@ pub(crate) fn card_of(profile: &ProfileInfo, url: &str, bearer: bool) -> AgentCa
         supported_interfaces: vec![AgentInterface::new(url, TRANSPORT_PROTOCOL_JSONRPC)],
         capabilities: AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(true),
             extensions: None,
             extended_agent_card: None,
         },

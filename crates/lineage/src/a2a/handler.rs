@@ -7,7 +7,7 @@
 //! followup under the same id; it answers when the turn that took the message ends (or at
 //! once with `returnImmediately`). Streaming and `SubscribeToTask` follow the log
 //! ([`super::follow`]). `CancelTask` drains the task's subtree, children first.
-//! Push notifications are not offered (the card says so).
+//! Push notification configs are [`super::push`]'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +48,10 @@ pub(crate) struct Cluster {
     pub(crate) control: ControlClient,
     pub(crate) registry: RegistryClient,
     pub(crate) logs: EventLogStore,
+    /// The push notification configs (and what each was sent).
+    pub(crate) push: super::push::store::PushStore,
+    /// Whether push URLs on loopback and private networks are allowed (`--push-allow-private`).
+    pub(crate) push_allow_private: bool,
     /// How long a blocking `SendMessage` (or a stream) waits for its turn.
     pub(crate) turn_timeout: Duration,
 }
@@ -307,10 +311,6 @@ fn spawn_request(profile: &str, text: String, request_id: RequestId) -> SpawnReq
     }
 }
 
-fn no_push() -> A2AError {
-    A2AError::push_notification_not_supported()
-}
-
 #[async_trait]
 impl RequestHandler for Agent {
     async fn send_message(
@@ -404,33 +404,36 @@ impl RequestHandler for Agent {
     async fn create_push_config(
         &self,
         _params: &ServiceParams,
-        _req: TaskPushNotificationConfig,
+        req: TaskPushNotificationConfig,
     ) -> Result<TaskPushNotificationConfig, A2AError> {
-        Err(no_push())
+        self.create_push(req).await
     }
 
     async fn get_push_config(
         &self,
         _params: &ServiceParams,
-        _req: GetTaskPushNotificationConfigRequest,
+        req: GetTaskPushNotificationConfigRequest,
     ) -> Result<TaskPushNotificationConfig, A2AError> {
-        Err(no_push())
+        self.get_push(req.task_id.as_str(), &req.id).await
     }
 
     async fn list_push_configs(
         &self,
         _params: &ServiceParams,
-        _req: ListTaskPushNotificationConfigsRequest,
+        req: ListTaskPushNotificationConfigsRequest,
     ) -> Result<ListTaskPushNotificationConfigsResponse, A2AError> {
-        Err(no_push())
+        Ok(ListTaskPushNotificationConfigsResponse {
+            configs: self.list_push(req.task_id.as_str()).await?,
+            next_page_token: None,
+        })
     }
 
     async fn delete_push_config(
         &self,
         _params: &ServiceParams,
-        _req: DeleteTaskPushNotificationConfigRequest,
+        req: DeleteTaskPushNotificationConfigRequest,
     ) -> Result<(), A2AError> {
-        Err(no_push())
+        self.delete_push(req.task_id.as_str(), &req.id).await
     }
 
     async fn get_extended_agent_card(

@@ -16,6 +16,7 @@
 //! | [`handler`] | the operations, over the registry, the logs and the control service |
 //! | [`follow`] | a blocking send's wait, and the streams, following the log |
 //! | [`list`] | `ListTasks`, paged by the registry's listing |
+//! | [`push`] | push notifications: the configs in a NATS bucket, delivered once per state change |
 //!
 //! The gateway keeps no task state: every answer is read from the cluster, so gateways can run
 //! side by side behind one address, and one that dies loses nothing (a client subscribes again
@@ -25,12 +26,13 @@
 //! Auth fails closed: every JSON-RPC call needs `Authorization: Bearer <token>` (the token from
 //! `LINEAGE_A2A_TOKEN` or `--token-file`), which the cards declare; without a token the gateway
 //! does not start unless `--allow-anonymous` says so (and then only on a loopback address).
-//! Push notifications are not offered (`capabilities.pushNotifications` is false).
+//! Push notifications are on (`capabilities.pushNotifications`): [`push`].
 
 pub mod card;
 pub mod follow;
 pub mod handler;
 pub mod list;
+pub mod push;
 pub mod task;
 
 use std::net::SocketAddr;
@@ -74,6 +76,13 @@ pub struct Args {
     /// task is answered as it is (still working).
     #[arg(long, default_value_t = 1800)]
     pub turn_timeout_s: u64,
+    /// Let push notification webhooks be on loopback or private addresses (trusted networks
+    /// and tests only: a client could make the gateway call anything it reaches).
+    #[arg(long)]
+    pub push_allow_private: bool,
+    /// Replicas of the push config bucket (1, or 3 on a clustered NATS).
+    #[arg(long, default_value_t = 1)]
+    pub push_replicas: usize,
 }
 
 /// The bearer token: `--token-file`, else LINEAGE_A2A_TOKEN; `None` with `--allow-anonymous`.
@@ -162,13 +171,40 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             "no live node offers a profile with a2a = true; mark one in its [agents.NAME] table and restart the node",
         ));
     }
+    if !matches!(args.push_replicas, 1..=5) {
+        return Err(usage(format!(
+            "--push-replicas {} is not 1 to 5; give 1, or 3 on a clustered NATS",
+            args.push_replicas
+        )));
+    }
     let logs = EventLogStore::reader(control.nats().clone(), subjects(g)?);
+    let push = push::store::PushStore::open(
+        control.nats().clone(),
+        subjects(g)?.a2a_push_bucket(),
+        args.push_replicas,
+    )
+    .await
+    .map_err(|e| ControlError::new(ErrorCode::Unavailable, e.message))?;
     let shared = Arc::new(Cluster {
         control,
         registry,
         logs,
+        push: push.clone(),
+        push_allow_private: args.push_allow_private,
         turn_timeout: Duration::from_secs(args.turn_timeout_s.max(1)),
     });
+    let sender = a2a_server::HttpPushSender::new(Some(a2a_server::HttpPushSenderConfig {
+        timeout: Duration::from_secs(10),
+        fail_on_error: true,
+        validate_urls: !args.push_allow_private,
+    }));
+    let stop_push = tokio_util::sync::CancellationToken::new();
+    let delivering = tokio::spawn(push::deliver::run(
+        shared.clone(),
+        push,
+        sender,
+        stop_push.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         ControlError::new(
             ErrorCode::Unavailable,
@@ -185,12 +221,14 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         names.join(", ")
     );
     let app = router(shared, &profiles, &public, token);
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(crate::client::wait_for_signal())
-        .await
-        .map_err(|e| {
-            ControlError::new(ErrorCode::Internal, format!("the A2A gateway stopped: {e}"))
-        })
+        .await;
+    stop_push.cancel();
+    let _ = delivering.await;
+    served.map_err(|e| {
+        ControlError::new(ErrorCode::Internal, format!("the A2A gateway stopped: {e}"))
+    })
 }
 
 /// The routes: per profile its card (public) and its JSON-RPC endpoint (behind the token).

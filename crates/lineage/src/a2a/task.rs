@@ -205,7 +205,7 @@ pub(crate) fn task_state(
 }
 
 /// The status message of a task in `state`: the last reply, or why the last turn failed.
-fn status_message(
+pub(crate) fn status_message(
     task_id: &str,
     context_id: &str,
     state: &TaskState,
