@@ -201,8 +201,8 @@ fn a1_the_python_a2a_sdk_sends_streams_gets_lists_and_cancels_tasks() {
         ),
         (
             r#"{"jsonrpc":"2.0","id":7,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"x","url":"http://127.0.0.1:9/"}}"#,
-            -32003,
-            "",
+            -32602,
+            "--push-allow-private",
         ),
     ] {
         let reply = ok(&["raw", &helper, TOKEN, body]);
