@@ -20,6 +20,9 @@
 //! - A prompt with `tool: NAME {json}` lines calls those tools, in order, on the stdio MCP
 //!   server named `lineage` that its session was given ([`tools`]), and replies with one
 //!   `tool NAME: <result>` line each (instead of the echo).
+//! - The prompt `mcp-servers` replies with the MCP servers its session was given: `mcp servers:`
+//!   then one line each, `NAME stdio|http URL-or-program [HEADER=<N chars>, ...]` (header values
+//!   are never shown, only their lengths).
 //! - A prompt with `sh: COMMAND` lines (and no `tool:` line) runs each with `/bin/sh -c` and
 //!   replies with their exit codes and output ([`shell`]): a hosted agent's shell tool.
 
@@ -302,7 +305,11 @@ async fn main() {
                             .collect::<Vec<_>>()
                             .join("\n");
                         let bench = tools::bench_directive(&text);
-                        let tool_reply = if let Some((n, directive)) = bench {
+                        let tool_reply = if plain.trim() == "mcp-servers" {
+                            let servers =
+                                lock(&state).servers.get(&id).cloned().unwrap_or_default();
+                            Some(tools::describe(&servers))
+                        } else if let Some((n, directive)) = bench {
                             let servers =
                                 lock(&state).servers.get(&id).cloned().unwrap_or_default();
                             Some(match tools::parse(&directive, None) {

@@ -94,6 +94,25 @@ pub fn servers(servers: &[McpServer], http_only: bool) -> Vec<ToolServer> {
         .collect()
 }
 
+/// What the session was given, one line a server (header values as their lengths only).
+pub fn describe(servers: &[ToolServer]) -> String {
+    let mut lines = vec!["mcp servers:".to_owned()];
+    for server in servers {
+        lines.push(match server {
+            ToolServer::Stdio(s) => format!("{} stdio {}", s.name, s.command.display()),
+            ToolServer::Http(s) => {
+                let headers: Vec<String> = s
+                    .headers
+                    .iter()
+                    .map(|(n, v)| format!("{n}=<{} chars>", v.len()))
+                    .collect();
+                format!("{} http {} [{}]", s.name, s.url, headers.join(", "))
+            }
+        });
+    }
+    lines.join("\n")
+}
+
 /// The `tool:` directive lines of a prompt, in order (parsed when they run: see [`parse`]).
 pub fn directives(text: &str) -> Vec<String> {
     text.lines()

@@ -383,6 +383,10 @@ pub struct DriverComposition {
     /// (relative, no `..`). `None`: the working directory itself (always for a child, which
     /// works in its own).
     pub cwd: Option<std::path::PathBuf>,
+    /// A root's editor's MCP servers (HTTP only, issue 38): the ACP driver adds them to the
+    /// agent's `mcpServers` when its profile has `pass_mcp_servers = true` and the agent
+    /// takes MCP over HTTP. Empty for a child and after a cold resume.
+    pub mcp_servers: Vec<lineage_protocol::editor_mcp::PassedMcpServer>,
 }
 
 impl DriverComposition {

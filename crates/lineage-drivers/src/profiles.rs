@@ -108,6 +108,11 @@ pub struct AgentProfile {
     /// remote agent wants (read when a session starts; never logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_env: Option<String>,
+    /// Whether a root opened through an editor (`lineage acp`) also gets the editor's MCP
+    /// servers that are reached over HTTP, next to lineage's tools (issue 38). False when
+    /// absent: an agent reaches only what the operator gave it.
+    #[serde(default)]
+    pub pass_mcp_servers: bool,
 }
 
 fn yes() -> bool {
@@ -167,6 +172,7 @@ impl AgentProfile {
             a2a: false,
             url: None,
             bearer_env: None,
+            pass_mcp_servers: false,
         }
     }
 }
@@ -248,6 +254,8 @@ pub struct AcpLaunch {
     pub workspace_caps: lineage_workspace::Caps,
     /// Whether a root may start in a client's upload (the profile's `workspace_uploads`).
     pub workspace_uploads: bool,
+    /// Whether a root gets its editor's HTTP MCP servers (the profile's `pass_mcp_servers`).
+    pub pass_mcp_servers: bool,
 }
 
 /// The keys of a profile's `modes`: the policies a session can run under (C4).

@@ -241,6 +241,9 @@ impl Shared {
                 resumed: true,
                 has_children: !record.children.is_empty(),
                 one_shot: None,
+                // The editor's servers were never written down (their headers are its
+                // credentials): a resumed root runs with lineage's tools only.
+                mcp_servers: Vec::new(),
                 epoch: Some(placement.epoch),
                 idle_ttl: agent.idle_ttl_ms,
                 usage: record.usage.as_deref().cloned(),

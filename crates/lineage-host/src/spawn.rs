@@ -319,6 +319,8 @@ impl Shared {
         self.lifetime.check_running()?;
         let session = self.mint.session();
         lineage_drivers::profiles::request_subdir(request.cwd.as_deref())?;
+        lineage_protocol::editor_mcp::check_passed_servers(&request.mcp_servers)
+            .map_err(HostError::BadRequest)?;
         let deadline = request.timeout_ms.map(|t| t.deadline_from(self.now()));
         let header = SessionHeader::top_level(session.clone(), request.cwd, request.preset)
             .with_deadline(deadline);
@@ -359,6 +361,7 @@ impl Shared {
                     self.cfg.idle_root,
                 ),
                 wake_on: request.wake_on,
+                mcp_servers: request.mcp_servers,
             },
             workspace,
         };
@@ -463,6 +466,11 @@ impl Host {
         if request.idle_ttl_ms.is_some() {
             return Err(HostError::BadRequest(
                 "an idle TTL ends a top-level session's tree; a child ends with its parent: leave --idle-ttl out, or spawn without --parent".to_owned(),
+            ));
+        }
+        if !request.mcp_servers.is_empty() {
+            return Err(HostError::BadRequest(
+                "mcp_servers are an editor's, for the root of its session; a child gets lineage's tools only: leave them out, or spawn without a parent".to_owned(),
             ));
         }
         let handle = self.shared.live.handle(&parent);

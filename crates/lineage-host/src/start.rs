@@ -247,13 +247,18 @@ impl Shared {
             parent.as_ref(),
             parent.as_ref().is_some_and(|p| self.live.is_live(p)),
         );
-        let (idle_ttl, wake_on) = match &kind {
+        let (idle_ttl, wake_on, mcp_servers) = match &kind {
             BirthKind::TopLevel {
                 idle_ttl_ms,
                 wake_on,
+                mcp_servers,
                 ..
-            } => (*idle_ttl_ms, wake_on.unwrap_or_default()),
-            BirthKind::Child { .. } => (None, Default::default()),
+            } => (
+                *idle_ttl_ms,
+                wake_on.unwrap_or_default(),
+                mcp_servers.clone(),
+            ),
+            BirthKind::Child { .. } => (None, Default::default(), Vec::new()),
         };
         let (descriptor, run) = match kind {
             BirthKind::Child {
@@ -304,6 +309,7 @@ impl Shared {
                 usage: None,
                 wake_on,
                 one_shot: result_tx,
+                mcp_servers,
             },
         )
         .await?;

@@ -293,7 +293,9 @@ fn acp_driver(
         }
         driver = driver.with_sandbox(plan);
     }
-    Ok(driver.with_tools_over_stdio(launch.tools_stdio))
+    Ok(driver
+        .with_tools_over_stdio(launch.tools_stdio)
+        .with_editor_mcp_servers(launch.pass_mcp_servers))
 }
 
 /// What every sandbox of the node shows besides the profile's: the tools socket and the
@@ -338,4 +340,5 @@ fn warmed_driver(launch: AcpLaunch, warm: lineage_drivers::acp::WarmSandbox) -> 
     driver
         .with_warm_sandbox(warm)
         .with_tools_over_stdio(launch.tools_stdio)
+        .with_editor_mcp_servers(launch.pass_mcp_servers)
 }

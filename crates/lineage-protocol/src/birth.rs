@@ -60,6 +60,10 @@ pub enum BirthKind {
         /// What wakes it into a turn (absent: `every`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wake_on: Option<lineage_core::engine::WakeOn>,
+        /// Its editor's MCP servers for its agent (issue 38): carried to the hosting node,
+        /// never written to its log.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mcp_servers: Vec<crate::editor_mcp::PassedMcpServer>,
     },
     /// A child of a live parent.
     Child {

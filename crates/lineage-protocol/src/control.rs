@@ -148,6 +148,11 @@ pub struct SpawnRequest {
     /// `inherit` (the default when its parent has a workspace) or `empty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<crate::workspace::SpawnWorkspace>,
+    /// A top-level session's editor's MCP servers (HTTP only) for its agent, next to lineage's
+    /// tools, when its profile has `pass_mcp_servers = true` (issue 38; `lineage acp` fills
+    /// it). Never written down: a cold resume starts the agent without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::editor_mcp::PassedMcpServer>,
 }
 
 impl SpawnRequest {
@@ -174,6 +179,7 @@ impl SpawnRequest {
             idle_ttl_ms: None,
             wake_on: None,
             workspace: None,
+            mcp_servers: Vec::new(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! | [`sandbox`] | the launch line a node writes to its warm sandbox's `lineage-sandbox-exec` | V2 |
 //! | [`tools`] | the tools socket's contract between a hosting node and `lineage mcp` | T1, T5 |
 //! | [`approval`] | a hosted root's permission request asked through the front door, and the answer | C2, C4 |
+//! | [`editor_mcp`] | an editor's HTTP MCP servers passed on to its ACP session's root agent | issue 38 |
 //! | [`workspace`] | [`workspace::SpawnWorkspace`]: the files a spawn gives a new session | C1, issue 39 |
 //! | [`error`] | [`ProtocolError`], the crate's one error enum | |
 //!
@@ -29,6 +30,7 @@ pub mod agent;
 pub mod approval;
 pub mod birth;
 pub mod control;
+pub mod editor_mcp;
 pub mod envelope;
 pub mod error;
 pub mod sandbox;

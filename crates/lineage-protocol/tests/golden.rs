@@ -75,6 +75,7 @@ fn n3_spawn_request_is_pinned_and_has_no_routing_field() {
         idle_ttl_ms: None,
         wake_on: None,
         workspace: Some(lineage_protocol::workspace::SpawnWorkspace::Inherit),
+        mcp_servers: Vec::new(),
     };
     pin(
         &full,
@@ -178,6 +179,7 @@ fn n3_start_request_is_pinned() {
             policy: Default::default(),
             idle_ttl_ms: None,
             wake_on: None,
+            mcp_servers: Vec::new(),
         },
         workspace: None,
     };

@@ -134,6 +134,8 @@ struct Settings {
     modes: SessionModes,
     /// The tools over the stdio bridge even to an agent that takes HTTP.
     tools_stdio: bool,
+    /// Whether a root's editor's HTTP MCP servers go to the agent (issue 38).
+    pass_mcp_servers: bool,
     /// Who a root opened through an editor asks (C4).
     approver: Option<Approver>,
     /// The session's sandbox (V2), when it runs in one.
@@ -225,6 +227,7 @@ impl AcpDriver {
                 tools: None,
                 modes: SessionModes::new(),
                 tools_stdio: false,
+                pass_mcp_servers: false,
                 approver: None,
                 sandbox: None,
                 uid_lease: None,
@@ -313,6 +316,13 @@ impl AcpDriver {
     /// Gives the agent its tools over the stdio bridge (`lineage mcp`) even when it takes HTTP.
     pub fn with_tools_over_stdio(mut self, stdio: bool) -> Self {
         self.settings.tools_stdio = stdio || self.settings.sandbox.is_some();
+        self
+    }
+
+    /// Whether a root's editor's HTTP MCP servers ([`crate::driver::DriverComposition::mcp_servers`])
+    /// go to the agent, next to lineage's tools (the profile's `pass_mcp_servers`, issue 38).
+    pub fn with_editor_mcp_servers(mut self, pass: bool) -> Self {
+        self.settings.pass_mcp_servers = pass;
         self
     }
 

@@ -146,6 +146,12 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
     } else {
         ToolsTransport::Stdio
     };
+    let editor = editor_servers(
+        settings,
+        &start.composition,
+        response.agent_capabilities.mcp_capabilities.http,
+        &session,
+    );
 
     // Open the session: load it on a cold resume when possible, else a new one.
     let recorded = if start.resumed {
@@ -154,7 +160,19 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         None
     };
     let loaded = match (can_load, recorded) {
-        (true, Some(id)) => load(settings, transport, &instructions, &cx, &cwd, &session, id).await,
+        (true, Some(id)) => {
+            load(
+                settings,
+                transport,
+                &editor,
+                &instructions,
+                &cx,
+                &cwd,
+                &session,
+                id,
+            )
+            .await
+        }
         _ => None,
     };
     let was_loaded = loaded.is_some();
@@ -162,7 +180,13 @@ pub(super) async fn open(settings: &Settings, start: &DriverStart) -> Result<Liv
         Some(loaded) => loaded,
         None => {
             let new = cx
-                .build_session_from(new_session(settings, transport, &instructions, &cwd))
+                .build_session_from(new_session(
+                    settings,
+                    transport,
+                    &editor,
+                    &instructions,
+                    &cwd,
+                ))
                 .block_task()
                 .start_session();
             match tokio::time::timeout(settings.init_timeout, new).await {
@@ -253,11 +277,12 @@ impl Instructions {
 fn new_session(
     settings: &Settings,
     transport: ToolsTransport,
+    editor: &[McpServer],
     instructions: &Instructions,
     cwd: &std::path::Path,
 ) -> NewSessionRequest {
     NewSessionRequest::new(cwd)
-        .mcp_servers(tools_servers(settings, transport))
+        .mcp_servers(session_servers(settings, transport, editor))
         .system_prompt(instructions.system_prompt())
 }
 
@@ -346,6 +371,57 @@ async fn spawn(
 /// lineage's tools as one MCP server entry: over HTTP to an agent that declared it (when the
 /// node serves HTTP), else the stdio bridge every agent supports; none when the session's
 /// profile has no tools.
+/// The session's `mcpServers`: lineage's tools, then the editor's passed servers.
+fn session_servers(
+    settings: &Settings,
+    transport: ToolsTransport,
+    editor: &[McpServer],
+) -> Vec<McpServer> {
+    let mut servers = tools_servers(settings, transport);
+    servers.extend(editor.iter().cloned());
+    servers
+}
+
+/// A root's editor's servers, as the agent gets them: only when the profile passes them
+/// (`pass_mcp_servers`) and the agent takes MCP over HTTP (`mcpCapabilities.http`); what is
+/// left out is one log line (names only: the headers are the editor's credentials).
+fn editor_servers(
+    settings: &Settings,
+    composition: &DriverComposition,
+    agent_takes_http: bool,
+    session: &str,
+) -> Vec<McpServer> {
+    let passed = &composition.mcp_servers;
+    if passed.is_empty() {
+        return Vec::new();
+    }
+    let names: Vec<&str> = passed.iter().map(|s| s.name.as_str()).collect();
+    if !settings.pass_mcp_servers || !agent_takes_http {
+        tracing::info!(
+            session,
+            servers = ?names,
+            reason = match settings.pass_mcp_servers {
+                false => "the profile does not pass an editor's servers (pass_mcp_servers = false)",
+                true => "the agent does not take MCP over HTTP (no mcpCapabilities.http)",
+            },
+            "the editor's MCP servers are not given to the agent"
+        );
+        return Vec::new();
+    }
+    tracing::info!(session, servers = ?names, "the editor's MCP servers given to the agent");
+    passed
+        .iter()
+        .map(|s| {
+            let headers = s
+                .headers
+                .iter()
+                .map(|h| HttpHeader::new(h.name.clone(), h.value.clone()))
+                .collect();
+            McpServer::Http(McpServerHttp::new(s.name.clone(), s.url.clone()).headers(headers))
+        })
+        .collect()
+}
+
 fn tools_servers(settings: &Settings, transport: ToolsTransport) -> Vec<McpServer> {
     let Some(tools) = &settings.tools else {
         return Vec::new();
@@ -397,9 +473,11 @@ fn working_dir(
 
 /// Loads the agent's session `id` (`session/load`), discarding the history the agent replays
 /// before it answers; `None` (logged) when the agent cannot, so a new session is opened.
+#[allow(clippy::too_many_arguments)]
 async fn load(
     settings: &Settings,
     transport: ToolsTransport,
+    editor: &[McpServer],
     instructions: &Instructions,
     cx: &ConnectionTo<Agent>,
     cwd: &std::path::Path,
@@ -409,7 +487,7 @@ async fn load(
     // The tools again: a resumed session has a new grant (and so a new secret); and the
     // instructions again, for an agent that takes them on a load.
     let request = LoadSessionRequest::new(id.clone(), cwd)
-        .mcp_servers(tools_servers(settings, transport))
+        .mcp_servers(session_servers(settings, transport, editor))
         .system_prompt(instructions.system_prompt());
     let load = cx.load_session_from(request).block_task().start_session();
     let (mut active, modes) = match tokio::time::timeout(settings.init_timeout, load).await {

@@ -87,6 +87,7 @@ impl AgentProfiles {
                     sandbox,
                     workspace_caps: Default::default(),
                     workspace_uploads: true,
+                    pass_mcp_servers: false,
                 })))
             }
             AgentSpec::Profile { profile } => {
@@ -147,6 +148,7 @@ impl AgentProfiles {
                             sandbox,
                             workspace_caps: p.workspace_caps(),
                             workspace_uploads: p.workspace_uploads,
+                            pass_mcp_servers: p.pass_mcp_servers,
                         })))
                     }
                 }

@@ -32,5 +32,9 @@ pub(crate) fn driver_composition(init: &AgentInit) -> lineage_drivers::driver::D
                 .ok()
                 .flatten(),
         },
+        mcp_servers: match delegated {
+            true => Vec::new(),
+            false => init.mcp_servers.clone(),
+        },
     }
 }

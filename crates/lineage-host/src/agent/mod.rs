@@ -78,6 +78,9 @@ pub(crate) struct AgentInit {
     pub(crate) usage: Option<lineage_core::usage::SessionUsage>,
     /// What wakes it into a turn (a top-level session's choice, from its agent record).
     pub(crate) wake_on: lineage_core::engine::WakeOn,
+    /// A root's editor's MCP servers (issue 38): from its birth only, never written down (a
+    /// cold resume has none).
+    pub(crate) mcp_servers: Vec<lineage_protocol::editor_mcp::PassedMcpServer>,
 }
 
 /// Who waits for an engine answer.

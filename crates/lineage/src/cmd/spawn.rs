@@ -280,6 +280,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<i32, ControlError> {
         idle_ttl_ms,
         wake_on: None,
         workspace,
+        mcp_servers: Vec::new(),
     };
     let wanted = request.node.clone();
     let reply = control(g).await?.spawn(&request).await;
