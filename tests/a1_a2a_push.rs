@@ -159,7 +159,7 @@ fn a1_each_state_change_is_pushed_once_across_a_node_and_a_gateway_loss() {
         ),
         (
             a.url("helper"),
-            vec![id.as_str(), "https://h.example.com/", "--id", "a.b"],
+            vec![id.as_str(), "http://h.example.com/", "--id", "a.b"],
             "push config id",
         ),
         (

@@ -16,12 +16,15 @@ JSON line on stdout (a stream prints one line per event, as it comes), an error 
     client.py push-delete URL TOKEN TASK ID
 
 TOKEN `-` sends no Authorization header. URL is the agent's base URL (its card is at
-URL/.well-known/agent-card.json).
+URL/.well-known/agent-card.json). Over https, A2A_CA names the CA file to trust, and A2A_CERT
+and A2A_KEY a client certificate to show (mutual TLS).
 """
 
 import argparse
 import asyncio
 import json
+import os
+import ssl
 import sys
 import uuid
 
@@ -54,7 +57,12 @@ def emit(kind, body):
 
 def http_client(token):
     headers = {} if token == "-" else {"Authorization": f"Bearer {token}"}
-    return httpx.AsyncClient(headers=headers, timeout=180)
+    tls = {}
+    if os.environ.get("A2A_CA"):
+        tls["verify"] = ssl.create_default_context(cafile=os.environ["A2A_CA"])
+        if os.environ.get("A2A_CERT"):
+            tls["verify"].load_cert_chain(os.environ["A2A_CERT"], os.environ["A2A_KEY"])
+    return httpx.AsyncClient(headers=headers, timeout=180, **tls)
 
 
 async def client(url, token, streaming):

@@ -16,6 +16,7 @@
 //! | [`handler`] | the operations, over the registry, the logs and the control service |
 //! | [`follow`] | a blocking send's wait, and the streams, following the log |
 //! | [`list`] | `ListTasks`, paged by the registry's listing |
+//! | `tls.rs` | HTTPS and mutual TLS (`--tls-cert`, `--tls-key`, `--client-ca`) |
 //! | [`push`] | push notifications: the configs in a NATS bucket, delivered once per state change |
 //!
 //! The gateway keeps no task state: every answer is read from the cluster, so gateways can run
@@ -24,8 +25,10 @@
 //! the node: it speaks for the cluster, needs no agent slots, and scales apart from the nodes.
 //!
 //! Auth fails closed: every JSON-RPC call needs `Authorization: Bearer <token>` (the token from
-//! `LINEAGE_A2A_TOKEN` or `--token-file`), which the cards declare; without a token the gateway
-//! does not start unless `--allow-anonymous` says so (and then only on a loopback address).
+//! `LINEAGE_A2A_TOKEN` or `--token-file`), or a client certificate signed by `--client-ca`
+//! (mutual TLS, checked in the handshake), or both when both are given; the cards declare what
+//! is asked. With neither the gateway does not start unless `--allow-anonymous` says so (and
+//! then only on a loopback address).
 //! Push notifications are on (`capabilities.pushNotifications`): [`push`].
 
 pub mod card;
@@ -34,6 +37,7 @@ pub mod handler;
 pub mod list;
 pub mod push;
 pub mod task;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,9 +87,20 @@ pub struct Args {
     /// Replicas of the push config bucket (1, or 3 on a clustered NATS).
     #[arg(long, default_value_t = 1)]
     pub push_replicas: usize,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Mutual TLS: every client must show a certificate signed by this CA (PEM); the cards
+    /// declare the mtls scheme, and a client certificate authenticates without a token.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
-/// The bearer token: `--token-file`, else LINEAGE_A2A_TOKEN; `None` with `--allow-anonymous`.
+/// The bearer token: `--token-file`, else LINEAGE_A2A_TOKEN; `None` with `--allow-anonymous`,
+/// or with mutual TLS and no token given (the client certificate authenticates).
 fn token_of(args: &Args, addr: &SocketAddr) -> Result<Option<String>, ControlError> {
     let from_file = match &args.token_file {
         Some(path) => Some(
@@ -109,8 +124,9 @@ fn token_of(args: &Args, addr: &SocketAddr) -> Result<Option<String>, ControlErr
             "--allow-anonymous on {addr} would let anyone reachable start agents; listen on 127.0.0.1 or give a token"
         ))),
         (None, true) => Ok(None),
+        (None, false) if args.client_ca.is_some() => Ok(None),
         (None, false) => Err(usage(
-            "lineage a2a needs a bearer token: set LINEAGE_A2A_TOKEN or --token-file (or --allow-anonymous on 127.0.0.1)",
+            "lineage a2a needs a bearer token or client certificates: set LINEAGE_A2A_TOKEN or --token-file, or --client-ca with --tls-cert (or --allow-anonymous on 127.0.0.1)",
         )),
     }
 }
@@ -149,7 +165,24 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
             args.listen
         ))
     })?;
+    if args.allow_anonymous && args.client_ca.is_some() {
+        return Err(usage(
+            "--allow-anonymous and --client-ca contradict each other; give one",
+        ));
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::server_config(&tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca.clone(),
+        })?),
+        _ => None,
+    };
     let token = token_of(&args, &addr)?;
+    let scheme = match tls.is_some() {
+        true => "https",
+        false => "http",
+    };
     let public = match &args.public_url {
         Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
             url.trim_end_matches('/').to_owned()
@@ -159,7 +192,7 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
                 "--public-url {url:?} is not an http(s) URL; give the address clients use, e.g. https://agents.example.com"
             )))
         }
-        None => format!("http://{addr}"),
+        None => format!("{scheme}://{addr}"),
     };
     let _telemetry = crate::telemetry::init(None);
     let control = crate::client::control(g).await?;
@@ -212,18 +245,36 @@ pub(crate) async fn run(g: &Global, args: Args) -> Result<(), ControlError> {
         )
     })?;
     let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
-    let auth = match token.is_some() {
-        true => "bearer token required",
-        false => "anonymous",
+    let auth = card::Auth {
+        bearer: token.is_some(),
+        mtls: args.client_ca.is_some(),
+    };
+    let said = match (auth.bearer, auth.mtls) {
+        (true, true) => "client certificate and bearer token required",
+        (true, false) => "bearer token required",
+        (false, true) => "client certificate required",
+        (false, false) => "anonymous",
     };
     println!(
-        "lineage a2a: {} at {public}/agents/<name> ({auth})",
+        "lineage a2a: {} at {public}/agents/<name> ({said})",
         names.join(", ")
     );
-    let app = router(shared, &profiles, &public, token);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(crate::client::wait_for_signal())
-        .await;
+    let app = router(shared, &profiles, &public, token, auth);
+    let served = match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(crate::client::wait_for_signal())
+                .await
+        }
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config).map_err(|e| {
+                ControlError::new(ErrorCode::Unavailable, format!("cannot serve TLS: {e}"))
+            })?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(crate::client::wait_for_signal())
+                .await
+        }
+    };
     stop_push.cancel();
     let _ = delivering.await;
     served.map_err(|e| {
@@ -237,12 +288,13 @@ fn router(
     profiles: &[ProfileInfo],
     public: &str,
     token: Option<String>,
+    auth: card::Auth,
 ) -> Router {
     let mut app = Router::new();
     let mut index = Vec::new();
     for profile in profiles {
         let url = format!("{public}/agents/{}", profile.name);
-        let card = card::card_of(profile, &url, token.is_some());
+        let card = card::card_of(profile, &url, auth);
         index.push(
             json!({"name": profile.name, "card": format!("{url}/.well-known/agent-card.json")}),
         );

@@ -36,15 +36,24 @@ pub(crate) fn check_config(
 ) -> Result<(), A2AError> {
     let url = reqwest::Url::parse(&config.url).map_err(|e| {
         A2AError::invalid_params(format!(
-            "push url {:?} is not a URL ({e}); give the webhook's https:// address",
+            "push url {:?} is not a URL ({e}); give the webhook's http:// address",
             config.url
         ))
     })?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(A2AError::invalid_params(format!(
-            "push url {:?} is not http(s); give the webhook's https:// address",
-            config.url
-        )));
+    match url.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(A2AError::invalid_params(format!(
+                "push url {:?} is https, and this gateway sends webhooks over http:// only (it has no TLS client); give an http:// address, e.g. of a TLS proxy",
+                config.url
+            )))
+        }
+        _ => {
+            return Err(A2AError::invalid_params(format!(
+                "push url {:?} is not http://; give the webhook's http:// address",
+                config.url
+            )))
+        }
     }
     match url.host() {
         None => {
@@ -207,8 +216,9 @@ mod tests {
 
     #[test]
     fn a1_a_push_url_must_be_http_and_public_unless_the_operator_allows_private() {
-        assert!(check_config(&config("https://hooks.example.com/x"), false).is_ok());
+        assert!(check_config(&config("http://hooks.example.com/x"), false).is_ok());
         for bad in [
+            "https://hooks.example.com/x",
             "ftp://hooks.example.com/",
             "not a url",
             "http://127.0.0.1:9/",
@@ -221,7 +231,7 @@ mod tests {
             assert!(!e.message.contains('\n'), "{bad}: {}", e.message);
         }
         assert!(check_config(&config("http://127.0.0.1:9/"), true).is_ok());
-        let mut token = config("https://hooks.example.com/");
+        let mut token = config("http://hooks.example.com/");
         token.token = Some("a\r\nX-Evil: 1".into());
         assert!(check_config(&token, false).is_err());
         assert!(check_config_id("ok_id-1").is_ok());
