@@ -1,100 +1,21 @@
 //! The A2A gateway over HTTPS with mutual TLS (issue 38, A1: "bearer token or mTLS as the
 //! card declares"), driven by the official Python `a2a-sdk` (tests/a2a/client.py, httpx with a
 //! client certificate) against real nodes and a real nats-server. Certificates are made by
-//! `openssl` for the test: a CA the gateway trusts, a client it signed, and a stranger signed
-//! by another CA. The card declares the mtls scheme; a client with a signed certificate sends
+//! `openssl` for the test (`lineage_testkit::tls`): a CA the gateway trusts, a client it
+//! signed, and a stranger signed by another CA. The card declares the mtls scheme; a client with a signed certificate sends
 //! and gets its task without a token; one without a certificate, or with the stranger's, is
 //! refused in the handshake; bad TLS flags are one line and serve nothing.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use lineage_testkit::binary::lineage_bin;
 use lineage_testkit::free_port;
 use lineage_testkit::prelude::Cluster;
+use lineage_testkit::tls::make_ca;
 use serde_json::Value;
 
 mod a2a;
 use a2a::{python_a2a_installed, replies, sent_task};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA `name` (name.pem, name.key) in `dir`.
-fn ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
-}
-
-/// A certificate `name` signed by CA `by`, for `ext` (a server's SAN or a client's usage).
-fn signed(dir: &Path, name: &str, by: &str, ext: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
-    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{by}.pem"),
-            "-CAkey",
-            &format!("{by}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
 
 fn profiles() -> String {
     let agent = lineage_bin().with_file_name("lineage-acp-testagent");
@@ -123,16 +44,8 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
     python_a2a_installed();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ca(d, "ca");
-    ca(d, "other-ca");
-    signed(
-        d,
-        "server",
-        "ca",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    signed(d, "client", "ca", "extendedKeyUsage=clientAuth\n");
-    signed(d, "stranger", "other-ca", "extendedKeyUsage=clientAuth\n");
+    make_ca(d, "ca");
+    make_ca(d, "other"); // its client is a stranger here
     let file = |n: &str| d.join(n).display().to_string();
     let c = Cluster::start_with_toml(1, &[], &profiles());
     let port = free_port().unwrap();
@@ -155,7 +68,7 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
                 "--tls-cert".into(),
                 file("missing.pem"),
                 "--tls-key".into(),
-                file("server.key"),
+                file("ca-server-key.pem"),
                 "--client-ca".into(),
                 file("ca.pem"),
             ],
@@ -164,9 +77,9 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
         (
             vec![
                 "--tls-cert".into(),
-                file("server.pem"),
+                file("ca-server.pem"),
                 "--tls-key".into(),
-                file("client.key"),
+                file("ca-client-key.pem"),
                 "--client-ca".into(),
                 file("ca.pem"),
             ],
@@ -182,9 +95,9 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
 
     let mut child = gateway(&[
         "--tls-cert".into(),
-        file("server.pem"),
+        file("ca-server.pem"),
         "--tls-key".into(),
-        file("server.key"),
+        file("ca-server-key.pem"),
         "--client-ca".into(),
         file("ca.pem"),
     ])
@@ -205,8 +118,8 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
 
     let trusted = vec![
         ("A2A_CA", file("ca.pem")),
-        ("A2A_CERT", file("client.pem")),
-        ("A2A_KEY", file("client.key")),
+        ("A2A_CERT", file("ca-client.pem")),
+        ("A2A_KEY", file("ca-client-key.pem")),
     ];
     let (code, lines) = client(&trusted, &["send", &url, "-", "hello over mtls"]);
     assert_eq!(code, 0, "{lines:?}");
@@ -221,8 +134,8 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
             "import httpx,ssl,sys,json\nctx=ssl.create_default_context(cafile=sys.argv[2])\nctx.load_cert_chain(sys.argv[3],sys.argv[4])\nprint(json.dumps(httpx.get(sys.argv[1],verify=ctx).json()))",
             &format!("{url}/.well-known/agent-card.json"),
             &file("ca.pem"),
-            &file("client.pem"),
-            &file("client.key"),
+            &file("ca-client.pem"),
+            &file("ca-client-key.pem"),
         ])
         .output()
         .unwrap();
@@ -238,8 +151,8 @@ fn a1_mutual_tls_lets_a_signed_client_in_without_a_token_and_refuses_the_others(
         vec![("A2A_CA", file("ca.pem"))],
         vec![
             ("A2A_CA", file("ca.pem")),
-            ("A2A_CERT", file("stranger.pem")),
-            ("A2A_KEY", file("stranger.key")),
+            ("A2A_CERT", file("other-client.pem")),
+            ("A2A_KEY", file("other-client-key.pem")),
         ],
     ] {
         let (code, lines) = client(&env, &["send", &url, "-", "let me in"]);

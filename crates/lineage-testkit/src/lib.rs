@@ -23,6 +23,7 @@
 //!   suites (a seed from the environment).
 //! - [`toxiproxy`]: [`toxiproxy::Toxiproxy`], a real TCP fault proxy between a node and NATS
 //!   (latency, blackhole, reset, cut).
+//! - [`tls`]: [`tls::make_ca`], a test CA with a server and a client certificate (openssl).
 //! - [`prelude`]: what an end-to-end suite imports (`use lineage_testkit::prelude::*`).
 
 #![deny(missing_docs)]
@@ -38,6 +39,7 @@ pub mod node;
 pub mod script;
 pub mod seeded;
 pub mod shipped;
+pub mod tls;
 pub mod toxiproxy;
 pub mod user_conn;
 pub mod wait;
