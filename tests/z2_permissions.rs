@@ -11,8 +11,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
