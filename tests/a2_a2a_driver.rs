@@ -182,3 +182,40 @@ fn a2_a_node_without_an_a2a_profiles_token_refuses_to_start_in_one_line() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("agents.remote.url"), "{err}");
 }
+
+#[test]
+fn a2_a_drain_cancels_the_remote_task_of_a_cold_a2a_child() {
+    python_a2a_installed();
+    let port = free_port().expect("a free port");
+    let c = Cluster::start_with_toml(1, &[("LINEAGE_TEST_A2A_TOKEN", TOKEN)], &profiles(port));
+    let gateway = Gateway::start_on(&c, port);
+    let script = json!({
+        "turns": [[{"do": "spawn", "shape": "continuable", "label": "far",
+                    "prompt": "hello remote", "agent": {"driver": "profile", "profile": "remote"}}]],
+        "after": {"do": "echo"}
+    });
+    let root = c.spawn_root("node-1", &script);
+    let child = wait_for(Duration::from_secs(30), "the remote child", || {
+        c.tree(&root)
+            .into_iter()
+            .find(|r| r["label"] == "far")
+            .and_then(|r| r["session"].as_str().map(str::to_owned))
+    });
+    assert_eq!(reply_after(&c, &child, 1), "echo: hello remote [turn 1]");
+    let task = remote_task(&c, &child).expect("the remote task is in the child's log");
+    // Its turn over, the child is settled: hosted nowhere, with no driver to tell the remote.
+    c.wait_state(&root, &child, "settled", Duration::from_secs(30));
+    let before: Value = ok(&["get", &gateway.url("helper"), TOKEN, &task]);
+    assert_eq!(
+        before["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{before}"
+    );
+    let (code, out, err) = c.cli(&["drain", &root]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The drain disposed it from the registry and told its remote side: canceled.
+    let after: Value = ok(&["get", &gateway.url("helper"), TOKEN, &task]);
+    assert_eq!(
+        after["task"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{after}"
+    );
+}

@@ -478,6 +478,18 @@ pub trait DriverFactory: Send + Sync + 'static {
     /// node checks a birth's agent against it before anything is written
     /// ([`crate::profiles::check_offer`]), so an unknown profile changes nothing.
     fn offer(&self) -> AgentsReply;
+    /// Whether a session running `spec` has another side to tell when it ends while cold (no
+    /// live driver): an A2A profile's remote task. A drain then starts a driver for it from
+    /// its log only to [`AgentDriver::dispose`] it. Default: no.
+    fn ends_remotely(&self, spec: &AgentSpec) -> bool {
+        let _ = spec;
+        false
+    }
+    /// Whether any agent this node runs [`DriverFactory::ends_remotely`] (a drain reads a cold
+    /// session's log only then). Default: no.
+    fn has_remote_agents(&self) -> bool {
+        false
+    }
     /// The protocols a root's `--git` URL may use here ([`crate::git`]); none by default.
     fn git_protocols(&self) -> Vec<String> {
         Vec::new()

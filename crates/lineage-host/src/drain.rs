@@ -208,15 +208,18 @@ impl Shared {
         // 5. Waves, leaves first; then the inbox consumers of the disposed sessions (also when
         // a wave failed), before the reply.
         let mut disposed: Vec<SessionId> = Vec::new();
+        let mut cold: Vec<SessionId> = Vec::new();
         let outcome = self
             .waves(
                 &plan.waves,
                 &mut report,
-                &mut disposed,
+                (&mut disposed, &mut cold),
                 progress.as_ref(),
                 reason,
             )
             .await;
+        // A cold session's agent may have another side (a remote A2A task): tell it.
+        self.tell_remote_ends(&cold).await;
         if let Err(e) = self.bus.inbox.delete_consumers(&disposed).await {
             report
                 .warnings
@@ -229,13 +232,14 @@ impl Shared {
     /// once), then disposed in the registry with up to [`DISPOSE_CONCURRENCY`] writes in flight
     /// (the registry commits concurrent writes together). A wave starts only once every write
     /// of the previous one is acknowledged, so parents are disposed after their children. Every
-    /// session written (disposed or found disposed) is pushed to `disposed`. With `progress`,
-    /// each wave's start, progress (throttled) and end are published.
+    /// session written (disposed or found disposed) is pushed to `disposed`, and those this
+    /// drain disposed from the registry alone (hosted nowhere: cold) to `cold`. With
+    /// `progress`, each wave's start, progress (throttled) and end are published.
     async fn waves(
         self: &Arc<Self>,
         waves: &[DrainWave],
         report: &mut DrainReport,
-        disposed: &mut Vec<SessionId>,
+        (disposed, cold): (&mut Vec<SessionId>, &mut Vec<SessionId>),
         progress: Option<&Progress>,
         reason: StopReason,
     ) -> Result<(), HostError> {
@@ -308,6 +312,9 @@ impl Shared {
                     (_, Some(_)) => DisposalKind::Released,
                     (_, None) => DisposalKind::RegistryOnly,
                 };
+                if kind == DisposalKind::RegistryOnly {
+                    cold.push(id.clone());
+                }
                 summary.counts.add(kind);
                 report.totals.add(kind);
                 if let Some(node) = &node {

@@ -38,6 +38,7 @@
 //! | [`readopt`] | at start-up, take back the sessions placed here; close cut-short turns | K1, X2, R1 |
 //! | [`handoff`] | graceful shutdown: quiesce, let running turns finish within the grace, release idle sessions | K1, X1 |
 //! | [`drain`] | close admission, stop, dispose leaves first; live progress | X1, H2, N3 |
+//! | `remote_ends` | a drained cold session's remote side told it ended (an A2A child's task cancelled) | A2 |
 //! | [`control`] | request/reply bodies of the `lineage` service: a re-export of `lineage_protocol::control` (and `Hop`) | N3 |
 //! | [`service`] | the `lineage` control service on the host's control transport (on NATS the `lineage` micro service); dispatches each op by its hop (`Lineage-Forwarded`) | N3, O3 |
 //! | `workspace` | a session's files: an upload or a parent's copy as its base, materialized at each launch, checkpointed at each turn's end (issue 39) | C1, K1 |
@@ -68,6 +69,7 @@ mod live;
 pub mod outbox;
 pub mod readopt;
 pub mod registry;
+mod remote_ends;
 pub mod report;
 pub mod resume;
 pub mod retention;

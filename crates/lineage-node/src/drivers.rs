@@ -187,6 +187,24 @@ impl DriverFactory for NodeDrivers {
         self.profiles.git_protocols.clone()
     }
 
+    fn ends_remotely(&self, spec: &AgentSpec) -> bool {
+        match spec {
+            AgentSpec::Profile { profile } => self
+                .profiles
+                .profiles
+                .get(profile)
+                .is_some_and(|p| p.driver == lineage_protocol::agent::ProfileDriver::A2a),
+            AgentSpec::Script { .. } | AgentSpec::Acp { .. } => false,
+        }
+    }
+
+    fn has_remote_agents(&self) -> bool {
+        self.profiles
+            .profiles
+            .values()
+            .any(|p| p.driver == lineage_protocol::agent::ProfileDriver::A2a)
+    }
+
     fn files_rule(&self, spec: &AgentSpec, session: &SessionId) -> Option<FilesRule> {
         let env = |name: &str| std::env::var(name).ok();
         match self
