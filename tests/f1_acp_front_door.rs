@@ -422,3 +422,60 @@ async fn f1_c1_an_editors_project_is_the_sessions_files_with_project() {
         Some(1)
     );
 }
+
+/// A4: a child in a turn on a node that dies cannot be known to run: the editor is shown it
+/// `unknown` (once, with why) as soon as the node's lease lapses, instead of `running` for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a4_a_child_whose_node_dies_mid_turn_is_shown_unknown() {
+    let mut cluster = Cluster::start_with_toml(3, &[], &delegator_profiles());
+    let editor = Editor::open(&cluster, true).await;
+    let cwd = tempfile::tempdir().unwrap();
+    let root = editor
+        .cx
+        .send_request(NewSessionRequest::new(cwd.path()))
+        .block_task()
+        .await
+        .expect("session/new")
+        .session_id
+        .to_string();
+    let spawn = r#"tool: spawn_subagent {"profile": "delegator", "prompt": "slow work", "shape": "continuable", "label": "far", "node": "node-2"}"#;
+    editor
+        .cx
+        .send_request(prompt(&root, spawn))
+        .block_task()
+        .await
+        .expect("session/prompt");
+    editor
+        .wait("the child announced", |seen| {
+            announced(seen, &root).len() == 1
+        })
+        .await;
+    let child = announced(&editor.seen(), &root)[0].0.clone();
+    assert_eq!(states(&editor.seen(), &child), ["running"]);
+    cluster.nodes[1].kill();
+    editor
+        .wait("the child shown unknown", |seen| {
+            states(seen, &child).last().map(String::as_str) == Some("unknown")
+        })
+        .await;
+    let why: Vec<String> = editor
+        .seen()
+        .iter()
+        .filter_map(|n| match &n.update {
+            SessionUpdate::SubagentUpdate(u) if u.session_id.to_string() == child => {
+                serde_json::to_value(u).unwrap()["description"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        why.iter().any(|d| d.contains("node-2")),
+        "the editor is told why: {why:?}"
+    );
+    // Once: later lease reads of the dead node send nothing more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(states(&editor.seen(), &child), ["running", "unknown"]);
+}

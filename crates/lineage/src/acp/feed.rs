@@ -4,7 +4,8 @@
 //! Core NATS subscriptions on wildcards (the operator user may subscribe to all of them); the
 //! inbox is watched as plain messages, never consumed: the parent's durable consumer still
 //! receives every one. A child's label comes from the registry ([`Feed::label`]), asked by the
-//! front door for the children of its own trees only.
+//! front door for the children of its own trees only. Every second the nodes' leases are read
+//! from the registry ([`Observed::Lapsed`]).
 
 use futures::StreamExt;
 use lineage_bus::{BusError, Subjects};
@@ -14,6 +15,9 @@ use lineage_registry::{Consistency, RegistryClient};
 
 use super::tree::Observed;
 
+/// How often the nodes' leases are read (a child on a node that died is shown `unknown`).
+const LEASES_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The front door's subscriptions.
 pub(crate) struct Feed {
     starts: async_nats::Subscriber,
@@ -21,6 +25,8 @@ pub(crate) struct Feed {
     inboxes: async_nats::Subscriber,
     ends: async_nats::Subscriber,
     registry: RegistryClient,
+    /// When to read the nodes' leases again.
+    leases: tokio::time::Interval,
 }
 
 async fn subscribe(
@@ -45,6 +51,11 @@ impl Feed {
             inboxes: subscribe(client, subjects.all_inboxes()).await?,
             ends: subscribe(client, subjects.all_parent_ends()).await?,
             registry: RegistryClient::new(client.clone(), subjects.cluster().to_owned()),
+            leases: {
+                let mut every = tokio::time::interval(LEASES_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
         };
         client.flush().await.map_err(|e| BusError::Nats {
             op: "subscribe to the cluster's lifecycle, inboxes and output",
@@ -63,6 +74,10 @@ impl Feed {
                 m = self.output.next() => ("output", m?),
                 m = self.inboxes.next() => ("inbox", m?),
                 m = self.ends.next() => ("end", m?),
+                _ = self.leases.tick() => match self.lapsed().await {
+                    Some(event) => return Some(event),
+                    None => continue,
+                },
             };
             match self.decode(kind, &msg.payload).await {
                 Some(event) => return Some(event),
@@ -98,6 +113,7 @@ impl Feed {
                     child: info.child_id,
                     label: None,
                     provider: info.provider,
+                    node: Some(info.node),
                 }),
                 Ok(LifecycleEvent::End(info)) => Some(Observed::End {
                     parent: info.parent_session_id,
@@ -107,6 +123,20 @@ impl Feed {
                 Err(e) => skip("lifecycle", &e),
             },
         }
+    }
+
+    /// The nodes whose lease has lapsed, from the registry (`None` when it cannot be read now:
+    /// nothing is concluded from silence).
+    async fn lapsed(&self) -> Option<Observed> {
+        let nodes = self.registry.nodes(Consistency::Linearizable).await.ok()?;
+        let now = crate::client::now_ms();
+        Some(Observed::Lapsed {
+            nodes: nodes
+                .into_iter()
+                .filter(|n| n.lease_expires_at_ms <= now)
+                .map(|n| n.node)
+                .collect(),
+        })
     }
 
     /// The child's label from its registry record (none when unreadable). Asked only for a

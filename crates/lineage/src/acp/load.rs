@@ -107,7 +107,14 @@ pub(crate) async fn load(
                 r.id().as_str().chars().take(8).collect::<String>()
             )
         });
-        let emits = lock(&front.tree).add_known(parent.clone(), r.id().clone(), title, state);
+        let emits = {
+            let mut tree = lock(&front.tree);
+            let emits = tree.add_known(parent.clone(), r.id().clone(), title, state);
+            if let Some(placement) = &r.placement {
+                tree.place(r.id().clone(), placement.node.clone());
+            }
+            emits
+        };
         front.emit(emits);
     }
     // Every session is announced before any transcript names it (a report, an end).

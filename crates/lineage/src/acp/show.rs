@@ -5,7 +5,8 @@
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, Cost, IdleStateUpdate, RunningStateUpdate,
     SessionCancelCapabilities, SessionId as AcpSessionId, SessionMessage, SessionNotification,
-    SessionUpdate, StateUpdate, SubagentSessionCapabilities, SubagentUpdate, UsageUpdate,
+    SessionUpdate, StateUpdate, SubagentSessionCapabilities, SubagentUpdate, UnknownStateUpdate,
+    UsageUpdate,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::Client;
@@ -16,6 +17,7 @@ fn state(s: ChildState) -> StateUpdate {
     match s {
         ChildState::Running => StateUpdate::Running(RunningStateUpdate::new()),
         ChildState::Idle => StateUpdate::Idle(IdleStateUpdate::new()),
+        ChildState::Unknown => StateUpdate::Unknown(UnknownStateUpdate::new()),
     }
 }
 

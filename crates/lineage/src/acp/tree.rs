@@ -10,6 +10,10 @@
 //!   the `subagents` capability: announced (title from its label, cancel allowed) before its
 //!   first traffic, `running` while a turn runs, `idle` between turns and once it ended; its
 //!   own text and the reports it sends appear under its own session id.
+//! - A child running on a node whose lease lapsed ([`Observed::Lapsed`]) is shown `unknown`
+//!   (with why), once: ACP's state for an agent that cannot tell whether the work goes on; its
+//!   resume elsewhere (a new `subagent/start`) shows it `running` again, the end of its cut
+//!   turn `idle` (A4).
 //! - A child's state is sent when it changes, never twice in a row: its announcement says
 //!   `running`, so the first turn's start sends nothing more; a new run of a child already
 //!   known (a resume) is a state change, not a second announcement.
@@ -21,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use lineage_core::ids::SessionId;
+use lineage_core::ids::{NodeId, SessionId};
 use lineage_core::messages::StopReason;
 use lineage_core::output::{TurnEndOutcome, TurnOutput};
 
@@ -41,6 +45,8 @@ pub enum Observed {
         label: Option<String>,
         /// Its agent's provider (`script`, `acp`, a profile).
         provider: String,
+        /// The node this run of it is hosted on.
+        node: Option<NodeId>,
     },
     /// `subagent/end` of `child`.
     End {
@@ -64,6 +70,12 @@ pub enum Observed {
     },
     /// A session's turn output.
     Output(TurnOutput),
+    /// The nodes whose lease has lapsed now (read from the registry every second): a child
+    /// running on one cannot be known to run any more until it is resumed elsewhere.
+    Lapsed {
+        /// The nodes.
+        nodes: BTreeSet<NodeId>,
+    },
 }
 
 /// A subagent's state as ACP shows it.
@@ -73,6 +85,9 @@ pub enum ChildState {
     Running,
     /// Between turns, or ended.
     Idle,
+    /// Its node stopped answering in a turn: whether it still runs cannot be known until it is
+    /// resumed elsewhere (ACP's `unknown`, A4).
+    Unknown,
 }
 
 /// What to send to the client.
@@ -165,6 +180,8 @@ pub struct FrontTree {
     waiting: VecDeque<Observed>,
     /// The state last sent for each descendant shown.
     shown: BTreeMap<SessionId, ChildState>,
+    /// The node each shown descendant's current run is hosted on, when known.
+    placed: BTreeMap<SessionId, NodeId>,
 }
 
 impl FrontTree {
@@ -212,6 +229,13 @@ impl FrontTree {
         out
     }
 
+    /// Where a known descendant runs (a loaded tree's, from its registry record).
+    pub fn place(&mut self, child: SessionId, node: NodeId) {
+        if self.parents.contains_key(&child) {
+            self.placed.insert(child, node);
+        }
+    }
+
     /// Whether `session` is a root of this connection.
     pub fn is_root(&self, session: &SessionId) -> bool {
         self.roots.contains(session)
@@ -242,6 +266,7 @@ impl FrontTree {
         for s in gone {
             self.parents.remove(&s);
             self.shown.remove(&s);
+            self.placed.remove(&s);
         }
     }
 
@@ -283,6 +308,7 @@ impl FrontTree {
             Observed::Start { parent, .. } => self.knows(parent),
             Observed::End { child, .. } | Observed::Report { child, .. } => self.knows(child),
             Observed::Output(o) => self.knows(o.session()),
+            Observed::Lapsed { .. } => true,
         }
     }
 
@@ -304,9 +330,14 @@ impl FrontTree {
                 child,
                 label,
                 provider,
+                node,
             } => {
                 let new = !self.parents.contains_key(&child);
                 self.parents.insert(child.clone(), parent.clone());
+                match node {
+                    Some(node) => self.placed.insert(child.clone(), node),
+                    None => self.placed.remove(&child),
+                };
                 match (self.subagents, new) {
                     (false, _) => {}
                     (true, true) => {
@@ -325,6 +356,30 @@ impl FrontTree {
                     }
                 }
                 new
+            }
+            Observed::Lapsed { nodes } => {
+                let lost: Vec<(SessionId, SessionId, NodeId)> = self
+                    .placed
+                    .iter()
+                    .filter(|(child, node)| {
+                        nodes.contains(*node)
+                            && self.shown.get(*child) == Some(&ChildState::Running)
+                    })
+                    .filter_map(|(child, node)| {
+                        Some((
+                            self.parents.get(child)?.clone(),
+                            child.clone(),
+                            node.clone(),
+                        ))
+                    })
+                    .collect();
+                for (parent, child, node) in lost {
+                    let note = format!(
+                        "its node {node} stopped answering; lineage resumes it on another node at its next message"
+                    );
+                    self.state(parent, child, ChildState::Unknown, Some(note), out);
+                }
+                false
             }
             Observed::End {
                 parent,

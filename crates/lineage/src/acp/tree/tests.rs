@@ -10,6 +10,7 @@ fn start(parent: u32, child: u32, label: Option<&str>) -> Observed {
         child: sid(child),
         label: label.map(str::to_owned),
         provider: "script".into(),
+        node: None,
     }
 }
 
@@ -310,4 +311,55 @@ fn f1_a_turns_usage_is_sent_at_its_end_when_the_window_is_known() {
         matches!(out.as_slice(), [Emit::RootTurnEnded { .. }]),
         "{out:?}"
     );
+}
+
+#[test]
+fn a4_a_child_running_on_a_node_whose_lease_lapsed_is_unknown_once_until_it_resumes() {
+    let mut t = FrontTree::new(true);
+    t.add_root(sid(1));
+    let on = |node: &str| Observed::Start {
+        parent: sid(1),
+        child: sid(2),
+        label: Some("scout".into()),
+        provider: "script".into(),
+        node: Some(NodeId::parse(node).unwrap()),
+    };
+    let lapsed = |nodes: &[&str]| Observed::Lapsed {
+        nodes: nodes.iter().map(|n| NodeId::parse(n).unwrap()).collect(),
+    };
+    assert_eq!(t.observe(on("node-2")).len(), 1, "announced running");
+    assert!(t.observe(lapsed(&["node-3"])).is_empty(), "another node");
+    let out = t.observe(lapsed(&["node-2"]));
+    let [Emit::State {
+        child, state, note, ..
+    }] = out.as_slice()
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!((child, *state), (&sid(2), ChildState::Unknown));
+    assert!(
+        note.as_deref().unwrap_or_default().contains("node-2"),
+        "{note:?}"
+    );
+    assert!(t.observe(lapsed(&["node-2"])).is_empty(), "sent once");
+    // Resumed on node-3: running again; its node's lapse no longer concerns it.
+    let out = t.observe(on("node-3"));
+    assert!(
+        matches!(
+            out.as_slice(),
+            [Emit::State {
+                state: ChildState::Running,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(t.observe(lapsed(&["node-2"])).is_empty());
+    // An idle child is not made unknown: nothing of it runs.
+    t.observe(Observed::End {
+        parent: sid(1),
+        child: sid(2),
+        stop_reason: StopReason::Completed,
+    });
+    assert!(t.observe(lapsed(&["node-3"])).is_empty());
 }
