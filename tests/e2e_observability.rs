@@ -299,3 +299,29 @@ fn o2_traces_cross_nodes_and_metrics_count_the_lifecycle() {
             .then_some(())
     });
 }
+
+/// G3, issue 35: how often a voter snapshots is the node's `registry.snapshot_after_commands`
+/// (here through its environment variable): a few births past it build one, where the default
+/// (20,000 commands) would build none.
+#[test]
+fn g3_a_voter_snapshots_after_the_commands_its_config_names() {
+    let c = Cluster::start_with_env(1, &[("LINEAGE_REGISTRY__SNAPSHOT_AFTER_COMMANDS", "20")]);
+    let built = |c: &Cluster| {
+        metric(
+            &metrics(c, 0),
+            "lineage_registry_snapshots_built_total",
+            &[],
+        )
+    };
+    let before = built(&c).unwrap_or(0.0);
+    let script = serde_json::json!({"turns": [[{"do": "reply", "content": "hi"}]]});
+    for _ in 0..12 {
+        c.spawn_root("node-1", &script);
+    }
+    let after = lineage_testkit::prelude::wait_for(
+        std::time::Duration::from_secs(30),
+        "a snapshot built after 20 commands",
+        || built(&c).filter(|n| *n > before),
+    );
+    assert!(after >= 1.0, "{after}");
+}

@@ -199,6 +199,15 @@ pub struct RegistrySection {
     pub election_min_ms: u64,
     /// Raft election timeout, upper bound.
     pub election_max_ms: u64,
+    /// A voter builds a snapshot after at least this many applied commands since its last one
+    /// (more for a large state: a quarter of its records); absent: 20,000. Fewer means faster
+    /// restarts and catch-ups, more means less snapshot work (G3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_after_commands: Option<u64>,
+    /// Log entries a voter keeps behind its last snapshot, so a follower that lags a little
+    /// catches up from the log instead of a whole snapshot; absent: 1,000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_kept_behind_snapshot: Option<u64>,
 }
 
 /// `[limits]`.
@@ -298,6 +307,8 @@ impl Default for NodeConfig {
                 heartbeat_ms: 100,
                 election_min_ms: 400,
                 election_max_ms: 800,
+                snapshot_after_commands: None,
+                log_kept_behind_snapshot: None,
             },
             limits: LimitsSection {
                 max_depth: MaxDepth::from_u32(8),

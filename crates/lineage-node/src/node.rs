@@ -71,6 +71,12 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
             cfg.heartbeat_interval = Duration::from_millis(config.registry.heartbeat_ms);
             cfg.election_timeout_min = Duration::from_millis(config.registry.election_min_ms);
             cfg.election_timeout_max = Duration::from_millis(config.registry.election_max_ms);
+            if let Some(commands) = config.registry.snapshot_after_commands {
+                cfg.snapshot_commands_since_last = commands;
+            }
+            if let Some(entries) = config.registry.log_kept_behind_snapshot {
+                cfg.max_in_snapshot_log_to_keep = entries;
+            }
             let member = RegistryNode::start(cfg, nats.clone())
                 .await
                 .map_err(|e| NodeError::Registry(e.to_string()))?;

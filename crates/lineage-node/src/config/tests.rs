@@ -101,6 +101,14 @@ fn d4_o1_invalid_config_names_key_and_source() {
             "[registry]\nvoters = { 1 = \"node-1\", 2 = \"node-2\" }\n",
             "registry.voters",
         ),
+        (
+            "[registry]\nsnapshot_after_commands = 0\n",
+            "registry.snapshot_after_commands",
+        ),
+        (
+            "[registry]\nlog_kept_behind_snapshot = -1\n",
+            "registry.log_kept_behind_snapshot",
+        ),
         ("cluster = \"a.b\"\n", "cluster"),
         ("[node]\nid = \"bad id\"\n", "node.id"),
     ];

@@ -80,6 +80,12 @@ pub(super) fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), Nod
             "need heartbeat_ms < election_min_ms < election_max_ms".into(),
         );
     }
+    if config.registry.snapshot_after_commands == Some(0) {
+        return fail(
+            "registry.snapshot_after_commands",
+            "must be at least 1 (leave it out for the default, 20000)".into(),
+        );
+    }
     if config.lease.heartbeat_ms == 0 || config.lease.heartbeat_ms >= config.lease.lease_ms {
         return fail(
             "lease.heartbeat_ms",
