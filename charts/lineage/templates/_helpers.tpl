@@ -194,6 +194,12 @@ bootstrap = false
 heartbeat_ms = {{ int64 .Values.registry.heartbeatMs }}
 election_min_ms = {{ int64 .Values.registry.electionMinMs }}
 election_max_ms = {{ int64 .Values.registry.electionMaxMs }}
+{{- with .Values.registry.snapshotAfterCommands }}
+snapshot_after_commands = {{ int64 . }}
+{{- end }}
+{{- with .Values.registry.logKeptBehindSnapshot }}
+log_kept_behind_snapshot = {{ int64 . }}
+{{- end }}
 
 [limits]
 max_depth = {{ int64 .Values.limits.maxDepth }}
