@@ -119,8 +119,17 @@ async def main() -> None:
                 out["error"] = "no task handle"
             else:
                 if scenario == "cancel":
-                    await asyncio.sleep(1.0)
-                    await cancel(session, handle.task_id)
+                    # Cancel once the child's turn runs (an interrupt needs a turn to cut):
+                    # on a loaded machine its agent may take a while to start.
+                    for attempt in range(40):
+                        await asyncio.sleep(0.5)
+                        try:
+                            await cancel(session, handle.task_id)
+                            break
+                        except MCPError as e:
+                            out["cancel_retried"] = e.message
+                    else:
+                        raise RuntimeError("tasks/cancel refused for 20 s: " + out["cancel_retried"])
                     try:
                         await cancel(session, "not-a-task")
                     except MCPError as e:
