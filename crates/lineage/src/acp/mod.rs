@@ -8,6 +8,7 @@
 //! | [`feed`] | the bus subscriptions the tree is fed from |
 //! | [`show`] | `Emit`s as ACP `session/update` notifications |
 //! | [`load`] | `session/load`: the tree from the registry and every session's transcript from its log |
+//! | `servers` | the editor's MCP servers a root's agent may get (HTTP only) |
 //! | `replay` | a loaded transcript as what each part is (the user's messages, replies, a child's reports and end), pure |
 //! | [`approve`] | a root agent's permission requests, asked of the editor (`session/request_permission`) |
 //!
@@ -22,6 +23,7 @@ pub mod approve;
 pub mod feed;
 pub mod load;
 mod replay;
+mod servers;
 pub mod show;
 pub mod tree;
 
@@ -107,43 +109,6 @@ pub(crate) fn mapped_cwd(
             editor.display()
         )),
     }
-}
-
-/// The editor's MCP servers a spawn may carry to the root agent: those reached over HTTP (the
-/// node gives them to the agent when the profile says `pass_mcp_servers = true`). A stdio
-/// server is a program on the editor's machine, and an SSE one a transport agents need not
-/// take: they stay with the editor (named in a debug line; headers are never logged).
-pub(crate) fn editor_servers(
-    servers: &[agent_client_protocol::v1::schema::McpServer],
-) -> Vec<lineage_protocol::editor_mcp::PassedMcpServer> {
-    use agent_client_protocol::v1::schema::McpServer;
-    use lineage_protocol::editor_mcp::{PassedHeader, PassedMcpServer};
-    servers
-        .iter()
-        .filter_map(|server| match server {
-            McpServer::Http(http) => Some(PassedMcpServer {
-                name: http.name.clone(),
-                url: http.url.clone(),
-                headers: http
-                    .headers
-                    .iter()
-                    .map(|h| PassedHeader {
-                        name: h.name.clone(),
-                        value: h.value.clone(),
-                    })
-                    .collect(),
-            }),
-            McpServer::Stdio(stdio) => {
-                tracing::debug!(server = %stdio.name, "an editor's stdio MCP server stays with the editor");
-                None
-            }
-            McpServer::Sse(sse) => {
-                tracing::debug!(server = %sse.name, "an editor's SSE MCP server stays with the editor");
-                None
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 /// How a prompt's turn ended.
@@ -316,7 +281,7 @@ impl Front {
             // session/cancel always hits the turn the editor asked for).
             wake_on: Some(lineage_core::engine::WakeOn::Prompts),
             workspace,
-            mcp_servers: editor_servers(&request.mcp_servers),
+            mcp_servers: servers::editor_servers(&request.mcp_servers),
         };
         tracing::debug!(editor_cwd = %request.cwd.display(), "session/new");
         let reply = self.control.spawn(&spawn).await;
