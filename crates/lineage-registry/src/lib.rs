@@ -1,7 +1,8 @@
 //! `lineage-registry`: the durable record of who descends from whom (G1–G3).
 //!
-//! An openraft group of 1, 3 or 5 voters; each member stores its log, vote and snapshots in one
-//! redb file and talks Raft over NATS request/reply. The state machine enforces the lineage
+//! An openraft group of 1, 3 or 5 voters; each member stores its log and vote in a write-ahead
+//! log, its identity in a redb file and its last snapshot in a file, and talks Raft over NATS
+//! request/reply. The state machine enforces the lineage
 //! rules at apply time, so no node can bypass them. Any process reaches it through a
 //! [`RegistryClient`] built from a NATS connection and a cluster name.
 //!
@@ -12,7 +13,7 @@
 //! | [`types`] | `SessionRecord`, `NodeRecord`, `Command`, `CommandResponse`, `RegistryRefusal` | G1 |
 //! | [`state`] | [`RegistryState`]: the pure `apply(&Command) -> CommandResponse` and queries | G2, D3, L2, X1, K1, I1 |
 //! | [`listing`] | list and search: derived indexes, filters, cursors, pages | Q4 |
-//! | [`storage`] | redb log store and state machine (openraft 0.10's storage traits) | G3 |
+//! | [`storage`] | the log store (a write-ahead log) and state machine (openraft 0.10's storage traits); identity in redb | G3 |
 //! | [`stored_descriptor`] | a record's descriptor as its compact JSON text (not a parsed tree: memory per session) | P1, Q5 |
 //! | [`snapshot_file`] | the last snapshot in its own file (tmp, fsync, rename), not in redb | G3 |
 //! | [`snapshot_policy`] | when a member builds a snapshot: after commands in proportion to the state | G3 |

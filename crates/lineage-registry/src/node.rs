@@ -1,6 +1,6 @@
 //! [`RegistryNode`]: one member (voter or learner) of the registry group.
 //!
-//! Starting opens the redb store (refusing a foreign or corrupt one), builds the openraft
+//! Starting opens the store (refusing a foreign or corrupt one), builds the openraft
 //! instance and serves three kinds of NATS requests until [`RegistryNode::shutdown`]: Raft RPCs
 //! from peers, writes and reads from [`crate::RegistryClient`]s anywhere. The reads are the
 //! endpoints of this member's instance of the `lineage-registry` NATS micro service
@@ -64,7 +64,7 @@ pub struct RegistryNodeConfig {
     pub raft_id: u64,
     /// The lineage node that hosts this member.
     pub node: NodeId,
-    /// Where `registry.redb` lives.
+    /// Where `registry.redb` and the Raft log (`raft-log/`) live.
     pub data_dir: PathBuf,
     /// Leader heartbeat interval.
     pub heartbeat_interval: Duration,
@@ -122,6 +122,8 @@ pub struct RegistryNode {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     db: Option<Arc<redb::Database>>,
+    /// The Raft log, released with the database at shutdown (its directory is locked).
+    wal: Option<crate::storage::Wal>,
     store_stats: Arc<crate::store_stats::StoreStats>,
     /// The `lineage-registry` micro service instance of this member (its read side).
     service: Option<async_nats::service::Service>,
@@ -153,6 +155,7 @@ impl RegistryNode {
                 .map_err(|e| RegistryError::Storage(format!("opening the store failed: {e}")))??;
         let state = sm_store.shared();
         let db = Some(sm_store.db_handle());
+        let wal = Some(log_store.wal_handle());
         let store_stats = sm_store.stats();
         let max_payload = nats.server_info().max_payload;
         let chunk = config
@@ -290,6 +293,7 @@ impl RegistryNode {
             stop,
             tasks,
             db,
+            wal,
             store_stats,
             service: Some(service),
         })
@@ -453,7 +457,12 @@ impl RegistryNode {
         // Raft's replication and storage tasks drop their store handles shortly after the core
         // stops; wait for the file lock to be released so the directory can be reopened.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.db.as_ref().is_some_and(|db| Arc::strong_count(db) > 1) {
+        while self.db.as_ref().is_some_and(|db| Arc::strong_count(db) > 1)
+            || self
+                .wal
+                .as_ref()
+                .is_some_and(|wal| Arc::strong_count(wal) > 1)
+        {
             if tokio::time::Instant::now() >= deadline {
                 return Err(RegistryError::Storage(
                     "the store is still in use 10 s after shutdown".into(),
@@ -462,8 +471,9 @@ impl RegistryNode {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // The last handle: dropping it closes the file here, before shutdown returns.
-        if let Some(db) = self.db.take() {
-            tokio::task::spawn_blocking(move || drop(db))
+        let (db, wal) = (self.db.take(), self.wal.take());
+        if db.is_some() || wal.is_some() {
+            tokio::task::spawn_blocking(move || drop((wal, db)))
                 .await
                 .map_err(|e| RegistryError::Storage(e.to_string()))?;
         }

@@ -1,49 +1,50 @@
-//! Durable storage of one registry member in one redb file (G3).
+//! Durable storage of one registry member (G3): the Raft log in a write-ahead log, the rest in
+//! one redb file.
+//!
+//! `<data_dir>/raft-log/` ([`LOG_DIR`]) is the Raft log and vote: a write-ahead log of the
+//! `raft-log` crate (by openraft's author), in chunk files of at most 32 MiB. Every record
+//! (an entry, the vote, the committed id, a truncate, a purge) is appended in the order openraft
+//! asks; `append` returns once its entries are in the log's buffer (readable at once) and asks
+//! the log's flush thread for one write and one `fdatasync`, which reports through openraft's
+//! `IOFlushed` callback. openraft 0.10 sends the entries to the followers as soon as `append`
+//! returns (`broadcast_submitted_on_append`), while the leader's own fsync runs. A flush syncs
+//! everything before it, so a saved vote means every append queued before it is durable
+//! (openraft issue #2118: a member that takes office counts its whole log as flushed).
+//! `truncate_after`, `purge` and `save_vote` wait for their flush. The committed id costs no
+//! flush of its own: its record goes to disk with the next one (it is only an optimization:
+//! the committed entries are replayed at start, and an older value is still a committed value).
+//! A purge is a record; whole chunks below it are deleted after the flush that follows.
 //!
 //! `<data_dir>/registry.redb` holds three tables:
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `meta` | `&str` | `format`, `cluster`, `raft_id`, `vote`, `committed`, `last_purged` (and `snapshot_seq`, which the openraft 0.9 build counted snapshots in: no longer written) |
-//! | `logs` | `u64` log index | JSON of `openraft::Entry<TypeConfig>` (payload: a [`crate::types::CommandBatch`]) |
+//! | `meta` | `&str` | `format` (`lineage-registry/3`), `cluster`, `raft_id` (and, in stores of format `/2`, `vote`, `committed`, `last_purged`; `snapshot_seq`, which the openraft 0.9 build counted snapshots in, is no longer written) |
+//! | `logs` | `u64` log index | empty: where stores of format `/2` kept the log (JSON of `openraft::Entry<TypeConfig>`) |
 //! | `snapshot` | `&str` | stores written before the snapshot file: `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`); read when there is no snapshot file, emptied once one is written |
+//!
+//! A store of format `/2` (the log in redb) has its log moved out once, when it is opened
+//! ([`migrate`]); an older build refuses a `/3` store by its format.
 //!
 //! The last snapshot itself is the file `<data_dir>/snapshot` ([`crate::snapshot_file`]): in
 //! redb, its write (hundreds of MB at a million sessions) held the one write transaction the
-//! log's appends need.
-//!
-//! Every write that Raft acknowledges is committed with `Durability::Immediate` (fsync) before
-//! openraft is told: the entries of one `append` are one transaction, so they cost one fsync.
-//! Log transactions (append, truncate, purge, and the vote) run on one writer thread, in the
-//! order openraft asks for them; `append` returns once its entries are queued (and readable:
-//! they wait in an in-memory map until their transaction committed) and reports the fsync
-//! through openraft's `IOFlushed` callback. openraft 0.10 sends the entries to the followers as
-//! soon as `append` returns (`broadcast_submitted_on_append`), while the leader's own fsync
-//! runs. The vote goes through the same thread, so a saved vote means every append queued
-//! before it is durable (openraft issue #2118: a member that takes office counts its whole log
-//! as flushed). `truncate_after`, `purge` and `save_vote` wait for their turn and their commit.
-//! (A log entry carries a batch of commands, see [`crate::types::CommandBatch`].)
-//!
-//! The committed log id costs no I/O of its own: `save_committed` keeps it in memory and the next
-//! log transaction (append, truncate, purge) writes it along. It is only an optimization (the
-//! committed entries are replayed at start), an older value is still a committed value, and
-//! writing it on its own would cost an fsync per commit: redb's `Durability::Eventual` fsyncs
-//! too on Linux.
+//! log's appends needed.
 //!
 //! The state machine lives in memory; it is persisted as snapshots, and on restart it is the
-//! last snapshot plus the committed log entries replayed by openraft.
+//! last snapshot plus the committed log entries replayed by openraft. (A log entry carries a
+//! batch of commands, see [`crate::types::CommandBatch`].)
 //!
 //! | file | what |
 //! |---|---|
 //! | `storage.rs` | opening a member's store: the identity check, the meta table, shared helpers |
-//! | `storage/log.rs` | [`LogStore`]: the log and the vote, the writer thread |
+//! | `storage/log.rs` | [`LogStore`]: the log and the vote in the write-ahead log |
+//! | `storage/migrate.rs` | moving the log of a `/2` store out of redb |
 //! | `storage/state_machine.rs` | [`StateMachineStore`]: apply, snapshot build, install, load |
 //!
-//! Opening refuses a file that is not a redb database, or one that belongs to another cluster or
-//! Raft id, with [`RegistryError::CorruptDataDir`] naming the path. Nothing is ever reset.
+//! Opening refuses a file that is not a redb database, one that belongs to another cluster or
+//! Raft id, or a `/3` store whose log directory is gone, with [`RegistryError::CorruptDataDir`]
+//! naming the path. Nothing is ever reset.
 
-use std::collections::BTreeMap;
-use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -61,10 +62,12 @@ use crate::state::RegistryState;
 use crate::store_stats::StoreStats;
 
 mod log;
+mod migrate;
 mod state_machine;
 
-pub use log::LogStore;
-use log::{spawn_writer, Pending};
+use log::open_wal;
+pub(crate) use log::Wal;
+pub use log::{LogStore, LOG_DIR};
 use state_machine::load_snapshot;
 pub use state_machine::StateMachineStore;
 
@@ -74,9 +77,15 @@ const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot");
 
 /// The on-disk format this build writes and reads.
 ///
-/// `/2`: log entries carry a [`crate::types::CommandBatch`], stored results carry `at_ms`.
-/// A store of another format is refused (never converted or reset).
-const FORMAT: &[u8] = b"lineage-registry/2";
+/// `/3`: the Raft log and vote are in the write-ahead log `<data_dir>/raft-log/`
+/// ([`log::LOG_DIR`]), not in redb. A build that writes `/2` refuses a `/3` store, so an
+/// upgraded member cannot be started by an older binary that would find no vote.
+const FORMAT: &[u8] = b"lineage-registry/3";
+
+/// The format before issue 35's log: log entries (carrying a [`crate::types::CommandBatch`])
+/// and the vote in the redb file. Opening one moves its log out ([`migrate`]); any other format
+/// is refused (never converted or reset).
+const FORMAT_LOG_IN_REDB: &[u8] = b"lineage-registry/2";
 /// The file name inside the data directory.
 pub const DB_FILE: &str = "registry.redb";
 
@@ -137,19 +146,29 @@ pub fn open_store(
             other => corrupt(&path, format!("not a readable registry store ({other})")),
         })?;
     let db = Arc::new(db);
-    check_identity(&db, &path, cluster, raft_id)?;
+    let format = check_identity(&db, &path, cluster, raft_id)?;
+    let log_dir = data_dir.join(LOG_DIR);
+    let wal = match format {
+        StoreFormat::New => open_wal(&log_dir)
+            .map_err(|e| corrupt(&log_dir, format!("cannot create the registry log ({e})")))?,
+        StoreFormat::Current => {
+            if !log_dir.is_dir() {
+                return Err(corrupt(
+                    &log_dir,
+                    format!("it is missing though {DB_FILE} says the log is there (its log and vote are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
+                ));
+            }
+            open_wal(&log_dir)
+                .map_err(|e| corrupt(&log_dir, format!("not a readable registry log ({e})")))?
+        }
+        StoreFormat::LogInRedb => migrate::log_out_of_redb(&db, &path, &log_dir)?,
+    };
     let stats = Arc::new(StoreStats::default());
     let data = load_snapshot(&db, data_dir, &stats).map_err(|reason| corrupt(&path, reason))?;
     let shared: SharedState = Arc::new(RwLock::new(data));
-    let pending: Pending = Arc::new(Mutex::new(BTreeMap::new()));
-    let writer = spawn_writer(&db, pending.clone())
-        .map_err(|e| corrupt(&path, format!("cannot start its writer thread: {e}")))?;
     Ok((
         LogStore {
-            db: db.clone(),
-            committed: Arc::new(Mutex::new(None)),
-            pending,
-            writer,
+            wal: Arc::new(Mutex::new(wal)),
         },
         StateMachineStore {
             db,
@@ -161,16 +180,27 @@ pub fn open_store(
     ))
 }
 
+/// Where a store keeps its Raft log.
+enum StoreFormat {
+    /// A store created by this open.
+    New,
+    /// [`FORMAT`]: in the write-ahead log beside the redb file.
+    Current,
+    /// [`FORMAT_LOG_IN_REDB`]: in the redb file's `logs` and `meta` tables (to be moved).
+    LogInRedb,
+}
+
 fn check_identity(
     db: &Database,
     path: &Path,
     cluster: &str,
     raft_id: u64,
-) -> Result<(), RegistryError> {
+) -> Result<StoreFormat, RegistryError> {
     let corrupt = |reason: String| RegistryError::CorruptDataDir {
         path: path.to_path_buf(),
         reason,
     };
+    let found;
     let txn = db.begin_write().map_err(|e| corrupt(e.to_string()))?;
     {
         let mut meta = txn.open_table(META).map_err(|e| corrupt(e.to_string()))?;
@@ -201,15 +231,21 @@ fn check_identity(
                     .map_err(|e| corrupt(e.to_string()))?;
                 meta.insert("raft_id", raft_id.to_string().as_bytes())
                     .map_err(|e| corrupt(e.to_string()))?;
+                found = StoreFormat::New;
             }
-            (Some(format), Some(c), Some(id)) => {
-                if format != FORMAT {
-                    return Err(corrupt(format!(
-                        "store format {:?} is not {:?}",
-                        String::from_utf8_lossy(&format),
-                        String::from_utf8_lossy(FORMAT)
-                    )));
-                }
+            (Some(stored), Some(c), Some(id)) => {
+                found = match stored.as_slice() {
+                    FORMAT => StoreFormat::Current,
+                    FORMAT_LOG_IN_REDB => StoreFormat::LogInRedb,
+                    _ => {
+                        return Err(corrupt(format!(
+                            "store format {:?} is not {:?} (or {:?}, which this build converts)",
+                            String::from_utf8_lossy(&stored),
+                            String::from_utf8_lossy(FORMAT),
+                            String::from_utf8_lossy(FORMAT_LOG_IN_REDB)
+                        )))
+                    }
+                };
                 if c != cluster.as_bytes() {
                     return Err(corrupt(format!(
                         "it belongs to cluster {:?}, not {cluster:?}",
@@ -227,7 +263,7 @@ fn check_identity(
         }
     }
     txn.commit().map_err(|e| corrupt(e.to_string()))?;
-    Ok(())
+    Ok(found)
 }
 
 /// Runs a blocking redb write off the async runtime.

@@ -1,8 +1,9 @@
 //! G5: an upgrade keeps the registry's data. The stores in `tests/fixtures/registry-0.9` were
 //! written by the openraft 0.9 build of lineage (`HOW.md` beside each says how): one with its
 //! whole history in the log, one with a snapshot file and a purged log. This build opens copies
-//! of them as they are (no migration step), elects the member, serves every session the old
-//! build listed with the state it listed, takes new writes, and still does after a restart.
+//! of them (no step of its own: the open moves the Raft log out of redb into the write-ahead
+//! log, format `lineage-registry/3`), elects the member, serves every session the old build
+//! listed with the state it listed, takes new writes, and still does after a restart.
 //! The Raft messages the old build sent decode as this build's types (the JSON did not change);
 //! the old build is kept out of a group by its RPC subjects (`g5_mixed_versions` in the e2e
 //! suite), not by its messages.
@@ -150,6 +151,49 @@ async fn g5_a_store_written_by_openraft_09_opens_and_serves_what_it_held() {
 async fn g5_a_snapshot_and_purged_log_written_by_openraft_09_open_and_serve_what_they_held() {
     assert!(fixture("snapshotted").join("data/snapshot").exists());
     open_and_serve("snapshotted").await;
+}
+
+#[tokio::test]
+async fn g5_opening_an_older_store_moves_its_log_out_of_redb_even_after_a_try_cut_short() {
+    use lineage_registry::storage::{open_store, LOG_DIR};
+    use openraft::storage::RaftLogStorage;
+    use openraft::RaftLogReader;
+
+    for name in ["single", "snapshotted"] {
+        let dir = copy_data(name);
+        let data = dir.path().join("registry");
+        // A conversion cut short: a log directory (half a chunk) beside a store still at /2.
+        std::fs::create_dir_all(data.join(LOG_DIR)).unwrap();
+        std::fs::write(
+            data.join(LOG_DIR).join("r-00_000_000_000_000_000_000.wal"),
+            b"half a chunk",
+        )
+        .unwrap();
+        let (mut log, sm) = open_store(&data, "dev", 1).unwrap();
+        let state = log.get_log_state().await.unwrap();
+        let vote = log.read_vote().await.unwrap();
+        let committed = log.read_committed().await.unwrap();
+        let last = state.last_log_id.expect("a log");
+        let first = state.last_purged_log_id.as_ref().map_or(0, |p| p.index + 1);
+        let entries = log.try_get_log_entries(first..=last.index).await.unwrap();
+        assert_eq!(entries.len() as u64, last.index + 1 - first, "{name}");
+        assert_eq!(entries.last().unwrap().log_id, last, "{name}");
+        assert!(vote.is_some(), "{name}: the vote was kept");
+        if name == "snapshotted" {
+            assert!(state.last_purged_log_id.is_some(), "{name}: purged");
+        }
+        drop((log, sm));
+        // Opened again (now /3): the same log, read from the write-ahead log alone.
+        let (mut log, _sm) = open_store(&data, "dev", 1).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap(), state, "{name}");
+        assert_eq!(log.read_vote().await.unwrap(), vote, "{name}");
+        assert_eq!(log.read_committed().await.unwrap(), committed, "{name}");
+        assert_eq!(
+            log.try_get_log_entries(first..=last.index).await.unwrap(),
+            entries,
+            "{name}"
+        );
+    }
 }
 
 #[test]

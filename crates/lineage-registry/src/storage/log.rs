@@ -1,260 +1,192 @@
-//! The Raft log and vote of one member ([`LogStore`]): one redb transaction per `append`
-//! (one fsync), run in order on the `registry-log` writer thread (see [`super`]).
+//! The Raft log and vote of one member ([`LogStore`]): a write-ahead log in
+//! `<data_dir>/raft-log/` (the `raft-log` crate, by openraft's author), one record per entry,
+//! vote, commit, truncate or purge, appended in order; an `append` is one write and one
+//! `fdatasync` on the WAL's flush thread.
+//!
+//! Why not redb (where the log was until issue 35): a redb transaction rewrites the pages of its
+//! B-trees and its header, so with three members fsyncing on one disk a one-entry commit took
+//! 0.43 ms at the median where appending the same bytes to a file took 0.26 ms, and a
+//! follower's fsync is on every write's critical path (benches/README.md, issue 35).
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::{mpsc, Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use codeq::{Decode, Encode};
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader};
-use redb::{Database, Durability, ReadableTable};
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use raft_log::RaftLog;
 
 use crate::raft_types::{Entry, LogId, TypeConfig, Vote};
 
-use super::{get_meta, read_err, write_err, StoreResult, LOGS, META};
+use super::{read_err, write_err, StoreResult};
 
-/// Entries handed to `append` whose transaction has not committed yet, by index.
-pub(super) type Pending = Arc<Mutex<BTreeMap<u64, Entry>>>;
+/// The directory of the write-ahead log inside a member's data directory.
+pub const LOG_DIR: &str = "raft-log";
 
-/// The most log entries one purge transaction deletes (see `purge_upto`).
-const PURGE_CHUNK: u64 = 256;
+/// A chunk file of the log is closed at this size; a purge deletes whole closed chunks, so this
+/// bounds the disk a purged log still takes.
+const CHUNK_BYTES: usize = 32 * 1024 * 1024;
 
-/// A log transaction for the writer thread.
-pub(super) enum LogJob {
-    Append {
-        encoded: Vec<(u64, Vec<u8>)>,
-        ids: Vec<LogId>,
-        committed: Option<Vec<u8>>,
-        callback: IOFlushed<TypeConfig>,
-    },
-    Truncate {
-        /// The first index deleted.
-        from: u64,
-        committed: Option<Vec<u8>>,
-        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
-    },
-    Purge {
-        log_id: LogId,
-        committed: Option<Vec<u8>>,
-        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
-    },
-    /// The vote, behind every append queued before it (see [`LogStore::save_vote`]).
-    Vote {
-        encoded: Vec<u8>,
-        done: tokio::sync::oneshot::Sender<StoreResult<()>>,
-    },
+/// The log entries kept decoded in memory (besides the open chunk's, which always are).
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The read buffer used when the log is replayed at open.
+const READ_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The `raft-log` type parameters: ids and votes as openraft's (JSON inside the WAL record),
+/// an entry as its JSON.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct WalTypes;
+
+/// A log id in the WAL.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct WalLogId(pub(crate) LogId);
+
+/// A vote in the WAL (ordered as openraft orders votes: the WAL refuses one that goes back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WalVote(pub(crate) Vote);
+
+impl PartialOrd for WalVote {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.0.partial_cmp(&other.0)
+    }
 }
 
-/// The writer thread: runs log transactions one after the other until every [`LogStore`] is
-/// gone. It holds the database weakly, so closing the store still releases the file.
-pub(super) fn spawn_writer(
-    db: &Arc<Database>,
-    pending: Pending,
-) -> std::io::Result<mpsc::Sender<LogJob>> {
-    let (tx, rx) = mpsc::channel::<LogJob>();
-    let db = Arc::downgrade(db);
-    std::thread::Builder::new()
-        .name("registry-log".into())
-        .spawn(move || {
-            // The database is held only while a transaction runs: dropped before anyone is
-            // told, so a store closed right after its last append releases the file at once.
-            let with_db = |f: &dyn Fn(&Database) -> StoreResult<()>| match db.upgrade() {
-                Some(db) => f(&db),
-                None => Err(write_err("the registry store is closed")),
-            };
-            for job in rx {
-                match job {
-                    LogJob::Append {
-                        encoded,
-                        ids,
-                        committed,
-                        callback,
-                    } => {
-                        let result =
-                            with_db(&|db| write_entries(db, &encoded, committed.as_deref()));
-                        if result.is_ok() {
-                            // Durable now: readers find them in the database.
-                            if let Ok(mut pending) = pending.lock() {
-                                for id in &ids {
-                                    if pending.get(&id.index).map(|e| e.log_id) == Some(*id) {
-                                        pending.remove(&id.index);
-                                    }
-                                }
-                            }
-                        }
-                        callback.io_completed(result);
-                    }
-                    LogJob::Truncate {
-                        from,
-                        committed,
-                        done,
-                    } => {
-                        let result = with_db(&|db| truncate_from(db, from, committed.as_deref()));
-                        let _ = done.send(result);
-                    }
-                    LogJob::Purge {
-                        log_id,
-                        committed,
-                        done,
-                    } => {
-                        let result = with_db(&|db| purge_upto(db, log_id, committed.as_deref()));
-                        let _ = done.send(result);
-                    }
-                    LogJob::Vote { encoded, done } => {
-                        let result = with_db(&|db| write_vote(db, &encoded));
-                        let _ = done.send(result);
-                    }
-                }
+/// Encodes `value` as length-prefixed JSON.
+fn encode_json<T: serde::Serialize, W: io::Write>(value: &T, w: W) -> io::Result<usize> {
+    serde_json::to_vec(value)
+        .map_err(io::Error::other)?
+        .encode(w)
+}
+
+/// Decodes length-prefixed JSON.
+fn decode_json<T: serde::de::DeserializeOwned, R: io::Read>(r: R) -> io::Result<T> {
+    let bytes = Vec::<u8>::decode(r)?;
+    serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl Encode for WalLogId {
+    fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
+        encode_json(&self.0, w)
+    }
+}
+
+impl Decode for WalLogId {
+    fn decode<R: io::Read>(r: R) -> io::Result<Self> {
+        decode_json(r).map(WalLogId)
+    }
+}
+
+impl Encode for WalVote {
+    fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
+        encode_json(&self.0, w)
+    }
+}
+
+impl Decode for WalVote {
+    fn decode<R: io::Read>(r: R) -> io::Result<Self> {
+        decode_json(r).map(WalVote)
+    }
+}
+
+/// Who hears of a flush: openraft for an append, a waiting caller for the rest.
+pub(crate) enum Flushed {
+    /// An append: openraft's callback.
+    Append(IOFlushed<TypeConfig>),
+    /// A vote, truncate or purge: the caller waiting for it.
+    Wait(tokio::sync::oneshot::Sender<io::Result<()>>),
+    /// A caller on a thread of its own (opening a store).
+    Blocking(std::sync::mpsc::Sender<io::Result<()>>),
+}
+
+impl raft_log::Callback for Flushed {
+    fn send(self, res: io::Result<()>) {
+        match self {
+            Flushed::Append(callback) => callback.io_completed(res),
+            Flushed::Wait(done) => {
+                let _ = done.send(res);
             }
-        })?;
-    Ok(tx)
-}
-
-/// One transaction, one fsync for all the entries of one append.
-fn write_entries(
-    db: &Database,
-    encoded: &[(u64, Vec<u8>)],
-    committed: Option<&[u8]>,
-) -> StoreResult<()> {
-    let mut txn = db.begin_write().map_err(write_err)?;
-    txn.set_durability(Durability::Immediate);
-    {
-        let mut table = txn.open_table(LOGS).map_err(write_err)?;
-        for (index, bytes) in encoded {
-            table.insert(*index, bytes.as_slice()).map_err(write_err)?;
+            Flushed::Blocking(done) => {
+                let _ = done.send(res);
+            }
         }
     }
-    write_committed(&txn, committed)?;
-    txn.commit().map_err(write_err)
 }
 
-/// Writes the vote.
-fn write_vote(db: &Database, encoded: &[u8]) -> StoreResult<()> {
-    let mut txn = db.begin_write().map_err(write_err)?;
-    txn.set_durability(Durability::Immediate);
-    {
-        let mut meta = txn.open_table(META).map_err(write_err)?;
-        meta.insert("vote", encoded).map_err(write_err)?;
+impl raft_log::Types for WalTypes {
+    type LogId = WalLogId;
+    type LogPayload = Vec<u8>;
+    type Vote = WalVote;
+    type Callback = Flushed;
+    type UserData = Vec<u8>;
+
+    fn log_index(log_id: &WalLogId) -> u64 {
+        log_id.0.index
     }
-    txn.commit().map_err(write_err)
-}
 
-/// Deletes the entries from index `from` on.
-fn truncate_from(db: &Database, from: u64, committed: Option<&[u8]>) -> StoreResult<()> {
-    let mut txn = db.begin_write().map_err(write_err)?;
-    txn.set_durability(Durability::Immediate);
-    {
-        let mut table = txn.open_table(LOGS).map_err(write_err)?;
-        table
-            .retain_in::<u64, _>(from.., |_, _| false)
-            .map_err(write_err)?;
+    fn payload_size(payload: &Vec<u8>) -> u64 {
+        payload.len() as u64
     }
-    write_committed(&txn, committed)?;
-    txn.commit().map_err(write_err)
 }
 
-/// Deletes the entries up to `log_id` and records it as the last purged.
-fn purge_upto(db: &Database, log_id: LogId, committed: Option<&[u8]>) -> StoreResult<()> {
-    let first = {
-        let txn = db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
-        let first = table.first().map_err(read_err)?.map(|(k, _)| k.value());
-        first
+/// The write-ahead log, shared by the store and its readers.
+pub(crate) type Wal = Arc<Mutex<RaftLog<WalTypes>>>;
+
+/// Opens (or creates) the write-ahead log in `dir`.
+pub(crate) fn open_wal(dir: &Path) -> io::Result<RaftLog<WalTypes>> {
+    std::fs::create_dir_all(dir)?;
+    let mut wal = raft_log::chunked_wal::Config::new(dir.display());
+    wal.chunk_max_size = Some(CHUNK_BYTES);
+    wal.read_buffer_size = Some(READ_BUFFER_BYTES);
+    // Flush at once: the WAL's default waits up to 1 ms to gather writes, and an append's
+    // latency is the write's. Writes that arrive during a flush still go together.
+    wal.flush_batch_wait = Some(Duration::ZERO);
+    let config = raft_log::Config {
+        wal,
+        log_cache_capacity: Some(CACHE_BYTES),
+        ..Default::default()
     };
-    // In transactions of at most PURGE_CHUNK entries: redb copies a leaf and its branches for
-    // each deletion and reuses the pages a transaction frees only after it commits, so one
-    // purge of ~19,000 entries grew a store from 11 MB to 342 MB (for good: redb does not
-    // shrink its file). Each chunk records what it purged, so a crash between two leaves the
-    // log whole from `last_purged` on.
-    let mut lo = first.unwrap_or(log_id.index + 1).min(log_id.index + 1);
-    loop {
-        let hi = lo.saturating_add(PURGE_CHUNK - 1).min(log_id.index);
-        let last = hi >= log_id.index;
-        let mut txn = db.begin_write().map_err(write_err)?;
-        txn.set_durability(Durability::Immediate);
-        {
-            let mut table = txn.open_table(LOGS).map_err(write_err)?;
-            let purged = if last {
-                Some(log_id)
-            } else {
-                match table.get(hi).map_err(write_err)? {
-                    Some(v) => {
-                        let entry: Entry = serde_json::from_slice(v.value()).map_err(write_err)?;
-                        Some(entry.log_id)
-                    }
-                    None => None,
-                }
-            };
-            table
-                .retain_in::<u64, _>(..=hi, |_, _| false)
-                .map_err(write_err)?;
-            if let Some(purged) = purged {
-                let bytes = serde_json::to_vec(&Some(purged)).map_err(write_err)?;
-                let mut meta = txn.open_table(META).map_err(write_err)?;
-                meta.insert("last_purged", bytes.as_slice())
-                    .map_err(write_err)?;
-            }
-        }
-        if last {
-            write_committed(&txn, committed)?;
-        }
-        txn.commit().map_err(write_err)?;
-        if last {
-            return Ok(());
-        }
-        lo = hi + 1;
-    }
+    RaftLog::open(Arc::new(config))
+}
+
+/// Locks the log.
+fn lock_wal(wal: &Wal) -> StoreResult<MutexGuard<'_, RaftLog<WalTypes>>> {
+    wal.lock()
+        .map_err(|_| write_err("the registry log lock is poisoned"))
 }
 
 /// The Raft log and vote of one member (and its log reader: it is cheap to clone).
 #[derive(Clone)]
 pub struct LogStore {
-    pub(super) db: Arc<Database>,
-    /// The last committed log id openraft reported, not yet written: the next log transaction
-    /// writes it along (see the module docs).
-    pub(super) committed: Arc<Mutex<Option<LogId>>>,
-    /// Appended entries not committed yet (readable meanwhile).
-    pub(super) pending: Pending,
-    /// The writer thread's queue.
-    pub(super) writer: mpsc::Sender<LogJob>,
+    pub(super) wal: Wal,
 }
 
 impl LogStore {
-    /// Queues a truncate, purge or vote and waits for its commit.
-    async fn run_job(
+    /// A handle on the log, so the owner can close it last (releasing its directory lock).
+    pub(crate) fn wal_handle(&self) -> Wal {
+        self.wal.clone()
+    }
+
+    /// Runs `write`, then flushes the log with fsync and waits for it.
+    async fn write_and_flush(
         &self,
-        make: impl FnOnce(tokio::sync::oneshot::Sender<StoreResult<()>>) -> LogJob,
+        write: impl FnOnce(&mut RaftLog<WalTypes>) -> io::Result<()>,
     ) -> StoreResult<()> {
         let (done, answer) = tokio::sync::oneshot::channel();
-        self.writer
-            .send(make(done))
-            .map_err(|_| write_err("the registry log writer stopped"))?;
+        {
+            let mut log = lock_wal(&self.wal)?;
+            write(&mut log)?;
+            log.flush(true, Some(Flushed::Wait(done)))?;
+        }
         answer
             .await
-            .map_err(|_| write_err("the registry log writer stopped"))?
+            .map_err(|_| write_err("the registry log's flush thread stopped"))?
     }
-
-    /// The committed log id to write along with the next log transaction, if one is pending.
-    fn pending_committed(&self) -> StoreResult<Option<Vec<u8>>> {
-        let committed = *self
-            .committed
-            .lock()
-            .map_err(|_| write_err("committed id lock poisoned"))?;
-        match committed {
-            Some(c) => serde_json::to_vec(&Some(c)).map(Some).map_err(write_err),
-            None => Ok(None),
-        }
-    }
-}
-
-/// Writes a pending committed log id inside a log transaction.
-fn write_committed(txn: &redb::WriteTransaction, committed: Option<&[u8]>) -> StoreResult<()> {
-    if let Some(bytes) = committed {
-        let mut meta = txn.open_table(META).map_err(write_err)?;
-        meta.insert("committed", bytes).map_err(write_err)?;
-    }
-    Ok(())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -262,33 +194,37 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> StoreResult<Vec<Entry>> {
-        let bounds: (Bound<u64>, Bound<u64>) =
-            (range.start_bound().cloned(), range.end_bound().cloned());
-        // Pending first, then the database: an entry leaves the pending map only after its
-        // transaction committed, so it is in one or the other.
-        let pending: Vec<Entry> = self
-            .pending
-            .lock()
-            .map_err(|_| read_err("pending entries lock poisoned"))?
-            .range(bounds)
-            .map(|(_, e)| e.clone())
-            .collect();
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
-        let mut out: BTreeMap<u64, Entry> = BTreeMap::new();
-        for item in table.range::<u64>(bounds).map_err(read_err)? {
-            let (k, v) = item.map_err(read_err)?;
-            let entry: Entry = serde_json::from_slice(v.value()).map_err(read_err)?;
-            out.insert(k.value(), entry);
+        let from = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let log = lock_wal(&self.wal)?;
+        let state = log.log_state();
+        // What the WAL holds: (purged, last].
+        let first = state.purged().map_or(0, |p| p.0.index + 1);
+        let end = state.last().map_or(0, |l| l.0.index + 1);
+        let to = match range.end_bound() {
+            Bound::Included(i) => i.saturating_add(1),
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => end,
         }
-        for entry in pending {
-            out.insert(entry.log_id.index, entry);
+        .min(end);
+        let from = from.max(first);
+        if from >= to {
+            return Ok(Vec::new());
         }
-        Ok(out.into_values().collect())
+        log.read(from, to)
+            .map(|item| {
+                let (_, bytes) = item.map_err(read_err)?;
+                serde_json::from_slice::<Entry>(&bytes).map_err(read_err)
+            })
+            .collect()
     }
 
     async fn read_vote(&mut self) -> StoreResult<Option<Vote>> {
-        get_meta(&self.db, "vote")
+        let log = lock_wal(&self.wal)?;
+        Ok(log.log_state().vote().map(|v| v.0))
     }
 }
 
@@ -296,32 +232,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
-        let last_purged: Option<LogId> = get_meta(&self.db, "last_purged")?;
-        let last_pending = self
-            .pending
-            .lock()
-            .map_err(|_| read_err("pending entries lock poisoned"))?
-            .values()
-            .next_back()
-            .map(|e| e.log_id);
-        if let Some(last) = last_pending {
-            return Ok(LogState {
-                last_purged_log_id: last_purged,
-                last_log_id: Some(last),
-            });
-        }
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
-        let last = match table.last().map_err(read_err)? {
-            Some((_, v)) => {
-                let entry: Entry = serde_json::from_slice(v.value()).map_err(read_err)?;
-                Some(entry.log_id)
-            }
-            None => last_purged,
-        };
+        let log = lock_wal(&self.wal)?;
+        let state = log.log_state();
         Ok(LogState {
-            last_purged_log_id: last_purged,
-            last_log_id: last,
+            last_purged_log_id: state.purged().map(|p| p.0),
+            last_log_id: state.last().map(|l| l.0),
         })
     }
 
@@ -329,37 +244,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    /// The vote goes through the writer thread like the appends, so when it is saved every
-    /// entry appended before it is durable too. openraft 0.10 marks a new leader's whole log as
-    /// flushed when it takes office (openraft issue #2118), appends still in flight included;
-    /// a member takes office only after saving its vote for itself, and by then nothing it
-    /// appended before is in flight any more.
+    /// The vote is a record of the same log, after every append queued before it, and its
+    /// flush syncs everything before it: when it is saved, every entry appended before it is
+    /// durable too. openraft 0.10 marks a new leader's whole log as flushed when it takes office
+    /// (openraft issue #2118), appends still in flight included; a member takes office only
+    /// after saving its vote for itself, and by then nothing it appended before is in flight.
     async fn save_vote(&mut self, vote: &Vote) -> StoreResult<()> {
-        let encoded = serde_json::to_vec(vote).map_err(write_err)?;
-        self.run_job(|done| LogJob::Vote { encoded, done }).await
+        let vote = WalVote(*vote);
+        self.write_and_flush(|log| log.save_vote(vote).map(|_| ()))
+            .await
     }
 
+    /// No flush of its own: the record goes to disk with the next append, truncate, purge or
+    /// vote. It is only an optimization (the committed entries are replayed at start), and an
+    /// older value is still a committed value.
     async fn save_committed(&mut self, committed: Option<LogId>) -> StoreResult<()> {
-        // No I/O here: the next log transaction writes it (see the module docs).
-        let mut pending = self
-            .committed
-            .lock()
-            .map_err(|_| write_err("committed id lock poisoned"))?;
-        if committed.is_some() {
-            *pending = committed;
+        let Some(committed) = committed else {
+            return Ok(());
+        };
+        let mut log = lock_wal(&self.wal)?;
+        let newer = log.log_state().committed().is_none_or(|c| c.0 < committed);
+        let held = log.log_state().last().is_some_and(|l| l.0 >= committed);
+        // The WAL refuses a commit beyond its last entry (openraft may know an entry committed
+        // before this member has it, after a snapshot); it is then written with a later one.
+        if newer && held {
+            log.commit(WalLogId(committed)).map_err(write_err)?;
         }
         Ok(())
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId>> {
-        let pending = *self
-            .committed
-            .lock()
-            .map_err(|_| read_err("committed id lock poisoned"))?;
-        match pending {
-            Some(c) => Ok(Some(c)),
-            None => Ok(get_meta::<Option<LogId>>(&self.db, "committed")?.flatten()),
-        }
+        let log = lock_wal(&self.wal)?;
+        Ok(log.log_state().committed().map(|c| c.0))
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> StoreResult<()>
@@ -367,61 +283,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut encoded = Vec::new();
-        let mut ids = Vec::new();
-        let mut staged = Vec::new();
+        let mut records = Vec::new();
         for entry in entries {
             let bytes = serde_json::to_vec(&entry).map_err(write_err)?;
-            encoded.push((entry.log_id.index, bytes));
-            ids.push(entry.log_id);
-            staged.push(entry);
+            records.push((WalLogId(entry.log_id), bytes));
         }
-        let committed = self.pending_committed()?;
-        {
-            let mut pending = self
-                .pending
-                .lock()
-                .map_err(|_| write_err("pending entries lock poisoned"))?;
-            for entry in staged {
-                pending.insert(entry.log_id.index, entry);
-            }
-        }
-        // Queued, in order; the callback tells openraft when it is durable.
-        self.writer
-            .send(LogJob::Append {
-                encoded,
-                ids,
-                committed,
-                callback,
-            })
-            .map_err(|_| write_err("the registry log writer stopped"))
+        let mut log = lock_wal(&self.wal)?;
+        log.append(records).map_err(write_err)?;
+        // Readable at once; the callback tells openraft when it is durable.
+        log.flush(true, Some(Flushed::Append(callback)))
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> StoreResult<()> {
         let from = last_log_id.map_or(0, |l| l.index + 1);
-        let committed = self.pending_committed()?;
-        if let Ok(mut pending) = self.pending.lock() {
-            pending.retain(|index, _| *index < from);
-        }
-        self.run_job(|done| LogJob::Truncate {
-            from,
-            committed,
-            done,
+        self.write_and_flush(|log| {
+            let end = log.log_state().last().map_or(0, |l| l.0.index + 1);
+            if from < end {
+                log.truncate(from)?;
+            }
+            Ok(())
         })
         .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> StoreResult<()> {
-        let committed = self.pending_committed()?;
-        self.run_job(|done| LogJob::Purge {
-            log_id,
-            committed,
-            done,
-        })
-        .await?;
-        if let Ok(mut pending) = self.pending.lock() {
-            pending.retain(|index, _| *index > log_id.index);
-        }
-        Ok(())
+        self.write_and_flush(|log| log.purge(WalLogId(log_id)).map(|_| ()))
+            .await
     }
 }
