@@ -2,7 +2,7 @@
 //! one redb file.
 //!
 //! `<data_dir>/raft-log/` ([`LOG_DIR`]) is the Raft log and vote: a write-ahead log of the
-//! `raft-log` crate (by openraft's author), in chunk files of at most 32 MiB. Every record
+//! `raft-log` crate (by openraft's author), in chunk files of at most 16 MiB. Every record
 //! (an entry, the vote, the committed id, a truncate, a purge) is appended in the order openraft
 //! asks; `append` returns once its entries are in the log's buffer (readable at once) and asks
 //! the log's flush thread for one write and one `fdatasync`, which reports through openraft's

@@ -29,11 +29,13 @@ use super::{read_err, write_err, StoreResult};
 pub const LOG_DIR: &str = "raft-log";
 
 /// A chunk file of the log is closed at this size; a purge deletes whole closed chunks, so this
-/// bounds the disk a purged log still takes.
-const CHUNK_BYTES: usize = 32 * 1024 * 1024;
+/// bounds the disk a purged log still takes. The open chunk's entries are all kept in memory
+/// too, so it also bounds what the log holds in memory (with [`CACHE_BYTES`]).
+const CHUNK_BYTES: usize = 16 * 1024 * 1024;
 
-/// The log entries kept decoded in memory (besides the open chunk's, which always are).
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The entries of closed chunks kept in memory (a follower catching up reads older ones from
+/// disk).
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The read buffer used when the log is replayed at open.
 const READ_BUFFER_BYTES: usize = 4 * 1024 * 1024;
