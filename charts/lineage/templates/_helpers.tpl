@@ -175,7 +175,7 @@ nats_url = {{ .Values.nats.url | toJson }}
 [node]
 # Placeholder: every pod sets LINEAGE_NODE__ID to its pod name (an empty id is refused).
 id = ""
-# Voters: registry/registry.redb on the PVC; every node: the ACP agents' working directory.
+# Voters: registry/ (raft-log/, registry.redb, snapshot) on the PVC; every node: the ACP agents' working directory.
 data_dir = "/var/lib/lineage"
 http_addr = {{ printf "0.0.0.0:%d" (int .Values.http.port) | toJson }}
 

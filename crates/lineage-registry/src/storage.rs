@@ -135,6 +135,14 @@ pub fn open_store(
             format!("it has no {DB_FILE} beside it (its log and vote are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
         ));
     }
+    let log_dir = data_dir.join(LOG_DIR);
+    let log_has_files = std::fs::read_dir(&log_dir).is_ok_and(|mut files| files.next().is_some());
+    if !path.exists() && log_has_files {
+        return Err(corrupt(
+            &log_dir,
+            format!("it has no {DB_FILE} beside it (the store's cluster and Raft id are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
+        ));
+    }
     let db = redb::Builder::new()
         .set_cache_size(REDB_CACHE_BYTES)
         .create(&path)
@@ -147,7 +155,6 @@ pub fn open_store(
         })?;
     let db = Arc::new(db);
     let format = check_identity(&db, &path, cluster, raft_id)?;
-    let log_dir = data_dir.join(LOG_DIR);
     let wal = match format {
         StoreFormat::New => open_wal(&log_dir)
             .map_err(|e| corrupt(&log_dir, format!("cannot create the registry log ({e})")))?,

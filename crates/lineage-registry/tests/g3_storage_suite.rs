@@ -3,7 +3,7 @@
 //! corrupt data directories.
 
 use lineage_registry::raft_types::TypeConfig;
-use lineage_registry::storage::{open_store, LogStore, StateMachineStore, DB_FILE};
+use lineage_registry::storage::{open_store, LogStore, StateMachineStore, DB_FILE, LOG_DIR};
 use lineage_registry::RegistryError;
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
@@ -59,6 +59,28 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
     assert!(err.to_string().contains("raft id 1"), "{err}");
     // The rightful owner still opens it.
     assert!(open_store(dir.path(), "c1", 1).is_ok());
+
+    // A store whose Raft log is gone, or a Raft log whose store (identity) is gone: refused,
+    // naming what to do, and nothing is created in its place.
+    let log_dir = dir.path().join(LOG_DIR);
+    std::fs::rename(&log_dir, dir.path().join("kept-log")).unwrap();
+    let err = open_store(dir.path(), "c1", 1).err().expect("refused");
+    assert!(matches!(err, RegistryError::CorruptDataDir { .. }), "{err}");
+    assert!(err.to_string().contains(LOG_DIR), "{err}");
+    assert!(
+        err.to_string().contains("remove the whole directory"),
+        "{err}"
+    );
+    assert!(!log_dir.exists());
+    std::fs::rename(dir.path().join("kept-log"), &log_dir).unwrap();
+    std::fs::remove_file(dir.path().join(DB_FILE)).unwrap();
+    let err = open_store(dir.path(), "c1", 1).err().expect("refused");
+    assert!(err.to_string().contains(DB_FILE), "{err}");
+    assert!(
+        err.to_string().contains("remove the whole directory"),
+        "{err}"
+    );
+    assert!(!dir.path().join(DB_FILE).exists());
 }
 
 #[tokio::test]
