@@ -1,7 +1,7 @@
 //! Logging and trace export (O2, U2).
 //!
 //! - Logs: readable lines on a terminal, JSON lines otherwise (`message` and the event's
-//!   fields at the top level), on stderr; `RUST_LOG` filters (default `info,openraft=warn`);
+//!   fields at the top level), on stderr; `RUST_LOG` filters (default `info,openraft=warn,raft_log=warn,chunked_wal=warn`);
 //!   openraft's expected RPC timeouts are counted, not logged
 //!   (`lineage_node::raft_noise`). Only `lineage node` logs; other verbs print their result.
 //! - Traces: when the standard `OTEL_*` variables ask for it (`OTEL_EXPORTER_OTLP_ENDPOINT`,
@@ -56,8 +56,10 @@ fn otlp_filter() -> Targets {
 /// `lineage node`: logs plus, when configured, OTLP export with `lineage.node = node`.
 /// Installs the global subscriber once; later calls install nothing.
 pub fn init(node: Option<&str>) -> Telemetry {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    // The registry's Raft log (`raft-log`, `chunked-wal`, through the `log` bridge) says at
+    // info when it takes its directory lock, rotates a chunk or purges: warnings and up only.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,raft_log=warn,chunked_wal=warn"));
     // openraft's expected RPC timeouts are counted, not logged (raft_noise).
     let filter = filter.and(lineage_node::raft_noise::RaftTimeouts);
     let logs = if std::io::stderr().is_terminal() {
