@@ -216,11 +216,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if from >= to {
             return Ok(Vec::new());
         }
-        log.read(from, to)
-            .map(|item| {
-                let (_, bytes) = item.map_err(read_err)?;
-                serde_json::from_slice::<Entry>(&bytes).map_err(read_err)
-            })
+        // The bytes under the lock, decoded after it: appends do not wait for the decoding.
+        let stored: Vec<Vec<u8>> = log
+            .read(from, to)
+            .map(|item| item.map(|(_, bytes)| bytes).map_err(read_err))
+            .collect::<StoreResult<_>>()?;
+        drop(log);
+        stored
+            .iter()
+            .map(|bytes| serde_json::from_slice::<Entry>(bytes).map_err(read_err))
             .collect()
     }
 
