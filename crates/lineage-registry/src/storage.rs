@@ -143,6 +143,11 @@ pub fn open_store(
             format!("it has no {DB_FILE} beside it (the store's cluster and Raft id are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
         ));
     }
+    if !path.exists() {
+        // A new store: its log directory first, so a start cut short before the log opened
+        // leaves a store that opens, not one whose log looks gone.
+        std::fs::create_dir_all(&log_dir).map_err(|e| corrupt(&log_dir, e.to_string()))?;
+    }
     let db = redb::Builder::new()
         .set_cache_size(REDB_CACHE_BYTES)
         .create(&path)
