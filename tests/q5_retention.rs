@@ -321,10 +321,14 @@ fn q5_a_steady_churn_of_births_and_disposals_stays_bounded() {
         );
     }
     assert_eq!(c.stream_messages(&c.events_stream()), 0);
-    // Bounded: what is held at any sample is what the last ~2 s (retention + sweep) of churn
-    // left, not what the whole run did.
+    // Bounded: what is held at any sample is what the last seconds of churn left (the 1 s
+    // retention, the sweep's tick, and the sweep itself: each purged session's log, inbox and
+    // objects go from JetStream first), not what the whole run did. Six seconds of churn: runs
+    // on this 2-core machine held 3.5-4 s of it when idle and, in two CI runs beside other
+    // load, 4.4 s at one sample (312 at 71/s; 240 at 55/s); a leak holds the whole run's (2,000
+    // cycles in 20-30 s), so it crosses this bound within the first third of the run.
     let rate = cycles as f64 / elapsed.as_secs_f64();
-    let bound = ((rate * 4.0) as u64).max(64);
+    let bound = ((rate * 6.0) as u64).max(64);
     for (n, live, events, ..) in &samples {
         assert!(
             *live <= bound,
