@@ -137,13 +137,13 @@ pub fn open_store(
     }
     let log_dir = data_dir.join(LOG_DIR);
     let log_has_files = std::fs::read_dir(&log_dir).is_ok_and(|mut files| files.next().is_some());
-    if !path.exists() && log_has_files {
-        return Err(corrupt(
-            &log_dir,
-            format!("it has no {DB_FILE} beside it (the store's cluster and Raft id are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
-        ));
-    }
     if !path.exists() {
+        if log_has_files {
+            return Err(corrupt(
+                &log_dir,
+                format!("it has no {DB_FILE} beside it (the store's cluster and Raft id are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
+            ));
+        }
         // A new store: its log directory first, so a start cut short before the log opened
         // leaves a store that opens, not one whose log looks gone.
         std::fs::create_dir_all(&log_dir).map_err(|e| corrupt(&log_dir, e.to_string()))?;

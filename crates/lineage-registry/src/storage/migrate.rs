@@ -44,15 +44,13 @@ pub(super) fn log_out_of_redb(
         .map_err(|e| corrupt(path, e.to_string()))?
         .flatten();
 
-    let mut wal = open_wal(log_dir).map_err(|e| corrupt(log_dir, e.to_string()))?;
-    let mut write = |f: &mut dyn FnMut(&mut RaftLog<WalTypes>) -> std::io::Result<()>| {
-        f(&mut wal).map_err(|e| corrupt(log_dir, e.to_string()))
-    };
+    let in_log = |e: std::io::Error| corrupt(log_dir, e.to_string());
+    let mut wal = open_wal(log_dir).map_err(in_log)?;
     if let Some(vote) = vote {
-        write(&mut |w| w.save_vote(WalVote(vote)).map(|_| ()))?;
+        wal.save_vote(WalVote(vote)).map_err(in_log)?;
     }
     if let Some(purged) = purged {
-        write(&mut |w| w.purge(WalLogId(purged)).map(|_| ()))?;
+        wal.purge(WalLogId(purged)).map_err(in_log)?;
     }
     let mut batch: Vec<(WalLogId, Vec<u8>)> = Vec::new();
     {
@@ -67,25 +65,22 @@ pub(super) fn log_out_of_redb(
                 .map_err(|e| corrupt(path, format!("an undecodable log entry ({e})")))?;
             batch.push((WalLogId(entry.log_id), bytes));
             if batch.len() >= COPY_BATCH {
-                let full = std::mem::take(&mut batch);
-                write(&mut |w| {
-                    w.append(full.clone())?;
-                    w.flush(false, None)
-                })?;
+                // Handed to the flush thread as it goes, not all held in memory.
+                wal.append(std::mem::take(&mut batch)).map_err(in_log)?;
+                wal.flush(false, None).map_err(in_log)?;
             }
         }
     }
-    write(&mut |w| w.append(std::mem::take(&mut batch)).map(|_| ()))?;
+    wal.append(batch).map_err(in_log)?;
     if let Some(committed) = committed {
         let held = wal.log_state().last().is_some_and(|l| l.0 >= committed);
         if held {
-            wal.commit(WalLogId(committed))
-                .map_err(|e| corrupt(log_dir, e.to_string()))?;
+            wal.commit(WalLogId(committed)).map_err(in_log)?;
         }
     }
     let (done, flushed) = std::sync::mpsc::channel();
     wal.flush(true, Some(Flushed::Blocking(done)))
-        .map_err(|e| corrupt(log_dir, e.to_string()))?;
+        .map_err(in_log)?;
     flushed
         .recv()
         .map_err(|_| corrupt(log_dir, "the log's flush thread stopped".into()))?
