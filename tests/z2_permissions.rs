@@ -669,12 +669,17 @@ fn z1_a_client_that_stops_answering_pings_is_dropped_within_seconds() {
     );
 }
 
-/// A continuable child that reports once and settles.
+/// A continuable child that reports once and settles. Its turn makes more events durable one
+/// by one than [`lineage_core::log::COMPACT_MIN_MESSAGES`], so the turn's end compacts its log
+/// and purges the messages before the compaction (issue 35) under the node's user.
 fn reporting_child() -> serde_json::Value {
-    serde_json::json!({"turns": [[
-        {"do": "report", "content": "half way", "delivery": "quiet"},
-        {"do": "reply", "text": "child done"}
-    ]], "after": {"do": "echo"}})
+    let mut steps =
+        vec![serde_json::json!({"do": "report", "content": "half way", "delivery": "quiet"})];
+    for i in 0..lineage_core::log::COMPACT_MIN_MESSAGES {
+        steps.push(serde_json::json!({"do": "reply", "text": format!("step {i}")}));
+    }
+    steps.push(serde_json::json!({"do": "reply", "text": "child done"}));
+    serde_json::json!({"turns": [steps], "after": {"do": "echo"}})
 }
 
 /// Spawn, report, settle, followup (cold resume), drain across voters under the shipped

@@ -636,12 +636,15 @@ no consumer), delete. Nodes and the operator's CLI; the voters also make the buc
 inboxes, session event logs, drain progress. */}}
 {{- $hosting := list (printf "%s.node.*.*" $p) (printf "%s.parent.*.*" $p) (printf "%s.session.*.events" $p) (printf "%s.session.*.output" $p) (printf "%s.session.*.approval" $p) (printf "%s.drain.*.progress" $p) }}
 {{- /* JetStream of a node: read the streams, session logs by direct get, a retried append's
-msg get, one durable pull consumer per live parent filtered on its inbox, acks. */}}
+msg get, purges (a log's messages before its compaction; retention: disposed sessions' logs and
+inboxes), one durable pull consumer per live parent filtered on its inbox, acks. */}}
 {{- $jsNode := list
     (printf "%s.STREAM.INFO.%s" $api $events)
     (printf "%s.STREAM.INFO.%s" $api $inbox)
     (printf "%s.DIRECT.GET.%s" $api $events)
     (printf "%s.STREAM.MSG.GET.%s" $api $events)
+    (printf "%s.STREAM.PURGE.%s" $api $events)
+    (printf "%s.STREAM.PURGE.%s" $api $inbox)
     (printf "%s.CONSUMER.CREATE.%s.*.%s.parent.*.inbox" $api $inbox $p)
     (printf "%s.CONSUMER.INFO.%s.*" $api $inbox)
     (printf "%s.CONSUMER.DELETE.%s.*" $api $inbox)

@@ -7,8 +7,11 @@
 //! per case; `tests/conformance_nats.rs` and `tests/conformance_memory.rs` run it against
 //! their backend.
 
+mod compaction;
 mod control;
 mod workspace;
+
+pub use compaction::{log_compaction_is_fenced_and_bounded, log_compaction_restates_the_log_once};
 
 pub use control::{
     control_any_is_served_once, control_call_reaches_its_node,
@@ -302,6 +305,7 @@ pub async fn log_multi_event_append_is_all_or_nothing(b: &dyn Backend) {
     );
     let stale = LogCursor {
         last_stream_seq: cursor.last_stream_seq - 1,
+        ..cursor
     };
     let batch: Vec<SessionEvent> = (11..=13).map(event).collect();
     conflict(
@@ -638,6 +642,8 @@ macro_rules! conformance_suite {
             log_retried_append_recognised,
             log_multi_event_append_is_all_or_nothing,
             log_purge_removes_only_the_purged_sessions,
+            log_compaction_restates_the_log_once,
+            log_compaction_is_fenced_and_bounded,
             inbox_purge_removes_only_the_purged_parents,
             inbox_dedup_by_message_id,
             inbox_in_order_delivery,

@@ -10,6 +10,12 @@
 //! trip. [`decode_log_message`] reads the envelope and the two older forms that logs written
 //! before it hold (one event as a bare JSON object, a batch as a bare JSON array), and refuses
 //! an envelope of a later version with a line saying to upgrade.
+//!
+//! Compaction ([`EventLogStore::compact`], `events/compaction.rs`): a log spread over many
+//! messages (a continuable session flushes each event on its own) is written again as one
+//! message at a turn's end, and the messages before it are then purged; a cold resume reads
+//! one message instead of a hundred. A later message may therefore restate events a reader
+//! already has (until the purge); every read keeps the first copy of each event seq.
 
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
@@ -21,6 +27,10 @@ use lineage_core::log::SessionEvent;
 use crate::error::BusError;
 use crate::streams::{open_stream, outcome_unknown, retry_pause, StreamOptions};
 use crate::subjects::Subjects;
+
+pub(crate) mod compaction;
+
+pub use compaction::COMPACTION_MAX_BYTES;
 
 /// Appends to and reads session logs on JetStream: the NATS implementation of
 /// [`crate::ports::EventLog`].
@@ -34,11 +44,27 @@ pub struct EventLogStore {
 /// Log messages asked for per direct-get batch when reading a log.
 pub use crate::direct::READ_BATCH;
 
-/// Where a session's log stands on the stream: the stream sequence of its last event.
+/// Where a session's log stands on the stream: the stream sequence of its last message and
+/// the seq of its last event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LogCursor {
-    /// Stream sequence of the session's last event (0 when the log is empty).
+    /// Stream sequence of the session's last message (0 when the log is empty).
     pub last_stream_seq: u64,
+    /// Seq of the session's last event (0 when the log is empty): a read after this cursor
+    /// skips the events up to it that a compaction restates.
+    pub last_event_seq: u64,
+}
+
+/// A whole log as read: its events, the cursor after them, and how many messages held them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LogRead {
+    /// Every event, in order, each once.
+    pub events: Vec<SessionEvent>,
+    /// The cursor to append after them.
+    pub cursor: LogCursor,
+    /// How many messages the log is stored in (what [`lineage_core::log::compaction_due`]
+    /// weighs).
+    pub messages: u64,
 }
 
 impl EventLogStore {
@@ -119,9 +145,25 @@ impl EventLogStore {
         events: &[SessionEvent],
         expected: Option<LogCursor>,
     ) -> Result<LogCursor, BusError> {
-        let Some(EncodedAppend { msg_id, payload }) = encode_append(session, events)? else {
+        let Some(append) = encode_append(session, events)? else {
             return Ok(expected.unwrap_or_default());
         };
+        self.append_encoded(session, append, expected).await
+    }
+
+    /// Stores one encoded message on `session`'s log, fenced by `expected`, sending it again
+    /// while its outcome is unknown: [`EventLogStore::append_all`] and the compaction.
+    async fn append_encoded(
+        &self,
+        session: &SessionId,
+        append: EncodedAppend,
+        expected: Option<LogCursor>,
+    ) -> Result<LogCursor, BusError> {
+        let EncodedAppend {
+            msg_id,
+            payload,
+            last_event_seq,
+        } = append;
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
         if let Some(cursor) = expected {
@@ -152,6 +194,7 @@ impl EventLogStore {
                 Ok(ack) => {
                     return Ok(LogCursor {
                         last_stream_seq: ack.sequence,
+                        last_event_seq,
                     })
                 }
                 Err(e) => e,
@@ -165,6 +208,7 @@ impl EventLogStore {
                     Ok(Some(seq)) => {
                         return Ok(LogCursor {
                             last_stream_seq: seq,
+                            last_event_seq,
                         })
                     }
                     Ok(None) => {
@@ -243,17 +287,36 @@ impl EventLogStore {
         self.read_after(session, LogCursor::default()).await
     }
 
+    /// [`EventLogStore::read`], with how many messages held the log.
+    pub async fn read_log(&self, session: &SessionId) -> Result<LogRead, BusError> {
+        self.read_messages_after(session, LogCursor::default())
+            .await
+    }
+
     /// [`EventLogStore::read`] of what was appended after `cursor` (a cursor a read returned):
     /// the new events and the cursor to read after them next (`cursor` itself when nothing is
-    /// new). How `lineage logs -f` follows a log.
+    /// new). Events up to `cursor.last_event_seq` that a compaction restates are skipped. How
+    /// `lineage logs -f` follows a log.
     pub async fn read_after(
         &self,
         session: &SessionId,
         after: LogCursor,
     ) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
+        let read = self.read_messages_after(session, after).await?;
+        Ok((read.events, read.cursor))
+    }
+
+    /// The messages after `after`, decoded, each event once.
+    async fn read_messages_after(
+        &self,
+        session: &SessionId,
+        after: LogCursor,
+    ) -> Result<LogRead, BusError> {
         let subject = self.subjects.session_events(session);
-        let mut events = Vec::new();
-        let mut cursor = after;
+        let mut read = LogRead {
+            cursor: after,
+            ..LogRead::default()
+        };
         crate::direct::read_subject(
             &self.client,
             &self.subjects.events_stream(),
@@ -261,13 +324,25 @@ impl EventLogStore {
             after.last_stream_seq,
             "read a session log",
             |seq, payload| {
-                cursor.last_stream_seq = seq;
-                events.extend(decode_log_message(payload)?);
+                read.cursor.last_stream_seq = seq;
+                read.messages += 1;
+                take_new_events(&mut read, decode_log_message(payload)?);
                 Ok(())
             },
         )
         .await?;
-        Ok((events, cursor))
+        Ok(read)
+    }
+}
+
+/// Adds to `read` the events it does not have yet (a compaction restates the ones before it),
+/// moving its cursor's event seq on.
+pub(crate) fn take_new_events(read: &mut LogRead, events: Vec<SessionEvent>) {
+    for event in events {
+        if event.seq > read.cursor.last_event_seq {
+            read.cursor.last_event_seq = event.seq;
+            read.events.push(event);
+        }
     }
 }
 
@@ -277,6 +352,8 @@ pub(crate) struct EncodedAppend {
     pub(crate) msg_id: String,
     /// The envelope `{"v":1,"events":[...]}` of the events, in order.
     pub(crate) payload: bytes::Bytes,
+    /// The seq of its last event.
+    pub(crate) last_event_seq: u64,
 }
 
 /// The version of the log message envelope this build writes and the latest it reads.
@@ -324,7 +401,11 @@ pub(crate) fn encode_append(
     } else {
         format!("{session}-{first}-{last}")
     };
-    Ok(Some(EncodedAppend { msg_id, payload }))
+    Ok(Some(EncodedAppend {
+        msg_id,
+        payload,
+        last_event_seq: last,
+    }))
 }
 
 impl crate::ports::EventLog for EventLogStore {
@@ -337,11 +418,28 @@ impl crate::ports::EventLog for EventLogStore {
         Box::pin(EventLogStore::append_all(self, session, events, expected))
     }
 
-    fn read<'a>(
+    fn read_log<'a>(
         &'a self,
         session: &'a SessionId,
-    ) -> crate::ports::BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
-        Box::pin(EventLogStore::read(self, session))
+    ) -> crate::ports::BoxFuture<'a, Result<LogRead, BusError>> {
+        Box::pin(EventLogStore::read_log(self, session))
+    }
+
+    fn compact<'a>(
+        &'a self,
+        session: &'a SessionId,
+        events: &'a [SessionEvent],
+        expected: LogCursor,
+    ) -> crate::ports::BoxFuture<'a, Result<Option<LogCursor>, BusError>> {
+        Box::pin(EventLogStore::compact(self, session, events, expected))
+    }
+
+    fn drop_superseded<'a>(
+        &'a self,
+        session: &'a SessionId,
+        compaction: LogCursor,
+    ) -> crate::ports::BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(EventLogStore::drop_superseded(self, session, compaction))
     }
 
     fn purge<'a>(

@@ -39,7 +39,11 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::error::BusError;
-use crate::events::{decode_log_message, encode_append, EncodedAppend, LogCursor};
+use crate::events::compaction::encode_compaction;
+use crate::events::{
+    decode_log_message, encode_append, take_new_events, EncodedAppend, LogCursor, LogRead,
+    COMPACTION_MAX_BYTES,
+};
 use crate::inbox::ACK_WAIT;
 use crate::ports::{BoxFuture, EventLog, Lifecycle, LifecycleFeed};
 
@@ -185,6 +189,7 @@ impl MemoryEventLog {
                     Some(l) if l.msg_id == append.msg_id && l.payload == append.payload => {
                         Ok(LogCursor {
                             last_stream_seq: l.seq,
+                            last_event_seq: append.last_event_seq,
                         })
                     }
                     Some(_) | None => Err(BusError::LogConflict {
@@ -198,6 +203,7 @@ impl MemoryEventLog {
         if let Some((seq, _)) = state.dedup.get(&append.msg_id) {
             return Ok(LogCursor {
                 last_stream_seq: *seq,
+                last_event_seq: append.last_event_seq,
             });
         }
         state.last_seq += 1;
@@ -210,18 +216,19 @@ impl MemoryEventLog {
         });
         Ok(LogCursor {
             last_stream_seq: seq,
+            last_event_seq: append.last_event_seq,
         })
     }
 
-    fn read_now(&self, session: &SessionId) -> Result<(Vec<SessionEvent>, LogCursor), BusError> {
+    fn read_now(&self, session: &SessionId) -> Result<LogRead, BusError> {
         let state = lock(&self.state, "read a session log")?;
-        let mut events = Vec::new();
-        let mut cursor = LogCursor::default();
+        let mut read = LogRead::default();
         for stored in state.sessions.get(session).into_iter().flatten() {
-            events.extend(decode_log_message(&stored.payload)?);
-            cursor.last_stream_seq = stored.seq;
+            read.cursor.last_stream_seq = stored.seq;
+            read.messages += 1;
+            take_new_events(&mut read, decode_log_message(&stored.payload)?);
         }
-        Ok((events, cursor))
+        Ok(read)
     }
 }
 
@@ -240,11 +247,36 @@ impl EventLog for MemoryEventLog {
         })
     }
 
-    fn read<'a>(
+    fn read_log<'a>(&'a self, session: &'a SessionId) -> BoxFuture<'a, Result<LogRead, BusError>> {
+        Box::pin(async move { self.read_now(session) })
+    }
+
+    fn compact<'a>(
         &'a self,
         session: &'a SessionId,
-    ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
-        Box::pin(async move { self.read_now(session) })
+        events: &'a [SessionEvent],
+        expected: LogCursor,
+    ) -> BoxFuture<'a, Result<Option<LogCursor>, BusError>> {
+        Box::pin(async move {
+            match encode_compaction(session, events, COMPACTION_MAX_BYTES)? {
+                Some(append) => self.append_now(session, append, Some(expected)).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn drop_superseded<'a>(
+        &'a self,
+        session: &'a SessionId,
+        compaction: LogCursor,
+    ) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(async move {
+            let mut state = lock(&self.state, "purge a session log before its compaction")?;
+            if let Some(log) = state.sessions.get_mut(session) {
+                log.retain(|stored| stored.seq >= compaction.last_stream_seq);
+            }
+            Ok(())
+        })
     }
 
     fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {

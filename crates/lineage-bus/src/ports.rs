@@ -22,7 +22,7 @@ use lineage_core::messages::{InboxMessage, LifecycleEvent};
 
 use crate::control::{ControlError, Hop};
 use crate::error::BusError;
-use crate::events::LogCursor;
+use crate::events::{LogCursor, LogRead};
 use crate::inbox::{InboxDelivery, Published};
 use crate::trace::TraceContext;
 
@@ -42,6 +42,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   (`<session>-<first>[-<last>]`) and not stored twice.
 /// - [`EventLog::read`] returns every event of the session, in order, with the cursor after
 ///   them; other sessions' events never mix in. Appending nothing returns `expected` untouched.
+/// - [`EventLog::compact`] writes the whole log as one unit after `expected` (fenced like an
+///   append) or, when that unit would be larger than [`crate::events::COMPACTION_MAX_BYTES`],
+///   writes nothing and says so. Until [`EventLog::drop_superseded`] removes the units before
+///   it, a read meets each event twice and returns it once; after, the log is that one unit.
+///   Either way a read returns the same events and the compaction's cursor.
 pub trait EventLog: Send + Sync + 'static {
     /// Appends `events` (in order) as one unit; see the trait docs.
     fn append_all<'a>(
@@ -51,11 +56,39 @@ pub trait EventLog: Send + Sync + 'static {
         expected: Option<LogCursor>,
     ) -> BoxFuture<'a, Result<LogCursor, BusError>>;
 
+    /// Reads a session's whole log, in order, with the cursor to append after it and how many
+    /// units hold it.
+    fn read_log<'a>(&'a self, session: &'a SessionId) -> BoxFuture<'a, Result<LogRead, BusError>>;
+
     /// Reads a session's whole log, in order, with the cursor to append after it.
     fn read<'a>(
         &'a self,
         session: &'a SessionId,
-    ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>>;
+    ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
+        Box::pin(async move {
+            let read = self.read_log(session).await?;
+            Ok((read.events, read.cursor))
+        })
+    }
+
+    /// Compaction: writes `events` (the whole log, from seq 1) as one unit after `expected`
+    /// (refused with [`BusError::LogConflict`] when the log moved past it). `Ok(None)`: too
+    /// large for one unit, nothing written. See the trait docs.
+    fn compact<'a>(
+        &'a self,
+        session: &'a SessionId,
+        events: &'a [SessionEvent],
+        expected: LogCursor,
+    ) -> BoxFuture<'a, Result<Option<LogCursor>, BusError>>;
+
+    /// Removes the units of `session`'s log before `compaction` (a cursor
+    /// [`EventLog::compact`] returned), which restates them. Safe whatever was appended since;
+    /// doing it again is harmless.
+    fn drop_superseded<'a>(
+        &'a self,
+        session: &'a SessionId,
+        compaction: LogCursor,
+    ) -> BoxFuture<'a, Result<(), BusError>>;
 
     /// Appends one event ([`EventLog::append_all`] of one).
     fn append<'a>(

@@ -176,7 +176,10 @@ async fn k1_session_log_reads_back_in_order_and_refuses_a_second_writer() {
         .all(|(i, e)| e.seq == i as u64 + 1));
     assert_eq!(Some(read_cursor), cursor);
     // A writer holding a stale cursor loses.
-    let stale = LogCursor { last_stream_seq: 1 };
+    let stale = LogCursor {
+        last_stream_seq: 1,
+        last_event_seq: 1,
+    };
     let event = SessionEvent {
         seq: 101,
         kind: "turn/user".into(),
@@ -229,6 +232,7 @@ async fn k1_batched_appends_read_back_as_one_ordered_log_and_are_fenced_as_a_who
     // A batch from a stale writer is refused whole: none of its events lands.
     let stale = LogCursor {
         last_stream_seq: cursor.last_stream_seq - 1,
+        ..cursor
     };
     let batch: Vec<SessionEvent> = (11..=13).map(user_event).collect();
     match store.append_all(&sid(9), &batch, Some(stale)).await {
@@ -305,4 +309,46 @@ async fn k1_a_stream_created_without_direct_gets_is_upgraded_and_read() {
     let (events, read_cursor) = store.read(&sid(5)).await.unwrap();
     assert_eq!(events, vec![user_event(1), user_event(2)]);
     assert_eq!(read_cursor, cursor);
+}
+
+#[tokio::test]
+async fn l3_a_follower_gets_each_event_once_across_a_compaction() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let store = EventLogStore::open(client, Subjects::new("t").unwrap())
+        .await
+        .unwrap();
+    let mut cursor = LogCursor::default();
+    for seq in 1..=10 {
+        cursor = store
+            .append(&sid(6), &user_event(seq), Some(cursor))
+            .await
+            .unwrap();
+    }
+    // A follower (`lineage logs -f`) has read the first ten events.
+    let (seen, followed) = store.read(&sid(6)).await.unwrap();
+    assert_eq!(seen.len(), 10);
+    // The writer compacts, appends two more, and drops what the compaction restates.
+    let all = (1..=10).map(user_event).collect::<Vec<_>>();
+    let compacted = store
+        .compact(&sid(6), &all, cursor)
+        .await
+        .unwrap()
+        .expect("fits");
+    let tail = store
+        .append_all(&sid(6), &[user_event(11), user_event(12)], Some(compacted))
+        .await
+        .unwrap();
+    // Before the drop: the compaction restates 1..=10; the follower gets only 11 and 12.
+    let (new, next) = store.read_after(&sid(6), followed).await.unwrap();
+    assert_eq!(new, vec![user_event(11), user_event(12)]);
+    assert_eq!(next, tail);
+    store.drop_superseded(&sid(6), compacted).await.unwrap();
+    let (none, same) = store.read_after(&sid(6), next).await.unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    assert_eq!(same, tail);
+    // A reader from the start: every event once, in two messages.
+    let read = store.read_log(&sid(6)).await.unwrap();
+    assert_eq!(read.events, (1..=12).map(user_event).collect::<Vec<_>>());
+    assert_eq!((read.cursor, read.messages), (tail, 2));
 }

@@ -166,10 +166,60 @@ impl SessionLog {
     }
 }
 
+/// A log spread over fewer messages than this is never compacted.
+pub const COMPACT_MIN_MESSAGES: u64 = 8;
+
+/// Compaction (issue 35): whether a turn's end writes the whole log of `events` events, now
+/// stored in `messages` messages, again as one message (and drops the messages before it).
+///
+/// A continuable session makes each event durable on its own, so a turn of a hundred events is
+/// a hundred messages for a cold resume to read. Due when the log is spread over at least
+/// [`COMPACT_MIN_MESSAGES`] messages and over at least one for every four events. The second
+/// part bounds the rewriting: every message after a compaction holds at least one event, so a
+/// compaction comes only once the log has grown by a third since the last one, and all the
+/// compactions of a session together write at most four times its final log.
+pub fn compaction_due(events: usize, messages: u64) -> bool {
+    messages >= COMPACT_MIN_MESSAGES && messages.saturating_mul(4) >= events as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn l3_compaction_is_due_for_a_log_spread_over_many_messages_only() {
+        // A continuable turn: about one message per event.
+        assert!(compaction_due(101, 96));
+        // Few messages, however many events: a one-shot turn is one message.
+        assert!(!compaction_due(100, 1));
+        assert!(!compaction_due(7, COMPACT_MIN_MESSAGES - 1));
+        assert!(compaction_due(8, COMPACT_MIN_MESSAGES));
+        // A compacted log of 1,000 events and ten messages since: not yet.
+        assert!(!compaction_due(1_010, 11));
+        // It has grown by a third: due.
+        assert!(compaction_due(1_336, 334));
+    }
+
+    #[test]
+    fn l3_compactions_write_at_most_four_times_the_final_log() {
+        // Turns of `k` events, each flushed on its own, compacted whenever due.
+        for k in [1usize, 3, 10, 100] {
+            let (mut events, mut messages, mut rewritten) = (0usize, 1u64, 0usize);
+            for _turn in 0..2_000 {
+                events += k;
+                messages += k as u64;
+                if compaction_due(events, messages) {
+                    rewritten += events;
+                    messages = 1;
+                }
+            }
+            assert!(
+                rewritten <= 4 * events,
+                "turns of {k}: {rewritten} for {events}"
+            );
+        }
+    }
 
     fn sid() -> SessionId {
         SessionId::parse("01936c1e-7a3b-7cde-8f00-000000000002").unwrap()

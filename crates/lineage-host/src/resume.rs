@@ -73,7 +73,7 @@ impl Shared {
         // session that moved, and the log's sequence check fences a stale cursor.
         let (record, log_read) = tokio::join!(
             self.registry.session(session.clone()),
-            self.bus.events.read(&session)
+            self.bus.events.read_log(&session)
         );
         let record = record?.ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
         let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
@@ -109,7 +109,11 @@ impl Shared {
         // Read and check everything before claiming: a log that cannot be resumed is refused
         // without moving the placement.
         let header = record.header.clone();
-        let (events, cursor) = log_read?;
+        let lineage_bus::events::LogRead {
+            events,
+            cursor,
+            messages: log_messages,
+        } = log_read?;
         if events.is_empty() {
             // Registered, but its creation window never reached the log: a birth cut short.
             return Err(self.dispose_cut_short(&record).await);
@@ -236,6 +240,7 @@ impl Shared {
                 preset,
                 log,
                 cursor,
+                log_messages,
                 run: run_info,
                 owner,
                 resumed: true,

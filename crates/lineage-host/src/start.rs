@@ -299,6 +299,8 @@ impl Shared {
                 preset: window.preset,
                 log: window.log,
                 cursor: window.cursor,
+                // The creation window is one message.
+                log_messages: 1,
                 run: run.clone(),
                 owner,
                 resumed: false,

@@ -62,7 +62,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use common::{child_request, host_config, root_request, script, MemCluster};
-use lineage_bus::events::LogCursor;
+use lineage_bus::events::{LogCursor, LogRead};
 use lineage_bus::inbox::Published;
 use lineage_bus::ports::{BoxFuture, InboxReader, LifecycleFeed, TurnOutputFeed};
 use lineage_bus::{BusError, EventLog, Inbox, Lifecycle, TurnOutputs};
@@ -161,11 +161,34 @@ impl EventLog for FaultyLog {
         self.inner.append_all(session, events, expected)
     }
 
-    fn read<'a>(
+    fn read_log<'a>(&'a self, session: &'a SessionId) -> BoxFuture<'a, Result<LogRead, BusError>> {
+        self.inner.read_log(session)
+    }
+
+    /// A compaction is an append: it trips as one.
+    fn compact<'a>(
         &'a self,
         session: &'a SessionId,
-    ) -> BoxFuture<'a, Result<(Vec<SessionEvent>, LogCursor), BusError>> {
-        self.inner.read(session)
+        events: &'a [SessionEvent],
+        expected: LogCursor,
+    ) -> BoxFuture<'a, Result<Option<LogCursor>, BusError>> {
+        if self.faults.trip() {
+            return Box::pin(async {
+                Err(BusError::JetStream {
+                    op: "compact a session log",
+                    reason: "injected fault: the compaction did not land".to_owned(),
+                })
+            });
+        }
+        self.inner.compact(session, events, expected)
+    }
+
+    fn drop_superseded<'a>(
+        &'a self,
+        session: &'a SessionId,
+        compaction: LogCursor,
+    ) -> BoxFuture<'a, Result<(), BusError>> {
+        self.inner.drop_superseded(session, compaction)
     }
 
     fn purge<'a>(&'a self, sessions: &'a [SessionId]) -> BoxFuture<'a, Result<(), BusError>> {

@@ -387,22 +387,52 @@ impl AgentTask {
     /// Makes every staged event durable, as one message. Optimistic: a conflict means another
     /// node owns the session now, and this agent stops. On failure the staged events stay
     /// staged (the next flush writes them).
+    ///
+    /// At a turn's end, when [`lineage_core::log::compaction_due`] says so, that one message is
+    /// the whole log (a compaction, the same one round trip); the messages it supersedes are
+    /// dropped after the turn's end is announced ([`AgentTask::drop_superseded`]).
     pub(crate) async fn flush(&mut self) -> Result<(), HostError> {
         if self.unflushed == 0 {
             return Ok(());
         }
         let events = self.log.events();
-        let staged = &events[events.len().saturating_sub(self.unflushed)..];
-        match self
-            .shared
-            .bus
-            .events
-            .append_all(&self.session, staged, Some(self.cursor))
-            .await
-        {
-            Ok(cursor) => {
+        let compact = self.turn_ending
+            && lineage_core::log::compaction_due(events.len(), self.log_messages + 1);
+        let written = match compact {
+            true => self
+                .shared
+                .bus
+                .events
+                .compact(&self.session, events, self.cursor)
+                .await
+                .map(|c| c.map(|c| (c, true))),
+            false => Ok(None),
+        };
+        let written = match written {
+            Ok(Some(done)) => Ok(done),
+            // Not compacting, or the whole log is too large for one message: the staged
+            // events alone.
+            Ok(None) => {
+                let staged = &events[events.len().saturating_sub(self.unflushed)..];
+                self.shared
+                    .bus
+                    .events
+                    .append_all(&self.session, staged, Some(self.cursor))
+                    .await
+                    .map(|c| (c, false))
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok((cursor, compacted)) => {
                 self.cursor = cursor;
                 self.unflushed = 0;
+                if compacted {
+                    self.log_messages = 1;
+                    self.superseded = Some(cursor);
+                } else {
+                    self.log_messages += 1;
+                }
                 Ok(())
             }
             Err(e) => {

@@ -62,6 +62,8 @@ pub(crate) struct AgentInit {
     pub(crate) preset: Option<AgentPreset>,
     pub(crate) log: SessionLog,
     pub(crate) cursor: LogCursor,
+    /// How many messages hold the log on the bus (what compaction weighs).
+    pub(crate) log_messages: u64,
     pub(crate) run: Option<SubagentRunInfo>,
     pub(crate) owner: Option<SessionId>,
     pub(crate) resumed: bool,
@@ -113,6 +115,14 @@ pub(crate) struct AgentTask {
     pub(crate) cursor: LogCursor,
     /// How many events at the end of `log` are staged but not yet durable.
     pub(crate) unflushed: usize,
+    /// How many messages hold the log on the bus.
+    pub(crate) log_messages: u64,
+    /// Set while a turn's end is written: its flush may compact the log
+    /// ([`lineage_core::log::compaction_due`]).
+    pub(crate) turn_ending: bool,
+    /// A compaction whose superseded messages are still to be dropped (after the turn's end
+    /// is announced).
+    pub(crate) superseded: Option<LogCursor>,
     pub(crate) run: Option<SubagentRunInfo>,
     pub(crate) epoch: Option<u64>,
     pub(crate) one_shot: Option<oneshot::Sender<OneShotResult>>,
@@ -321,6 +331,9 @@ pub(crate) async fn launch(shared: &Arc<Shared>, init: AgentInit) -> Result<(), 
         log,
         cursor: init.cursor,
         unflushed: usize::from(start_recorded),
+        log_messages: init.log_messages,
+        turn_ending: false,
+        superseded: None,
         run: init.run,
         epoch: init.epoch,
         one_shot: init.one_shot,

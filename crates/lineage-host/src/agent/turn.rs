@@ -178,15 +178,36 @@ impl AgentTask {
             true => EngineEvent::TurnAbandoned(outcome),
             false => EngineEvent::TurnEnded(outcome),
         };
+        self.turn_ending = true;
         self.feed(event).await;
         // After the turn's end is durable: whoever watches the output learns it ended. Not when
         // it cannot be written (it stays staged; the log is the record, and `turn-end` says its
         // end is durable).
         let reply = self.turn_reply.take();
-        if self.flush().await.is_ok() {
+        let flushed = self.flush().await;
+        self.turn_ending = false;
+        if flushed.is_ok() {
             stream
                 .close(&ended, reply, self.turn_usage.clone(), self.shared.now())
                 .await;
+        }
+        self.drop_superseded().await;
+    }
+
+    /// Drops the messages a compaction at this turn's end restates (issue 35). Best effort: a
+    /// failure leaves them, and a read still meets each event once.
+    async fn drop_superseded(&mut self) {
+        let Some(compaction) = self.superseded.take() else {
+            return;
+        };
+        if let Err(e) = self
+            .shared
+            .bus
+            .events
+            .drop_superseded(&self.session, compaction)
+            .await
+        {
+            tracing::warn!(session = %self.session, error = %e, "cannot purge the log's messages before its compaction; they stay");
         }
     }
 
