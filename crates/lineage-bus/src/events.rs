@@ -378,6 +378,18 @@ enum StoredMessage {
     One(SessionEvent),
 }
 
+/// The bytes of the envelope `{"v":1,"events":[...]}` of `events`.
+pub(crate) fn envelope(events: &[SessionEvent]) -> Result<Vec<u8>, BusError> {
+    serde_json::to_vec(&EnvelopeOut {
+        v: LOG_ENVELOPE_VERSION,
+        events,
+    })
+    .map_err(|e| BusError::Json {
+        what: "session event",
+        reason: e.to_string(),
+    })
+}
+
 /// Encodes `events` as one log message (`None`: there is nothing to append). Shared by the
 /// NATS store and its in-memory twin, so both store (and recognise) the same bytes.
 pub(crate) fn encode_append(
@@ -388,14 +400,7 @@ pub(crate) fn encode_append(
         (Some(first), Some(last)) => (first.seq, last.seq),
         _ => return Ok(None),
     };
-    let encoded = serde_json::to_vec(&EnvelopeOut {
-        v: LOG_ENVELOPE_VERSION,
-        events,
-    });
-    let payload = bytes::Bytes::from(encoded.map_err(|e| BusError::Json {
-        what: "session event",
-        reason: e.to_string(),
-    })?);
+    let payload = bytes::Bytes::from(envelope(events)?);
     let msg_id = if events.len() == 1 {
         format!("{session}-{first}")
     } else {

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use lineage_core::ids::SessionId;
 use lineage_core::log::SessionEvent;
 
-use super::{EncodedAppend, EnvelopeOut, EventLogStore, LogCursor, LOG_ENVELOPE_VERSION};
+use super::{envelope, EncodedAppend, EventLogStore, LogCursor};
 use crate::error::BusError;
 
 /// The largest compaction message, in bytes: a log larger than this stays in its messages.
@@ -41,14 +41,7 @@ pub(crate) fn encode_compaction(
         (Some(first), Some(last)) => (first.seq, last.seq),
         _ => return Ok(None),
     };
-    let payload = serde_json::to_vec(&EnvelopeOut {
-        v: LOG_ENVELOPE_VERSION,
-        events,
-    })
-    .map_err(|e| BusError::Json {
-        what: "session event",
-        reason: e.to_string(),
-    })?;
+    let payload = envelope(events)?;
     if payload.len() > max {
         return Ok(None);
     }
