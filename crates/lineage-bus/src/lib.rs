@@ -7,7 +7,7 @@
 //! | [`connect`] | connecting with credentials and TLS; secrets redacted | Z1 |
 //! | [`subjects`] | the subject and stream names (the wire contract; defined in `lineage_protocol::subjects`, re-exported) | N1 |
 //! | [`inbox`] | the parent inbox: JetStream, deduplicated, acked after durable acceptance | M1, M2, N2 |
-//! | [`events`] | the session event log: one JetStream subject per session | L3, P1, K1 |
+//! | [`events`] | the session event log: one JetStream subject per session; a turn's end compacts a log spread over many messages (`events/compaction.rs`) | L3, P1, K1 |
 //! | [`lifecycle`] | `subagent/start` and `subagent/end` on core NATS | E1, E2 |
 //! | [`output`] | a turn's output as it comes, on core NATS (`session.<id>.output`) | F1 |
 //! | [`workspace`] | [`workspace::NatsWorkspaces`]: session workspace snapshots in JetStream's Object Store (bucket `LINEAGE_<CLUSTER>_WORKSPACES`, opened on first use; not yet used by a node) | issue 39 |
