@@ -307,10 +307,21 @@ async fn read_log(
             }
             one => vec![one],
         };
+        // A compaction (issue 35) restates the log from its first event in one message, until
+        // the messages before it are purged: each event is kept once, and a restated one must
+        // be the same event.
         for item in batch {
             let event: Event = serde_json::from_value(item)
                 .unwrap_or_else(|e| panic!("log event of {session} is malformed: {e}"));
-            events.push(event);
+            let known = events.iter().find(|e: &&Event| e.seq == event.seq);
+            match known {
+                Some(first) => assert!(
+                    first.kind == event.kind && first.data == event.data,
+                    "log of {session} restates event {} as another: {first:?} then {event:?}",
+                    event.seq
+                ),
+                None => events.push(event),
+            }
         }
         if msg.info().map(|i| i.pending == 0).unwrap_or(false) {
             break;
