@@ -24,6 +24,17 @@ pub trait RegistryPort: Send + Sync + 'static {
     fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>>;
     /// One session's record (linearizable read), `None` when not registered.
     fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>>;
+    /// One session's record as a member last applied it (any member): it may lag the latest
+    /// writes by a few milliseconds (a follower learns of a commit with the next append or
+    /// heartbeat), never shows them out of order, and costs no round to a quorum. For
+    /// decisions a later write fences, such as a cold resume's claim (CAS on the epoch).
+    /// By default the linearizable [`RegistryPort::session`].
+    fn session_recent(
+        &self,
+        id: SessionId,
+    ) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        self.session(id)
+    }
     /// The subtree under `root`, root included, parents before children.
     fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>>;
     /// True when `ancestor` is a strict ancestor of `descendant` (R3, across nodes).
@@ -206,7 +217,7 @@ impl RegistryPort for MemoryRegistry {
 }
 
 /// The real registry. Writes go to the leader (retried with the same request id); reads are
-/// linearizable, except the node list (lease checks), which may be stale by a heartbeat.
+/// linearizable, except [`RegistryPort::session_recent`] (any member's applied state).
 impl RegistryPort for RegistryClient {
     fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
         Box::pin(async move {
@@ -220,6 +231,17 @@ impl RegistryPort for RegistryClient {
     fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
         Box::pin(async move {
             RegistryClient::session(self, id, Consistency::Linearizable)
+                .await
+                .map_err(registry_error)
+        })
+    }
+
+    fn session_recent(
+        &self,
+        id: SessionId,
+    ) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        Box::pin(async move {
+            RegistryClient::session(self, id, Consistency::Stale)
                 .await
                 .map_err(registry_error)
         })

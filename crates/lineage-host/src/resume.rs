@@ -1,7 +1,7 @@
 //! Cold resume (K1, R2, L3, P1, C3): host a session that is live nowhere.
 //!
-//! Read the registry record (header, placement) and the session's log (from JetStream, any node
-//! can) -> rebuild the descriptor from the log alone (P1), re-apply the delegated policy from the
+//! Read the registry record (header, placement; first as any member last applied it, see
+//! [`Shared::resume_here`]) and the session's log (from JetStream, any node can) -> rebuild the descriptor from the log alone (P1), re-apply the delegated policy from the
 //! log (C3), recompute the composition (C1) -> claim the placement by compare-and-swap on the
 //! epoch (one winner) -> start the driver on the log, with owner = the durable parent only when
 //! that parent is live on this node (R2) -> a new run: `subagent/start` again, paired with the
@@ -20,7 +20,9 @@ use lineage_core::journal::followup_accepted;
 use lineage_core::log::SessionLog;
 use lineage_core::messages::SubagentRunInfo;
 use lineage_core::policy::reapply_delegated_policy;
-use lineage_registry::types::{Command, CommandResponse, RegistryRefusal, SessionState};
+use lineage_registry::types::{
+    ClaimedSession, Command, CommandResponse, RegistryRefusal, SessionState,
+};
 
 use crate::agent::{launch, AgentCmd, AgentInit, AgentRecord, AGENT_EVENT};
 use crate::control::{ResumeOutcome, ResumeReply};
@@ -57,6 +59,12 @@ impl Shared {
     }
 
     /// The cold resume itself, inside its `resume` span.
+    ///
+    /// First on a record any member answers from its applied state (no round to a quorum,
+    /// read at once with the log): it only ever leads to a claim, which its epoch fences, and
+    /// what the resume carries on with that no epoch fences (usage, children) comes back with
+    /// the claim. Every other outcome (a refusal, a lost claim, a session found live) is
+    /// decided on the record read again linearizably.
     async fn resume_here(
         self: &Arc<Self>,
         session: SessionId,
@@ -68,39 +76,73 @@ impl Shared {
         let _resuming = ResumeUnderway::wait_for(self, &session, self.cfg.request_timeout)
             .await
             .ok_or_else(|| HostError::Starting(session.to_string()))?;
+        if let Some(done) = self
+            .resume_attempt(&session, request_id, RecordRead::Recent)
+            .await?
+        {
+            return Ok(done);
+        }
+        self.resume_attempt(&session, request_id, RecordRead::Linearizable)
+            .await?
+            .ok_or_else(|| {
+                HostError::Internal(format!(
+                    "resuming {session} on a linearizable record asked to read it again"
+                ))
+            })
+    }
+
+    /// One attempt at the cold resume on a record read as `read` says. `None`: the recent
+    /// record led elsewhere than to a won claim; decide again on a linearizable one.
+    async fn resume_attempt(
+        self: &Arc<Self>,
+        session: &SessionId,
+        request_id: Option<&str>,
+        read: RecordRead,
+    ) -> Result<Option<Resumption>, HostError> {
+        let session = session.clone();
         // The record and the log are read at once (neither depends on the other). A log read
         // while another node still appended is caught later: the claim's epoch CAS refuses a
         // session that moved, and the log's sequence check fences a stale cursor.
-        let (record, log_read) = tokio::join!(
-            self.registry.session(session.clone()),
-            self.bus.events.read_log(&session)
-        );
-        let record = record?.ok_or_else(|| HostError::UnknownSession(session.to_string()))?;
+        let record = match read {
+            RecordRead::Recent => self.registry.session_recent(session.clone()),
+            RecordRead::Linearizable => self.registry.session(session.clone()),
+        };
+        let (record, log_read) = tokio::join!(record, self.bus.events.read_log(&session));
+        let Some(record) = record? else {
+            return read.decided(HostError::UnknownSession(session.to_string()));
+        };
         let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
         if self.live.is_live(&session) {
-            return Ok(Resumption::Reply(ResumeReply {
+            if read == RecordRead::Recent {
+                return Ok(None);
+            }
+            return Ok(Some(Resumption::Reply(ResumeReply {
                 session,
                 node: self.cfg.node.clone(),
                 outcome: ResumeOutcome::AlreadyLive,
                 epoch,
-            }));
+            })));
         }
         if self.live.is_being_born(&session) {
             // Its birth is under way here: its log may not be written yet.
-            return Err(HostError::Starting(session.to_string()));
+            return read.decided(HostError::Starting(session.to_string()));
         }
         match record.state {
-            SessionState::Disposed => return Err(HostError::Disposed(session.to_string())),
+            SessionState::Disposed => {
+                return read.decided(HostError::Disposed(session.to_string()))
+            }
             // Born, not hosted yet: its node confirms the start shortly, or the sweeper
             // disposes it at its deadline; a claim now would host a birth without its log.
-            SessionState::Starting => return Err(HostError::Starting(session.to_string())),
+            SessionState::Starting => {
+                return read.decided(HostError::Starting(session.to_string()))
+            }
             SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
         }
         // A session that runs on another live node is not cold (one its node released is).
         if let Some(host) = record.placement.as_ref().and_then(|p| p.host()) {
             let active = record.state.is_active();
             if active && host != &self.cfg.node && self.node_alive(host).await? {
-                return Err(HostError::ClaimLost {
+                return read.decided(HostError::ClaimLost {
                     session: session.to_string(),
                     node: host.to_string(),
                 });
@@ -116,6 +158,9 @@ impl Shared {
         } = log_read?;
         if events.is_empty() {
             // Registered, but its creation window never reached the log: a birth cut short.
+            if read == RecordRead::Recent {
+                return Ok(None);
+            }
             return Err(self.dispose_cut_short(&record).await);
         }
         let log =
@@ -124,7 +169,7 @@ impl Shared {
         // no message to take: it would stay `running` and never settle.
         if request_id.is_some_and(|r| followup_accepted(&log, r)) {
             tracing::info!(%session, "followup already in its log; not resumed");
-            return Ok(Resumption::AlreadyDelivered);
+            return Ok(Some(Resumption::AlreadyDelivered));
         }
         let agent: AgentRecord = log
             .own_events_of_kind(AGENT_EVENT)
@@ -161,7 +206,8 @@ impl Shared {
             )
         };
         // K1: one winner. The claim also records the new run (a child's) and the `running`
-        // state: one registry write for the whole hand-over.
+        // state (already so, or set: whatever the record read said): one registry write for
+        // the whole hand-over.
         let run = match (&header.parent_session(), shape) {
             (Some(_), Some(_)) => Some(self.mint.run()),
             _ => None,
@@ -175,16 +221,19 @@ impl Shared {
                 node: self.cfg.node.clone(),
                 expected_epoch: epoch,
                 run: run.clone(),
-                activate: record.state != SessionState::Running,
+                activate: true,
             })
             .await;
-        let placement = match claimed {
-            Ok(CommandResponse::Placed { placement }) => placement,
+        let (placement, claimed) = match claimed {
+            Ok(CommandResponse::Placed { placement, claimed }) => (placement, claimed),
             Ok(other) => {
                 return Err(HostError::Internal(format!(
                     "registry answered {other:?} to claim_placement"
                 )))
             }
+            // Refused on a recent record (it moved, was disposed, ...): decided again on a
+            // linearizable one.
+            Err(HostError::Refused(_)) if read == RecordRead::Recent => return Ok(None),
             Err(HostError::Refused(RegistryRefusal::EpochMismatch { .. })) => {
                 let now = self.registry.session(session.clone()).await?;
                 return Err(HostError::ClaimLost {
@@ -196,6 +245,18 @@ impl Shared {
                 });
             }
             Err(e) => return Err(e),
+        };
+        // What the record held when the claim won (a member older than the answer's field:
+        // read it now, linearizably; the claim holds the session, so nothing else writes it).
+        let claimed = match claimed {
+            Some(c) => *c,
+            None => {
+                let now = self.registry.session(session.clone()).await?;
+                ClaimedSession {
+                    usage: now.as_ref().and_then(|r| r.usage.as_deref().cloned()),
+                    has_children: now.is_some_and(|r| !r.children.is_empty()),
+                }
+            }
         };
         let parent = header.parent_session().cloned();
         let owner = lineage_core::routing::owner_of(
@@ -244,14 +305,14 @@ impl Shared {
                 run: run_info,
                 owner,
                 resumed: true,
-                has_children: !record.children.is_empty(),
+                has_children: claimed.has_children,
                 one_shot: None,
                 // The editor's servers were never written down (their headers are its
                 // credentials): a resumed root runs with lineage's tools only.
                 mcp_servers: Vec::new(),
                 epoch: Some(placement.epoch),
                 idle_ttl: agent.idle_ttl_ms,
-                usage: record.usage.as_deref().cloned(),
+                usage: claimed.usage,
                 wake_on: agent.wake_on.unwrap_or_default(),
             },
         )
@@ -261,12 +322,32 @@ impl Shared {
             let _ = self.live.send(&parent, AgentCmd::Adopt(session.clone()));
         }
         self.metrics.resumed();
-        Ok(Resumption::Reply(ResumeReply {
+        Ok(Some(Resumption::Reply(ResumeReply {
             session,
             node: self.cfg.node.clone(),
             outcome: ResumeOutcome::Resumed,
             epoch: placement.epoch,
-        }))
+        })))
+    }
+}
+
+/// How fresh the record a resume attempt decides on is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordRead {
+    /// Any member's applied state ([`crate::registry::RegistryPort::session_recent`]).
+    Recent,
+    /// The leader's, after a quorum confirms it leads.
+    Linearizable,
+}
+
+impl RecordRead {
+    /// An outcome other than a claim, decided on this read: final on a linearizable record; on
+    /// a recent one, `None` (decide again on a linearizable record).
+    fn decided(self, refusal: HostError) -> Result<Option<Resumption>, HostError> {
+        match self {
+            RecordRead::Recent => Ok(None),
+            RecordRead::Linearizable => Err(refusal),
+        }
     }
 }
 

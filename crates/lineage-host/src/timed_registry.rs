@@ -37,6 +37,13 @@ impl RegistryPort for TimedRegistry {
         self.inner.session(id)
     }
 
+    fn session_recent(
+        &self,
+        id: SessionId,
+    ) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
+        self.inner.session_recent(id)
+    }
+
     fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
         self.inner.subtree(root)
     }

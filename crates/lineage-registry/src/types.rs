@@ -20,7 +20,7 @@ mod command;
 mod response;
 
 pub use command::{Command, CommandBatch, CommandKind};
-pub use response::{BatchResponse, CommandResponse, RegistryRefusal};
+pub use response::{BatchResponse, ClaimedSession, CommandResponse, RegistryRefusal};
 
 /// Which node hosts a session, and the claim epoch (K1). The epoch grows by one with every
 /// successful [`Command::ClaimPlacement`]; only the holder of the newest epoch may host it.

@@ -538,7 +538,7 @@ fn summarize(r: &CommandResponse) -> String {
             &placement.node.as_str()[1..],
             placement.epoch
         ),
-        CommandResponse::Placed { placement } => {
+        CommandResponse::Placed { placement, .. } => {
             format!(
                 "placed:{}:{}",
                 &placement.node.as_str()[1..],

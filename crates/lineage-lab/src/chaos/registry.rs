@@ -203,7 +203,7 @@ async fn client(
                     (CommandResponse::AdmissionClosed { sessions }, None) => {
                         json!({"ok": true, "count": sessions.len()})
                     }
-                    (CommandResponse::Placed { placement }, None) => {
+                    (CommandResponse::Placed { placement, .. }, None) => {
                         if let Some(s) = input["session"]
                             .as_str()
                             .and_then(|s| SessionId::parse(s).ok())

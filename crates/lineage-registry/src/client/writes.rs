@@ -131,7 +131,7 @@ impl RegistryClient {
             activate: false,
         };
         match self.accepted(cmd).await? {
-            CommandResponse::Placed { placement } => Ok(placement),
+            CommandResponse::Placed { placement, .. } => Ok(placement),
             other => Err(unexpected(&other)),
         }
     }

@@ -2,6 +2,7 @@
 //! (X1), dispose, start confirmation and expiry (S1), heartbeats, runs and descriptors.
 
 use super::*;
+use crate::types::ClaimedSession;
 
 impl RegistryState {
     /// K1: the claim, and with it (all or nothing) the new run and the `running` state of a
@@ -46,7 +47,14 @@ impl RegistryState {
             record.state = SessionState::Running;
         }
         record.updated_at_ms = at_ms;
-        Ok(CommandResponse::Placed { placement })
+        let claimed = ClaimedSession {
+            usage: record.usage.as_deref().cloned(),
+            has_children: !record.children.is_empty(),
+        };
+        Ok(CommandResponse::Placed {
+            placement,
+            claimed: Some(Box::new(claimed)),
+        })
     }
 
     pub(super) fn set_state(

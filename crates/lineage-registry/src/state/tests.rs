@@ -1,6 +1,7 @@
 //! Unit tests of the state machine.
 
 use super::*;
+use crate::types::ClaimedSession;
 use lineage_core::header::child_session_meta;
 
 mod results;
@@ -259,12 +260,60 @@ fn k1_claim_placement_has_one_winner() {
         activate: false,
     };
     assert!(
-        matches!(s.apply(&claim("a", "n2")), CommandResponse::Placed { placement } if placement.epoch == 2)
+        matches!(s.apply(&claim("a", "n2")), CommandResponse::Placed { placement, .. } if placement.epoch == 2)
     );
     assert!(matches!(
         s.apply(&claim("b", "n3")),
         CommandResponse::Refused(RegistryRefusal::EpochMismatch { current: 2, .. })
     ));
+}
+
+#[test]
+fn k1_a_winning_claim_answers_with_the_usage_and_children_it_found() {
+    let mut s = RegistryState::new();
+    s.apply(&root_cmd(1, None));
+    start(&mut s, 1);
+    let claim = |r: &str, epoch| Command::ClaimPlacement {
+        request_id: rid(r),
+        at_ms: 9,
+        session: sid(1),
+        node: NodeId::parse("n2").unwrap(),
+        expected_epoch: epoch,
+        run: None,
+        activate: true,
+    };
+    let claimed = |response: CommandResponse| match response {
+        CommandResponse::Placed { claimed, .. } => claimed.map(|c| *c),
+        other => panic!("not placed: {other:?}"),
+    };
+    // Nothing reported, no children yet.
+    assert_eq!(
+        claimed(s.apply(&claim("c1", 1))),
+        Some(ClaimedSession {
+            usage: None,
+            has_children: false
+        })
+    );
+    // Usage written and a child registered since: the next claim answers with both.
+    let usage = lineage_core::usage::SessionUsage {
+        used_tokens: 1234,
+        ..Default::default()
+    };
+    s.apply(&Command::RecordUsage {
+        request_id: rid("u"),
+        at_ms: 10,
+        session: sid(1),
+        usage: usage.clone(),
+        expected_epoch: None,
+    });
+    s.apply(&child_cmd(&s, 1, 2));
+    assert_eq!(
+        claimed(s.apply(&claim("c2", 2))),
+        Some(ClaimedSession {
+            usage: Some(usage),
+            has_children: true
+        })
+    );
 }
 
 #[test]
@@ -301,7 +350,7 @@ fn k1_claim_records_the_run_and_running_state_in_the_same_write() {
     let current = r.placement.as_ref().map_or(0, |p| p.epoch);
     assert!(matches!(
         s.apply(&claim("win", current)),
-        CommandResponse::Placed { placement } if placement.epoch == current + 1
+        CommandResponse::Placed { placement, .. } if placement.epoch == current + 1
     ));
     let r = s.session(&sid(1)).unwrap();
     assert_eq!(r.state, SessionState::Running);

@@ -16,6 +16,20 @@ pub struct BatchResponse {
     pub responses: Vec<CommandResponse>,
 }
 
+/// What a session's record held at the moment a [`CommandResponse::Placed`] claim won: the
+/// parts a cold resume carries on with that no epoch fences (usage is written by its host,
+/// children by itself while it ran), so a resume may decide the claim on a record read from
+/// any member (stale by a few writes) and still start from the record as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimedSession {
+    /// The usage its agent last reported, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<lineage_core::usage::SessionUsage>,
+    /// Whether it has registered children.
+    #[serde(default)]
+    pub has_children: bool,
+}
+
 /// The result of applying one command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -41,6 +55,10 @@ pub enum CommandResponse {
     Placed {
         /// The new placement (epoch bumped).
         placement: Placement,
+        /// What the record held when the claim won, for the resume that carries on from it (a
+        /// read before the claim may lag these); `None` from a member older than this field.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        claimed: Option<Box<ClaimedSession>>,
     },
     /// The placement is released (K1, graceful shutdown).
     Released {
