@@ -13,9 +13,10 @@
 //!    registry; a cold one is disposed straight from the registry. The registry refuses to
 //!    dispose a session whose children are not disposed, so the order is enforced twice and
 //!    checkable afterwards. Within a wave the releases go to every node at once and the
-//!    disposals run [`DISPOSE_CONCURRENCY`] at a time (each its own registry write; the
-//!    registry commits concurrent writes in one Raft entry); the next wave starts only when
-//!    every write of this one is acknowledged.
+//!    disposals go [`DISPOSE_PER_WRITE`] to a registry write of several commands, with
+//!    [`DISPOSE_WRITES_IN_FLIGHT`] such writes in flight (each disposal keeps its own request
+//!    id and outcome; the registry commits them in entries of up to 256); the next wave starts
+//!    only when every write of this one is answered.
 //! 6. Delete the inbox consumers of the disposed sessions (the ones that exist: one listing of
 //!    the inbox stream, then concurrent deletions), before the reply.
 //!
@@ -49,8 +50,12 @@ use crate::host::Host;
 use crate::shared::Shared;
 use crate::telemetry::op_span;
 
-/// Registry disposals a drain keeps in flight within one wave.
-pub const DISPOSE_CONCURRENCY: usize = 64;
+/// Registry disposals a drain sends in one write of several commands (one Raft entry's worth:
+/// `lineage_registry::node::MAX_BATCH_COMMANDS`).
+pub const DISPOSE_PER_WRITE: usize = 256;
+
+/// Writes of disposals a drain keeps in flight within one wave.
+pub const DISPOSE_WRITES_IN_FLIGHT: usize = 4;
 
 /// Where a drain's progress goes, when its request asked for it.
 struct Progress {
@@ -229,8 +234,8 @@ impl Shared {
     }
 
     /// Drain step 5: each wave is released on its nodes (one `release` per node, the nodes at
-    /// once), then disposed in the registry with up to [`DISPOSE_CONCURRENCY`] writes in flight
-    /// (the registry commits concurrent writes together). A wave starts only once every write
+    /// once), then disposed in the registry, [`DISPOSE_PER_WRITE`] disposals a write and
+    /// [`DISPOSE_WRITES_IN_FLIGHT`] writes in flight. A wave starts only once every write
     /// of the previous one is acknowledged, so parents are disposed after their children. Every
     /// session written (disposed or found disposed) is pushed to `disposed`, and those this
     /// drain disposed from the registry alone (hosted nowhere: cold) to `cold`. With
@@ -280,55 +285,69 @@ impl Shared {
                 );
             }
             items.extend(wave.unplaced.iter().map(|id| (id.clone(), None)));
-            let mut writes = stream::iter(items)
-                .map(|(id, node)| {
+            let chunks: Vec<Vec<(SessionId, Option<NodeId>)>> =
+                items.chunks(DISPOSE_PER_WRITE).map(<[_]>::to_vec).collect();
+            let mut writes = stream::iter(chunks)
+                .map(|chunk| {
                     let this = Arc::clone(self);
                     async move {
-                        let kind = this.dispose(&id, reason).await;
-                        (id, node, kind)
+                        let ids = chunk.iter().map(|(id, _)| id.clone()).collect();
+                        let kinds = this.dispose_many(ids, reason).await;
+                        (chunk, kinds)
                     }
                 })
-                .buffer_unordered(DISPOSE_CONCURRENCY);
+                .buffer_unordered(DISPOSE_WRITES_IN_FLIGHT);
             let mut list = Vec::new();
             let mut summary = WaveSummary::default();
             let mut failed = None;
-            while let Some((id, node, kind)) = writes.next().await {
-                let kind = match kind {
-                    Ok(kind) => kind,
+            while let Some((chunk, kinds)) = writes.next().await {
+                let kinds = match kinds {
+                    Ok(kinds) => kinds,
+                    // Not known to be applied: neither counted nor listed as disposed.
                     Err(e) => {
-                        // Let the writes in flight finish (so `disposed` is exact), then fail.
                         failed.get_or_insert(e);
                         continue;
                     }
                 };
-                disposed.push(id.clone());
-                done += 1;
-                if let Some(p) = progress {
-                    p.disposing(&mut throttle, self.now(), index, count, done, total)
-                        .await;
-                }
-                let kind = match (kind, &node) {
-                    (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
-                    (_, Some(_)) => DisposalKind::Released,
-                    (_, None) => DisposalKind::RegistryOnly,
-                };
-                if kind == DisposalKind::RegistryOnly {
-                    cold.push(id.clone());
-                }
-                summary.counts.add(kind);
-                report.totals.add(kind);
-                if let Some(node) = &node {
-                    *summary.by_node.entry(node.clone()).or_default() += 1;
-                }
-                if listed < DRAIN_REPORT_CAP {
-                    listed += 1;
-                    list.push(Disposal {
-                        session: id.clone(),
-                        node,
-                        kind,
-                    });
-                } else {
-                    report.truncated = true;
+                for ((id, node), kind) in chunk.into_iter().zip(kinds) {
+                    let kind = match kind {
+                        Ok(kind) => kind,
+                        Err(e) => {
+                            // Every write of the wave is answered first (so `disposed` is exact),
+                            // then the drain fails.
+                            failed.get_or_insert(e);
+                            continue;
+                        }
+                    };
+                    disposed.push(id.clone());
+                    done += 1;
+                    if let Some(p) = progress {
+                        p.disposing(&mut throttle, self.now(), index, count, done, total)
+                            .await;
+                    }
+                    let kind = match (kind, &node) {
+                        (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
+                        (_, Some(_)) => DisposalKind::Released,
+                        (_, None) => DisposalKind::RegistryOnly,
+                    };
+                    if kind == DisposalKind::RegistryOnly {
+                        cold.push(id.clone());
+                    }
+                    summary.counts.add(kind);
+                    report.totals.add(kind);
+                    if let Some(node) = &node {
+                        *summary.by_node.entry(node.clone()).or_default() += 1;
+                    }
+                    if listed < DRAIN_REPORT_CAP {
+                        listed += 1;
+                        list.push(Disposal {
+                            session: id.clone(),
+                            node,
+                            kind,
+                        });
+                    } else {
+                        report.truncated = true;
+                    }
                 }
             }
             report.waves.push(list);
@@ -349,24 +368,35 @@ impl Shared {
         Ok(())
     }
 
-    /// One registry dispose.
-    async fn dispose(
+    /// Registry disposes of `sessions`, in one write of several commands: one outcome per
+    /// session, in order; `Err` when the registry could not be reached.
+    async fn dispose_many(
         &self,
-        session: &SessionId,
+        sessions: Vec<SessionId>,
         reason: StopReason,
-    ) -> Result<DisposalKind, HostError> {
-        let response = self
-            .write(|request_id, at_ms| Command::Dispose {
+    ) -> Result<Vec<Result<DisposalKind, HostError>>, HostError> {
+        let at_ms = self.now();
+        let commands = sessions
+            .into_iter()
+            .map(|session| Command::Dispose {
                 stop_reason: Some(reason),
-                request_id,
+                request_id: self.mint.request(),
                 at_ms,
-                session: session.clone(),
+                session,
             })
-            .await?;
-        Ok(match response {
-            CommandResponse::Disposed { already: true, .. } => DisposalKind::AlreadyDisposed,
-            _ => DisposalKind::RegistryOnly,
-        })
+            .collect();
+        let outcomes = self.registry.write_many(commands).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.map(|response| match response {
+                    CommandResponse::Disposed { already: true, .. } => {
+                        DisposalKind::AlreadyDisposed
+                    }
+                    _ => DisposalKind::RegistryOnly,
+                })
+            })
+            .collect())
     }
 
     /// Per-node `stop` or `release`, here or on `node`.

@@ -22,6 +22,29 @@ use lineage_drivers::driver::BoxFuture;
 pub trait RegistryPort: Send + Sync + 'static {
     /// Applies one command (linearizable). `Refused` becomes [`HostError::Refused`].
     fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>>;
+    /// Applies several commands in order, each on its own (not a transaction), in one round
+    /// trip where the registry allows: one outcome per command, a refusal as
+    /// [`HostError::Refused`]; `Err` when the registry could not be reached (some may have
+    /// been applied: send them again, their request ids make that safe). By default one
+    /// [`RegistryPort::write`] after the other.
+    fn write_many(
+        &self,
+        commands: Vec<Command>,
+    ) -> BoxFuture<'_, Result<Vec<Result<CommandResponse, HostError>>, HostError>> {
+        Box::pin(async move {
+            let mut outcomes = Vec::with_capacity(commands.len());
+            for command in commands {
+                match self.write(command).await {
+                    Err(HostError::Refused(refusal)) => {
+                        outcomes.push(Err(HostError::Refused(refusal)))
+                    }
+                    Err(e) => return Err(e),
+                    Ok(response) => outcomes.push(Ok(response)),
+                }
+            }
+            Ok(outcomes)
+        })
+    }
     /// One session's record (linearizable read), `None` when not registered.
     fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>>;
     /// One session's record as a member last applied it (any member): it may lag the latest
@@ -233,6 +256,18 @@ impl RegistryPort for RegistryClient {
             RegistryClient::session(self, id, Consistency::Linearizable)
                 .await
                 .map_err(registry_error)
+        })
+    }
+
+    fn write_many(
+        &self,
+        commands: Vec<Command>,
+    ) -> BoxFuture<'_, Result<Vec<Result<CommandResponse, HostError>>, HostError>> {
+        Box::pin(async move {
+            let responses = RegistryClient::write_many(self, &commands)
+                .await
+                .map_err(registry_error)?;
+            Ok(responses.into_iter().map(refused_to_err).collect())
         })
     }
 

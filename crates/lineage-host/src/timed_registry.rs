@@ -1,5 +1,6 @@
 //! [`TimedRegistry`]: the host's [`RegistryPort`] with every write timed into
-//! `lineage_registry_write_duration_seconds` ([`HostMetrics`]); reads pass through untouched.
+//! `lineage_registry_write_duration_seconds` ([`HostMetrics`]; a write of several commands is
+//! one write); reads pass through untouched.
 
 use std::sync::Arc;
 
@@ -35,6 +36,19 @@ impl RegistryPort for TimedRegistry {
 
     fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
         self.inner.session(id)
+    }
+
+    fn write_many(
+        &self,
+        commands: Vec<Command>,
+    ) -> BoxFuture<'_, Result<Vec<Result<CommandResponse, HostError>>, HostError>> {
+        Box::pin(async move {
+            let began = self.clock.now_ms();
+            let out = self.inner.write_many(commands).await;
+            self.metrics
+                .registry_wrote(self.clock.now_ms().saturating_sub(began));
+            out
+        })
     }
 
     fn session_recent(

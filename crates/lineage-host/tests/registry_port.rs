@@ -124,22 +124,38 @@ async fn suite(port: &dyn RegistryPort) {
         closed,
         HostError::Refused(RegistryRefusal::AdmissionClosed { .. })
     ));
-    port.write(Command::Dispose {
+    // Several commands in one write: in order, each on its own. The root first is refused
+    // (its child is undisposed), the child's dispose then lets the root's second one through.
+    let dispose = |session: &SessionId, at_ms| Command::Dispose {
         stop_reason: None,
         request_id: rid(),
-        at_ms: 4,
-        session: child_id.clone(),
-    })
-    .await
-    .unwrap();
-    port.write(Command::Dispose {
-        stop_reason: None,
-        request_id: rid(),
-        at_ms: 5,
-        session: root_id.clone(),
-    })
-    .await
-    .unwrap();
+        at_ms,
+        session: session.clone(),
+    };
+    let outcomes = port
+        .write_many(vec![
+            dispose(&root_id, 4),
+            dispose(&child_id, 4),
+            dispose(&root_id, 5),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &outcomes[..],
+            [
+                Err(HostError::Refused(
+                    RegistryRefusal::UndisposedChildren { .. }
+                )),
+                Ok(CommandResponse::Disposed { already: false, .. }),
+                Ok(CommandResponse::Disposed { already: false, .. }),
+            ]
+        ),
+        "{outcomes:?}"
+    );
+    // A recent read answers the record too (one member here, so as last written).
+    let recent = port.session_recent(root_id.clone()).await.unwrap().unwrap();
+    assert_eq!(recent.id(), &root_id);
 
     // Leases.
     port.write(Command::Heartbeat {

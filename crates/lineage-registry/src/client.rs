@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::error::RegistryError;
 use crate::hedge::{self, Outcome};
 use crate::subjects;
-use crate::types::{Command, CommandResponse};
+use crate::types::{Command, CommandResponse, RegistryRefusal};
 pub use crate::wire::Consistency;
 use crate::wire::{Query, QueryResult, ReadReply, ReadRequest, WriteReply};
 
@@ -250,13 +250,70 @@ impl RegistryClient {
         let out = self
             .call::<WriteReply>(Bytes::from(payload), true, false, |reply| match reply {
                 WriteReply::Done { response } => Attempt::Done(Ok(CallOk::Write(response))),
+                WriteReply::DoneMany { .. } => Attempt::Done(Err(RegistryError::Unexpected(
+                    "several responses to one command".into(),
+                ))),
                 WriteReply::NotLeader { leader } => Attempt::Redirect(leader),
                 WriteReply::Unavailable { reason } => Attempt::Retry(reason),
             })
             .await?;
         match out {
             CallOk::Write(r) => Ok(r),
-            CallOk::Read(_) => Err(RegistryError::Unexpected("read reply to a write".into())),
+            CallOk::WriteMany(_) | CallOk::Read(_) => Err(RegistryError::Unexpected(
+                "a reply of another kind to a write".into(),
+            )),
+        }
+    }
+
+    /// Sends several commands in one request (at most [`crate::wire::WRITE_MANY_MAX`]) and
+    /// returns one response per command, in order, refusals included. They are applied in
+    /// that order, each on its own (not a transaction: a refused one leaves the others). The
+    /// whole request is retried until the deadline like [`Self::write`]; commands already
+    /// applied are recognised by their request ids.
+    pub async fn write_many(
+        &self,
+        cmds: &[Command],
+    ) -> Result<Vec<CommandResponse>, RegistryError> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let payload = serde_json::to_vec(cmds).map_err(|e| RegistryError::Codec(e.to_string()))?;
+        let max_payload = self.nats.server_info().max_payload;
+        if max_payload > 0 && payload.len() > max_payload {
+            return Err(RegistryError::Refused(RegistryRefusal::Malformed {
+                reason: format!(
+                    "{} commands are {} bytes, more than the server's max_payload of {max_payload}; send them in smaller writes",
+                    cmds.len(),
+                    payload.len()
+                ),
+            }));
+        }
+        let out = self
+            .call::<WriteReply>(Bytes::from(payload), true, false, |reply| match reply {
+                WriteReply::DoneMany { responses } => {
+                    Attempt::Done(Ok(CallOk::WriteMany(responses)))
+                }
+                // A refusal of the request as a whole (malformed, too many commands).
+                WriteReply::Done {
+                    response: CommandResponse::Refused(r),
+                } => Attempt::Done(Err(RegistryError::Refused(r))),
+                WriteReply::Done { response } => Attempt::Done(Err(RegistryError::Unexpected(
+                    format!("one response to {} commands: {response:?}", cmds.len()),
+                ))),
+                WriteReply::NotLeader { leader } => Attempt::Redirect(leader),
+                WriteReply::Unavailable { reason } => Attempt::Retry(reason),
+            })
+            .await?;
+        match out {
+            CallOk::WriteMany(r) if r.len() == cmds.len() => Ok(r),
+            CallOk::WriteMany(r) => Err(RegistryError::Unexpected(format!(
+                "{} responses to {} commands",
+                r.len(),
+                cmds.len()
+            ))),
+            CallOk::Write(_) | CallOk::Read(_) => Err(RegistryError::Unexpected(
+                "a reply of another kind to a write of several commands".into(),
+            )),
         }
     }
 
@@ -288,13 +345,16 @@ impl RegistryClient {
             .await?;
         match out {
             CallOk::Read(r) => Ok(r),
-            CallOk::Write(_) => Err(RegistryError::Unexpected("write reply to a read".into())),
+            CallOk::Write(_) | CallOk::WriteMany(_) => {
+                Err(RegistryError::Unexpected("write reply to a read".into()))
+            }
         }
     }
 }
 
 enum CallOk {
     Write(CommandResponse),
+    WriteMany(Vec<CommandResponse>),
     Read(QueryResult),
 }
 

@@ -24,6 +24,8 @@ use crate::wire::{
 };
 use crate::write_batch::{request_span, PendingWrite};
 
+mod write_many;
+
 /// The query kinds a registry read takes (the `query` tag of [`Query`]), as the endpoints'
 /// `queries` metadata lists them.
 pub(crate) const QUERY_KINDS: [&str; 16] = [
@@ -274,35 +276,42 @@ impl Server {
         let _ = endpoint.stop().await;
     }
 
-    /// Serves one write; `sender` is the writer's identity from an identified subject.
+    /// Serves one write (a command, or a JSON array of them: [`Server::write_many`]); `sender`
+    /// is the writer's identity from an identified subject.
     async fn write(&self, payload: &[u8], sender: Option<&str>) -> WriteReply {
+        if write_many::is_many(payload) {
+            return self.write_many(payload, sender).await;
+        }
+        match self.enqueue(payload, sender).await {
+            Ok(answer) => answer.await.unwrap_or_else(|_| shutting_down()),
+            Err(reply) => reply,
+        }
+    }
+
+    /// Decodes and checks one command and queues it for its batch: where its reply will come,
+    /// or the reply at once (refused, or the member is shutting down).
+    async fn enqueue(
+        &self,
+        payload: &[u8],
+        sender: Option<&str>,
+    ) -> Result<oneshot::Receiver<WriteReply>, WriteReply> {
+        let refused = |refusal| WriteReply::Done {
+            response: CommandResponse::Refused(refusal),
+        };
         if payload.len() > self.max_command_bytes {
             // A larger entry might not fit in one append-entries request, which would stall
             // replication for good.
-            return WriteReply::Done {
-                response: CommandResponse::Refused(RegistryRefusal::Malformed {
-                    reason: format!(
-                        "the command is {} bytes, more than the {} bytes a command may take",
-                        payload.len(),
-                        self.max_command_bytes
-                    ),
-                }),
-            };
+            return Err(refused(RegistryRefusal::Malformed {
+                reason: format!(
+                    "the command is {} bytes, more than the {} bytes a command may take",
+                    payload.len(),
+                    self.max_command_bytes
+                ),
+            }));
         }
-        let cmd = match decode_command(payload) {
-            Ok(cmd) => cmd,
-            Err(refusal) => {
-                return WriteReply::Done {
-                    response: CommandResponse::Refused(refusal),
-                }
-            }
-        };
+        let cmd = decode_command(payload).map_err(refused)?;
         if let Some(sender) = sender {
-            if let Err(refusal) = crate::identity::check_sender(&cmd, sender) {
-                return WriteReply::Done {
-                    response: CommandResponse::Refused(refusal),
-                };
-            }
+            crate::identity::check_sender(&cmd, sender).map_err(refused)?;
         }
         let (reply, answer) = oneshot::channel();
         let pending = PendingWrite {
@@ -311,13 +320,9 @@ impl Server {
             reply,
         };
         if self.writes.send(pending).await.is_err() {
-            return WriteReply::Unavailable {
-                reason: "the member is shutting down".into(),
-            };
+            return Err(shutting_down());
         }
-        answer.await.unwrap_or_else(|_| WriteReply::Unavailable {
-            reason: "the member is shutting down".into(),
-        })
+        Ok(answer)
     }
 
     async fn read(&self, payload: &[u8]) -> ReadReply {
@@ -488,6 +493,13 @@ fn from_a_client(msg: &async_nats::Message) -> bool {
         return false;
     }
     true
+}
+
+/// The reply of a member that stops while a write waits.
+fn shutting_down() -> WriteReply {
+    WriteReply::Unavailable {
+        reason: "the member is shutting down".into(),
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,12 @@ pub enum WriteReply {
         /// The state machine's response.
         response: CommandResponse,
     },
+    /// Applied, a write of several commands (a JSON array): one response per command, in
+    /// the array's order.
+    DoneMany {
+        /// The state machine's responses.
+        responses: Vec<CommandResponse>,
+    },
     /// This member is not the leader; `leader` is its best guess.
     NotLeader {
         /// The leader's Raft id, if known.
@@ -40,6 +46,10 @@ pub enum WriteReply {
         reason: String,
     },
 }
+
+/// The most commands one write request may carry (a JSON array of commands on a write
+/// subject; see [`crate::RegistryClient::write_many`]).
+pub const WRITE_MANY_MAX: usize = 1_000;
 
 /// The most records a [`Query::SubtreePage`] answers with.
 pub const SUBTREE_PAGE_MAX: u32 = 1_000;
