@@ -1,8 +1,9 @@
 //! Cold resume (K1, R2, L3, P1, C3): host a session that is live nowhere.
 //!
 //! Read the registry record (header, placement; first as any member last applied it, see
-//! [`Shared::resume_here`]) and the session's log (from JetStream, any node can) -> rebuild the descriptor from the log alone (P1), re-apply the delegated policy from the
-//! log (C3), recompute the composition (C1) -> claim the placement by compare-and-swap on the
+//! [`Shared::resume_here`]) and the session's log (from JetStream, any node can) -> rebuild the
+//! descriptor from the log alone (P1), re-apply the delegated policy from the log (C3),
+//! recompute the composition (C1) -> claim the placement by compare-and-swap on the
 //! epoch (one winner) -> start the driver on the log, with owner = the durable parent only when
 //! that parent is live on this node (R2) -> a new run: `subagent/start` again, paired with the
 //! `subagent/end` of its next settlement. Its reports and settlement still go to the durable

@@ -25,7 +25,7 @@
 //! | [`check_quorum`] | a leader without a quorum's acknowledgement stands aside, so a slow leader does not stall the registry | G1, Z3 |
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, shutdown | G1, G3 |
 //! | [`leader_transfer`] | a leader hands leadership to an up-to-date voter before it stops | G4 |
-//! | `service` | the read endpoints of the `lineage-registry` micro service; answering writes and reads | G1, O3 |
+//! | `service` (+ `service/write_many.rs`) | the read endpoints of the `lineage-registry` micro service; answering writes (one command, or an array of them) and reads | G1, O3 |
 //! | `write_batch` | group commit: a member's queued commands proposed as one entry; snapshot triggers | G1, Q5 |
 //! | [`client`] | [`RegistryClient`]: typed writes with retries, linearizable or stale reads | G1, R3 |
 //! | `hedge` | a read sends another copy while none has answered (a stopped member holds its queue subscription) | G3, N3 |

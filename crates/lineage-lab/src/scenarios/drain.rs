@@ -16,7 +16,7 @@ use super::{internal, scaled, unavailable, Bench};
 
 /// `drain`: trees registered straight into the registry, drained end to end.
 pub(super) async fn drain(b: &Bench) -> Result<(), ControlError> {
-    println!("trees registered straight into the registry (depth 4, placements round-robin over the 3 nodes, state running, no live agents: each node's stop/release finds nothing live); timed: one `drain` request naming the roots, sent to node-1, from send to reply (close admission, per-node stop and release, one registry dispose per session, 64 in flight per wave, leaves first; subtrees read in pages)");
+    println!("trees registered straight into the registry (depth 4, placements round-robin over the 3 nodes, state running, no live agents: each node's stop/release finds nothing live); timed: one `drain` request naming the roots, sent to node-1, from send to reply (close admission, per-node stop and release, a registry dispose per session, 256 to a write of several commands, 4 writes in flight per wave, leaves first; subtrees read in pages)");
     let each = scaled(1_000).max(10);
     // One tree, ten trees, then one tree as large as the ten (its subtree is read in pages).
     for (trees, per_tree) in [(1usize, each), (10, each), (1, 10 * each)] {
