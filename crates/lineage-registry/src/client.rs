@@ -16,6 +16,7 @@
 //! |---|---|
 //! | `client.rs` | the client, its deadline and attempts: `write`, `query`, leader following, hedged reads |
 //! | `client/writes.rs` | one typed method per command (`register_session`, `claim_placement`, ...) |
+//! | `client/many.rs` | writes of several commands in one request, and the coalescing of writes issued at once |
 //! | `client/reads.rs` | one typed method per query (`session`, `subtree`, `sessions_on_node`, ...) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +36,7 @@ use crate::types::{Command, CommandResponse, RegistryRefusal};
 pub use crate::wire::Consistency;
 use crate::wire::{Query, QueryResult, ReadReply, ReadRequest, WriteReply};
 
+mod many;
 mod reads;
 mod writes;
 
@@ -73,6 +75,9 @@ pub struct RegistryClient {
     /// The node this client writes as (`registry.write.<node>`, Z2); `None`: the trusted
     /// subjects (voters, admin tools).
     sender: Option<Arc<str>>,
+    /// Writes waiting to go together; shared by the clones with the same identity and
+    /// deadlines.
+    coalescer: Arc<many::Coalescer>,
 }
 
 enum Attempt<T> {
@@ -92,6 +97,7 @@ impl RegistryClient {
             deadline: Duration::from_secs(10),
             attempt_timeout: Duration::from_secs(2),
             sender: None,
+            coalescer: Arc::default(),
         }
     }
 
@@ -100,18 +106,21 @@ impl RegistryClient {
     /// permissions can give a worker exactly its own subject (Z2).
     pub fn as_node(mut self, node: &lineage_core::ids::NodeId) -> Self {
         self.sender = Some(node.as_str().into());
+        self.coalescer = Arc::default();
         self
     }
 
     /// The same client with another overall deadline per call.
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self.coalescer = Arc::default();
         self
     }
 
     /// The same client with another per-attempt timeout.
     pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
+        self.coalescer = Arc::default();
         self
     }
 
@@ -238,8 +247,18 @@ impl RegistryClient {
     }
 
     /// Sends a command and returns the state machine's response, refusals included (as
-    /// [`CommandResponse::Refused`]). Retries (same request id) until the deadline.
+    /// [`CommandResponse::Refused`]). Retries (same request id) until the deadline. Writes
+    /// issued at the same time through this client go together ([`many`]'s coalescing): one
+    /// alone is sent at once, as itself.
     pub async fn write(&self, cmd: &Command) -> Result<CommandResponse, RegistryError> {
+        self.write_coalesced(cmd.clone()).await
+    }
+
+    /// One command in a request of its own.
+    pub(crate) async fn write_alone(
+        &self,
+        cmd: &Command,
+    ) -> Result<CommandResponse, RegistryError> {
         let payload = serde_json::to_vec(cmd).map_err(|e| RegistryError::Codec(e.to_string()))?;
         self.write_raw(payload).await
     }
@@ -265,26 +284,20 @@ impl RegistryClient {
         }
     }
 
-    /// Sends several commands in one request (at most [`crate::wire::WRITE_MANY_MAX`]) and
-    /// returns one response per command, in order, refusals included. They are applied in
-    /// that order, each on its own (not a transaction: a refused one leaves the others). The
-    /// whole request is retried until the deadline like [`Self::write`]; commands already
-    /// applied are recognised by their request ids.
-    pub async fn write_many(
+    /// One request of several commands (a JSON array), no fallback.
+    pub(crate) async fn send_array(
         &self,
         cmds: &[Command],
     ) -> Result<Vec<CommandResponse>, RegistryError> {
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
         let payload = serde_json::to_vec(cmds).map_err(|e| RegistryError::Codec(e.to_string()))?;
         let max_payload = self.nats.server_info().max_payload;
         if max_payload > 0 && payload.len() > max_payload {
             return Err(RegistryError::Refused(RegistryRefusal::Malformed {
                 reason: format!(
-                    "{} commands are {} bytes, more than the server's max_payload of {max_payload}; send them in smaller writes",
-                    cmds.len(),
-                    payload.len()
+                    "{}s is {} bytes ({} commands), more than the server's max_payload of {max_payload}: send them in smaller writes",
+                    crate::wire::WRITE_MANY_ARRAY,
+                    payload.len(),
+                    cmds.len()
                 ),
             }));
         }

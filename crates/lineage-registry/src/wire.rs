@@ -51,6 +51,11 @@ pub enum WriteReply {
 /// subject; see [`crate::RegistryClient::write_many`]).
 pub const WRITE_MANY_MAX: usize = 1_000;
 
+/// How every refusal of a write of several commands as a whole begins (malformed, too many,
+/// too large), so a client tells them from an older member's refusal of an array it cannot
+/// read as one command.
+pub const WRITE_MANY_ARRAY: &str = "a write of several command";
+
 /// The most records a [`Query::SubtreePage`] answers with.
 pub const SUBTREE_PAGE_MAX: u32 = 1_000;
 

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::{shutting_down, Server};
 use crate::types::{CommandResponse, RegistryRefusal};
-use crate::wire::{WriteReply, WRITE_MANY_MAX};
+use crate::wire::{WriteReply, WRITE_MANY_ARRAY, WRITE_MANY_MAX};
 
 /// Whether a write's payload is an array of commands (its first byte after white space).
 pub(super) fn is_many(payload: &[u8]) -> bool {
@@ -34,13 +34,13 @@ impl Server {
             Ok(commands) => commands,
             Err(e) => {
                 return refused(format!(
-                    "a write of several commands is a JSON array of commands: {e}"
+                    "{WRITE_MANY_ARRAY}s is a JSON array of commands: {e}"
                 ))
             }
         };
         if commands.len() > WRITE_MANY_MAX {
             return refused(format!(
-                "{} commands in one write; send at most {WRITE_MANY_MAX} a write",
+                "{WRITE_MANY_ARRAY}s takes at most {WRITE_MANY_MAX}; this one has {}: send them in smaller writes",
                 commands.len()
             ));
         }
