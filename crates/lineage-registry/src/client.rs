@@ -16,7 +16,7 @@
 //! |---|---|
 //! | `client.rs` | the client, its deadline and attempts: `write`, `query`, leader following, hedged reads |
 //! | `client/writes.rs` | one typed method per command (`register_session`, `claim_placement`, ...) |
-//! | `client/many.rs` | writes of several commands in one request, and the coalescing of writes issued at once |
+//! | `client/many.rs` | writes of several commands in one request (`write_many`) |
 //! | `client/reads.rs` | one typed method per query (`session`, `subtree`, `sessions_on_node`, ...) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,9 +75,6 @@ pub struct RegistryClient {
     /// The node this client writes as (`registry.write.<node>`, Z2); `None`: the trusted
     /// subjects (voters, admin tools).
     sender: Option<Arc<str>>,
-    /// Writes waiting to go together; shared by the clones with the same identity and
-    /// deadlines.
-    coalescer: Arc<many::Coalescer>,
 }
 
 enum Attempt<T> {
@@ -97,7 +94,6 @@ impl RegistryClient {
             deadline: Duration::from_secs(10),
             attempt_timeout: Duration::from_secs(2),
             sender: None,
-            coalescer: Arc::default(),
         }
     }
 
@@ -106,21 +102,18 @@ impl RegistryClient {
     /// permissions can give a worker exactly its own subject (Z2).
     pub fn as_node(mut self, node: &lineage_core::ids::NodeId) -> Self {
         self.sender = Some(node.as_str().into());
-        self.coalescer = Arc::default();
         self
     }
 
     /// The same client with another overall deadline per call.
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
-        self.coalescer = Arc::default();
         self
     }
 
     /// The same client with another per-attempt timeout.
     pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
-        self.coalescer = Arc::default();
         self
     }
 
@@ -247,18 +240,8 @@ impl RegistryClient {
     }
 
     /// Sends a command and returns the state machine's response, refusals included (as
-    /// [`CommandResponse::Refused`]). Retries (same request id) until the deadline. Writes
-    /// issued at the same time through this client go together ([`many`]'s coalescing): one
-    /// alone is sent at once, as itself.
+    /// [`CommandResponse::Refused`]). Retries (same request id) until the deadline.
     pub async fn write(&self, cmd: &Command) -> Result<CommandResponse, RegistryError> {
-        self.write_coalesced(cmd.clone()).await
-    }
-
-    /// One command in a request of its own.
-    pub(crate) async fn write_alone(
-        &self,
-        cmd: &Command,
-    ) -> Result<CommandResponse, RegistryError> {
         let payload = serde_json::to_vec(cmd).map_err(|e| RegistryError::Codec(e.to_string()))?;
         self.write_raw(payload).await
     }

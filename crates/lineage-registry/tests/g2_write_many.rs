@@ -2,15 +2,20 @@
 //! (a JSON array on any write subject). Each is applied in the array's order and on its own
 //! (a refusal leaves the others), a request sent again is recognised command by command by the
 //! request ids, and bad input is refused with one line (per command, or for the request as a
-//! whole) and changes nothing else. A group of one voter on a real nats-server.
+//! whole) and changes nothing else. A group of one voter on a real nats-server. A member older
+//! than arrays (played by a responder that reads writes with the members' own
+//! `decode_command`, as every build before arrays did) gets the commands one at a time.
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use futures::StreamExt;
 use lineage_registry::types::{Command, CommandResponse};
-use lineage_registry::wire::{WriteReply, WRITE_MANY_MAX};
+use lineage_registry::wire::{decode_command, WriteReply, WRITE_MANY_MAX};
 use lineage_registry::{Consistency, RegistryClient, RegistryError, SessionState};
 use lineage_testkit::NatsServer;
 
@@ -192,4 +197,57 @@ async fn g2_a_write_of_several_commands_applies_each_in_order_and_once() {
         ["node-4"]
     );
     node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g2_a_member_older_than_arrays_gets_the_commands_one_at_a_time() {
+    let server = NatsServer::start().unwrap();
+    let nats = connect(&server).await;
+    // The older member: reads every write as one command, as builds before arrays did.
+    let (arrays, singles) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut sub = nats
+        .queue_subscribe(
+            lineage_registry::subjects::write(CLUSTER),
+            "registry".to_owned(),
+        )
+        .await
+        .unwrap();
+    let (a, s, responder) = (arrays.clone(), singles.clone(), nats.clone());
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let reply = match decode_command(&msg.payload) {
+                Ok(_) => {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    WriteReply::Done {
+                        response: CommandResponse::Noop,
+                    }
+                }
+                Err(refusal) => {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    WriteReply::Done {
+                        response: CommandResponse::Refused(refusal),
+                    }
+                }
+            };
+            if let Some(to) = msg.reply {
+                let body = serde_json::to_vec(&reply).unwrap();
+                responder.publish(to, body.into()).await.unwrap();
+            }
+        }
+    });
+    nats.flush().await.unwrap();
+    let client = RegistryClient::new(nats.clone(), CLUSTER).with_deadline(Duration::from_secs(5));
+
+    let responses = client
+        .write_many(&[register(1, "o1"), register(2, "o2"), register(3, "o3")])
+        .await
+        .unwrap();
+    assert_eq!(responses, vec![CommandResponse::Noop; 3]);
+    assert_eq!(
+        (
+            arrays.load(Ordering::SeqCst),
+            singles.load(Ordering::SeqCst)
+        ),
+        (1, 3)
+    );
 }
