@@ -1,7 +1,7 @@
 //! Issue 35, K1: a cold resume decides its claim on a record read from any member (no round to
 //! a quorum), and such a record never decides anything else. A lagging member is played by a
-//! registry port whose recent read answers a record the test froze; the real rules (the
-//! registry's state machine) answer everything else.
+//! registry port whose recent read answers a record the test chose (`ObservedRegistry`); the
+//! real rules (the registry's state machine) answer everything else.
 //!
 //! - Fresh enough: the resume makes no linearizable read of the session, and what it carries
 //!   on with that no epoch fences (usage, children) comes from the claim's answer, not from
@@ -12,118 +12,22 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use lineage_core::descriptor::SubagentShape;
-use lineage_core::ids::{NodeId, RequestId, SessionId};
-use lineage_drivers::driver::BoxFuture;
+use lineage_core::ids::{RequestId, SessionId};
 use lineage_host::control::{FollowupRequest, ResumeOutcome};
 use lineage_host::{service, Host, HostDeps, HostError, RegistryPort, ScriptDrivers, SystemClock};
-use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
+use lineage_registry::types::{Command, CommandResponse, SessionRecord};
 use lineage_registry::SessionState;
 use tokio_util::sync::CancellationToken;
-
-/// The memory registry with a member that lags: `session_recent` answers the frozen record
-/// when there is one; linearizable reads of a session are counted.
-#[derive(Clone, Default)]
-struct LaggingRegistry {
-    inner: lineage_host::MemoryRegistry,
-    frozen: Arc<Mutex<Option<SessionRecord>>>,
-    linearizable_reads: Arc<AtomicUsize>,
-}
-
-impl LaggingRegistry {
-    fn freeze(&self, record: SessionRecord) {
-        *self.frozen.lock().unwrap() = Some(record);
-    }
-    fn reads(&self) -> usize {
-        self.linearizable_reads.load(Ordering::SeqCst)
-    }
-}
-
-impl RegistryPort for LaggingRegistry {
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
-        self.inner.write(command)
-    }
-    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
-        self.linearizable_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.session(id)
-    }
-    fn session_recent(
-        &self,
-        id: SessionId,
-    ) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
-        let frozen = self
-            .frozen
-            .lock()
-            .unwrap()
-            .clone()
-            .filter(|r| r.id() == &id);
-        match frozen {
-            Some(record) => Box::pin(async move { Ok(Some(record)) }),
-            None => self.inner.session(id),
-        }
-    }
-    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.subtree(root)
-    }
-    fn is_ancestor(
-        &self,
-        ancestor: SessionId,
-        descendant: SessionId,
-    ) -> BoxFuture<'_, Result<bool, HostError>> {
-        self.inner.is_ancestor(ancestor, descendant)
-    }
-    fn sessions_on_node(
-        &self,
-        node: NodeId,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.sessions_on_node(node)
-    }
-    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
-        self.inner.nodes()
-    }
-    fn overdue_births(
-        &self,
-        now_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.overdue_births(now_ms, limit)
-    }
-    fn overdue_deadlines(
-        &self,
-        now_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.overdue_deadlines(now_ms, limit)
-    }
-    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.spent_budgets(limit)
-    }
-    fn spent_budget_over(
-        &self,
-        session: SessionId,
-    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>> {
-        self.inner.spent_budget_over(session)
-    }
-    fn purge_candidates(
-        &self,
-        now_ms: u64,
-        disposed_after_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>> {
-        self.inner
-            .purge_candidates(now_ms, disposed_after_ms, limit)
-    }
-}
 
 /// A host on `name`, serving its control subjects (the others reach it).
 async fn host(
     cluster: &MemCluster,
-    registry: &LaggingRegistry,
+    registry: &ObservedRegistry,
     name: &str,
 ) -> (Host, service::ServiceHandle) {
     let host = Host::start(
@@ -145,7 +49,7 @@ async fn host(
 /// A root on `a` and a continuable child of it on `b` (two one-reply turns), settled and gone
 /// cold.
 async fn cold_child(
-    registry: &LaggingRegistry,
+    registry: &ObservedRegistry,
     a: &Host,
     b: &Host,
     b_name: &str,
@@ -171,7 +75,7 @@ async fn cold_child(
     (root.session, child.session)
 }
 
-async fn settled_and_cold(registry: &LaggingRegistry, host: &Host, session: &SessionId) {
+async fn settled_and_cold(registry: &ObservedRegistry, host: &Host, session: &SessionId) {
     wait_for_async(
         Duration::from_secs(20),
         "the child to settle and go cold",
@@ -182,7 +86,7 @@ async fn settled_and_cold(registry: &LaggingRegistry, host: &Host, session: &Ses
     .await;
 }
 
-async fn record(registry: &LaggingRegistry, session: &SessionId) -> SessionRecord {
+async fn record(registry: &ObservedRegistry, session: &SessionId) -> SessionRecord {
     registry
         .inner
         .session(session.clone())
@@ -198,16 +102,13 @@ fn epoch(record: &SessionRecord) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k1_a_resume_claims_on_a_recent_record_and_carries_on_from_the_claims_answer() {
     let cluster = MemCluster::start();
-    let registry = LaggingRegistry {
-        inner: cluster.registry.clone(),
-        ..Default::default()
-    };
+    let registry = ObservedRegistry::over(cluster.registry.clone());
     let (a, _served_a) = host(&cluster, &registry, "node-a").await;
     let (b, _served_b) = host(&cluster, &registry, "node-b").await;
     let (c, _served_c) = host(&cluster, &registry, "node-c").await;
     let (_root, child) = cold_child(&registry, &a, &b, "node-b").await;
     // The member answering the recent read has not seen the usage written last.
-    registry.freeze(record(&registry, &child).await);
+    registry.lag_at(record(&registry, &child).await);
     let usage = lineage_core::usage::SessionUsage {
         used_tokens: 777,
         ..Default::default()
@@ -225,12 +126,12 @@ async fn k1_a_resume_claims_on_a_recent_record_and_carries_on_from_the_claims_an
         .unwrap();
     assert!(matches!(recorded, CommandResponse::UsageRecorded { .. }));
 
-    let before = registry.reads();
+    let before = registry.session_reads();
     let resumed = c.resume(child.clone()).await.expect("resumed");
     assert_eq!(resumed.outcome, ResumeOutcome::Resumed);
     assert_eq!(resumed.epoch, 2);
     assert_eq!(
-        registry.reads(),
+        registry.session_reads(),
         before,
         "no linearizable read of the session: the recent record was enough"
     );
@@ -244,10 +145,7 @@ async fn k1_a_resume_claims_on_a_recent_record_and_carries_on_from_the_claims_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k1_a_recent_record_that_lags_never_decides_a_refusal() {
     let cluster = MemCluster::start();
-    let registry = LaggingRegistry {
-        inner: cluster.registry.clone(),
-        ..Default::default()
-    };
+    let registry = ObservedRegistry::over(cluster.registry.clone());
     let (a, _served_a) = host(&cluster, &registry, "node-a").await;
     let (b, _served_b) = host(&cluster, &registry, "node-b").await;
     let (c, _served_c) = host(&cluster, &registry, "node-c").await;
@@ -259,14 +157,14 @@ async fn k1_a_recent_record_that_lags_never_decides_a_refusal() {
     //    linearizable read, which shows it cold, so node-c resumes it.
     let mut running_on_b = at_epoch_1.clone();
     running_on_b.state = SessionState::Running;
-    registry.freeze(running_on_b);
-    let before = registry.reads();
+    registry.lag_at(running_on_b);
+    let before = registry.session_reads();
     let resumed = c.resume(child.clone()).await.expect("resumed on node-c");
     assert_eq!(
         (resumed.outcome, resumed.epoch),
         (ResumeOutcome::Resumed, 2)
     );
-    assert!(registry.reads() > before, "read again linearizably");
+    assert!(registry.session_reads() > before, "read again linearizably");
 
     // Its second turn on node-c; it goes cold again, at epoch 2.
     c.followup(FollowupRequest {
@@ -280,14 +178,14 @@ async fn k1_a_recent_record_that_lags_never_decides_a_refusal() {
 
     // 2. The recent record still shows epoch 1: the claim on it is refused, the resume is
     //    decided again on the record as it is, and node-a wins epoch 3.
-    registry.freeze(at_epoch_1.clone());
-    let before = registry.reads();
+    registry.lag_at(at_epoch_1.clone());
+    let before = registry.session_reads();
     let resumed = a.resume(child.clone()).await.expect("resumed on node-a");
     assert_eq!(
         (resumed.outcome, resumed.epoch),
         (ResumeOutcome::Resumed, 3)
     );
-    assert!(registry.reads() > before, "read again linearizably");
+    assert!(registry.session_reads() > before, "read again linearizably");
     assert_eq!(epoch(&record(&registry, &child).await), 3);
     assert_eq!(record(&registry, &child).await.runs.len(), 3);
 
@@ -308,7 +206,7 @@ async fn k1_a_recent_record_that_lags_never_decides_a_refusal() {
         .await
         .unwrap();
     assert!(matches!(disposed, CommandResponse::Disposed { .. }));
-    registry.freeze(at_epoch_1);
+    registry.lag_at(at_epoch_1);
     let refused = b.resume(child.clone()).await;
     assert!(
         matches!(refused, Err(HostError::Disposed(_))),

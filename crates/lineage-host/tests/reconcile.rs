@@ -9,16 +9,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use lineage_core::ids::{NodeId, RequestId, SessionId};
-use lineage_drivers::driver::BoxFuture;
+use lineage_core::ids::RequestId;
 use lineage_host::fence::READ_EACH_UP_TO;
-use lineage_host::{Host, HostDeps, HostError, RegistryPort, ScriptDrivers, SystemClock};
-use lineage_registry::types::{Command, CommandResponse, NodeRecord, SessionRecord};
+use lineage_host::{Host, HostDeps, RegistryPort, ScriptDrivers, SystemClock};
+use lineage_registry::types::{Command, CommandResponse};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,87 +57,13 @@ async fn k1_x1_an_agent_whose_session_is_disposed_behind_its_node_stops_within_a
     .await;
 }
 
-/// The memory registry, counting the reads a reconcile makes.
-#[derive(Clone)]
-struct CountingRegistry {
-    inner: lineage_host::MemoryRegistry,
-    record_reads: Arc<AtomicUsize>,
-    node_walks: Arc<AtomicUsize>,
-}
-
-impl RegistryPort for CountingRegistry {
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResponse, HostError>> {
-        self.inner.write(command)
-    }
-    fn session(&self, id: SessionId) -> BoxFuture<'_, Result<Option<SessionRecord>, HostError>> {
-        self.record_reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.session(id)
-    }
-    fn subtree(&self, root: SessionId) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.subtree(root)
-    }
-    fn is_ancestor(
-        &self,
-        ancestor: SessionId,
-        descendant: SessionId,
-    ) -> BoxFuture<'_, Result<bool, HostError>> {
-        self.inner.is_ancestor(ancestor, descendant)
-    }
-    fn sessions_on_node(
-        &self,
-        node: NodeId,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.node_walks.fetch_add(1, Ordering::Relaxed);
-        self.inner.sessions_on_node(node)
-    }
-    fn nodes(&self) -> BoxFuture<'_, Result<Vec<NodeRecord>, HostError>> {
-        self.inner.nodes()
-    }
-    fn overdue_births(
-        &self,
-        now_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.overdue_births(now_ms, limit)
-    }
-    fn overdue_deadlines(
-        &self,
-        now_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.overdue_deadlines(now_ms, limit)
-    }
-    fn spent_budgets(&self, limit: u32) -> BoxFuture<'_, Result<Vec<SessionRecord>, HostError>> {
-        self.inner.spent_budgets(limit)
-    }
-    fn spent_budget_over(
-        &self,
-        session: SessionId,
-    ) -> BoxFuture<'_, Result<Option<lineage_core::budget::BudgetSpent>, HostError>> {
-        self.inner.spent_budget_over(session)
-    }
-    fn purge_candidates(
-        &self,
-        now_ms: u64,
-        disposed_after_ms: u64,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<SessionId>, HostError>> {
-        self.inner
-            .purge_candidates(now_ms, disposed_after_ms, limit)
-    }
-}
-
 /// Past `READ_EACH_UP_TO` live agents, a reconcile reads the node's placements in one walk a
 /// lease, not one record per agent, and still stops exactly the agent whose session was
 /// disposed behind the node's back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_one() {
     let cluster = MemCluster::start();
-    let counting = CountingRegistry {
-        inner: cluster.registry.clone(),
-        record_reads: Arc::new(AtomicUsize::new(0)),
-        node_walks: Arc::new(AtomicUsize::new(0)),
-    };
+    let counting = ObservedRegistry::over(cluster.registry.clone());
     let cfg = host_config("node-a");
     let a = Host::start(
         cfg,
@@ -191,8 +115,8 @@ async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_o
         !matches!(disposed, CommandResponse::Refused(_)),
         "{disposed:?}"
     );
-    let reads_before = counting.record_reads.load(Ordering::Relaxed);
-    let walks_before = counting.node_walks.load(Ordering::Relaxed);
+    let reads_before = counting.session_reads();
+    let walks_before = counting.node_walks();
     wait_for_async(
         Duration::from_secs(8),
         "node-a's agent of the disposed child stopped",
@@ -200,10 +124,10 @@ async fn k1_x1_past_32_live_agents_one_walk_a_lease_stops_exactly_the_disposed_o
     )
     .await;
     assert!(
-        counting.node_walks.load(Ordering::Relaxed) > walks_before,
+        counting.node_walks() > walks_before,
         "the placements were read in a walk"
     );
-    let reads = counting.record_reads.load(Ordering::Relaxed) - reads_before;
+    let reads = counting.session_reads() - reads_before;
     assert!(
         reads < READ_EACH_UP_TO,
         "{reads} record reads while {} agents were checked: not one per agent",

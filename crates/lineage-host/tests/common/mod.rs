@@ -18,6 +18,10 @@ pub use lineage_testkit::wait_for_async;
 use lineage_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
+mod observed;
+#[allow(unused_imports)]
+pub use observed::ObservedRegistry;
+
 pub const CLUSTER: &str = "t";
 
 pub struct Cluster {
