@@ -297,8 +297,11 @@ impl Shared {
                     }
                 })
                 .buffer_unordered(DISPOSE_WRITES_IN_FLIGHT);
-            let mut list = Vec::new();
-            let mut summary = WaveSummary::default();
+            let mut tally = WaveTally {
+                list: Vec::new(),
+                summary: WaveSummary::default(),
+                listed: &mut listed,
+            };
             let mut failed = None;
             while let Some((chunk, kinds)) = writes.next().await {
                 let kinds = match kinds {
@@ -319,39 +322,16 @@ impl Shared {
                             continue;
                         }
                     };
-                    disposed.push(id.clone());
                     done += 1;
                     if let Some(p) = progress {
                         p.disposing(&mut throttle, self.now(), index, count, done, total)
                             .await;
                     }
-                    let kind = match (kind, &node) {
-                        (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
-                        (_, Some(_)) => DisposalKind::Released,
-                        (_, None) => DisposalKind::RegistryOnly,
-                    };
-                    if kind == DisposalKind::RegistryOnly {
-                        cold.push(id.clone());
-                    }
-                    summary.counts.add(kind);
-                    report.totals.add(kind);
-                    if let Some(node) = &node {
-                        *summary.by_node.entry(node.clone()).or_default() += 1;
-                    }
-                    if listed < DRAIN_REPORT_CAP {
-                        listed += 1;
-                        list.push(Disposal {
-                            session: id.clone(),
-                            node,
-                            kind,
-                        });
-                    } else {
-                        report.truncated = true;
-                    }
+                    tally.count(id, node, kind, report, (&mut *disposed, &mut *cold));
                 }
             }
-            report.waves.push(list);
-            report.summary.push(summary);
+            report.waves.push(tally.list);
+            report.summary.push(tally.summary);
             if let Some(e) = failed {
                 return Err(e);
             }
@@ -488,6 +468,53 @@ impl Shared {
             }
         }
         rx.await.map_err(|_| self.live.not_live(id))
+    }
+}
+
+/// One wave's disposals as they are acknowledged: its list for the report (up to
+/// [`DRAIN_REPORT_CAP`] over the whole drain, counted in `listed`) and its summary.
+struct WaveTally<'a> {
+    list: Vec<Disposal>,
+    summary: WaveSummary,
+    listed: &'a mut usize,
+}
+
+impl WaveTally<'_> {
+    /// Counts the disposal of `id` (released on `node`, or from the registry alone): in
+    /// `disposed`, in `cold` when it was hosted nowhere, in the wave's summary and list and
+    /// the report's totals.
+    fn count(
+        &mut self,
+        id: SessionId,
+        node: Option<NodeId>,
+        kind: DisposalKind,
+        report: &mut DrainReport,
+        (disposed, cold): (&mut Vec<SessionId>, &mut Vec<SessionId>),
+    ) {
+        disposed.push(id.clone());
+        let kind = match (kind, &node) {
+            (DisposalKind::AlreadyDisposed, _) => DisposalKind::AlreadyDisposed,
+            (_, Some(_)) => DisposalKind::Released,
+            (_, None) => DisposalKind::RegistryOnly,
+        };
+        if kind == DisposalKind::RegistryOnly {
+            cold.push(id.clone());
+        }
+        self.summary.counts.add(kind);
+        report.totals.add(kind);
+        if let Some(node) = &node {
+            *self.summary.by_node.entry(node.clone()).or_default() += 1;
+        }
+        if *self.listed < DRAIN_REPORT_CAP {
+            *self.listed += 1;
+            self.list.push(Disposal {
+                session: id,
+                node,
+                kind,
+            });
+        } else {
+            report.truncated = true;
+        }
     }
 }
 
