@@ -19,7 +19,7 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `meta` | `&str` | `format` (`lineage-registry/3`), `cluster`, `raft_id` (and, in stores of format `/2`, `vote`, `committed`, `last_purged`; `snapshot_seq`, which the openraft 0.9 build counted snapshots in, is no longer written) |
+//! | `meta` | `&str` | `format` (`lineage-registry/3`), `cluster`, `raft_id`, `log_opened` (present once the write-ahead log was opened and made its files) (and, in stores of format `/2`, `vote`, `committed`, `last_purged`; `snapshot_seq`, which the openraft 0.9 build counted snapshots in, is no longer written) |
 //! | `logs` | `u64` log index | empty: where stores of format `/2` kept the log (JSON of `openraft::Entry<TypeConfig>`) |
 //! | `snapshot` | `&str` | stores written before the snapshot file: `meta` (JSON `SnapshotMeta`), `data` (JSON `RegistryState`); read when there is no snapshot file, emptied once one is written |
 //!
@@ -42,8 +42,8 @@
 //! | `storage/state_machine.rs` | [`StateMachineStore`]: apply, snapshot build, install, load |
 //!
 //! Opening refuses a file that is not a redb database, one that belongs to another cluster or
-//! Raft id, or a `/3` store whose log directory is gone, with [`RegistryError::CorruptDataDir`]
-//! naming the path. Nothing is ever reset.
+//! Raft id, or a `/3` store whose log directory is gone or emptied, with
+//! [`RegistryError::CorruptDataDir`] naming the path. Nothing is ever reset.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
@@ -160,6 +160,7 @@ pub fn open_store(
         })?;
     let db = Arc::new(db);
     let format = check_identity(&db, &path, cluster, raft_id)?;
+    let log_opened = meta_present(&db, LOG_OPENED).map_err(|e| corrupt(&path, e.to_string()))?;
     let wal = match format {
         StoreFormat::New => open_wal(&log_dir)
             .map_err(|e| corrupt(&log_dir, format!("cannot create the registry log ({e})")))?,
@@ -170,11 +171,24 @@ pub fn open_store(
                     format!("it is missing though {DB_FILE} says the log is there (its log and vote are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
                 ));
             }
+            // Emptied (its chunk files deleted), it would open as an empty log and the member
+            // would forget its vote. (A store whose first open stopped before its log made its
+            // files has no mark yet, and opens.)
+            if log_opened && !log_has_files {
+                return Err(corrupt(
+                    &log_dir,
+                    format!("it is empty though {DB_FILE} says the log was written there (its log and vote are gone); to rejoin as a new member, remove the whole directory {}", data_dir.display()),
+                ));
+            }
             open_wal(&log_dir)
                 .map_err(|e| corrupt(&log_dir, format!("not a readable registry log ({e})")))?
         }
         StoreFormat::LogInRedb => migrate::log_out_of_redb(&db, &path, &log_dir)?,
     };
+    if !log_opened {
+        // The log has its files now (the write-ahead log makes its first chunk on open).
+        mark_meta(&db, LOG_OPENED).map_err(|e| corrupt(&path, e.to_string()))?;
+    }
     let stats = Arc::new(StoreStats::default());
     let data = load_snapshot(&db, data_dir, &stats).map_err(|reason| corrupt(&path, reason))?;
     let shared: SharedState = Arc::new(RwLock::new(data));
@@ -276,6 +290,27 @@ fn check_identity(
     }
     txn.commit().map_err(|e| corrupt(e.to_string()))?;
     Ok(found)
+}
+
+/// The `meta` key present once the store's write-ahead log has been opened (and so has its
+/// files): a store with it whose log directory is empty lost its log.
+const LOG_OPENED: &str = "log_opened";
+
+/// Whether `key` is in the `meta` table.
+fn meta_present(db: &Database, key: &str) -> StoreResult<bool> {
+    let txn = db.begin_read().map_err(read_err)?;
+    let table = txn.open_table(META).map_err(read_err)?;
+    Ok(table.get(key).map_err(read_err)?.is_some())
+}
+
+/// Puts `key` (empty value) in the `meta` table, durably.
+fn mark_meta(db: &Database, key: &str) -> StoreResult<()> {
+    let txn = db.begin_write().map_err(write_err)?;
+    {
+        let mut meta = txn.open_table(META).map_err(write_err)?;
+        meta.insert(key, b"".as_slice()).map_err(write_err)?;
+    }
+    txn.commit().map_err(write_err)
 }
 
 /// Runs a blocking redb write off the async runtime.

@@ -73,6 +73,34 @@ fn g3_foreign_or_corrupt_data_dir_is_refused_naming_the_path() {
     );
     assert!(!log_dir.exists());
     std::fs::rename(dir.path().join("kept-log"), &log_dir).unwrap();
+    // A log directory that is there but emptied (its chunk files deleted): the same, not an
+    // empty log that would forget the member's vote.
+    let kept = dir.path().join("kept-chunks");
+    std::fs::create_dir(&kept).unwrap();
+    let chunks: Vec<_> = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert!(!chunks.is_empty(), "the log has its files");
+    for chunk in &chunks {
+        std::fs::rename(chunk, kept.join(chunk.file_name().unwrap())).unwrap();
+    }
+    let err = open_store(dir.path(), "c1", 1).err().expect("refused");
+    assert!(matches!(err, RegistryError::CorruptDataDir { .. }), "{err}");
+    assert!(err.to_string().contains(LOG_DIR), "{err}");
+    assert!(
+        err.to_string().contains("remove the whole directory"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&log_dir).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    for chunk in &chunks {
+        std::fs::rename(kept.join(chunk.file_name().unwrap()), chunk).unwrap();
+    }
+    assert!(open_store(dir.path(), "c1", 1).is_ok());
     std::fs::remove_file(dir.path().join(DB_FILE)).unwrap();
     let err = open_store(dir.path(), "c1", 1).err().expect("refused");
     assert!(err.to_string().contains(DB_FILE), "{err}");
