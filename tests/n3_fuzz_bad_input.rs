@@ -4,7 +4,7 @@
 //! to the registry's read and write subjects of a real 3-node cluster. Every request gets an
 //! answer that is one line of JSON saying what was wrong (`{"v":1,"error":{...}}` from the
 //! control service; `malformed` / `not_leader` / `unavailable`, or a write `refused` before it
-//! is proposed, from the registry),
+//! is proposed, every command of an array too, from the registry),
 //! never a success that changed anything; every node still answers afterwards, and the
 //! registry's sessions are what they were before.
 //!
@@ -182,10 +182,16 @@ fn check(subject: &str, registry: bool, payload: &[u8], reply: &[u8]) -> Result<
     let v: Value =
         serde_json::from_str(text).map_err(|e| format!("reply is not JSON ({e}): {text}"))?;
     if registry {
-        // A write is refused before it is proposed: `done` with a `refused` outcome.
-        return match (v["reply"].as_str(), v["response"]["outcome"].as_str()) {
-            (Some("malformed" | "not_leader" | "unavailable"), _) => Ok(()),
-            (Some("done"), Some("refused")) if v["response"]["reason"].is_string() => Ok(()),
+        // A write is refused before it is proposed: `done` with a `refused` outcome; an array
+        // of commands (issue 35) gets `done_many` with every one of them refused, each with its
+        // reason.
+        let refused = |r: &Value| r["outcome"] == "refused" && r["reason"].is_string();
+        return match (v["reply"].as_str(), &v["response"], &v["responses"]) {
+            (Some("malformed" | "not_leader" | "unavailable"), _, _) => Ok(()),
+            (Some("done"), response, _) if refused(response) => Ok(()),
+            (Some("done_many"), _, Value::Array(responses)) if responses.iter().all(refused) => {
+                Ok(())
+            }
             _ => Err(format!("registry answered other than an error: {text}")),
         };
     }
