@@ -119,7 +119,10 @@ impl NodeProc {
         let child = command
             .args(["--nats", nats_url, "node", "--config"])
             .arg(&self.config)
-            .env("RUST_LOG", "info,lineage=debug,openraft=warn,raft_log=warn,chunked_wal=warn")
+            .env(
+                "RUST_LOG",
+                "info,lineage=debug,openraft=warn,raft_log=warn,chunked_wal=warn",
+            )
             .env("NO_COLOR", "1")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
