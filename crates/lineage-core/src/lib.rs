@@ -31,6 +31,7 @@
 //! | [`activation`] | the activation state machine running -> waiting -> settled | X2 |
 //! | [`lifecycle`] | `SessionState` (starting, running, waiting, settled, disposed), shared with the registry; overdue births: `expire_births` | X2, S1, M2 |
 //! | [`drain`] | the leaves-first drain planner | X1, H2 |
+//! | [`resume`] | cold resume: what a record, this node and the log decide before and after the claim; a recent record only ever leads to a claim | K1 |
 //! | [`routing`] | forward-once routing of a request to the node hosting its session; the owner of a hosted agent | R2, M3, M4 |
 //! | [`authority`] | the interrupt authority check | M4, R3 |
 //! | [`index`] | `index_subagent_descendants` | I1 |
@@ -64,6 +65,7 @@ pub mod messages;
 pub mod output;
 pub mod permission;
 pub mod policy;
+pub mod resume;
 pub mod retention;
 pub mod routing;
 pub mod usage;

@@ -21,9 +21,11 @@ use lineage_core::journal::followup_accepted;
 use lineage_core::log::SessionLog;
 use lineage_core::messages::SubagentRunInfo;
 use lineage_core::policy::reapply_delegated_policy;
-use lineage_registry::types::{
-    ClaimedSession, Command, CommandResponse, RegistryRefusal, SessionState,
+use lineage_core::resume::{
+    host_to_ask, refused_claim_step, resume_step, LogFacts, RecordRead, RefusedClaimStep,
+    ResumeFacts, ResumeRefusal, ResumeStep,
 };
+use lineage_registry::types::{ClaimedSession, Command, CommandResponse, RegistryRefusal};
 
 use crate::agent::{launch, AgentCmd, AgentInit, AgentRecord, AGENT_EVENT};
 use crate::control::{ResumeOutcome, ResumeReply};
@@ -109,46 +111,74 @@ impl Shared {
             RecordRead::Linearizable => self.registry.session(session.clone()),
         };
         let (record, log_read) = tokio::join!(record, self.bus.events.read_log(&session));
-        let Some(record) = record? else {
-            return read.decided(HostError::UnknownSession(session.to_string()));
-        };
-        let epoch = record.placement.as_ref().map(|p| p.epoch).unwrap_or(0);
-        if self.live.is_live(&session) {
-            if read == RecordRead::Recent {
-                return Ok(None);
-            }
-            return Ok(Some(Resumption::Reply(ResumeReply {
-                session,
-                node: self.cfg.node.clone(),
-                outcome: ResumeOutcome::AlreadyLive,
-                epoch,
-            })));
-        }
-        if self.live.is_being_born(&session) {
-            // Its birth is under way here: its log may not be written yet.
-            return read.decided(HostError::Starting(session.to_string()));
-        }
-        match record.state {
-            SessionState::Disposed => {
-                return read.decided(HostError::Disposed(session.to_string()))
-            }
-            // Born, not hosted yet: its node confirms the start shortly, or the sweeper
-            // disposes it at its deadline; a claim now would host a birth without its log.
-            SessionState::Starting => {
-                return read.decided(HostError::Starting(session.to_string()))
-            }
-            SessionState::Running | SessionState::Waiting | SessionState::Settled => {}
-        }
+        let record = record?;
+        let live_here = self.live.is_live(&session);
+        let being_born_here = self.live.is_being_born(&session);
         // A session that runs on another live node is not cold (one its node released is).
-        if let Some(host) = record.placement.as_ref().and_then(|p| p.host()) {
-            let active = record.state.is_active();
-            if active && host != &self.cfg.node && self.node_alive(host).await? {
-                return read.decided(HostError::ClaimLost {
-                    session: session.to_string(),
-                    node: host.to_string(),
-                });
+        let live_elsewhere = match record.as_ref().and_then(|r| {
+            host_to_ask(
+                r.state,
+                r.placement.as_ref().and_then(|p| p.host()),
+                &self.cfg.node,
+                live_here,
+                being_born_here,
+            )
+        }) {
+            Some(host) if self.node_alive(host).await? => Some(host.clone()),
+            _ => None,
+        };
+        let facts = ResumeFacts {
+            state: record.as_ref().map(|r| r.state),
+            live_here,
+            being_born_here,
+            live_elsewhere,
+            log: match &log_read {
+                Err(_) => LogFacts::Unreadable,
+                Ok(read) if read.events.is_empty() => LogFacts::Empty,
+                Ok(_) => LogFacts::Events,
+            },
+        };
+        let epoch = record
+            .as_ref()
+            .and_then(|r| r.placement.as_ref())
+            .map(|p| p.epoch)
+            .unwrap_or(0);
+        let refused = |why: ResumeRefusal| match why {
+            ResumeRefusal::Unknown => HostError::UnknownSession(session.to_string()),
+            ResumeRefusal::Disposed => HostError::Disposed(session.to_string()),
+            ResumeRefusal::Starting => HostError::Starting(session.to_string()),
+            ResumeRefusal::LiveElsewhere(node) => HostError::ClaimLost {
+                session: session.to_string(),
+                node: node.to_string(),
+            },
+        };
+        let (record, log_read) = match (resume_step(read, &facts), record) {
+            (ResumeStep::ReadAgain, _) => return Ok(None),
+            (ResumeStep::AlreadyLive, _) => {
+                return Ok(Some(Resumption::Reply(ResumeReply {
+                    session,
+                    node: self.cfg.node.clone(),
+                    outcome: ResumeOutcome::AlreadyLive,
+                    epoch,
+                })))
             }
-        }
+            (ResumeStep::Refuse(why), _) => return Err(refused(why)),
+            (ResumeStep::LogUnreadable, _) => {
+                log_read?;
+                return Err(HostError::Internal(format!(
+                    "the log of {session} was read, yet called unreadable"
+                )));
+            }
+            (ResumeStep::DisposeCutShort, Some(record)) => {
+                return Err(self.dispose_cut_short(&record).await)
+            }
+            (ResumeStep::Claim, Some(record)) => (record, log_read?),
+            (ResumeStep::DisposeCutShort | ResumeStep::Claim, None) => {
+                return Err(HostError::Internal(format!(
+                    "resuming {session}: a step that needs its record, without one"
+                )))
+            }
+        };
         // Read and check everything before claiming: a log that cannot be resumed is refused
         // without moving the placement.
         let header = record.header.clone();
@@ -156,14 +186,7 @@ impl Shared {
             events,
             cursor,
             messages: log_messages,
-        } = log_read?;
-        if events.is_empty() {
-            // Registered, but its creation window never reached the log: a birth cut short.
-            if read == RecordRead::Recent {
-                return Ok(None);
-            }
-            return Err(self.dispose_cut_short(&record).await);
-        }
+        } = log_read;
         let log =
             SessionLog::from_events(session.clone(), events, header.seed_length().unwrap_or(0))?;
         // M3: a retried followup its log already holds wakes nothing. A resumed run would have
@@ -232,18 +255,24 @@ impl Shared {
                     "registry answered {other:?} to claim_placement"
                 )))
             }
-            // Refused on a recent record (it moved, was disposed, ...): decided again on a
-            // linearizable one.
-            Err(HostError::Refused(_)) if read == RecordRead::Recent => return Ok(None),
-            Err(HostError::Refused(RegistryRefusal::EpochMismatch { .. })) => {
-                let now = self.registry.session(session.clone()).await?;
-                return Err(HostError::ClaimLost {
-                    session: session.to_string(),
-                    node: now
-                        .and_then(|r| r.placement)
-                        .map(|p| p.node.to_string())
-                        .unwrap_or_else(|| "unknown".to_owned()),
-                });
+            Err(HostError::Refused(refusal)) => {
+                let mismatch = matches!(refusal, RegistryRefusal::EpochMismatch { .. });
+                match refused_claim_step(read, mismatch) {
+                    // Refused on a recent record (it moved, was disposed, ...): decided again
+                    // on a linearizable one.
+                    RefusedClaimStep::ReadAgain => return Ok(None),
+                    RefusedClaimStep::Lost => {
+                        let now = self.registry.session(session.clone()).await?;
+                        return Err(HostError::ClaimLost {
+                            session: session.to_string(),
+                            node: now
+                                .and_then(|r| r.placement)
+                                .map(|p| p.node.to_string())
+                                .unwrap_or_else(|| "unknown".to_owned()),
+                        });
+                    }
+                    RefusedClaimStep::Fail => return Err(HostError::Refused(refusal)),
+                }
             }
             Err(e) => return Err(e),
         };
@@ -329,26 +358,6 @@ impl Shared {
             outcome: ResumeOutcome::Resumed,
             epoch: placement.epoch,
         })))
-    }
-}
-
-/// How fresh the record a resume attempt decides on is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RecordRead {
-    /// Any member's applied state ([`crate::registry::RegistryPort::session_recent`]).
-    Recent,
-    /// The leader's, after a quorum confirms it leads.
-    Linearizable,
-}
-
-impl RecordRead {
-    /// An outcome other than a claim, decided on this read: final on a linearizable record; on
-    /// a recent one, `None` (decide again on a linearizable record).
-    fn decided(self, refusal: HostError) -> Result<Option<Resumption>, HostError> {
-        match self {
-            RecordRead::Recent => Ok(None),
-            RecordRead::Linearizable => Err(refusal),
-        }
     }
 }
 
