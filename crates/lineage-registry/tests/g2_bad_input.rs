@@ -32,9 +32,7 @@ fn child(id: u32, parent: u32, root: u32, depth: Value) -> Value {
 async fn g2_l2_d3_x1_bad_input_is_refused_with_its_own_error_and_state_unchanged() {
     let server = NatsServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let node = start(&server, config(1, &path(&dir))).await;
-    assert!(node.initialize(members(&[1])).await.unwrap());
-    agreed_leader(&[&node], Duration::from_secs(5)).await;
+    let node = one_voter(&server, &path(&dir)).await;
     let client = lineage_registry::RegistryClient::new(connect(&server).await, CLUSTER);
 
     // Root 1 (max depth 2) with child 2 and grandchild 3; root 4 disposed; root 5 drained.

@@ -73,9 +73,7 @@ fn one_line_refusal(response: &CommandResponse) -> String {
 async fn g2_a_write_of_several_commands_applies_each_in_order_and_once() {
     let server = NatsServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let node = start(&server, config(1, &path(&dir))).await;
-    assert!(node.initialize(members(&[1])).await.unwrap());
-    agreed_leader(&[&node], Duration::from_secs(5)).await;
+    let node = one_voter(&server, &path(&dir)).await;
     let nats = connect(&server).await;
     let client = RegistryClient::new(nats.clone(), CLUSTER);
 

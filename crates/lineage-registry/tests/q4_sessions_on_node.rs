@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use common::*;
 use futures::stream::{self, StreamExt};
@@ -29,9 +28,7 @@ const ON_NODE: u32 = 3_000;
 async fn q4_a_node_with_thousands_of_sessions_is_read_whole_in_bounded_pages() {
     let server = NatsServer::start().unwrap();
     let dirs = tempdirs(1);
-    let member = start(&server, config(1, &path(&dirs[0]))).await;
-    assert!(member.initialize(members(&[1])).await.unwrap());
-    agreed_leader(&[&member], Duration::from_secs(5)).await;
+    let member = one_voter(&server, &path(&dirs[0])).await;
     let client = RegistryClient::new(connect(&server).await, CLUSTER);
 
     // 3,000 on node-7 with a descriptor of some weight, 100 on node-8.

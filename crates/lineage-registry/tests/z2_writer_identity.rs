@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use lineage_core::ids::NodeId;
 use lineage_registry::client::NewSession;
@@ -16,9 +14,7 @@ use lineage_testkit::NatsServer;
 async fn z2_a_worker_cannot_heartbeat_or_claim_as_another_node() {
     let server = NatsServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let node = start(&server, config(1, &path(&dir))).await;
-    assert!(node.initialize(members(&[1])).await.unwrap());
-    agreed_leader(&[&node], Duration::from_secs(5)).await;
+    let _node = one_voter(&server, &path(&dir)).await;
     let nats = connect(&server).await;
     let node1 = NodeId::parse("node-1").unwrap();
     let node4 = NodeId::parse("node-4").unwrap();

@@ -63,6 +63,14 @@ pub async fn start(server: &NatsServer, cfg: RegistryNodeConfig) -> RegistryNode
         .unwrap()
 }
 
+/// One voter on `dir`, its group initialized with itself alone, leading.
+pub async fn one_voter(server: &NatsServer, dir: &Path) -> RegistryNode {
+    let node = start(server, config(1, dir)).await;
+    assert!(node.initialize(members(&[1])).await.unwrap());
+    agreed_leader(&[&node], Duration::from_secs(5)).await;
+    node
+}
+
 pub fn members(ids: &[u64]) -> BTreeMap<u64, NodeId> {
     ids.iter().map(|id| (*id, node_id(*id))).collect()
 }
