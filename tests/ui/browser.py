@@ -32,6 +32,23 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+
+def steady(read, tries=40):
+    """Runs `read` until it does not meet an element the page replaced while it was read.
+
+    The page redraws parts of itself (the tree every second, a session's live output on every
+    event), so an element found and then read can be stale; such a read is simply made again.
+    Bounded: after `tries` attempts (about ten seconds) the last error is raised.
+    """
+    for attempt in range(tries):
+        try:
+            return read()
+        except (StaleElementReferenceException, NoSuchElementException):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.25)
 
 
 def main():
@@ -58,7 +75,11 @@ def main():
     failures = []
 
     def text():
-        return driver.find_element(By.TAG_NAME, "body").text
+        return steady(lambda: driver.find_element(By.TAG_NAME, "body").text)
+
+    def by_id(name):
+        """The text of the element with this id, read again if the page replaced it."""
+        return steady(lambda: driver.find_element(By.ID, name).text)
 
     def wait_for(what, predicate, within=30):
         deadline = time.time() + within
@@ -129,14 +150,14 @@ def main():
         wait_for("the second child's view", lambda: "Transcript" in text())
         wait_for("its live output stream is open",
                  lambda: driver.execute_script("return output.source !== null && output.source.readyState === 1"))
-        live = lambda: driver.find_element(By.ID, "output").text
-        driver.find_element(By.ID, "interrupt").click()
+        live = lambda: by_id("output")
+        steady(lambda: driver.find_element(By.ID, "interrupt").click())
         driver.switch_to.alert.accept()
         wait_for("the interrupt cancelled its turn",
                  lambda: "cancelled" in driver.find_element(By.ID, "action-result").text)
         wait_for("its live output shows the cancelled turn", lambda: "cancelled" in live())
-        driver.find_element(By.ID, "followup").send_keys("a followup from the page")
-        driver.find_element(By.ID, "send").click()
+        steady(lambda: driver.find_element(By.ID, "followup").send_keys("a followup from the page"))
+        steady(lambda: driver.find_element(By.ID, "send").click())
         wait_for("the followup was delivered",
                  lambda: "delivered" in driver.find_element(By.ID, "action-result").text)
         # The followup's turn sleeps four seconds: the page shows it started before its end
@@ -150,7 +171,7 @@ def main():
         wait_for("its live output shows the turn's end", lambda: "completed" in after_cancel())
         wait_for("its transcript shows the followup",
                  lambda: "a followup from the page" in text() and "interrupted" in text())
-        driver.find_element(By.ID, "send").click()
+        steady(lambda: driver.find_element(By.ID, "send").click())
         wait_for("an empty followup is refused with a readable message",
                  lambda: "empty" in driver.find_element(By.ID, "error").text)
         shot("actions")
@@ -172,27 +193,29 @@ def main():
                  lambda: args.first in text() and not driver.find_element(By.ID, "error").is_displayed())
 
         # A drain asks first: dismissed, nothing changes.
-        driver.find_element(By.ID, "drain").click()
+        steady(lambda: driver.find_element(By.ID, "drain").click())
         driver.switch_to.alert.dismiss()
         time.sleep(1.5)
-        if driver.find_element(By.ID, "drain-result").text:
-            failures.append("a dismissed drain did something: %s" % driver.find_element(By.ID, "drain-result").text)
+        if by_id("drain-result"):
+            failures.append("a dismissed drain did something: %s" % by_id("drain-result"))
         if "disposed" in text():
             failures.append("a dismissed drain disposed something:\n%s" % text())
         # Confirmed: the tree is disposed, children first (the root in the last wave).
-        driver.find_element(By.ID, "drain").click()
+        steady(lambda: driver.find_element(By.ID, "drain").click())
         driver.switch_to.alert.accept()
         if wait_for("the drain's report", lambda: "drained:" in driver.find_element(By.ID, "drain-result").text):
-            waves = json.loads(driver.find_element(By.ID, "drain-result").get_attribute("data-report"))
+            waves = json.loads(steady(
+                lambda: driver.find_element(By.ID, "drain-result").get_attribute("data-report")))
             if args.root not in waves[-1] or args.first not in sum(waves[:-1], []):
                 failures.append("not children first: %s" % waves)
             # The bars came from the progress messages, one per wave at least, each wave done.
-            bars = driver.find_element(By.ID, "drain-progress")
-            lines = bars.text.splitlines()
-            updates = int(bars.get_attribute("data-updates") or 0)
+            bars, updates = steady(lambda: (
+                by_id("drain-progress"),
+                int(driver.find_element(By.ID, "drain-progress").get_attribute("data-updates") or 0)))
+            lines = bars.splitlines()
             if (len(lines) != len(waves) or not lines[0].startswith("wave 0 (leaves)")
                     or not all(l.endswith("done") for l in lines) or updates < len(waves)):
-                failures.append("the drain's progress bars (%d updates): %s" % (updates, bars.text))
+                failures.append("the drain's progress bars (%d updates): %s" % (updates, bars))
         wait_for("every session of the tree shows disposed",
                  lambda: text().count("disposed") >= 3 and "running" not in text())
         shot("drained")
