@@ -117,6 +117,7 @@ pub fn registry_error(e: RegistryError) -> HostError {
         | RegistryError::CorruptDataDir { .. }
         | RegistryError::Codec(_)
         | RegistryError::Raft(_)
+        | RegistryError::Config(_)
         | RegistryError::Unexpected(_) => HostError::Internal(e.to_string()),
     }
 }

@@ -10,6 +10,7 @@
 //! | `config.rs` | the sections and their defaults, what a loaded config answers (node id, voters, NATS connect) |
 //! | `config/load.rs` | the sources merged with figment (file, `LINEAGE_` variables, flags), each value's source |
 //! | `config/validate.rs` | the rules checked before anything starts; the NATS keys' auth and TLS |
+//! | `config/direct.rs` | `[registry.direct]`: the voters' direct Raft links, their rules and token |
 //! | `config/explain.rs` | errors in the operator's words: the variable's name, the TOML line, values without Rust types |
 //! | `config/tests.rs` | every source, every bad key |
 
@@ -23,6 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::NodeError;
 
+mod direct;
+pub use direct::DirectSection;
 mod explain;
 pub use explain::plain as plain_expectation;
 mod load;
@@ -167,7 +170,7 @@ impl std::fmt::Debug for NatsSection {
 pub const REDACTED: &str = "<redacted>";
 
 /// Keys whose values are secrets: shown as [`REDACTED`] when set.
-pub const SECRET_KEYS: [&str; 2] = ["nats.password", "nats.token"];
+pub const SECRET_KEYS: [&str; 3] = ["nats.password", "nats.token", "registry.direct.token"];
 
 /// `[node]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -208,6 +211,9 @@ pub struct RegistrySection {
     /// catches up from the log instead of a whole snapshot; absent: 1,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_kept_behind_snapshot: Option<u64>,
+    /// Direct Raft links between the voters (`[registry.direct]`); absent: Raft goes over NATS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<DirectSection>,
 }
 
 /// `[limits]`.
@@ -309,6 +315,7 @@ impl Default for NodeConfig {
                 election_max_ms: 800,
                 snapshot_after_commands: None,
                 log_kept_behind_snapshot: None,
+                direct: None,
             },
             limits: LimitsSection {
                 max_depth: MaxDepth::from_u32(8),

@@ -54,6 +54,11 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
         auth = %how.auth.describe(),
         tls = how.tls.required,
         raw_agent_commands = config.agents.allow_raw_commands,
+        raft_links = match (&config.registry.role, &config.registry.direct) {
+            (RegistryRole::Client, _) => "none (not a voter)",
+            (RegistryRole::Voter, Some(_)) => "direct",
+            (RegistryRole::Voter, None) => "nats",
+        },
         "node starting"
     );
     if config.agents.allow_raw_commands {
@@ -76,6 +81,9 @@ pub async fn run(mut config: NodeConfig, shutdown: CancellationToken) -> Result<
             }
             if let Some(entries) = config.registry.log_kept_behind_snapshot {
                 cfg.max_in_snapshot_log_to_keep = entries;
+            }
+            if let Some(direct) = &config.registry.direct {
+                cfg.direct = Some(direct.links()?);
             }
             let member = RegistryNode::start(cfg, nats.clone())
                 .await

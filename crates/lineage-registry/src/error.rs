@@ -48,6 +48,9 @@ pub enum RegistryError {
     /// A NATS operation failed (subscribe, connect).
     #[error("nats error: {0}; check the NATS connection")]
     Nats(String),
+    /// The registry member's configuration is wrong (its direct Raft links); it does not start.
+    #[error("registry configuration: {0}")]
+    Config(String),
     /// The node is shut down.
     #[error("registry node is shut down")]
     Shutdown,

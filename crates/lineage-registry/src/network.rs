@@ -1,4 +1,5 @@
-//! Raft RPCs over NATS request/reply (openraft's `RaftNetworkV2`).
+//! Raft RPCs over NATS request/reply (openraft's `RaftNetworkV2`), or over direct TCP links
+//! between the members where `registry.direct` names them ([`direct`]).
 //!
 //! The sender side ([`NatsNetworkFactory`], [`NatsNetwork`]) sends each RPC as JSON to
 //! `lineage.<cluster>.raft.<target>.<rpc>` ([`subjects::raft_rpc`]) with a deadline (openraft's
@@ -11,6 +12,8 @@
 //! | `network.rs` | the sender: append-entries, vote, pre-vote, transfer-leader |
 //! | `network/snapshot.rs` | a full snapshot in chunks (both sides) |
 //! | `network/serve.rs` | the receiver ([`serve_raft`]) |
+//! | `network/direct.rs` | direct links: the dialer, the listener ([`serve_direct`]) |
+//! | `network/direct/handshake.rs` | their handshake and frames, pure |
 //!
 //! An append-entries request of more than one entry that would exceed [`APPEND_BYTES_CAP`] (or
 //! the server's `max_payload`, if smaller) goes with as many entries as fit and answers
@@ -44,8 +47,13 @@ use crate::check_quorum::StandAside;
 use crate::raft_types::{RaftMember, Snapshot, SnapshotData, TypeConfig, Vote};
 use crate::subjects::{self, RaftRpc};
 
+pub mod direct;
 mod serve;
 mod snapshot;
+
+pub use direct::handshake::RaftToken;
+pub use direct::DirectRaft;
+pub(crate) use direct::{bind as bind_direct, serve_direct, Listening};
 
 pub(crate) use serve::serve_raft;
 pub use snapshot::chunk_size_for;
@@ -63,6 +71,8 @@ pub struct NatsNetworkFactory {
     max_payload: usize,
     chunk_bytes: usize,
     stand_aside: StandAside,
+    /// This member's Raft id and direct links, when `registry.direct` is configured.
+    direct: Option<(u64, DirectRaft)>,
 }
 
 impl NatsNetworkFactory {
@@ -81,7 +91,14 @@ impl NatsNetworkFactory {
             max_payload,
             chunk_bytes,
             stand_aside,
+            direct: None,
         }
+    }
+
+    /// The same, reaching the members `direct` names over direct links as member `me`.
+    pub fn with_direct(mut self, me: u64, direct: DirectRaft) -> Self {
+        self.direct = Some((me, direct));
+        self
     }
 }
 
@@ -96,6 +113,16 @@ impl RaftNetworkFactory<TypeConfig> for NatsNetworkFactory {
             max_payload: self.max_payload,
             chunk_bytes: self.chunk_bytes,
             stand_aside: self.stand_aside.clone(),
+            direct: self.direct.as_ref().and_then(|(me, d)| {
+                let addr = d.peers.get(&target)?;
+                Some(direct::Link::new(
+                    &self.cluster,
+                    *me,
+                    target,
+                    addr.clone(),
+                    d.token.clone(),
+                ))
+            }),
         }
     }
 }
@@ -108,6 +135,8 @@ pub struct NatsNetwork {
     max_payload: usize,
     chunk_bytes: usize,
     stand_aside: StandAside,
+    /// The direct link to the target, when it has an address in `registry.direct.peers`.
+    direct: Option<direct::Link>,
 }
 
 /// An error on the way, as openraft's errors carry it.
@@ -155,6 +184,33 @@ impl NatsNetwork {
         Resp: DeserializeOwned,
         E: DeserializeOwned + std::fmt::Display,
     {
+        let payload: Bytes = match &self.direct {
+            Some(link) => link.call(rpc, &body, deadline).await?.into(),
+            None => self.over_nats(rpc, body, deadline).await?,
+        };
+        let decoded = serde_json::from_slice::<Result<Resp, E>>(&payload).map_err(|e| {
+            CallError::Network(WireError(format!(
+                "undecodable {} reply from raft member {}: {e}",
+                rpc.token(),
+                self.target
+            )))
+        })?;
+        decoded.map_err(|e| {
+            CallError::Unreachable(WireError(format!(
+                "raft member {} answered {}: {e}",
+                self.target,
+                rpc.token()
+            )))
+        })
+    }
+
+    /// Sends `body` as `rpc` through nats-server; the reply's payload.
+    async fn over_nats(
+        &self,
+        rpc: RaftRpc,
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Bytes, CallError> {
         if self.max_payload > 0 && body.len() > self.max_payload {
             return Err(CallError::Network(WireError(format!(
                 "{} request of {} bytes exceeds the NATS max payload {}",
@@ -184,20 +240,7 @@ impl NatsNetwork {
                 _ => CallError::Network(err),
             }
         })?;
-        let decoded = serde_json::from_slice::<Result<Resp, E>>(&msg.payload).map_err(|e| {
-            CallError::Network(WireError(format!(
-                "undecodable {} reply from raft member {}: {e}",
-                rpc.token(),
-                self.target
-            )))
-        })?;
-        decoded.map_err(|e| {
-            CallError::Unreachable(WireError(format!(
-                "raft member {} answered {}: {e}",
-                self.target,
-                rpc.token()
-            )))
-        })
+        Ok(msg.payload)
     }
 
     /// Sends `req` as JSON.

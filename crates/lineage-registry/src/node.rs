@@ -37,7 +37,10 @@ use crate::check_quorum::{watch_quorum, QuorumTimes, StandAside};
 use crate::client::RegistryClient;
 use crate::error::RegistryError;
 use crate::leader_transfer::HandOver;
-use crate::network::{chunk_size_for, serve_raft, NatsNetworkFactory};
+use crate::network::{
+    bind_direct, chunk_size_for, serve_direct, serve_raft, DirectRaft, Listening,
+    NatsNetworkFactory,
+};
 use crate::raft_types::{Metrics, RaftMember, RegistryRaft};
 use crate::service::{start_read_service, Server};
 use crate::state::RegistryState;
@@ -82,6 +85,9 @@ pub struct RegistryNodeConfig {
     /// Whether a leader hands leadership over before it stops (G4; on by default: off only to
     /// measure what a stop costs without it).
     pub hand_over_on_shutdown: bool,
+    /// Direct TCP links to the other members for the Raft RPCs (issue 35); `None`: every RPC
+    /// goes through NATS.
+    pub direct: Option<DirectRaft>,
 }
 
 impl RegistryNodeConfig {
@@ -101,6 +107,7 @@ impl RegistryNodeConfig {
             max_in_snapshot_log_to_keep: 1000,
             snapshot_chunk_bytes: None,
             hand_over_on_shutdown: true,
+            direct: None,
         }
     }
 
@@ -185,12 +192,20 @@ impl RegistryNode {
         .validate()
         .map_err(raft_err)?;
         let stand_aside = StandAside::default();
-        let network = NatsNetworkFactory::new(
+        let mut network = NatsNetworkFactory::new(
             nats.clone(),
             config.cluster.clone(),
             chunk,
             stand_aside.clone(),
         );
+        // Bound before the member starts: a taken address fails the start in one line.
+        let direct_listener = match &config.direct {
+            Some(direct) => {
+                network = network.with_direct(config.raft_id, direct.clone());
+                Some(bind_direct(direct.listen).await?)
+            }
+            None => None,
+        };
         let raft = RegistryRaft::new(
             config.raft_id,
             Arc::new(raft_config),
@@ -219,6 +234,19 @@ impl RegistryNode {
             })
         };
         tasks.push(raft_task);
+        if let (Some(listener), Some(direct)) = (direct_listener, config.direct.as_ref()) {
+            let listening = Listening {
+                cluster: config.cluster.clone(),
+                me: config.raft_id,
+                token: direct.token.clone(),
+            };
+            tasks.push(tokio::spawn(serve_direct(
+                listener,
+                listening,
+                raft.clone(),
+                stop_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(watch_quorum(
             raft.clone(),
             stand_aside,

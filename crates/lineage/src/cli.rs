@@ -49,6 +49,10 @@ pub enum Verb {
         /// NATS port for the local server (default: 4222 when it is free, else a free port).
         #[arg(long)]
         nats_port: Option<u16>,
+        /// Send the voters' Raft RPCs through nats-server (to watch them with `nats sub
+        /// 'lineage.dev.raft.>'`) instead of over their direct links.
+        #[arg(long)]
+        raft_over_nats: bool,
     },
     /// Spawn a session: top level, or a child of --parent.
     #[command(

@@ -97,7 +97,15 @@ async fn run_verb(g: &Global, verb: Verb) -> Result<i32, ControlError> {
             exit_after_demo,
             dir,
             nats_port,
-        } => crate::dev::dev(g, nodes, !no_demo, exit_after_demo, dir, nats_port).await,
+            raft_over_nats,
+        } => {
+            let links = if raft_over_nats {
+                crate::dev::RaftLinks::Nats
+            } else {
+                crate::dev::RaftLinks::Direct
+            };
+            crate::dev::dev(g, nodes, !no_demo, exit_after_demo, dir, nats_port, links).await
+        }
         Verb::Send(args) => send::run(g, args).await,
         Verb::Interrupt(args) => interrupt::run(g, args).await,
         Verb::Tree(args) => tree::run(g, args).await,

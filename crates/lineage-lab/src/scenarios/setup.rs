@@ -58,7 +58,14 @@ impl Bench {
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "lineage".to_owned());
             println!("starting nats-server and 3 lineage nodes ({program}, {build}) ...");
-            let cluster = DevCluster::start(3, None, None, &cluster_name).await?;
+            let cluster = DevCluster::start(
+                3,
+                None,
+                None,
+                &cluster_name,
+                lineage::dev::RaftLinks::Direct,
+            )
+            .await?;
             let client = connect(&cluster.nats.url()).await?;
             let dir = cluster.dir.clone();
             (client, Some(cluster), None, dir, None)

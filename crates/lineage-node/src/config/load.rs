@@ -83,7 +83,11 @@ fn flatten(prefix: &str, dict: &Dict, out: &mut Vec<(String, String)>) {
             format!("{prefix}.{k}")
         };
         match v {
-            Value::Dict(_, inner) if !key.ends_with("voters") && !key.ends_with(".env") => {
+            Value::Dict(_, inner)
+                if !key.ends_with("voters")
+                    && !key.ends_with(".peers")
+                    && !key.ends_with(".env") =>
+            {
                 flatten(&key, inner, out)
             }
             Value::String(_, s) if SECRET_KEYS.contains(&key.as_str()) && !s.is_empty() => {

@@ -248,3 +248,112 @@ fn o1_missing_config_file_is_a_clear_error() {
     .to_string();
     assert!(err.contains("does not exist"), "{err}");
 }
+
+/// Three voters, this one raft id 1, with `[registry.direct]` lines appended.
+fn three_voters_direct(direct: &str) -> String {
+    format!(
+        "[registry]\nraft_id = 1\nvoters = {{ 1 = \"node-1\", 2 = \"node-2\", 3 = \"node-3\" }}\n[registry.direct]\n{direct}"
+    )
+}
+
+#[test]
+fn g1_z1_direct_raft_links_are_checked_and_their_token_never_shown() {
+    let peers = "peers = { 2 = \"node-2.raft:7101\", 3 = \"10.0.0.3:7101\" }\n";
+    let good = three_voters_direct(&format!(
+        "listen = \"0.0.0.0:7101\"\n{peers}token = \"a-direct-raft-token-of-some-length\"\n"
+    ));
+    let loaded = load_toml(&good).unwrap();
+    let shown = format!("{:?} {:?}", loaded.with_sources(), loaded.config);
+    assert!(!shown.contains("a-direct-raft-token"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+    let links = loaded
+        .config
+        .registry
+        .direct
+        .as_ref()
+        .unwrap()
+        .links()
+        .unwrap();
+    assert_eq!(links.listen.port(), 7101);
+    assert_eq!(
+        links.peers.get(&2).map(String::as_str),
+        Some("node-2.raft:7101")
+    );
+    assert!(!format!("{links:?}").contains("a-direct-raft-token"));
+
+    let cases = [
+        (format!("listen = \"0.0.0.0:7101\"\n{peers}"), "registry.direct.token_file", "shared token"),
+        (
+            format!("listen = \"0.0.0.0:7101\"\n{peers}token = \"short\"\n"),
+            "registry.direct.token",
+            "fewer than 16",
+        ),
+        (
+            format!("listen = \"0.0.0.0:7101\"\n{peers}token = \"a-direct-raft-token-of-some-length\"\ntoken_file = \"/t\"\n"),
+            "registry.direct.token_file",
+            "give one",
+        ),
+        (
+            format!("listen = \"somewhere\"\n{peers}token_file = \"/t\"\n"),
+            "registry.direct.listen",
+            "not an address",
+        ),
+        (
+            "listen = \"0.0.0.0:7101\"\npeers = { 2 = \"node-2.raft:7101\" }\ntoken_file = \"/t\"\n".into(),
+            "registry.direct.peers",
+            "voter 3 has no address",
+        ),
+        (
+            "listen = \"0.0.0.0:7101\"\npeers = { 2 = \"a:1\", 3 = \"b:1\", 4 = \"c:1\" }\ntoken_file = \"/t\"\n".into(),
+            "registry.direct.peers",
+            "not in registry.voters",
+        ),
+        (
+            "listen = \"0.0.0.0:7101\"\npeers = { 2 = \"node-2\", 3 = \"b:1\" }\ntoken_file = \"/t\"\n".into(),
+            "registry.direct.peers",
+            "not host:port",
+        ),
+    ];
+    for (direct, key, says) in cases {
+        let text = three_voters_direct(&direct);
+        let err = match load_toml(&text) {
+            Ok(_) => panic!("accepted {text:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(key) && err.contains(says), "{text:?}: {err}");
+        assert!(!err.contains('\n') && !err.contains("some-length"), "{err}");
+    }
+    // Fail closed: a client has no Raft links; a node on TLS keeps Raft under TLS.
+    let client = good.replace("raft_id = 1\n", "raft_id = 1\nrole = \"client\"\n");
+    let err = load_toml(&client).err().unwrap().to_string();
+    assert!(err.contains("for voters"), "{err}");
+    let tls = format!("[nats]\ntls_required = true\n{good}");
+    let err = load_toml(&tls).err().unwrap().to_string();
+    assert!(err.contains("not encrypted"), "{err}");
+    // The token file is read at start; a missing one names its key, a short one is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "tiny\n").unwrap();
+    for (file, says) in [
+        ("/nonexistent/raft-token".to_owned(), "cannot read"),
+        (short.display().to_string(), "fewer than 16"),
+    ] {
+        let text = three_voters_direct(&format!(
+            "listen = \"0.0.0.0:7101\"\n{peers}token_file = \"{file}\"\n"
+        ));
+        let err = load_toml(&text)
+            .unwrap()
+            .config
+            .registry
+            .direct
+            .unwrap()
+            .links()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("registry.direct.token_file") && err.contains(says),
+            "{err}"
+        );
+        assert!(!err.contains("tiny"), "{err}");
+    }
+}

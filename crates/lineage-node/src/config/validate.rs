@@ -86,6 +86,9 @@ pub(super) fn validate(config: &NodeConfig, figment: &Figment) -> Result<(), Nod
             "must be at least 1 (leave it out for the default, 20000)".into(),
         );
     }
+    if let Err((key, what)) = super::direct::check(config) {
+        return fail(key, what);
+    }
     if config.lease.heartbeat_ms == 0 || config.lease.heartbeat_ms >= config.lease.lease_ms {
         return fail(
             "lease.heartbeat_ms",

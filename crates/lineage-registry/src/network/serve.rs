@@ -54,11 +54,7 @@ pub(crate) async fn serve_raft(
                 let (raft, client, assembly) = (raft.clone(), client.clone(), assembly.clone());
                 tokio::spawn(async move {
                     let body = match rpc {
-                        Some(RaftRpc::Append) => handle(&msg.payload, |r| async move { raft.append_entries(r).await }).await,
-                        Some(RaftRpc::Vote) => handle(&msg.payload, |r| async move { raft.vote(r).await }).await,
-                        Some(RaftRpc::PreVote) => handle(&msg.payload, |r| async move { raft.pre_vote(r).await }).await,
-                        Some(RaftRpc::TransferLeader) => handle(&msg.payload, |r| async move { raft.handle_transfer_leader(r).await }).await,
-                        Some(RaftRpc::Snapshot) => Some(serve_chunk(&msg.payload, &assembly, &raft).await),
+                        Some(rpc) => answer(rpc, &msg.payload, &raft, &assembly).await,
                         None => None,
                     };
                     if let Some(body) = body {
@@ -72,6 +68,23 @@ pub(crate) async fn serve_raft(
     }
     let _ = sub.unsubscribe().await;
     Ok(())
+}
+
+/// Runs one Raft RPC addressed to this member (from NATS or a direct link): the answer's
+/// JSON, or `None` for a request that could not be decoded.
+pub(super) async fn answer(
+    rpc: RaftRpc,
+    payload: &[u8],
+    raft: &RegistryRaft,
+    assembly: &tokio::sync::Mutex<Assembly>,
+) -> Option<Vec<u8>> {
+    match rpc {
+        RaftRpc::Append => handle(payload, |r| raft.append_entries(r)).await,
+        RaftRpc::Vote => handle(payload, |r| raft.vote(r)).await,
+        RaftRpc::PreVote => handle(payload, |r| raft.pre_vote(r)).await,
+        RaftRpc::TransferLeader => handle(payload, |r| raft.handle_transfer_leader(r)).await,
+        RaftRpc::Snapshot => Some(serve_chunk(payload, assembly, raft).await),
+    }
 }
 
 /// Decodes a request, runs it, encodes its result; `None` (no reply) for an undecodable one.

@@ -99,6 +99,16 @@ pub fn lineage_program() -> std::io::Result<PathBuf> {
     Ok(exe)
 }
 
+/// How a local cluster's voters carry their Raft RPCs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaftLinks {
+    /// Voter to voter over TCP (`[registry.direct]`, a token generated for the cluster): the
+    /// default, two broker hops shorter per registry write.
+    Direct,
+    /// Through nats-server, where `nats sub 'lineage.<cluster>.raft.>'` shows them.
+    Nats,
+}
+
 /// A running local cluster.
 pub struct DevCluster {
     /// The NATS server.
@@ -117,6 +127,7 @@ impl DevCluster {
         dir: Option<PathBuf>,
         nats_port: Option<u16>,
         cluster: &str,
+        links: RaftLinks,
     ) -> Result<DevCluster, ControlError> {
         if ![1u8, 3, 5].contains(&n) {
             return Err(usage(format!(
@@ -167,14 +178,19 @@ impl DevCluster {
             )
         })?;
         let voters: Vec<String> = (1..=n).map(|i| format!("{i} = \"node-{i}\"")).collect();
+        let direct = match links {
+            RaftLinks::Direct => Some(direct_links(&dir, n)?),
+            RaftLinks::Nats => None,
+        };
         let mut nodes = Vec::new();
         for i in 1..=n {
             let http_port = lineage_bus::local_server::free_port()
                 .map_err(|e| usage(format!("no free port: {e}")))?;
             let config = dir.join(format!("node-{i}.toml"));
             let text = format!(
-                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# A root idle this long is drained (stop reason idle); spawn --idle-ttl wins.\n[limits]\nidle_root_ms = {idle}\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
+                "# written by `lineage dev`\ncluster = \"{cluster}\"\nnats_url = \"{url}\"\n\n[node]\nid = \"node-{i}\"\ndata_dir = \"{data}\"\nhttp_addr = \"127.0.0.1:{http_port}\"\n\n[registry]\nrole = \"voter\"\nraft_id = {i}\nbootstrap = {boot}\nvoters = {{ {voters} }}\nheartbeat_ms = 50\nelection_min_ms = 300\nelection_max_ms = 600\n{direct}\n[lease]\nlease_ms = 2000\nheartbeat_ms = 250\n\n# A root idle this long is drained (stop reason idle); spawn --idle-ttl wins.\n[limits]\nidle_root_ms = {idle}\n\n# Development only: requests may name a raw agent command line.\n[agents]\nallow_raw_commands = true\n{testagent}",
                 testagent = testagent_profile(),
+                direct = direct.as_ref().map(|d| d.section(i)).unwrap_or_default(),
                 idle = DEV_IDLE_ROOT_MS,
                 url = nats.url(),
                 data = dir.join(format!("data-{i}")).display(),
@@ -231,13 +247,60 @@ impl DevCluster {
 const ECHO_PROFILE: &str =
     "\n[agents.echo]\ndriver = \"script\"\na2a = true\ndescription = \"replies with its prompt\"\n";
 
-/// The `acp-testagent` profile, `delegator` (the same agent with lineage's tools over MCP,
-/// stdio), `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
-/// streamable HTTP, without a sandbox) and `acp-testagent-unsandboxed`, when the test agent is built next to this binary; `echo` (a scripted
-/// agent) always.
 /// `limits.idle_root_ms` of a `lineage dev` cluster: 30 minutes.
 pub const DEV_IDLE_ROOT_MS: u64 = 30 * 60 * 1000;
 
+/// The voters' direct Raft links of a local cluster: a free loopback port each and one token,
+/// written to `raft-token` in the cluster's directory (readable by its owner only).
+struct DirectLinks {
+    ports: Vec<u16>,
+    token_file: PathBuf,
+}
+
+fn direct_links(dir: &std::path::Path, n: u8) -> Result<DirectLinks, ControlError> {
+    let ports = (0..n)
+        .map(|_| lineage_bus::local_server::free_port())
+        .collect::<Result<Vec<u16>, _>>()
+        .map_err(|e| usage(format!("no free port: {e}")))?;
+    let secret = lineage_registry::network::direct::handshake::nonce()
+        .map_err(|e| ControlError::new(ErrorCode::Internal, e.to_string()))?;
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let token_file = dir.join("raft-token");
+    let written = {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&token_file)
+            .and_then(|mut f| f.write_all(hex.as_bytes()))
+    };
+    written.map_err(|e| usage(format!("cannot write {}: {e}", token_file.display())))?;
+    Ok(DirectLinks { ports, token_file })
+}
+
+impl DirectLinks {
+    /// Voter `i`'s `[registry.direct]` section.
+    fn section(&self, i: u8) -> String {
+        let peers: Vec<String> = (1..)
+            .zip(&self.ports)
+            .map(|(id, port)| format!("{id} = \"127.0.0.1:{port}\""))
+            .collect();
+        format!(
+            "\n# The voters' Raft RPCs go voter to voter (lineage dev --raft-over-nats: through NATS).\n[registry.direct]\nlisten = \"127.0.0.1:{}\"\npeers = {{ {} }}\ntoken_file = {:?}\n",
+            self.ports[usize::from(i) - 1],
+            peers.join(", "),
+            self.token_file.display().to_string()
+        )
+    }
+}
+
+/// The `acp-testagent` profile, `delegator` (the same agent with lineage's tools over MCP,
+/// stdio), `delegator-http` (the same, declaring `mcpCapabilities.http`: its tools over
+/// streamable HTTP, without a sandbox) and `acp-testagent-unsandboxed`, when the test agent is
+/// built next to this binary; `echo` (a scripted agent) always.
 fn testagent_profile() -> String {
     let agent = lineage_program()
         .ok()

@@ -9,7 +9,7 @@
 pub mod cluster;
 pub mod demo;
 
-pub use cluster::{http_get, lineage_program, DevCluster, DevNode};
+pub use cluster::{http_get, lineage_program, DevCluster, DevNode, RaftLinks};
 
 use std::path::PathBuf;
 
@@ -26,9 +26,10 @@ pub async fn dev(
     exit_after_demo: bool,
     dir: Option<PathBuf>,
     nats_port: Option<u16>,
+    links: RaftLinks,
 ) -> Result<(), ControlError> {
     tokio::select! {
-        outcome = run_dev(g, nodes, demo, exit_after_demo, dir, nats_port) => outcome,
+        outcome = run_dev(g, nodes, demo, exit_after_demo, dir, nats_port, links) => outcome,
         _ = crate::client::wait_for_signal() => {
             println!("stopping ...");
             Ok(())
@@ -43,6 +44,7 @@ async fn run_dev(
     exit_after_demo: bool,
     dir: Option<PathBuf>,
     nats_port: Option<u16>,
+    links: RaftLinks,
 ) -> Result<(), ControlError> {
     let cluster_name = crate::global::cluster(g);
     println!("starting nats-server and {nodes} lineage nodes ...");
@@ -53,7 +55,7 @@ async fn run_dev(
         "dev: limits.idle_root_ms = {} (30 min): a top-level session idle that long is drained with its tree (stop reason idle); lineage spawn --idle-ttl sets it per root",
         cluster::DEV_IDLE_ROOT_MS
     );
-    let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name).await?;
+    let mut cluster = DevCluster::start(nodes, dir, nats_port, &cluster_name, links).await?;
     println!(
         "cluster {cluster_name} up: NATS {} ; data and logs in {}",
         cluster.nats.url(),
