@@ -10,7 +10,7 @@
 //! | scenario | workload |
 //! |---|---|
 //! | `baseline` | NATS request-reply echo only (no lineage nodes are started) |
-//! | `registry` | register-child writes straight to the registry, 1 and 64 clients ([`lineage_registry::bench`]) |
+//! | `registry` | register-child writes straight to the registry, 1 and 64 clients ([`lineage_registry::bench`]), on the voters' direct Raft links; then (own cluster) the same on a second cluster whose Raft goes through nats-server ([`registry`](mod@registry)) |
 //! | `spawn` | a top-level parent on node 1 per worker; each request spawns a one-shot child on node 2 and returns once it settled; 1 and 64 parents; then (own cluster) both again with nats-server restarted at `sync_interval` 2m and at `always`, and the cost of `always` |
 //! | `settle` | a continuable child on node 2 of a parent on node 1 settles after one turn: time from its `subagent/end` (published right after the settle commit) to the notice on the parent's inbox subject, and to the notice accepted into the parent's log |
 //! | `resume` | continuable children with a 100-event log, settled (cold) on node 2, resumed on node 3 with `resume` |
@@ -23,13 +23,14 @@
 //!
 //! `LINEAGE_BENCH_SCALE` (default 1) multiplies every sample count (e.g. 0.05 for a smoke run).
 //!
-//! Each scenario but `baseline` and `registry` lives in `scenarios/<name>.rs`; this file holds
+//! Each scenario but `baseline` lives in `scenarios/<name>.rs`; this file holds
 //! the runner and what the scenarios share, `scenarios/setup.rs` the cluster setup ([`Bench`]).
 
 mod checkpoint;
 mod drain;
 mod inherit;
 mod peers;
+mod registry;
 mod resume;
 mod scale;
 mod settle;
@@ -39,6 +40,7 @@ mod tools;
 mod workspace;
 
 use drain::drain;
+use registry::registry;
 use resume::resume;
 use settle::settle;
 use setup::Bench;
@@ -53,9 +55,7 @@ use lineage_core::descriptor::SubagentShape;
 use lineage_core::ids::{NodeId, SessionId};
 use lineage_protocol::control::{SpawnReply, SpawnRequest};
 use lineage_protocol::{AgentSpec, Script, Step};
-use lineage_registry::bench::RegisterBench;
 
-use crate::bench::Samples;
 use lineage::global::Global;
 
 /// Every scenario, in the order `all` runs them.
@@ -303,51 +303,6 @@ impl Drop for Arrivals {
             t.abort();
         }
     }
-}
-
-/// `registry`: register-child writes, 1 and 64 clients, against the cluster's 3 voters.
-async fn registry(b: &Bench) -> Result<(), ControlError> {
-    let fsync = lineage_registry::bench::fsync_probe(&b.scratch, scaled(200))
-        .map_err(|e| internal(format!("fsync probe in {}: {e}", b.scratch.display())))?;
-    b.report(
-        "raw fsync (512 B append), same disk",
-        &Samples {
-            latencies: fsync.latencies,
-            wall: fsync.wall,
-        },
-    );
-    // The bench client is a "hosting node": its own connection.
-    let work = RegisterBench::new(
-        b.registry.clone(),
-        lineage_registry::bench::run_prefix(),
-        scaled(50) as u64,
-    )
-    .await
-    .map_err(|e| unavailable("registry warm-up", e))?;
-    if b.external {
-        // Too many children for one drain reply; left in place, under their own root.
-        println!(
-            "the registered children stay in the given cluster under root {}",
-            work.root().id()
-        );
-    }
-    for (name, ops, clients) in [
-        ("register child, 1 client", scaled(800), 1usize),
-        ("register child, 64 clients", scaled(6400).max(64), 64),
-    ] {
-        let batch = work
-            .run_batch(ops as u64, clients)
-            .await
-            .map_err(|e| unavailable(name, e))?;
-        b.report(
-            name,
-            &Samples {
-                latencies: batch.latencies,
-                wall: batch.wall,
-            },
-        );
-    }
-    Ok(())
 }
 
 /// `lineage bench`.

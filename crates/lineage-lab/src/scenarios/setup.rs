@@ -19,6 +19,8 @@ use crate::bench::{nats_round_trips, report, Samples};
 pub(super) struct Bench {
     pub(super) ctl: Ctl,
     pub(super) registry: RegistryClient,
+    /// The cluster's name (`--cluster`).
+    pub(super) cluster_name: String,
     /// Three nodes (repeated when the given cluster has fewer live ones).
     pub(super) nodes: Vec<NodeId>,
     baseline: Samples,
@@ -142,6 +144,7 @@ impl Bench {
                 subjects,
             },
             registry,
+            cluster_name: cluster_name.clone(),
             nodes,
             baseline,
             scratch,

@@ -1,5 +1,5 @@
 //! Where one registry write's time goes (a diagnostic pass after the timed phases, not a
-//! figure of the table): the bench subscribes to every `lineage.<cluster>.>` and `_INBOX.>`
+//! figure of the table; it needs the voters' Raft RPCs on NATS, `lineage dev --raft-over-nats`): the bench subscribes to every `lineage.<cluster>.>` and `_INBOX.>`
 //! message and stamps each on arrival with one clock, then makes sequential writes from one
 //! client. For each write it finds: the client's request (`registry.<leader>.write`), the
 //! leader's first append-entries carrying entries (`raft.<follower>.append`, not a heartbeat),
@@ -54,7 +54,7 @@ pub(super) async fn registry_write(
         }
     }
     if marks.is_empty() {
-        return Err("no write's messages could be matched".into());
+        return Err("no write's messages could be matched (voters on direct Raft links, [registry.direct], send no append-entries through NATS: run it on a cluster started with lineage dev --raft-over-nats and --nats)".into());
     }
     let median = |f: &dyn Fn(&Marks) -> Duration| {
         let mut v: Vec<Duration> = marks.iter().map(f).collect();
