@@ -145,8 +145,8 @@ pub fn run_schedule(
     let mut report = Vec::new();
     let mut n = 0;
     for fault in &schedule {
-        settled(&c);
-        let leader = leader_index(&c);
+        settled(c);
+        let leader = leader_index(c);
         let target = if fault.on_leader {
             leader
         } else {
@@ -195,7 +195,7 @@ pub fn run_schedule(
     // Healed: every node ready again within a bound.
     let healed = Instant::now();
     c.wait_ready(Duration::from_secs(60));
-    settled(&c);
+    settled(c);
     let back = healed.elapsed();
     // A spawn the CLI gave up on may or may not have happened: sent again under its id, it
     // completes (or names the child it already is), never a second child.
