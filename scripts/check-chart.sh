@@ -5,13 +5,22 @@
 #     per-pod environment, which PDBs/HPA/NetworkPolicy/ServiceMonitor exist, where NATS
 #     credentials come from) and the rendered lineage.toml has only the node's keys
 #     (config/lineage.toml; [nats] and [agents] as in the issue-9 contract) with the expected
-#     values, and no secret value in any ConfigMap;
+#     values, and no secret value in any ConfigMap; the voters' direct Raft links
+#     (registry.direct, issue 35): with ci/direct-values.yaml the voters' own lineage.toml
+#     (ConfigMap key lineage-voter.toml, mounted as lineage.toml) is the shared one plus
+#     [registry.direct] (listen, peers naming every voter by its headless-Service DNS name and
+#     port, token_file at the token Secret's mount), the voters have the `raft` containerPort,
+#     the headless Service the `raft` port, the NetworkPolicy lets only voters reach it, the
+#     chart's token Secret (random, resource-policy keep) is the only Secret and its value is in
+#     no ConfigMap; the workers and the test pod get none of it; every other value set renders
+#     no [registry.direct], no raft port and no Secret;
 #  2. every rendered manifest validated offline against the real Kubernetes schemas in strict
 #     mode (PyPI kubernetes-validate, Kubernetes $K8S_VERSIONS); the ServiceMonitor and the
 #     PrometheusRule (CRDs it has no schema for) are skipped by name. The validator is shown to refuse a typo'd field and a
 #     value set of ours (a typo in extraEnv, which the values schema lets through);
 #  3. bad values are refused by values.schema.json or the templates (voters=2, a null max depth,
-#     streamReplicas=2, auth without a Secret, an acp profile without a command, ...);
+#     streamReplicas=2, auth without a Secret, an acp profile without a command, direct Raft links
+#     with NATS TLS (each of nats.tls.required, nats.tls.existingSecret, a tls:// URL), ...);
 #  4. the rendered NATS permissions (natsPermissions) load into a real nats-server (-t) with the
 #     JetStream settings the README gives; a running nats-server with them (127.0.0.1) refuses a
 #     wrong password and lets each role (voter, worker, operator, observer) publish/subscribe what
@@ -31,8 +40,12 @@
 #  6. when a lineage binary exists ($LINEAGE_BIN, else the newer of <target dir>/{debug,release}/
 #     lineage, the target dir from cargo metadata, so CARGO_TARGET_DIR counts), it loads the
 #     rendered lineage.toml as voter 0, the last voter and a worker would (`lineage config show`
-#     with the pods' environment; the voters through the StatefulSet's own entrypoint snippet),
-#     checks the effective values, the NATS and agent keys, and that a password is <redacted>.
+#     with the pods' environment; the voters through the StatefulSet's own entrypoint snippet and
+#     their own lineage.toml when the value set gives them one), checks the effective values, the
+#     NATS and agent keys, that a password is <redacted>, that the direct set's voters load
+#     registry.direct.{listen,peers,token_file} (the token file is read at start, not by `config
+#     show`) while its workers have none and would refuse the voters' file, and that no other
+#     value set's node has registry.direct.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/go/bin:/usr/local/go/bin"
@@ -74,12 +87,12 @@ render() {
   helm template t "$CHART" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err" \
     || { cat "$tmp/$name.err" >&2; fail "helm template $*"; }
   grep -q "^  replicas: $n$" "$tmp/$name.yaml" || fail "$name: StatefulSet does not have replicas: $n"
-  [ "$(grep '^    voters = {' "$tmp/$name.yaml" | grep -o '[0-9] = "' | wc -l)" = "$n" ] || fail "$name: lineage.toml does not list $n voters"
+  [ "$(grep -m1 '^    voters = {' "$tmp/$name.yaml" | grep -o '[0-9] = "' | wc -l)" = "$n" ] || fail "$name: lineage.toml does not list $n voters"
   grep -q 'podManagementPolicy: Parallel' "$tmp/$name.yaml" || fail "$name: podManagementPolicy is not Parallel"
   grep -A1 'name: LINEAGE_REGISTRY__ROLE$' "$tmp/$name.yaml" | grep 'value: client$' >/dev/null || fail "$name: workers do not set LINEAGE_REGISTRY__ROLE=client"
   grep -q 'name: RUST_LOG$' "$tmp/$name.yaml" || fail "$name: RUST_LOG is not set"
   python3 - "$tmp/$name.yaml" "$n" "$name" <<'PY' || fail "$name: rendered YAML/TOML check"
-import json, re, sys, tomllib, yaml
+import base64, json, re, sys, tomllib, yaml
 path, n, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 docs = [d for d in yaml.safe_load_all(open(path)) if d]
 def kinds(kind):
@@ -152,7 +165,27 @@ for d in kinds("ConfigMap"):
         assert not re.search(r"^\s*(password|token)\s*=", text, re.M), f"{key}: a password/token value in a ConfigMap"
         for m in re.finditer(r"^\s*password\s*:\s*(\S+)", text, re.M):
             assert re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", m.group(1)), f"{key}: password {m.group(1)!r} is not an $ENV reference"
-assert not kinds("Secret"), "the chart must not create Secrets (they are the user's: existingSecret)"
+# The only Secret the chart may create: the voters' Raft token (registry.direct without
+# existingSecret); its value appears in no ConfigMap.
+for secret in kinds("Secret"):
+    assert name == "direct" and secret["metadata"]["name"] == "t-lineage-raft-token", \
+        f"the chart creates Secret {secret['metadata']['name']} (they are the user's: existingSecret)"
+    for value in secret["data"].values():
+        for form in (value, base64.b64decode(value).decode()):
+            for d in kinds("ConfigMap"):
+                assert not any(form in text for text in d["data"].values()), f"the Raft token is in ConfigMap {d['metadata']['name']}"
+
+# registry.direct: the shared lineage.toml never has it (a client node refuses the section);
+# only the voters may get their own file, the raft port and the token.
+assert "direct" not in cfg["registry"], "the shared lineage.toml has [registry.direct]: the workers would refuse it"
+voter_toml = cm["data"].get("lineage-voter.toml")
+assert set(cm["data"]) <= {"lineage.toml", "lineage-voter.toml"}, sorted(cm["data"])
+def config_sources(pod):
+    vol = next(v for v in pod["volumes"] if v["name"] == "config")
+    return vol["projected"]["sources"]
+def ports(pod):
+    return {p["name"]: p for p in pod["containers"][0].get("ports", [])}
+headless = next(d for d in kinds("Service") if d["spec"].get("clusterIP") == "None")
 
 sts, dep = one("StatefulSet"), one("Deployment")
 def spec(workload):
@@ -179,6 +212,22 @@ for w in (sts, dep):
     assert isinstance(tgps, int) and tgps * 1000 > grace_ms, (w["kind"], tgps, grace_ms)
     for tsc in spec(w).get("topologySpreadConstraints", []):
         assert tsc["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] in ("voter", "worker")
+
+# Workers and the test pod: never the voters' file, the token or the raft port.
+for pod in (spec(dep), test["spec"]):
+    assert config_sources(pod)[0]["configMap"]["items"] == [{"key": "lineage.toml", "path": "lineage.toml"}], config_sources(pod)[0]
+    assert all("raft" not in item["path"] for s in config_sources(pod) if "secret" in s for item in s["secret"]["items"])
+    assert "raft" not in ports(pod), ports(pod)
+if name != "direct":
+    # registry.direct is opt-in: nothing of it without registry.direct.enabled.
+    assert voter_toml is None, "lineage-voter.toml without registry.direct.enabled"
+    assert config_sources(spec(sts))[0]["configMap"]["items"] == [{"key": "lineage.toml", "path": "lineage.toml"}]
+    assert "raft" not in ports(spec(sts)) and [p["name"] for p in headless["spec"]["ports"]] == ["http"], "a raft port without registry.direct.enabled"
+    assert not kinds("Secret")
+    for d in kinds("NetworkPolicy"):
+        assert '"app.kubernetes.io/component": "voter"' not in json.dumps(d["spec"]), "a voters' rule in the NetworkPolicy without registry.direct.enabled"
+    anns = [w["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for w in (sts, dep)]
+    assert anns[0] == anns[1], "voters and workers hash different configs"
 
 pdbs = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in kinds("PodDisruptionBudget")}
 workers = dep["spec"].get("replicas")
@@ -282,6 +331,55 @@ elif name == "sandbox":
     assert a["confined"]["sandbox_read_only"] == ["/usr/local/lib/node_modules", "/etc/lineage-agent"], a["confined"]
     assert a["confined"]["sandbox_read_write"] == ["/var/lib/lineage/shared-cache"], a["confined"]
     assert a["trusted"]["isolation"] == "none" and a["trusted"]["sandbox_read_only"] == [], a["trusted"]
+elif name == "direct":
+    # registry.direct (issue 35): the voters' own lineage.toml is the shared one plus
+    # [registry.direct]; every voter named by its stable DNS name through the headless Service.
+    port = 7201
+    assert voter_toml is not None, "no lineage-voter.toml in the ConfigMap"
+    vcfg = tomllib.loads(voter_toml)
+    direct = vcfg["registry"].pop("direct", None)
+    assert vcfg == cfg, "the voters' lineage.toml differs from the shared one beyond [registry.direct]"
+    sts_name, svc = sts["metadata"]["name"], sts["spec"]["serviceName"]
+    assert svc == headless["metadata"]["name"] == "t-lineage-voter-headless", (svc, headless["metadata"]["name"])
+    assert direct == {"listen": f"0.0.0.0:{port}",
+                      "peers": {str(i + 1): f"{sts_name}-{i}.{svc}:{port}" for i in range(n)},
+                      "token_file": "/etc/lineage/raft/token"}, direct
+    assert re.search(r"^\[registry\.direct\]$", voter_toml, re.M)
+    # The voters mount it as lineage.toml, and the token from the chart's Secret beside it.
+    pod = spec(sts)
+    src = config_sources(pod)
+    assert src[0]["configMap"]["items"] == [{"key": "lineage-voter.toml", "path": "lineage.toml"}], src[0]
+    raft_src = [s["secret"] for s in src if "secret" in s]
+    assert raft_src == [{"name": "t-lineage-raft-token", "items": [{"key": "token", "path": "raft/token", "mode": 0o440}]}], raft_src
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "config")
+    assert mount == {"name": "config", "mountPath": "/etc/lineage", "readOnly": True}, mount
+    assert direct["token_file"] == f"{mount['mountPath']}/{raft_src[0]['items'][0]['path']}"
+    # 0440 root:fsGroup: readable by the node (runAsGroup/fsGroup 10001), by nobody else.
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == 10001
+    assert ports(pod)["raft"] == {"name": "raft", "containerPort": port, "protocol": "TCP"}, ports(pod)
+    assert {"name": "raft", "port": port, "targetPort": "raft", "protocol": "TCP"} in headless["spec"]["ports"], headless["spec"]["ports"]
+    assert headless["spec"]["publishNotReadyAddresses"] is True, "voters must resolve each other before they are ready"
+    # A change of [registry.direct] rolls the voters: they hash their own file.
+    anns = [w["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for w in (sts, dep)]
+    assert anns[0] != anns[1], "the voters' checksum/config does not cover lineage-voter.toml"
+    # The token Secret: the chart's, random, alphanumeric, 48 characters, kept on uninstall.
+    (secret,) = kinds("Secret")
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}, secret["metadata"]
+    assert set(secret["data"]) == {"token"} and secret.get("type") == "Opaque", secret
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", token), "the token is not 48 alphanumeric characters"
+    # NetworkPolicy: the raft port from and to the voters only.
+    np = one("NetworkPolicy")
+    voters_sel = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "lineage", "app.kubernetes.io/instance": "t",
+                                                   "app.kubernetes.io/component": "voter"}}}]
+    raft_in = [r for r in np["spec"]["ingress"] if any(p.get("port") == port for p in r.get("ports", []))]
+    raft_out = [r for r in np["spec"]["egress"] if any(p.get("port") == port for p in r.get("ports", []))]
+    assert raft_in == [{"from": voters_sel, "ports": [{"port": port, "protocol": "TCP"}]}], raft_in
+    assert raft_out == [{"to": voters_sel, "ports": [{"port": port, "protocol": "TCP"}]}], raft_out
+    assert any(r.get("ports") == [{"port": "http", "protocol": "TCP"}] for r in np["spec"]["ingress"]), "the metrics rule is gone"
+    # Nothing else changes: no NATS TLS (refused with direct links), the default agents.
+    assert nats == {"tls_required": False, "stream_replicas": 1, "update_streams": False}, nats
+    assert secrets_of(spec(dep)) == secrets_of(test["spec"]) == []
 else:
     raise SystemExit(f"no expectations for value set {name}: add them to scripts/check-chart.sh")
 PY
@@ -295,6 +393,26 @@ for set in "${sets[@]}"; do
   render "$set" "$n" $(args "$set")
 done
 render five 5 --set voters=5
+# registry.direct's token Secret: random per render (helm template has no cluster for `lookup`;
+# on one, an upgrade keeps the token it finds), and none with registry.direct.existingSecret,
+# whose key the voters mount instead.
+token_of() { python3 -c 'import sys, yaml
+(s,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Secret"]
+print(s["data"]["token"])' "$1"; }
+helm template t "$CHART" -f "$CHART/ci/direct-values.yaml" >"$tmp/direct2.yaml" 2>"$tmp/direct2.err" || { cat "$tmp/direct2.err" >&2; fail "helm template direct (again)"; }
+[ "$(token_of "$tmp/direct.yaml")" != "$(token_of "$tmp/direct2.yaml")" ] || fail "direct: the chart's Raft token is the same in two renders (not random)"
+helm template t "$CHART" -f "$CHART/ci/direct-values.yaml" --set registry.direct.existingSecret=my-raft \
+  --set registry.direct.secretKey=raft.token >"$tmp/direct-own.yaml" 2>"$tmp/direct-own.err" || { cat "$tmp/direct-own.err" >&2; fail "helm template direct with existingSecret"; }
+python3 - "$tmp/direct-own.yaml" <<'PY' || fail "direct with registry.direct.existingSecret: a Secret is rendered or the voters do not mount the given one"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+assert not [d for d in docs if d["kind"] == "Secret"], "a Secret is rendered with registry.direct.existingSecret"
+sts = next(d for d in docs if d["kind"] == "StatefulSet")
+vol = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
+secrets = [s["secret"] for s in vol["projected"]["sources"] if "secret" in s]
+assert secrets == [{"name": "my-raft", "items": [{"key": "raft.token", "path": "raft/token", "mode": 0o440}]}], secrets
+PY
+echo "check-chart: ok   registry.direct: a fresh random token per render; with existingSecret=my-raft (key raft.token) no Secret, the voters mount my-raft"
 
 # ------------------------------------------------------------------ 2. Kubernetes schemas
 # validate <file>...: strict validation of every document against each of $K8S_VERSIONS.
@@ -385,6 +503,17 @@ refuse "template guard" "nats.tls.clientCert is true" --set nats.tls.clientCert=
 refuse "template guard" "nats.auth.workers is set but nats.auth.method is empty" --set nats.auth.workers.existingSecret=w
 refuse "template guard" "nats.tls.workers.existingSecret is set" --set nats.tls.workers.existingSecret=w
 refuse "template guard" "natsPermissions.users.voter: set passwordEnv" --set natsPermissions.enabled=true --set natsPermissions.users.voter.passwordEnv=
+# registry.direct: authenticated, not encrypted links; refused with any NATS TLS value.
+tls_msg="registry.direct.enabled is true but NATS uses TLS"
+tls_why="the direct Raft links are authenticated, not encrypted, so Raft would leave TLS; disable one of them"
+refuse "template guard" "$tls_msg \(nats.tls.required\): $tls_why" --set registry.direct.enabled=true --set nats.tls.required=true
+refuse "template guard" "$tls_msg \(nats.tls.existingSecret\): $tls_why" --set registry.direct.enabled=true --set nats.tls.existingSecret=lineage-nats-tls
+refuse "template guard" "$tls_msg \(nats.url tls://nats:4222\): $tls_why" --set registry.direct.enabled=true --set nats.url=tls://nats:4222
+refuse "template guard" "$tls_msg \(nats.tls.required, nats.tls.existingSecret, nats.url tls://nats.messaging:4222\)" \
+  -f "$CHART/ci/direct-values.yaml" -f "$CHART/ci/secure-values.yaml"
+refuse "template guard" "registry.direct.port and http.port are both 9464" --set registry.direct.enabled=true --set registry.direct.port=9464
+refuse "values.schema.json" "/registry/direct/port|port" --set registry.direct.port=0
+refuse "values.schema.json" "additional properties 'token'|token" --set registry.direct.token=an-inline-secret
 if helm template --help 2>/dev/null | grep -- --skip-schema-validation >/dev/null; then
   refuse "template guard" "voters must be 1, 3 or 5" --set voters=2 --skip-schema-validation
   refuse "template guard" "limits.maxDepth must be" --set limits.maxDepth=null --skip-schema-validation
@@ -1054,9 +1183,11 @@ grep -q '^nats\.stream_replicas ' "$tmp/defaults.show" \
   || fail "$bin was built before the [nats]/[agents] config keys the chart renders: rebuild it (cargo build -p lineage) or point LINEAGE_BIN at a current one"
 echo "check-chart: loading the rendered lineage.toml with $bin"
 
-# lineage.toml of a rendered manifest (the ConfigMap's block scalar, 4-space indent).
+# extract_toml <manifest> [<key>]: a lineage.toml of a rendered manifest (the ConfigMap's block
+# scalar, 4-space indent): key lineage.toml (every pod's), or lineage-voter.toml (the voters' own,
+# with registry.direct; empty output when there is none).
 extract_toml() {
-  awk '/^  lineage.toml: \|$/ { on = 1; next }
+  awk -v key="${2:-lineage.toml}" '$0 == "  " key ": |" { on = 1; next }
        on && /^    / { sub(/^    /, ""); print; next }
        on && /^ *$/ { print ""; next }
        on { exit }' "$1"
@@ -1091,9 +1222,16 @@ loads() {
   shift 11
   helm template t "$CHART" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err" \
     || { cat "$tmp/$name.err" >&2; fail "helm template $*"; }
-  local toml=$tmp/$name.toml
+  local toml=$tmp/$name.toml vtoml=$tmp/$name.voter.toml
   extract_toml "$tmp/$name.yaml" >"$toml"
   grep -q '^\[lease\]$' "$toml" || fail "$name: could not extract lineage.toml from the ConfigMap"
+  # The voters' own file when the value set gives them one (registry.direct), else the shared one.
+  extract_toml "$tmp/$name.yaml" lineage-voter.toml >"$vtoml"
+  if [ -s "$vtoml" ]; then
+    grep -q '^\[registry\.direct\]$' "$vtoml" || fail "$name: could not extract lineage-voter.toml from the ConfigMap"
+  else
+    cp "$toml" "$vtoml"
+  fi
   extract_entrypoint "$tmp/$name.yaml" >"$tmp/$name.entrypoint.sh"
   grep -q '^exec lineage node --config /etc/lineage/lineage.toml$' "$tmp/$name.entrypoint.sh" \
     || fail "$name: could not extract the voters' entrypoint snippet"
@@ -1103,7 +1241,7 @@ loads() {
   cat >"$tmp/shim/lineage" <<SH
 #!/bin/sh
 [ "\$*" = "node --config /etc/lineage/lineage.toml" ] || { echo "shim: unexpected arguments: \$*" >&2; exit 2; }
-exec "$bin" config show --config "$toml"
+exec "$bin" config show --config "$vtoml"
 SH
   chmod +x "$tmp/shim/lineage"
 
@@ -1144,6 +1282,9 @@ SH
     else
       expect "$name $pod" "$out" registry.bootstrap false "TOML file"
     fi
+    if cmp -s "$toml" "$vtoml"; then
+      ! grep -q '^registry\.direct\.' "$out" || { cat "$out" >&2; fail "$name $pod: registry.direct without registry.direct.enabled"; }
+    fi
     echo "check-chart: ok   $name: $pod loads (raft_id $((ordinal + 1)), bootstrap $(value "$out" registry.bootstrap))"
   done
   [ "$n" = 1 ] || { [ "$(value "$tmp/$name.t-lineage-voter-0.out" registry.bootstrap)" = true ] \
@@ -1161,6 +1302,7 @@ print(" ".join(e["name"] + "=" + e["value"] for e in d["spec"]["template"]["spec
   podenv LINEAGE_NODE__ID="$pod" $wenv "$bin" config show --config "$toml" \
     >"$out" 2>"$out.err" || { cat "$out.err" >&2; fail "$name: worker: the node refuses its config"; }
   common "$name worker" "$out"
+  ! grep -q '^registry\.direct\.' "$out" || { cat "$out" >&2; fail "$name worker: registry.direct on a worker"; }
   expect "$name worker" "$out" node.id "\"$pod\"" "environment"
   expect "$name worker" "$out" registry.role '"client"' "environment"
   expect "$name worker" "$out" registry.bootstrap false "TOML file"
@@ -1186,6 +1328,22 @@ loads one 1 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 --set v
 loads secure 3 prod-eu tls://nats.messaging:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/secure-values.yaml"
 loads large 5 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/large-values.yaml"
 loads token 3 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/token-values.yaml"
+# registry.direct: each voter loads its own file's [registry.direct] (the token file is read when
+# the node starts, so its absence here is fine); the workers have none of it, and would refuse
+# the voters' file (a client node refuses [registry.direct]: why the voters have their own).
+loads direct 3 lineage nats://nats:4222 0.0.0.0:9464 8 3000 500 100 400 800 -f "$CHART/ci/direct-values.yaml"
+peers='{ 1 = "t-lineage-voter-0.t-lineage-voter-headless:7201", 2 = "t-lineage-voter-1.t-lineage-voter-headless:7201", 3 = "t-lineage-voter-2.t-lineage-voter-headless:7201" }'
+for pod in t-lineage-voter-0 t-lineage-voter-2; do
+  out=$tmp/direct.$pod.out
+  expect "direct $pod" "$out" registry.direct.listen '"0.0.0.0:7201"' "TOML file"
+  expect "direct $pod" "$out" registry.direct.peers "$peers" "TOML file"
+  expect "direct $pod" "$out" registry.direct.token_file '"/etc/lineage/raft/token"' "TOML file"
+done
+if podenv LINEAGE_NODE__ID=w LINEAGE_REGISTRY__ROLE=client "$bin" config show --config "$tmp/direct.voter.toml" >/dev/null 2>"$tmp/direct.client.err"; then
+  fail "direct: a worker (role client) accepts the voters' lineage.toml with [registry.direct]"
+fi
+grep -q 'registry.direct: direct Raft links are for voters' "$tmp/direct.client.err" || { cat "$tmp/direct.client.err" >&2; fail "direct: unexpected refusal of the voters' file as a client"; }
+echo "check-chart: ok   direct: voters 0 and 2 load registry.direct.{listen,peers,token_file} from their own file; the workers' file has none, and a client refuses the voters': $(sed 's/ (from .*//' "$tmp/direct.client.err")"
 
 # The NATS keys as the node sees them (secure: user + password file, mutual TLS, R3).
 out=$tmp/secure.worker.out

@@ -40,6 +40,14 @@ lineage.validate).
 {{- printf "%s-worker" (include "lineage.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The Secret holding the voters' shared Raft token (registry.direct): registry.direct.existingSecret,
+else the one the chart creates (templates/raft-token-secret.yaml).
+*/}}
+{{- define "lineage.raftTokenSecret" -}}
+{{- .Values.registry.direct.existingSecret | default (printf "%s-raft-token" (include "lineage.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "lineage.configName" -}}
 {{- printf "%s-config" (include "lineage.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -131,6 +139,24 @@ the schema is skipped with --skip-schema-validation). Included by every template
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $direct := .Values.registry.direct }}
+{{- if $direct.enabled }}
+{{- /* The node refuses [registry.direct] with tls_required, tls_ca or tls_cert; a tls:// URL is
+TLS to NATS too, which the direct links would leave. */}}
+{{- $natsTls := list }}
+{{- if $tls.required }}{{ $natsTls = append $natsTls "nats.tls.required" }}{{ end }}
+{{- if $tls.existingSecret }}{{ $natsTls = append $natsTls "nats.tls.existingSecret" }}{{ end }}
+{{- if contains "tls://" .Values.nats.url }}{{ $natsTls = append $natsTls (printf "nats.url %s" .Values.nats.url) }}{{ end }}
+{{- with $natsTls }}
+{{- fail (printf "registry.direct.enabled is true but NATS uses TLS (%s): the direct Raft links are authenticated, not encrypted, so Raft would leave TLS; disable one of them (registry.direct.enabled=false keeps Raft on NATS, under TLS)" (join ", " .)) }}
+{{- end }}
+{{- if eq (int $direct.port) (int .Values.http.port) }}
+{{- fail (printf "registry.direct.port and http.port are both %d: the voters' Raft links need a port of their own; change registry.direct.port" (int $direct.port)) }}
+{{- end }}
+{{- if not $direct.secretKey }}
+{{- fail "registry.direct.secretKey is empty: name the token's key in the Secret (default token)" }}
+{{- end }}
+{{- end }}
 {{- range $name, $p := .Values.agents.profiles }}
 {{- if and $p (eq $p.driver "acp") (not $p.command) }}
 {{- fail (printf "agents.profiles.%s: driver acp needs a command (a program on the image's PATH or an absolute path)" $name) }}
@@ -159,6 +185,23 @@ environment; the file's node.id and raft_id are deliberately invalid placeholder
 missing its environment refuses to start instead of posing as another node.
 */}}
 {{- define "lineage.config" -}}
+{{- include "lineage.configFor" (dict "root" . "voters" false) }}
+{{- end }}
+
+{{/*
+The voters' lineage.toml (ConfigMap key lineage-voter.toml, mounted as lineage.toml), rendered
+only with registry.direct.enabled: lineage.config plus [registry.direct], which a client node
+(the workers) refuses.
+*/}}
+{{- define "lineage.voterConfig" -}}
+{{- include "lineage.configFor" (dict "root" . "voters" true) }}
+{{- end }}
+
+{{/* Usage: include "lineage.configFor" (dict "root" $ "voters" true|false) */}}
+{{- define "lineage.configFor" -}}
+{{- $root := .root }}
+{{- $direct := and .voters $root.Values.registry.direct.enabled }}
+{{- with $root -}}
 # lineage.toml rendered by Helm chart {{ include "lineage.chart" . }} (release {{ .Release.Name }}).
 # Format: config/lineage.toml of the lineage repository; unknown keys stop the node.
 # Per-pod settings come from LINEAGE_* environment variables, which override this file
@@ -185,9 +228,14 @@ role = "voter"
 # Placeholder: each voter sets LINEAGE_REGISTRY__RAFT_ID (ordinal + 1); 0 is not in `voters`, so
 # a voter without it is refused. Clients ignore raft_id.
 raft_id = 0
+{{- if $direct }}
+# Raft id -> node id (pod name). Raft RPC between the voters goes over the direct links of
+# [registry.direct] below; everything else over NATS.
+{{- else }}
 # Raft id -> node id (pod name). Raft RPC travels over NATS subjects keyed by raft id, so no
 # host addresses are needed.
-voters = { {{- range $ordinal := until (int .Values.voters) }}{{ if $ordinal }},{{ end }} {{ add1 $ordinal }} = {{ printf "%s-%d" (include "lineage.voterName" $) $ordinal | toJson }}{{- end }} }
+{{- end }}
+voters = { {{- range $ordinal := until (int .Values.voters) }}{{ if $ordinal }},{{ end }} {{ add1 $ordinal }} = {{ printf "%s-%d" (include "lineage.voterName" $root) $ordinal | toJson }}{{- end }} }
 # Only voter ordinal 0 overrides this (LINEAGE_REGISTRY__BOOTSTRAP=true); it initializes the
 # group only when its data dir holds no Raft state, so restarts never re-initialize.
 bootstrap = false
@@ -199,6 +247,21 @@ snapshot_after_commands = {{ int64 . }}
 {{- end }}
 {{- with .Values.registry.logKeptBehindSnapshot }}
 log_kept_behind_snapshot = {{ int64 . }}
+{{- end }}
+{{- if $direct }}
+{{- $port := int .Values.registry.direct.port }}
+
+[registry.direct]
+# registry.direct.enabled: the voters send their Raft RPCs to each other over TCP, not through
+# nats-server. Each link proves the shared token (HMAC over nonces; the token is never sent):
+# authenticated, not encrypted. Voters only: a client node (the workers) refuses this section.
+listen = {{ printf "0.0.0.0:%d" $port | toJson }}
+# Raft id -> host:port: every voter by its stable name through the headless Service (a voter's
+# own entry is unused).
+peers = { {{- range $ordinal := until (int .Values.voters) }}{{ if $ordinal }},{{ end }} {{ add1 $ordinal }} = {{ printf "%s-%d.%s:%d" (include "lineage.voterName" $root) $ordinal (include "lineage.voterHeadlessName" $root) $port | toJson }}{{- end }} }
+# The Secret registry.direct.existingSecret (or the chart's <full>-raft-token), key
+# registry.direct.secretKey, mounted from the Secret; this file never holds the token.
+token_file = "/etc/lineage/raft/token"
 {{- end }}
 
 [limits]
@@ -305,6 +368,7 @@ sandbox_read_write = [{{ range $i, $a := ($p.sandboxReadWrite | default list) }}
 {{- end }}
 {{- if hasKey $p "description" }}
 description = {{ $p.description | toJson }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -428,14 +492,17 @@ readinessProbe:
 {{/*
 Volumes of a role's pods. /etc/lineage is one projected volume: lineage.toml from the ConfigMap
 and, under nats/, the role's NATS credentials and TLS files from its Secrets (mode 0440: readable
-through the pod's fsGroup). A key missing from a Secret keeps the pod from starting (the event
-names the key). Usage: include "lineage.volumes" (dict "root" $ "role" "voters")
+through the pod's fsGroup). With registry.direct.enabled the voters get their own lineage.toml
+(key lineage-voter.toml: with [registry.direct]) and raft/token from the token Secret (0440).
+A key missing from a Secret keeps the pod from starting (the event names the key).
+Usage: include "lineage.volumes" (dict "root" $ "role" "voters")
 */}}
 {{- define "lineage.volumes" -}}
 {{- $root := .root }}
 {{- $authSecret := include "lineage.natsAuthSecret" . }}
 {{- $tlsSecret := include "lineage.natsTlsSecret" . }}
-{{- $tls := $root.Values.nats.tls -}}
+{{- $tls := $root.Values.nats.tls }}
+{{- $direct := and (eq .role "voters") $root.Values.registry.direct.enabled -}}
 - name: config
   projected:
     defaultMode: 292 # 0444
@@ -443,7 +510,7 @@ names the key). Usage: include "lineage.volumes" (dict "root" $ "role" "voters")
       - configMap:
           name: {{ include "lineage.configName" $root }}
           items:
-            - key: lineage.toml
+            - key: {{ if $direct }}lineage-voter.toml{{ else }}lineage.toml{{ end }}
               path: lineage.toml
       {{- if $authSecret }}
       {{- $f := include "lineage.natsAuthFile" $root | fromJson }}
@@ -471,6 +538,15 @@ names the key). Usage: include "lineage.volumes" (dict "root" $ "role" "voters")
               path: nats/tls/tls.key
               mode: 288 # 0440
             {{- end }}
+      {{- end }}
+      {{- if $direct }}
+      # registry.direct.token_file: the voters' shared Raft token.
+      - secret:
+          name: {{ include "lineage.raftTokenSecret" $root }}
+          items:
+            - key: {{ $root.Values.registry.direct.secretKey }}
+              path: raft/token
+              mode: 288 # 0440
       {{- end }}
 - name: tmp
   emptyDir: {}
@@ -558,7 +634,11 @@ tolerations:
 {{- end }}
 {{- end }}
 
-{{/* Container-level settings shared by voters and workers. */}}
+{{/*
+Container-level settings shared by voters and workers.
+Usage: include "lineage.containerCommon" (dict "root" $ "component" .Values.registry ["voters" true])
+"voters": the voters' container (with registry.direct.enabled: the `raft` port).
+*/}}
 {{- define "lineage.containerCommon" -}}
 {{- $root := .root }}
 {{- $c := .component }}
@@ -585,6 +665,12 @@ securityContext:
 {{- end }}
 ports:
   {{- include "lineage.ports" $root | nindent 2 }}
+  {{- if and .voters $root.Values.registry.direct.enabled }}
+  # registry.direct.listen: the other voters' Raft links.
+  - name: raft
+    containerPort: {{ $root.Values.registry.direct.port }}
+    protocol: TCP
+  {{- end }}
 {{ include "lineage.probes" $root | trim }}
 {{- with ($c.resources | default $root.Values.resources) }}
 resources:
@@ -596,9 +682,14 @@ envFrom:
 {{- end }}
 {{- end }}
 
+{{/* Usage: include "lineage.podAnnotations" (dict "root" $ "component" $c ["voters" true]) */}}
 {{- define "lineage.podAnnotations" -}}
 {{- $root := .root }}
+{{- if and .voters $root.Values.registry.direct.enabled }}
+checksum/config: {{ include "lineage.voterConfig" $root | sha256sum }}
+{{- else }}
 checksum/config: {{ include "lineage.config" $root | sha256sum }}
+{{- end }}
 {{- with (.component.podAnnotations | default $root.Values.podAnnotations) }}
 {{ toYaml . }}
 {{- end }}

@@ -62,7 +62,12 @@ pub(super) fn check(config: &NodeConfig) -> Result<(), (&'static str, String)> {
                 .into(),
         ));
     }
-    if config.nats.tls_required
+    let tls_url = config
+        .nats_url
+        .split(',')
+        .any(|u| u.trim().starts_with("tls://"));
+    if tls_url
+        || config.nats.tls_required
         || !config.nats.tls_ca.is_empty()
         || !config.nats.tls_cert.is_empty()
     {

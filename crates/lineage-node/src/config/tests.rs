@@ -330,6 +330,9 @@ fn g1_z1_direct_raft_links_are_checked_and_their_token_never_shown() {
     let tls = format!("[nats]\ntls_required = true\n{good}");
     let err = load_toml(&tls).err().unwrap().to_string();
     assert!(err.contains("not encrypted"), "{err}");
+    let tls_url = format!("nats_url = \"tls://nats.example:4222\"\n{good}");
+    let err = load_toml(&tls_url).err().unwrap().to_string();
+    assert!(err.contains("not encrypted"), "{err}");
     // The token file is read at start; a missing one names its key, a short one is refused.
     let dir = tempfile::tempdir().unwrap();
     let short = dir.path().join("short");
