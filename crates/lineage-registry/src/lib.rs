@@ -60,7 +60,7 @@ mod write_batch;
 
 pub use client::{Consistency, RegistryClient};
 pub use error::RegistryError;
-pub use network::{DirectRaft, RaftToken};
+pub use network::{DirectRaft, LinkTls, RaftToken};
 pub use node::{RegistryNode, RegistryNodeConfig};
 pub use state::RegistryState;
 pub use stored_descriptor::StoredDescriptor;

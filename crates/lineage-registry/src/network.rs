@@ -52,8 +52,8 @@ mod serve;
 mod snapshot;
 
 pub use direct::handshake::RaftToken;
-pub use direct::DirectRaft;
 pub(crate) use direct::{bind as bind_direct, serve_direct, Listening};
+pub use direct::{DirectRaft, LinkTls};
 
 pub(crate) use serve::serve_raft;
 pub use snapshot::chunk_size_for;
@@ -120,7 +120,7 @@ impl RaftNetworkFactory<TypeConfig> for NatsNetworkFactory {
                     *me,
                     target,
                     addr.clone(),
-                    d.token.clone(),
+                    d,
                 ))
             }),
         }

@@ -239,6 +239,7 @@ impl RegistryNode {
                 cluster: config.cluster.clone(),
                 me: config.raft_id,
                 token: direct.token.clone(),
+                tls: direct.tls.clone(),
             };
             tasks.push(tokio::spawn(serve_direct(
                 listener,

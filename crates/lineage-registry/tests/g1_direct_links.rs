@@ -5,7 +5,10 @@
 //! - a member with another token is refused its links: it gets no entry and casts no vote, and
 //!   the other two go on;
 //! - a dialer for another cluster or member, or one that sends garbage, is refused in one line
-//!   and changes nothing.
+//!   and changes nothing;
+//! - with mutual TLS (a test CA made by openssl), the group commits over TLS; a member whose
+//!   certificate another CA signed gets no entry, and a dialer that does not speak TLS gets
+//!   nothing.
 
 mod common;
 
@@ -19,7 +22,7 @@ use common::*;
 use futures::StreamExt;
 use lineage_registry::client::NewSession;
 use lineage_registry::network::direct::handshake::{Hello, Reply, VERSION};
-use lineage_registry::{Consistency, DirectRaft, RaftToken, RegistryClient, RegistryNode};
+use lineage_registry::{Consistency, DirectRaft, LinkTls, RaftToken, RegistryClient, RegistryNode};
 use lineage_testkit::NatsServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -43,6 +46,7 @@ fn direct(me: u64, addrs: &[SocketAddr], token: &str) -> DirectRaft {
         listen: addrs[me as usize - 1],
         peers,
         token: RaftToken::new(token.as_bytes()).unwrap(),
+        tls: None,
     }
 }
 
@@ -239,4 +243,69 @@ async fn g1_a_dialer_for_another_cluster_or_member_or_with_garbage_is_refused_an
     assert_eq!(one.raft_metrics().last_applied, before);
     register(&one.client(), 1).await;
     one.shutdown().await.unwrap();
+}
+
+/// Mutual TLS from the test PKI `name` in `dir` (its peer certificate: 127.0.0.1, server and
+/// client).
+fn link_tls(dir: &std::path::Path, name: &str) -> LinkTls {
+    LinkTls::from_pem(
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}-peer.pem")),
+        &dir.join(format!("{name}-peer-key.pem")),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g1_z1_links_in_mutual_tls_commit_and_refuse_another_ca_and_plain_tcp() {
+    let pki = tempfile::tempdir().unwrap();
+    lineage_testkit::tls::make_ca(pki.path(), "raft");
+    lineage_testkit::tls::make_ca(pki.path(), "other");
+    let server = NatsServer::start().unwrap();
+    let on_nats = count_raft_on_nats(&server).await;
+    let (dirs, addrs) = (tempdirs(3), addrs(3));
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let mut cfg = config(id, &path(&dirs[id as usize - 1]));
+        let mut links = direct(id, &addrs, TOKEN);
+        // Member 3's certificate is another CA's: the others refuse it, and it them.
+        links.tls = Some(link_tls(pki.path(), if id == 3 { "other" } else { "raft" }));
+        cfg.direct = Some(links);
+        nodes.push(start(&server, cfg).await);
+    }
+    assert!(nodes[0].initialize(members(&[1, 2, 3])).await.unwrap());
+    let leader = agreed_leader(&[&nodes[0], &nodes[1]], Duration::from_secs(5)).await;
+    let client = RegistryClient::new(connect(&server).await, CLUSTER);
+    for n in 1..=5 {
+        register(&client, n).await;
+    }
+    let applied = nodes[0].raft_metrics().last_applied.unwrap().index;
+    all_applied(&[&nodes[0], &nodes[1]], applied, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let m = nodes[2].raft_metrics();
+    assert!(
+        m.last_applied.is_none_or(|l| l.index == 0) && m.current_leader != Some(leader),
+        "a member of another CA got entries: {m:?}"
+    );
+    assert_eq!(on_nats.load(Ordering::SeqCst), 0, "Raft RPCs crossed NATS");
+    // A dialer that does not speak TLS: its hello is not read as one; it gets no refusal line
+    // in clear (the listener's TLS alert, or a close), and nothing changes.
+    let hello = Hello {
+        version: VERSION,
+        cluster: CLUSTER.into(),
+        from: 2,
+        to: 1,
+        nonce: [3; 32],
+    };
+    let answer = exchange(addrs[0], &framed(&serde_json::to_vec(&hello).unwrap())).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_none_or(|a| serde_json::from_slice::<Reply>(a).is_err()),
+        "a plain dialer was answered in clear: {answer:?}"
+    );
+    register(&client, 6).await;
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
 }

@@ -18,9 +18,11 @@ pub fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl in
-/// `dir`: `<name>.pem` and `<name>-key.pem` (the CA), `<name>-server.pem` and
-/// `<name>-server-key.pem`, `<name>-client.pem` and `<name>-client-key.pem`.
+/// A CA, a server certificate for 127.0.0.1, a client certificate and a peer certificate (for
+/// 127.0.0.1, both server and client: as the registry voters' direct links use), made with
+/// openssl in `dir`: `<name>.pem` and `<name>-key.pem` (the CA), `<name>-server.pem` and
+/// `<name>-server-key.pem`, `<name>-client.pem` and `<name>-client-key.pem`, `<name>-peer.pem`
+/// and `<name>-peer-key.pem`.
 pub fn make_ca(dir: &Path, name: &str) {
     let ca_key = format!("{name}-key.pem");
     let ca = format!("{name}.pem");
@@ -55,6 +57,11 @@ pub fn make_ca(dir: &Path, name: &str) {
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
         ),
         ("client", "node-4", "extendedKeyUsage=clientAuth\n"),
+        (
+            "peer",
+            "127.0.0.1",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        ),
     ] {
         let key = format!("{name}-{leaf}-key.pem");
         let csr = format!("{name}-{leaf}.csr");

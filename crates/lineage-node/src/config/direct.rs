@@ -8,15 +8,21 @@
 //! listen = "0.0.0.0:7101"
 //! peers = { 1 = "lineage-0.lineage-raft:7101", 2 = "lineage-1.lineage-raft:7101", 3 = "lineage-2.lineage-raft:7101" }
 //! token_file = "/etc/lineage/raft-token"
+//! # optional, all three or none: mutual TLS on the links
+//! tls_ca = "/etc/lineage/raft/ca.pem"
+//! tls_cert = "/etc/lineage/raft/voter.pem"
+//! tls_key = "/etc/lineage/raft/voter-key.pem"
 //! ```
 //!
-//! The links authenticate but do not encrypt; a node that requires TLS for NATS refuses them
-//! (its Raft traffic would otherwise leave TLS).
+//! With `tls_ca`, `tls_cert` and `tls_key` the links are mutual TLS as well (etcd's peer TLS);
+//! without, they authenticate but do not encrypt, and a node that uses TLS for NATS refuses
+//! them (its Raft traffic would otherwise leave TLS).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 
-use lineage_registry::{DirectRaft, RaftToken};
+use lineage_registry::{DirectRaft, LinkTls, RaftToken};
 use serde::{Deserialize, Serialize};
 
 use super::{NodeConfig, RegistryRole, REDACTED};
@@ -36,6 +42,17 @@ pub struct DirectSection {
     /// A file holding the group's shared secret (one line).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token_file: String,
+    /// PEM CA that signs every voter's link certificate (mutual TLS, with `tls_cert` and
+    /// `tls_key`; all three or none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_ca: String,
+    /// PEM certificate of this voter for its links: presented when dialed and when dialing
+    /// (`serverAuth` and `clientAuth`; its host name or IP as the others dial it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_cert: String,
+    /// PEM key of `tls_cert`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_key: String,
 }
 
 impl std::fmt::Debug for DirectSection {
@@ -45,6 +62,9 @@ impl std::fmt::Debug for DirectSection {
             .field("peers", &self.peers)
             .field("token", &if self.token.is_empty() { "" } else { REDACTED })
             .field("token_file", &self.token_file)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
             .finish()
     }
 }
@@ -66,14 +86,30 @@ pub(super) fn check(config: &NodeConfig) -> Result<(), (&'static str, String)> {
         .nats_url
         .split(',')
         .any(|u| u.trim().starts_with("tls://"));
-    if tls_url
+    let tls = [&d.tls_ca, &d.tls_cert, &d.tls_key].map(|f| !f.is_empty());
+    if tls.contains(&true) && tls.contains(&false) {
+        let missing = [
+            "registry.direct.tls_ca",
+            "registry.direct.tls_cert",
+            "registry.direct.tls_key",
+        ]
+        .into_iter()
+        .zip(tls)
+        .find(|(_, set)| !set)
+        .map_or("registry.direct.tls_ca", |(k, _)| k);
+        return Err((
+            missing,
+            format!("mutual TLS on the links needs registry.direct.tls_ca, tls_cert and tls_key; {missing} is not set"),
+        ));
+    }
+    let nats_tls = tls_url
         || config.nats.tls_required
         || !config.nats.tls_ca.is_empty()
-        || !config.nats.tls_cert.is_empty()
-    {
+        || !config.nats.tls_cert.is_empty();
+    if nats_tls && !tls.contains(&true) {
         return Err((
             "registry.direct",
-            "direct Raft links are not encrypted and this node uses TLS for NATS; remove [registry.direct] so Raft stays on NATS, under TLS".into(),
+            "this node uses TLS for NATS and its direct Raft links would not be encrypted; set registry.direct.tls_ca, tls_cert and tls_key (mutual TLS), or remove [registry.direct] so Raft stays on NATS, under TLS".into(),
         ));
     }
     if let Err(e) = d.listen.parse::<SocketAddr>() {
@@ -173,10 +209,28 @@ impl DirectSection {
                 })
             })
             .collect::<Result<_, _>>()?;
+        let tls = if self.tls_ca.is_empty() {
+            None
+        } else {
+            Some(
+                LinkTls::from_pem(
+                    Path::new(&self.tls_ca),
+                    Path::new(&self.tls_cert),
+                    Path::new(&self.tls_key),
+                )
+                .map_err(|e| match e {
+                    lineage_registry::RegistryError::Config(what) => {
+                        NodeError::Config(format!("invalid config key {what}"))
+                    }
+                    other => NodeError::Config(other.to_string()),
+                })?,
+            )
+        };
         Ok(DirectRaft {
             listen,
             peers,
             token,
+            tls,
         })
     }
 }

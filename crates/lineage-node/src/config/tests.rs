@@ -329,10 +329,17 @@ fn g1_z1_direct_raft_links_are_checked_and_their_token_never_shown() {
     assert!(err.contains("for voters"), "{err}");
     let tls = format!("[nats]\ntls_required = true\n{good}");
     let err = load_toml(&tls).err().unwrap().to_string();
-    assert!(err.contains("not encrypted"), "{err}");
+    assert!(err.contains("would not be encrypted"), "{err}");
+    // With mutual TLS on the links it loads; a half-set one names the missing key.
+    let with_tls =
+        format!("{tls}tls_ca = \"/ca.pem\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n");
+    assert!(load_toml(&with_tls).is_ok());
+    let half = format!("{good}tls_ca = \"/ca.pem\"\ntls_key = \"/k.pem\"\n");
+    let err = load_toml(&half).err().unwrap().to_string();
+    assert!(err.contains("registry.direct.tls_cert is not set"), "{err}");
     let tls_url = format!("nats_url = \"tls://nats.example:4222\"\n{good}");
     let err = load_toml(&tls_url).err().unwrap().to_string();
-    assert!(err.contains("not encrypted"), "{err}");
+    assert!(err.contains("would not be encrypted"), "{err}");
     // The token file is read at start; a missing one names its key, a short one is refused.
     let dir = tempfile::tempdir().unwrap();
     let short = dir.path().join("short");

@@ -9,6 +9,7 @@
 //! | [`Link`] | the dialing side: one connection per openraft network client, dialed lazily |
 //! | [`serve_direct`] | the listening side: one task per connection, one RPC at a time |
 //! | [`handshake`] | the handshake and frames, pure |
+//! | [`tls`] | mutual TLS on the links (`registry.direct.tls_*`), when configured |
 //!
 //! A member with no address in `peers` is reached over NATS as before, so a group can switch
 //! one member at a time. Failures map as on NATS: a refused connection or handshake is
@@ -22,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, ReadHalf, WriteHalf,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -35,6 +37,9 @@ use crate::raft_types::RegistryRaft;
 use crate::subjects::RaftRpc;
 
 pub mod handshake;
+pub mod tls;
+
+pub use tls::LinkTls;
 
 use handshake::{
     check_hello, nonce, proof, proves, rpc_byte, rpc_of, wrong_token, Answer, End, Hello,
@@ -57,12 +62,30 @@ pub struct DirectRaft {
     pub peers: BTreeMap<u64, String>,
     /// The secret every member proves to the others.
     pub token: RaftToken,
+    /// Mutual TLS on every link; `None`: the links are authenticated (the token) but not
+    /// encrypted.
+    pub tls: Option<LinkTls>,
+}
+
+/// A connection's byte stream: TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// A connection's two halves, buffered.
+type Halves = (
+    BufReader<ReadHalf<Box<dyn Io>>>,
+    BufWriter<WriteHalf<Box<dyn Io>>>,
+);
+
+fn halves(stream: Box<dyn Io>) -> Halves {
+    let (read, write) = tokio::io::split(stream);
+    (BufReader::new(read), BufWriter::new(write))
 }
 
 /// A connection after its handshake.
 struct Conn {
-    read: BufReader<OwnedReadHalf>,
-    write: BufWriter<OwnedWriteHalf>,
+    read: BufReader<ReadHalf<Box<dyn Io>>>,
+    write: BufWriter<WriteHalf<Box<dyn Io>>>,
 }
 
 /// The dialing side of one link: this member to `to` at `addr`.
@@ -70,12 +93,20 @@ pub(crate) struct Link {
     hello: Hello,
     addr: String,
     token: RaftToken,
+    tls: Option<LinkTls>,
     conn: tokio::sync::Mutex<Option<Conn>>,
 }
 
 impl Link {
-    /// The link from member `from` of `cluster` to member `to` at `addr`.
-    pub(crate) fn new(cluster: &str, from: u64, to: u64, addr: String, token: RaftToken) -> Self {
+    /// The link from member `from` of `cluster` to member `to` at `addr`, with `direct`'s
+    /// token and TLS.
+    pub(crate) fn new(
+        cluster: &str,
+        from: u64,
+        to: u64,
+        addr: String,
+        direct: &DirectRaft,
+    ) -> Self {
         Self {
             hello: Hello {
                 version: VERSION,
@@ -85,7 +116,8 @@ impl Link {
                 nonce: [0; 32],
             },
             addr,
-            token,
+            token: direct.token.clone(),
+            tls: direct.tls.clone(),
             conn: tokio::sync::Mutex::new(None),
         }
     }
@@ -150,8 +182,18 @@ impl Link {
             .await
             .map_err(|e| unreachable(format!("raft member {to} at {addr}: {e}")))?;
         stream.set_nodelay(true).map_err(broken)?;
-        let (read, write) = stream.into_split();
-        let (mut read, mut write) = (BufReader::new(read), BufWriter::new(write));
+        let stream: Box<dyn Io> = match &self.tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let name = tls::server_name(addr).map_err(unreachable)?;
+                Box::new(tls.connector.connect(name, stream).await.map_err(|e| {
+                    unreachable(format!(
+                        "TLS with raft member {to} at {addr}: {e}; check registry.direct.tls_* on both"
+                    ))
+                })?)
+            }
+        };
+        let (mut read, mut write) = halves(stream);
         let hello = Hello {
             nonce: nonce().map_err(|e| CallError::Network(WireError(e.to_string())))?,
             ..self.hello.clone()
@@ -208,6 +250,8 @@ pub(crate) struct Listening {
     pub(crate) me: u64,
     /// The shared token.
     pub(crate) token: RaftToken,
+    /// Mutual TLS, when configured.
+    pub(crate) tls: Option<LinkTls>,
 }
 
 /// Serves the direct links of the other members until `stop` fires.
@@ -258,8 +302,17 @@ async fn serve_conn(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let (mut read, mut write) = (BufReader::new(read), BufWriter::new(write));
+    let stream: Box<dyn Io> = match &listening.tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            match tokio::time::timeout(HANDSHAKE_WITHIN, tls.acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => Box::new(tls),
+                Ok(Err(e)) => return Err(format!("TLS: {e}; check registry.direct.tls_* on both")),
+                Err(_) => return Err(format!("no TLS handshake within {HANDSHAKE_WITHIN:?}")),
+            }
+        }
+    };
+    let (mut read, mut write) = halves(stream);
     match tokio::time::timeout(HANDSHAKE_WITHIN, welcome(&mut read, &mut write, listening)).await {
         Ok(Ok(())) => {}
         Ok(Err(why)) => {
@@ -295,8 +348,8 @@ async fn serve_conn(
 
 /// The listener's side of the handshake; `Err`: why the dialer is refused.
 async fn welcome(
-    read: &mut BufReader<OwnedReadHalf>,
-    write: &mut BufWriter<OwnedWriteHalf>,
+    read: &mut (impl AsyncRead + Unpin),
+    write: &mut (impl AsyncWrite + Unpin),
     listening: &Listening,
 ) -> Result<(), String> {
     let hello: Hello = recv_json(read)
@@ -328,7 +381,7 @@ fn broken(e: std::io::Error) -> CallError {
 
 /// Writes one frame and flushes it.
 async fn write_frame(
-    w: &mut BufWriter<OwnedWriteHalf>,
+    w: &mut (impl AsyncWrite + Unpin),
     payload: &[u8],
 ) -> Result<(), std::io::Error> {
     let len = u32::try_from(payload.len())
@@ -347,7 +400,7 @@ async fn write_frame(
 
 /// Reads one frame of at most `max` bytes (a longer length is refused before any read).
 async fn read_frame(
-    r: &mut BufReader<OwnedReadHalf>,
+    r: &mut (impl AsyncRead + Unpin),
     max: usize,
 ) -> Result<Vec<u8>, std::io::Error> {
     let len = r.read_u32().await? as usize;
@@ -363,7 +416,7 @@ async fn read_frame(
 }
 
 async fn send_json<T: Serialize>(
-    w: &mut BufWriter<OwnedWriteHalf>,
+    w: &mut (impl AsyncWrite + Unpin),
     value: &T,
 ) -> Result<(), std::io::Error> {
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
@@ -371,7 +424,7 @@ async fn send_json<T: Serialize>(
 }
 
 async fn recv_json<T: DeserializeOwned>(
-    r: &mut BufReader<OwnedReadHalf>,
+    r: &mut (impl AsyncRead + Unpin),
 ) -> Result<T, std::io::Error> {
     let frame = read_frame(r, HANDSHAKE_FRAME_MAX).await?;
     serde_json::from_slice(&frame)
