@@ -1,7 +1,8 @@
 //! `lineage bench` is covered by a short run of the built binary: the `baseline` scenario with
 //! a scaled-down sample count (starts its own nats-server, no lineage nodes), the `tools`
-//! scenario scaled down (its own cluster, the ACP test agent calling its MCP tools), and a
-//! refused unknown scenario.
+//! scenario scaled down (its own cluster, the ACP test agent calling its MCP tools), the
+//! `registry` scenario (direct Raft links against Raft through NATS), and a refused unknown
+//! scenario.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -104,6 +105,46 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
             "no comparison for {transport} in:\n{stdout}"
         );
     }
+}
+
+/// Issue 35: `bench registry` measures the writes on the voters' direct Raft links and, in the
+/// same run, on a second cluster whose Raft goes through NATS, and prints the difference.
+#[test]
+fn g1_bench_registry_measures_direct_raft_links_against_raft_through_nats_in_one_run() {
+    let _serial = one_at_a_time();
+    let out = lineage()
+        .args(["bench", "registry"])
+        .output()
+        .expect("run lineage bench registry");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for name in [
+        "register child, 1 client ",
+        "register child, 64 clients ",
+        "register child, 1 client, Raft through NATS ",
+        "register child, 64 clients, Raft through NATS ",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} line in:\n{stdout}"));
+        for field in ["p50=", "p99=", "/s", "x baseline"] {
+            assert!(line.contains(field), "{field} missing in {line}");
+        }
+    }
+    let compared = stdout
+        .lines()
+        .find(|l| l.starts_with("direct Raft links vs Raft through NATS: 1 client p50 "))
+        .unwrap_or_else(|| panic!("no comparison in:\n{stdout}"));
+    assert!(
+        compared.contains(" ms (") && compared.contains("writes/s"),
+        "{compared}"
+    );
 }
 
 /// Issue 13 (scale), scaled down to 10,000 sessions: every figure the full run reports is

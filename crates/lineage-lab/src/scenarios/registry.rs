@@ -1,8 +1,9 @@
 //! `lineage bench registry`: register-child writes straight to the registry, 1 and 64 clients,
 //! against the cluster's 3 voters. On its own cluster the voters' Raft RPCs go over their
 //! direct links (`lineage dev`'s default); the same writes then run on a second local cluster
-//! whose voters send them through nats-server (`lineage dev --raft-over-nats`), as the peer
-//! measured in the same run, and the bench prints what the direct links change.
+//! whose voters send them through nats-server (`lineage dev --raft-over-nats`), started before
+//! either is measured (so each measurement has the other cluster idle beside it), as the peer
+//! measured in the same run; the bench prints what the direct links change.
 
 use lineage::dev::{DevCluster, RaftLinks};
 use lineage_bus::control::ControlError;
@@ -32,17 +33,19 @@ pub(super) async fn registry(b: &Bench) -> Result<(), ControlError> {
             wall: fsync.wall,
         },
     );
-    if !b.external {
-        println!("the voters' Raft RPCs go over their direct links ([registry.direct])");
-    }
-    let direct = writes(b, b.registry.clone(), "").await?;
     if b.external {
+        writes(b, b.registry.clone(), "").await?;
         return Ok(());
     }
-    println!("the same writes on a second local cluster whose voters send their Raft RPCs through nats-server (lineage dev --raft-over-nats) ...");
+    // The peer cluster is up before either is measured, so both measurements run beside one
+    // other idle cluster (its heartbeats) and neither has the machine to itself.
+    println!("a second local cluster whose voters send their Raft RPCs through nats-server (lineage dev --raft-over-nats), up during both measurements ...");
     let cluster = b.cluster_name.clone();
     let peer = DevCluster::start(3, None, None, &cluster, RaftLinks::Nats).await?;
     let client = connect(&peer.nats.url()).await?;
+    println!("the voters' Raft RPCs over their direct links ([registry.direct]):");
+    let direct = writes(b, b.registry.clone(), "").await?;
+    println!("the same writes, Raft through NATS:");
     let over_nats = writes(
         b,
         RegistryClient::new(client, cluster.clone()),
