@@ -27,21 +27,27 @@ fn lineage() -> Command {
     cmd
 }
 
-#[test]
-fn bench_baseline_prints_percentiles_against_its_own_server() {
-    let _serial = one_at_a_time();
-    let started = Instant::now();
+/// Runs `lineage bench <scenario>` (scaled down) and returns its output, once it succeeded.
+fn bench(scenario: &str) -> String {
     let out = lineage()
-        .args(["bench", "baseline"])
+        .args(["bench", scenario])
         .output()
-        .expect("run lineage bench baseline");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("run lineage bench {scenario}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
+    stdout
+}
+
+#[test]
+fn bench_baseline_prints_percentiles_against_its_own_server() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let stdout = bench("baseline");
     assert!(stdout.starts_with("machine: "), "{stdout}");
     assert!(stdout.contains("cores"), "{stdout}");
     assert!(stdout.contains("== baseline =="), "{stdout}");
@@ -74,17 +80,7 @@ fn bench_refuses_an_unknown_scenario_with_a_usage_error() {
 #[test]
 fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run() {
     let _serial = one_at_a_time();
-    let out = lineage()
-        .args(["bench", "tools"])
-        .output()
-        .expect("run lineage bench tools");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    let stdout = bench("tools");
     for name in [
         "nats request-reply (baseline)",
         "spawn one-shot via the control service",
@@ -112,17 +108,7 @@ fn t1_bench_tools_measures_the_tool_path_against_the_control_service_in_one_run(
 #[test]
 fn g1_bench_registry_measures_direct_raft_links_against_raft_through_nats_in_one_run() {
     let _serial = one_at_a_time();
-    let out = lineage()
-        .args(["bench", "registry"])
-        .output()
-        .expect("run lineage bench registry");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    let stdout = bench("registry");
     for name in [
         "register child, 1 client ",
         "register child, 64 clients ",
