@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,28 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "a registry raft token for the tests, long enough";
 
-/// Three free loopback addresses (bound, read, released).
-fn addrs(n: usize) -> Vec<SocketAddr> {
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    held.iter().map(|l| l.local_addr().unwrap()).collect()
-}
-
-fn direct(me: u64, addrs: &[SocketAddr], token: &str) -> DirectRaft {
-    let peers: BTreeMap<u64, String> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (i as u64 + 1, a.to_string()))
-        .collect();
-    DirectRaft {
-        listen: addrs[me as usize - 1],
-        peers,
-        token: RaftToken::new(token.as_bytes()).unwrap(),
-        tls: None,
-    }
-}
-
 async fn member(
     server: &NatsServer,
     id: u64,
@@ -58,7 +35,7 @@ async fn member(
     token: &str,
 ) -> RegistryNode {
     let mut cfg = config(id, &path(dir));
-    cfg.direct = Some(direct(id, addrs, token));
+    cfg.direct = Some(direct_links(id, addrs, token));
     start(server, cfg).await
 }
 
@@ -98,7 +75,7 @@ async fn register(client: &RegistryClient, n: u32) {
 async fn g1_g3_a_group_on_direct_links_commits_and_fails_over_with_no_raft_rpc_on_nats() {
     let server = NatsServer::start().unwrap();
     let on_nats = count_raft_on_nats(&server).await;
-    let (dirs, addrs) = (tempdirs(3), addrs(3));
+    let (dirs, addrs) = (tempdirs(3), free_addrs(3));
     let mut nodes = Vec::new();
     for id in 1..=3 {
         nodes.push(member(&server, id, &dirs[id as usize - 1], &addrs, TOKEN).await);
@@ -146,7 +123,7 @@ async fn g1_g3_a_group_on_direct_links_commits_and_fails_over_with_no_raft_rpc_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g1_a_member_with_another_token_is_refused_and_the_other_two_go_on() {
     let server = NatsServer::start().unwrap();
-    let (dirs, addrs) = (tempdirs(3), addrs(3));
+    let (dirs, addrs) = (tempdirs(3), free_addrs(3));
     let one = member(&server, 1, &dirs[0], &addrs, TOKEN).await;
     let two = member(&server, 2, &dirs[1], &addrs, TOKEN).await;
     let stranger = member(
@@ -202,7 +179,7 @@ fn framed(json: &[u8]) -> Vec<u8> {
 async fn g1_a_dialer_for_another_cluster_or_member_or_with_garbage_is_refused_and_nothing_changes()
 {
     let server = NatsServer::start().unwrap();
-    let (dirs, addrs) = (tempdirs(1), addrs(1));
+    let (dirs, addrs) = (tempdirs(1), free_addrs(1));
     let one = member(&server, 1, &dirs[0], &addrs, TOKEN).await;
     assert!(one.initialize(members(&[1])).await.unwrap());
     agreed_leader(&[&one], Duration::from_secs(5)).await;
@@ -263,11 +240,11 @@ async fn g1_z1_links_in_mutual_tls_commit_and_refuse_another_ca_and_plain_tcp() 
     lineage_testkit::tls::make_ca(pki.path(), "other");
     let server = NatsServer::start().unwrap();
     let on_nats = count_raft_on_nats(&server).await;
-    let (dirs, addrs) = (tempdirs(3), addrs(3));
+    let (dirs, addrs) = (tempdirs(3), free_addrs(3));
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
         let mut cfg = config(id, &path(&dirs[id as usize - 1]));
-        let mut links = direct(id, &addrs, TOKEN);
+        let mut links = direct_links(id, &addrs, TOKEN);
         // Member 3's certificate is another CA's: the others refuse it, and it them.
         links.tls = Some(link_tls(pki.path(), if id == 3 { "other" } else { "raft" }));
         cfg.direct = Some(links);

@@ -6,7 +6,8 @@
 //! client saw fail is sent again under its request id and applied once. Printed: the longest gap
 //! between acknowledged writes, and the same rolling restart with the hand-over off (the
 //! baseline: a stopped leader costs an election timeout or more). The gaps are reported, not
-//! asserted (figures belong in benchmarks).
+//! asserted (figures belong in benchmarks). The second test does the rolling restart with the
+//! voters' Raft on their direct links (issue 35).
 
 mod common;
 
@@ -36,12 +37,21 @@ struct Rolled {
     longest_gap: Duration,
 }
 
-async fn rolling_restart(hand_over: bool) -> Rolled {
+/// Over the voters' direct Raft links (issue 35) instead of NATS, with `direct`.
+async fn rolling_restart(hand_over: bool, direct: bool) -> Rolled {
     let server = NatsServer::start().unwrap();
     let dirs = tempdirs(3);
+    let addrs = free_addrs(3);
     let cfg = |i: usize| {
         let mut c = config(i as u64 + 1, &path(&dirs[i]));
         c.hand_over_on_shutdown = hand_over;
+        if direct {
+            c.direct = Some(direct_links(
+                i as u64 + 1,
+                &addrs,
+                "a token for the g4 tests, long enough",
+            ));
+        }
         c
     };
     let mut nodes: Vec<Option<RegistryNode>> = Vec::new();
@@ -157,8 +167,8 @@ async fn rolling_restart(hand_over: bool) -> Rolled {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g4_a_rolling_restart_of_the_voters_hands_leadership_over_and_loses_no_write() {
-    let with = rolling_restart(true).await;
-    let without = rolling_restart(false).await;
+    let with = rolling_restart(true, false).await;
+    let without = rolling_restart(false, false).await;
     println!(
         "rolling restart of 3 voters, {CLIENTS} clients writing: longest gap between acknowledged writes {:?} with the hand-over ({} writes), {:?} without it ({} writes); election timeout 150-300 ms",
         with.longest_gap,
@@ -173,4 +183,21 @@ async fn g4_a_rolling_restart_of_the_voters_hands_leadership_over_and_loses_no_w
         assert!(matches!(h, HandOver::HandedTo(_)), "{h:?}");
     }
     assert!(!with.acknowledged.is_empty() && !without.acknowledged.is_empty());
+}
+
+/// The same on the voters' direct Raft links: the leader transfer and the catch-up of each
+/// restarted voter go over them (a restarted voter listens on its port again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g4_on_direct_raft_links_a_rolling_restart_hands_leadership_over_and_loses_no_write() {
+    let rolled = rolling_restart(true, true).await;
+    println!(
+        "rolling restart of 3 voters on direct Raft links, {CLIENTS} clients writing: longest gap between acknowledged writes {:?} ({} writes)",
+        rolled.longest_gap,
+        rolled.acknowledged.len()
+    );
+    assert!(!rolled.hand_overs.is_empty(), "no voter led when stopped?");
+    for h in &rolled.hand_overs {
+        assert!(matches!(h, HandOver::HandedTo(_)), "{h:?}");
+    }
+    assert!(!rolled.acknowledged.is_empty());
 }

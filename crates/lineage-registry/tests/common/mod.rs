@@ -112,3 +112,30 @@ pub fn tempdirs(n: usize) -> Vec<tempfile::TempDir> {
 pub fn path(d: &tempfile::TempDir) -> PathBuf {
     d.path().join("registry")
 }
+
+/// `n` free loopback addresses (bound, read, released): the direct Raft links' listeners.
+pub fn free_addrs(n: usize) -> Vec<std::net::SocketAddr> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+/// Member `me`'s direct Raft links (no TLS) in a group listening on `addrs` (member i + 1 on
+/// `addrs[i]`), proving `token`.
+pub fn direct_links(
+    me: u64,
+    addrs: &[std::net::SocketAddr],
+    token: &str,
+) -> lineage_registry::DirectRaft {
+    lineage_registry::DirectRaft {
+        listen: addrs[me as usize - 1],
+        peers: addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, a.to_string()))
+            .collect(),
+        token: lineage_registry::RaftToken::new(token.as_bytes()).unwrap(),
+        tls: None,
+    }
+}
