@@ -21,7 +21,7 @@ use common::*;
 use futures::StreamExt;
 use lineage_registry::client::NewSession;
 use lineage_registry::network::direct::handshake::{Hello, Reply, VERSION};
-use lineage_registry::{Consistency, DirectRaft, LinkTls, RaftToken, RegistryClient, RegistryNode};
+use lineage_registry::{Consistency, LinkTls, RegistryClient, RegistryNode};
 use lineage_testkit::NatsServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
