@@ -21,7 +21,7 @@
 //! | [`raft_types`] | the openraft type configuration | G1 |
 //! | [`subjects`] | NATS subject names | N3 |
 //! | [`wire`] | request/reply payloads between clients, voters and Raft peers | N3 |
-//! | [`network`] | Raft RPCs over NATS (openraft's network v2: append, vote, pre-vote, full snapshots in chunks, leader transfer) | G1 |
+//! | [`network`] | Raft RPCs over NATS (openraft's network v2: append, vote, pre-vote, full snapshots in chunks, leader transfer), or over the voters' direct links ([`network::direct`]: token handshake, optional mutual TLS) | G1, Z1 |
 //! | [`check_quorum`] | a leader without a quorum's acknowledgement stands aside, so a slow leader does not stall the registry | G1, Z3 |
 //! | [`node`] | [`RegistryNode`]: start, bootstrap once, membership, shutdown | G1, G3 |
 //! | [`leader_transfer`] | a leader hands leadership to an up-to-date voter before it stops | G4 |
